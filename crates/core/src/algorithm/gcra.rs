@@ -1,0 +1,122 @@
+//! GCRA, the generic cell rate algorithm: one theoretical arrival time per key.
+//!
+//! Source: ATM Forum Traffic Management Specification 4.0 (af-tm-0056.000, 1996), annex C,
+//! "virtual scheduling" form; the same algorithm as redis-cell and the governor crate. The
+//! documents behind Floodgate call it the *funnel*. It is the leaky bucket as a meter kept in one
+//! number: `tat` is the time at which the bucket would be empty again.
+//!
+//! With emission interval `T = period / limit` and delay variation tolerance `tau = burst x T`,
+//! a request of `cost` units at `now` is admitted when
+//!
+//! ```text
+//! new_tat = max(tat, now) + cost x T        new_tat - now <= tau
+//! ```
+//!
+//! All arithmetic is in ticks of `1 / denominator` microseconds, where
+//! `T = numerator / denominator` in lowest terms, so fractional intervals are exact. See
+//! `docs/spec/gcra.md` for every formula and bound.
+//!
+//! ```
+//! use floodgate_core::{Algorithm, Gcra, Quota};
+//! let gcra = Gcra::new("2/s".parse().unwrap()).unwrap();
+//! let mut state = gcra.initial_state();
+//! let t0 = 1_700_000_000_000_000;
+//! assert!(gcra.check(&mut state, t0, 1).unwrap().allowed);
+//! assert!(gcra.check(&mut state, t0, 1).unwrap().allowed);
+//! let denied = gcra.check(&mut state, t0, 1).unwrap();
+//! assert_eq!(denied.retry_after, Some(500_000)); // one emission interval
+//! ```
+
+use crate::algorithm::{Algorithm, AlgorithmKind};
+use crate::decision::Decision;
+use crate::error::QuotaError;
+use crate::quota::Quota;
+use crate::time::Timestamp;
+
+/// GCRA prepared for one quota: `limit / period` with `burst` units at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    quota: Quota,
+    /// Emission interval in ticks (`numerator`).
+    interval: u64,
+    /// Ticks per microsecond (`denominator`).
+    ticks_per_us: u64,
+    /// Delay variation tolerance in ticks: `burst x interval`.
+    tau: u64,
+    /// `floor(tau / ticks_per_us)`: tau in whole microseconds.
+    tau_us: u64,
+}
+
+/// GCRA state of one key: the theoretical arrival time `tat + tat_ticks / denominator` us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct GcraState {
+    /// Whole microseconds of the theoretical arrival time (since the Unix epoch).
+    pub tat: Timestamp,
+    /// The fraction of a microsecond beyond `tat`, in ticks (`0 <= tat_ticks < denominator`).
+    pub tat_ticks: u64,
+}
+
+impl Gcra {
+    /// Ticks from `now` up to `tat` (0 when `tat <= now`). Callers guarantee
+    /// `tat <= now + tau_us + interval/ticks_per_us + 1`, so the product stays below 2^53.
+    fn ticks_after(&self, state: GcraState, now: Timestamp) -> u64 {
+        if state.tat < now {
+            0
+        } else {
+            (state.tat - now) * self.ticks_per_us + state.tat_ticks
+        }
+    }
+}
+
+impl Algorithm for Gcra {
+    type State = GcraState;
+    const KIND: AlgorithmKind = AlgorithmKind::Gcra;
+
+    fn new(quota: Quota) -> Result<Self, QuotaError> {
+        let (interval, ticks_per_us) = quota.emission_interval();
+        // Quota::with_burst already bounds burst x interval by MAX_EXACT.
+        let tau = quota.burst() * interval;
+        Ok(Self {
+            quota,
+            interval,
+            ticks_per_us,
+            tau,
+            tau_us: tau / ticks_per_us,
+        })
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.burst()
+    }
+
+    fn initial_state(&self) -> GcraState {
+        GcraState::default()
+    }
+
+    fn decide(&self, state: &mut GcraState, now: Timestamp, cost: u64, consume: bool) -> Decision {
+        // A stale `now` is raised to tat - tau (rounded up), the earliest time consistent with
+        // the state: no request was admitted before it. This keeps every product below 2^53.
+        let now = now.max(state.tat.saturating_sub(self.tau_us));
+        let ahead = self.ticks_after(*state, now); // <= tau + ticks_per_us
+        let new_ahead = ahead + cost * self.interval; // <= 2 tau + ticks_per_us
+        let allowed = new_ahead <= self.tau;
+        let ahead_after = if allowed && consume {
+            state.tat = now + new_ahead / self.ticks_per_us;
+            state.tat_ticks = new_ahead % self.ticks_per_us;
+            new_ahead
+        } else {
+            ahead
+        };
+        Decision {
+            allowed,
+            limit: self.quota.burst(),
+            remaining: (self.tau - ahead_after.min(self.tau)) / self.interval,
+            reset_after: ahead_after.div_ceil(self.ticks_per_us),
+            retry_after: (!allowed).then(|| (new_ahead - self.tau).div_ceil(self.ticks_per_us)),
+        }
+    }
+}

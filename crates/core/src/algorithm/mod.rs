@@ -1,0 +1,311 @@
+//! The six counting algorithms, each a pure function of `(state, now, cost)`.
+//!
+//! Every algorithm implements [`Algorithm`]: it is built from a [`Quota`] (validated so that all
+//! arithmetic is exact), starts a key from [`Algorithm::initial_state`], and answers with
+//! [`Algorithm::decide`]. The formulas are specified once in `docs/spec/<algorithm>.md`; the Redis
+//! scripts implement the same formulas.
+//!
+//! | algorithm | state | bound on admitted units in any interval of length `t` |
+//! |---|---|---|
+//! | [`FixedWindow`] | window start, count | up to `2 x limit` across a window edge |
+//! | [`SlidingLog`] | one entry per admitted timestamp | at most `limit` in any `period` (exact) |
+//! | [`SlidingWindow`] | window start, count, previous count | close to `limit`, bounded excess at edges |
+//! | [`TokenBucket`] | tokens, last refill | `burst + t x rate` |
+//! | [`LeakyBucket`] | level, last leak | `burst + t x rate` |
+//! | [`Gcra`] | theoretical arrival time | `burst + t x rate` |
+//!
+//! [`Policy`] and [`State`] wrap the six behind one closed enum for stores and services that pick
+//! the algorithm at run time.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::decision::Decision;
+use crate::error::{CheckError, QuotaError};
+use crate::quota::Quota;
+use crate::time::Timestamp;
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod leaky_bucket;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use gcra::{Gcra, GcraState};
+pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
+pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use sliding_window::{SlidingWindow, SlidingWindowState};
+pub use token_bucket::{TokenBucket, TokenBucketState};
+
+/// A rate-limiting algorithm prepared for one [`Quota`].
+///
+/// Implementations are deterministic and read no clock: the same `(state, now, cost)` always
+/// gives the same decision and the same next state. A `now` earlier than the time the state last
+/// moved to (a stale clock reading) is treated as "no time passed": it never refills, never
+/// opens a new window and never moves state backwards.
+pub trait Algorithm: Clone + fmt::Debug + Send + Sync + 'static {
+    /// The per-key state. Small and `Clone`; the sliding log's grows with the limit.
+    type State: Clone + fmt::Debug + PartialEq + Send + Sync + 'static;
+
+    /// Which algorithm this is.
+    const KIND: AlgorithmKind;
+
+    /// Prepares the algorithm for `quota`.
+    ///
+    /// # Errors
+    /// [`QuotaError::NotExact`] when the quota needs arithmetic this algorithm cannot do exactly
+    /// within [`MAX_EXACT`](crate::quota::MAX_EXACT) (for example the sliding window counter's
+    /// `limit x period`).
+    fn new(quota: Quota) -> Result<Self, QuotaError>;
+
+    /// The quota this algorithm enforces.
+    fn quota(&self) -> &Quota;
+
+    /// The most units one request can ever be admitted for: `burst` for the bucket algorithms,
+    /// `limit` for the window algorithms. A larger cost is [`CheckError::InsufficientCapacity`].
+    fn capacity(&self) -> u64;
+
+    /// The state of a key that has never been seen (or whose state expired).
+    fn initial_state(&self) -> Self::State;
+
+    /// Decides a request of `cost` units at `now`, where `1 <= cost <= capacity()` or `cost == 0`
+    /// (a peek of the current remaining). When `consume` is true and the request is allowed,
+    /// `state` is updated; otherwise `state` is left exactly as it was.
+    ///
+    /// Callers normally use [`Algorithm::check`] or [`Algorithm::peek`], which validate `cost`.
+    /// The decision for `cost > capacity()` is unspecified.
+    fn decide(&self, state: &mut Self::State, now: Timestamp, cost: u64, consume: bool)
+        -> Decision;
+
+    /// Checks a request of `cost` units at `now` and consumes them if admitted. Cost 0 is a
+    /// peek: always allowed, consumes nothing, reports `remaining`.
+    ///
+    /// # Errors
+    /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`; `state` is unchanged.
+    fn check(
+        &self,
+        state: &mut Self::State,
+        now: Timestamp,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        self.validate_cost(cost)?;
+        Ok(self.decide(state, now, cost, cost > 0))
+    }
+
+    /// Decides a request of `cost` units at `now` without consuming anything.
+    ///
+    /// # Errors
+    /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`.
+    fn peek(&self, state: &Self::State, now: Timestamp, cost: u64) -> Result<Decision, CheckError> {
+        self.validate_cost(cost)?;
+        Ok(self.decide(&mut state.clone(), now, cost, false))
+    }
+
+    /// `Ok(())` when a request of `cost` units could ever be admitted.
+    ///
+    /// # Errors
+    /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`.
+    fn validate_cost(&self, cost: u64) -> Result<(), CheckError> {
+        validate_cost(cost, self.capacity())
+    }
+}
+
+/// The name of an algorithm, as written in configuration, JSON, metrics and the CLI
+/// (`fixed_window`, `sliding_log`, `sliding_window`, `token_bucket`, `leaky_bucket`, `gcra`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AlgorithmKind {
+    /// [`FixedWindow`].
+    FixedWindow,
+    /// [`SlidingLog`].
+    SlidingLog,
+    /// [`SlidingWindow`] (the sliding window counter).
+    SlidingWindow,
+    /// [`TokenBucket`].
+    TokenBucket,
+    /// [`LeakyBucket`] (as a meter).
+    LeakyBucket,
+    /// [`Gcra`].
+    Gcra,
+}
+
+impl AlgorithmKind {
+    /// All six, in the order tables list them.
+    pub const ALL: [AlgorithmKind; 6] = [
+        AlgorithmKind::FixedWindow,
+        AlgorithmKind::SlidingLog,
+        AlgorithmKind::SlidingWindow,
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::LeakyBucket,
+        AlgorithmKind::Gcra,
+    ];
+
+    /// The snake_case name used everywhere outside Rust.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlgorithmKind::FixedWindow => "fixed_window",
+            AlgorithmKind::SlidingLog => "sliding_log",
+            AlgorithmKind::SlidingWindow => "sliding_window",
+            AlgorithmKind::TokenBucket => "token_bucket",
+            AlgorithmKind::LeakyBucket => "leaky_bucket",
+            AlgorithmKind::Gcra => "gcra",
+        }
+    }
+}
+
+impl fmt::Display for AlgorithmKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AlgorithmKind {
+    type Err = String;
+
+    /// Accepts the snake_case names, with `-` for `_` too.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let norm = s.trim().to_ascii_lowercase().replace('-', "_");
+        AlgorithmKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == norm)
+            .ok_or_else(|| {
+                format!(
+                    "unknown algorithm {s:?}; expected one of fixed_window, sliding_log, \
+                     sliding_window, token_bucket, leaky_bucket, gcra"
+                )
+            })
+    }
+}
+
+macro_rules! dispatch {
+    ($( $variant:ident => $alg:ident, $state:ident );* $(;)?) => {
+        /// Any of the six algorithms, chosen at run time: what stores and the service hold.
+        #[derive(Debug, Clone)]
+        pub enum Policy {
+            $(
+                #[doc = concat!("[`", stringify!($alg), "`].")]
+                $variant($alg),
+            )*
+        }
+
+        /// The per-key state of any algorithm; pairs with [`Policy`].
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum State {
+            $(
+                #[doc = concat!("[`", stringify!($state), "`].")]
+                $variant($state),
+            )*
+        }
+
+        impl Policy {
+            /// Builds the `kind` algorithm for `quota`.
+            ///
+            /// # Errors
+            /// As [`Algorithm::new`].
+            pub fn new(kind: AlgorithmKind, quota: Quota) -> Result<Self, QuotaError> {
+                Ok(match kind {
+                    $( AlgorithmKind::$variant => Policy::$variant($alg::new(quota)?), )*
+                })
+            }
+
+            /// Which algorithm this is.
+            pub fn kind(&self) -> AlgorithmKind {
+                match self {
+                    $( Policy::$variant(_) => AlgorithmKind::$variant, )*
+                }
+            }
+
+            /// The quota enforced.
+            pub fn quota(&self) -> &Quota {
+                match self {
+                    $( Policy::$variant(a) => a.quota(), )*
+                }
+            }
+
+            /// See [`Algorithm::capacity`].
+            pub fn capacity(&self) -> u64 {
+                match self {
+                    $( Policy::$variant(a) => a.capacity(), )*
+                }
+            }
+
+            /// See [`Algorithm::initial_state`].
+            pub fn initial_state(&self) -> State {
+                match self {
+                    $( Policy::$variant(a) => State::$variant(a.initial_state()), )*
+                }
+            }
+
+            /// See [`Algorithm::decide`]. A `state` of another algorithm (left over after a
+            /// configuration change) is replaced by this algorithm's initial state first.
+            pub fn decide(&self, state: &mut State, now: Timestamp, cost: u64, consume: bool) -> Decision {
+                match self {
+                    $( Policy::$variant(a) => {
+                        if !matches!(state, State::$variant(_)) {
+                            *state = State::$variant(a.initial_state());
+                        }
+                        match state {
+                            State::$variant(s) => a.decide(s, now, cost, consume),
+                            _ => unreachable!("state was just replaced"),
+                        }
+                    } )*
+                }
+            }
+        }
+    };
+}
+
+dispatch! {
+    FixedWindow => FixedWindow, FixedWindowState;
+    SlidingLog => SlidingLog, SlidingLogState;
+    SlidingWindow => SlidingWindow, SlidingWindowState;
+    TokenBucket => TokenBucket, TokenBucketState;
+    LeakyBucket => LeakyBucket, LeakyBucketState;
+    Gcra => Gcra, GcraState;
+}
+
+impl Policy {
+    /// See [`Algorithm::check`].
+    ///
+    /// # Errors
+    /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`; `state` is unchanged.
+    pub fn check(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        self.validate_cost(cost)?;
+        Ok(self.decide(state, now, cost, cost > 0))
+    }
+
+    /// See [`Algorithm::peek`].
+    ///
+    /// # Errors
+    /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`.
+    pub fn peek(&self, state: &State, now: Timestamp, cost: u64) -> Result<Decision, CheckError> {
+        self.validate_cost(cost)?;
+        Ok(self.decide(&mut state.clone(), now, cost, false))
+    }
+
+    /// See [`Algorithm::validate_cost`].
+    ///
+    /// # Errors
+    /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`.
+    pub fn validate_cost(&self, cost: u64) -> Result<(), CheckError> {
+        validate_cost(cost, self.capacity())
+    }
+}
+
+/// `Ok(())` when `cost <= capacity`, else [`CheckError::InsufficientCapacity`].
+fn validate_cost(cost: u64, capacity: u64) -> Result<(), CheckError> {
+    if cost > capacity {
+        Err(CheckError::InsufficientCapacity { cost, capacity })
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! Cross-algorithm tests: properties every algorithm must hold.

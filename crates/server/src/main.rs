@@ -1,0 +1,37 @@
+//! `floodgate`: the rate-limit service (`serve`), the deterministic simulator (`simulate`) and
+//! the configuration checker (`check-config`).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod simulate;
+
+/// Floodgate: a rate limiter that counts honestly and proves it.
+#[derive(Debug, Parser)]
+#[command(name = "floodgate", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay deterministic traffic through the algorithms on a simulated clock and chart what
+    /// each admits.
+    Simulate(simulate::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("floodgate: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
