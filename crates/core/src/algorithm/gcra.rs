@@ -45,6 +45,8 @@ pub struct Gcra {
     tau: u64,
     /// `floor(tau / ticks_per_us)`: tau in whole microseconds.
     tau_us: u64,
+    /// `tau % ticks_per_us`: the fraction of a microsecond beyond `tau_us`, in ticks.
+    tau_rem: u64,
 }
 
 /// GCRA state of one key: the theoretical arrival time `tat + tat_ticks / denominator` us.
@@ -57,8 +59,20 @@ pub struct GcraState {
 }
 
 impl Gcra {
+    /// The earliest time consistent with `state`, in whole microseconds: `tat - tau` rounded up
+    /// (0 for a fresh state). No request can have been admitted before it.
+    fn earliest(&self, state: GcraState) -> Timestamp {
+        // tat + tat_ticks/d - (tau_us + tau_rem/d), rounded up, without forming tat x d.
+        let whole = state.tat.saturating_sub(self.tau_us);
+        if state.tat_ticks > self.tau_rem && state.tat >= self.tau_us {
+            whole + 1
+        } else {
+            whole
+        }
+    }
+
     /// Ticks from `now` up to `tat` (0 when `tat <= now`). Callers guarantee
-    /// `tat <= now + tau_us + interval/ticks_per_us + 1`, so the product stays below 2^53.
+    /// `now >= earliest(state)`, so the result is at most `tau` (< 2^53).
     fn ticks_after(&self, state: GcraState, now: Timestamp) -> u64 {
         if state.tat < now {
             0
@@ -82,6 +96,7 @@ impl Algorithm for Gcra {
             ticks_per_us,
             tau,
             tau_us: tau / ticks_per_us,
+            tau_rem: tau % ticks_per_us,
         })
     }
 
@@ -99,13 +114,15 @@ impl Algorithm for Gcra {
 
     fn decide(&self, state: &mut GcraState, now: Timestamp, cost: u64, consume: bool) -> Decision {
         // A stale `now` is raised to tat - tau (rounded up), the earliest time consistent with
-        // the state: no request was admitted before it. This keeps every product below 2^53.
-        let now = now.max(state.tat.saturating_sub(self.tau_us));
-        let ahead = self.ticks_after(*state, now); // <= tau + ticks_per_us
-        let new_ahead = ahead + cost * self.interval; // <= 2 tau + ticks_per_us
+        // the state: no request was admitted before it. This keeps every product below 2^53,
+        // and `ahead <= tau`, so a peek of cost 0 is always allowed.
+        let now = now.max(self.earliest(*state));
+        let ahead = self.ticks_after(*state, now); // <= tau
+        let new_ahead = ahead + cost * self.interval; // <= 2 tau
         let allowed = new_ahead <= self.tau;
         let ahead_after = if allowed && consume {
-            state.tat = now + new_ahead / self.ticks_per_us;
+            // Saturating only matters for a `now` within 2^51 us of u64::MAX: never panic.
+            state.tat = now.saturating_add(new_ahead / self.ticks_per_us);
             state.tat_ticks = new_ahead % self.ticks_per_us;
             new_ahead
         } else {
@@ -114,9 +131,44 @@ impl Algorithm for Gcra {
         Decision {
             allowed,
             limit: self.quota.burst(),
-            remaining: (self.tau - ahead_after.min(self.tau)) / self.interval,
+            remaining: (self.tau - ahead_after) / self.interval,
             reset_after: ahead_after.div_ceil(self.ticks_per_us),
             retry_after: (!allowed).then(|| (new_ahead - self.tau).div_ceil(self.ticks_per_us)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: the stale-`now` clamp used `tat - floor(tau)` us, up to one microsecond
+    /// before the earliest consistent time, so `ahead` could exceed `tau` and a peek of cost 0
+    /// was denied.
+    #[test]
+    fn stale_peek_of_cost_zero_is_allowed() {
+        // 7 per 2 us, burst 5: T = 2/7 us (2 ticks of 1/7 us), tau = 10 ticks = 1 us + 3 ticks.
+        let gcra = Gcra::new(Quota::with_burst(7, 2, 5).unwrap()).unwrap();
+        let mut s = gcra.initial_state();
+        assert!(gcra.check(&mut s, 100, 3).unwrap().allowed);
+        // tat = 100 us + 6 ticks; earliest consistent time = 700 + 6 - 10 = 696 ticks -> 100 us.
+        assert_eq!((s.tat, s.tat_ticks), (100, 6));
+        let d = gcra.peek(&s, 50, 0).unwrap();
+        assert!(d.allowed);
+        // Relative to the effective now of 100 us: 6 ticks ahead -> 1 us to reset, 4 ticks
+        // free -> 2 units.
+        assert_eq!((d.remaining, d.reset_after), (2, 1));
+    }
+
+    /// Regression: `now + new_ahead / d` overflowed (a panic in debug builds, a wrapped `tat`
+    /// that admits everything in release builds) for a `now` within `tau` of `u64::MAX`.
+    #[test]
+    fn now_near_u64_max_does_not_panic() {
+        let gcra = Gcra::new("1/h".parse().unwrap()).unwrap();
+        let mut s = gcra.initial_state();
+        assert!(gcra.check(&mut s, u64::MAX - 5, 1).unwrap().allowed);
+        // `tat` saturates at u64::MAX: the key is limited up to the end of representable time.
+        assert_eq!((s.tat, s.tat_ticks), (u64::MAX, 0));
+        assert!(!gcra.check(&mut s, u64::MAX - 6, 1).unwrap().allowed);
     }
 }
