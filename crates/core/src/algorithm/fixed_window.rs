@@ -1,4 +1,36 @@
-//! FixedWindow (not yet implemented).
+//! Fixed window: one counter per key that resets at every window edge.
+//!
+//! Source: the classic fixed window counter (as in the Redis `INCR` + `EXPIRE` pattern and the
+//! Stripe / Cloudflare rate-limiting write-ups). Time is cut into windows
+//! `[k x period, (k + 1) x period)` counted from the Unix epoch, and each window admits `limit`
+//! units. A request of `cost` units at `now` is admitted when
+//!
+//! ```text
+//! window = now - now mod period
+//! count' = (window == window_start) ? count : 0        cost <= limit - count'
+//! ```
+//!
+//! Windows are aligned to multiples of `period` since the epoch, not to a key's first request:
+//! every process and the Redis script then agree on the same edges from the clock alone, without
+//! storing or exchanging a start time, and a state written by one store means the same thing to
+//! every other. The price is the well-known edge burst: `limit` units at the end of one window
+//! and `limit` more at the start of the next, so up to `2 x limit` in any interval of `period`.
+//!
+//! See `docs/spec/fixed_window.md` for every formula and bound.
+//!
+//! ```
+//! use floodgate_core::{Algorithm, FixedWindow, Quota};
+//! let window = FixedWindow::new("3/s".parse::<Quota>().unwrap()).unwrap();
+//! let mut state = window.initial_state();
+//! let t0 = 1_700_000_000_999_000; // 1 ms before a second boundary
+//! for _ in 0..3 {
+//!     assert!(window.check(&mut state, t0, 1).unwrap().allowed);
+//! }
+//! let denied = window.check(&mut state, t0, 1).unwrap();
+//! assert_eq!(denied.retry_after, Some(1_000)); // the next window opens in 1 ms
+//! // ... and admits 3 more: the edge burst.
+//! assert!(window.check(&mut state, t0 + 1_000, 3).unwrap().allowed);
+//! ```
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
 use crate::decision::Decision;
@@ -6,20 +38,31 @@ use crate::error::QuotaError;
 use crate::quota::Quota;
 use crate::time::Timestamp;
 
-/// FixedWindow prepared for one quota.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The fixed window counter prepared for one quota: `limit` units per aligned `period`
+/// (`burst` is ignored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
     quota: Quota,
 }
 
-/// FixedWindow state of one key.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FixedWindowState {}
+/// Fixed window state of one key. The initial state is all zeros.
+///
+/// Field names are the Redis hash fields of the fixed window script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct FixedWindowState {
+    /// Start of the window `count` belongs to, in microseconds since the Unix epoch; always a
+    /// multiple of the period (0 for a fresh key).
+    pub window_start: Timestamp,
+    /// Units admitted in the window starting at `window_start` (`0 <= count <= limit`).
+    pub count: u64,
+}
 
 impl Algorithm for FixedWindow {
     type State = FixedWindowState;
     const KIND: AlgorithmKind = AlgorithmKind::FixedWindow;
 
+    /// Never fails: every value it computes is at most `limit` or `period`, both already bounded
+    /// by [`Quota`].
     fn new(quota: Quota) -> Result<Self, QuotaError> {
         Ok(Self { quota })
     }
@@ -38,11 +81,255 @@ impl Algorithm for FixedWindow {
 
     fn decide(
         &self,
-        _state: &mut FixedWindowState,
-        _now: Timestamp,
-        _cost: u64,
-        _consume: bool,
+        state: &mut FixedWindowState,
+        now: Timestamp,
+        cost: u64,
+        consume: bool,
     ) -> Decision {
-        todo!()
+        let (limit, period) = (self.quota.limit(), self.quota.period());
+        // A stale `now` (before the state's window) is read as the window's start: it must never
+        // reopen an older window whose count we no longer know.
+        let now = now.max(state.window_start);
+        let elapsed = now % period;
+        let window = now - elapsed;
+        let count = if window == state.window_start {
+            state.count
+        } else {
+            0
+        };
+        // `cost <= limit - count` rather than `count + cost <= limit`: no intermediate exceeds
+        // `limit` (count can only exceed limit in a hand-made state; saturate then).
+        let allowed = cost <= limit.saturating_sub(count);
+        let count_after = if allowed && consume && cost > 0 {
+            state.window_start = window;
+            state.count = count + cost;
+            state.count
+        } else {
+            count
+        };
+        let to_edge = period - elapsed;
+        Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(count_after),
+            reset_after: if count_after > 0 { to_edge } else { 0 },
+            retry_after: (!allowed).then_some(to_edge),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::CheckError;
+
+    // 2023-11-14T00:00:00Z: a whole day, so every test period below has an edge here.
+    const T0: Timestamp = 1_699_920_000_000_000;
+
+    fn window(text: &str) -> FixedWindow {
+        FixedWindow::new(text.parse().unwrap()).unwrap()
+    }
+
+    fn decision(
+        allowed: bool,
+        remaining: u64,
+        reset_after: u64,
+        retry_after: Option<u64>,
+    ) -> Decision {
+        Decision {
+            allowed,
+            limit: 3,
+            remaining,
+            reset_after,
+            retry_after,
+        }
+    }
+
+    #[test]
+    fn boundary_burst_admits_twice_the_limit() {
+        let w = window("3/s");
+        let mut s = w.initial_state();
+        let late = T0 + 999_000;
+        for remaining in [2, 1, 0] {
+            assert_eq!(
+                w.check(&mut s, late, 1).unwrap(),
+                decision(true, remaining, 1_000, None)
+            );
+        }
+        assert_eq!(
+            w.check(&mut s, late, 1).unwrap(),
+            decision(false, 0, 1_000, Some(1_000))
+        );
+        // 1 us before the edge: still the old window.
+        assert_eq!(
+            w.check(&mut s, T0 + 999_999, 1).unwrap(),
+            decision(false, 0, 1, Some(1))
+        );
+        // At the edge: a fresh window.
+        for remaining in [2, 1, 0] {
+            assert_eq!(
+                w.check(&mut s, T0 + 1_000_000, 1).unwrap(),
+                decision(true, remaining, 1_000_000, None)
+            );
+        }
+        assert_eq!(
+            s,
+            FixedWindowState {
+                window_start: T0 + 1_000_000,
+                count: 3
+            }
+        );
+    }
+
+    #[test]
+    fn windows_are_aligned_to_the_epoch_not_to_the_first_request() {
+        let w = window("3/10s");
+        let mut s = w.initial_state();
+        // T0 + 7 s lies in the window [T0, T0 + 10 s).
+        let d = w.check(&mut s, T0 + 7_000_000, 1).unwrap();
+        assert_eq!(d.reset_after, 3_000_000);
+        assert_eq!(s.window_start, T0);
+    }
+
+    #[test]
+    fn long_idle_starts_a_fresh_window() {
+        let w = window("3/s");
+        let mut s = w.initial_state();
+        assert!(w.check(&mut s, T0, 3).unwrap().allowed);
+        for idle in [86_400_000_000, 10 * 365 * 86_400_000_000] {
+            let mut s2 = s;
+            assert_eq!(
+                w.check(&mut s2, T0 + idle + 5, 3).unwrap(),
+                decision(true, 0, 999_995, None)
+            );
+            assert_eq!(s2.window_start, T0 + idle);
+        }
+    }
+
+    #[test]
+    fn backwards_time_never_reopens_an_older_window() {
+        let w = window("3/s");
+        let mut s = w.initial_state();
+        assert!(w.check(&mut s, T0 + 1_000_000, 3).unwrap().allowed);
+        let before = s;
+        // 0.5 s earlier is the previous window; it is read as the state's window start.
+        assert_eq!(
+            w.check(&mut s, T0 + 500_000, 1).unwrap(),
+            decision(false, 0, 1_000_000, Some(1_000_000))
+        );
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn cost_above_capacity_is_an_error_and_changes_nothing() {
+        let w = window("3/s");
+        let mut s = w.initial_state();
+        assert!(w.check(&mut s, T0, 1).unwrap().allowed);
+        let before = s;
+        assert_eq!(
+            w.check(&mut s, T0, 4),
+            Err(CheckError::InsufficientCapacity {
+                cost: 4,
+                capacity: 3
+            })
+        );
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn weighted_costs_and_peek() {
+        let w = window("3/s");
+        let mut s = w.initial_state();
+        assert_eq!(
+            w.check(&mut s, T0 + 100, 2).unwrap(),
+            decision(true, 1, 999_900, None)
+        );
+        // Cost 2 does not fit in the 1 remaining; the denial reports the true remaining.
+        assert_eq!(
+            w.check(&mut s, T0 + 200, 2).unwrap(),
+            decision(false, 1, 999_800, Some(999_800))
+        );
+        assert_eq!(
+            w.peek(&s, T0 + 300, 1).unwrap(),
+            decision(true, 1, 999_700, None)
+        );
+        assert_eq!(
+            w.check(&mut s, T0 + 300, 0).unwrap(),
+            decision(true, 1, 999_700, None)
+        );
+        assert_eq!(s.count, 2);
+        // A peek on a fresh key reports the full limit and no reset.
+        assert_eq!(
+            w.peek(&w.initial_state(), T0, 3).unwrap(),
+            decision(true, 3, 0, None)
+        );
+    }
+
+    #[test]
+    fn limit_one() {
+        let w = window("1/min");
+        let mut s = w.initial_state();
+        let d = w.check(&mut s, T0 + 1, 1).unwrap();
+        assert_eq!((d.allowed, d.limit, d.remaining), (true, 1, 0));
+        let d = w.check(&mut s, T0 + 2, 1).unwrap();
+        assert_eq!(d.retry_after, Some(60_000_000 - 2));
+        assert!(w.check(&mut s, T0 + 60_000_000, 1).unwrap().allowed);
+    }
+
+    /// Brute force on small quotas: every denial's retry_after is the first microsecond at which
+    /// the same request is admitted, and `remaining` is the largest admissible cost.
+    #[test]
+    fn retry_after_and_remaining_are_exact_by_brute_force() {
+        for (limit, period) in [(1, 1), (1, 5), (3, 7), (4, 10)] {
+            let w = FixedWindow::new(Quota::new(limit, period).unwrap()).unwrap();
+            let mut s = w.initial_state();
+            let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+            let mut now = 1_000;
+            for _ in 0..2_000 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                now += rng % (period + 2);
+                let cost = rng % (limit + 1);
+                let before = s;
+                let d = w.check(&mut s, now, cost).unwrap();
+                assert_brute_force(&w, &before, now, cost, &d);
+                if !d.allowed {
+                    assert_eq!(s, before);
+                }
+            }
+        }
+    }
+
+    fn assert_brute_force(
+        w: &FixedWindow,
+        before: &FixedWindowState,
+        now: Timestamp,
+        cost: u64,
+        d: &Decision,
+    ) {
+        let admits = |t, c| w.peek(before, t, c).unwrap().allowed;
+        if let Some(retry) = d.retry_after {
+            assert!((1..retry).all(|dt| !admits(now + dt, cost)));
+            assert!(admits(now + retry, cost));
+        }
+        let after = if d.allowed && cost > 0 {
+            let mut s = *before;
+            w.check(&mut s, now, cost).unwrap();
+            s
+        } else {
+            *before
+        };
+        let max = (0..=w.capacity())
+            .filter(|&c| w.peek(&after, now, c).unwrap().allowed)
+            .max()
+            .unwrap();
+        assert_eq!(d.remaining, max);
+        // reset_after: the first time the whole limit is admissible again.
+        let full = |t| w.peek(&after, t, w.capacity()).unwrap().allowed;
+        if d.reset_after > 0 {
+            assert!(!full(now + d.reset_after - 1));
+        }
+        assert!(full(now + d.reset_after));
     }
 }
