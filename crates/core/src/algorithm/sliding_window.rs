@@ -1,26 +1,96 @@
-//! SlidingWindow (not yet implemented).
+//! Sliding window counter: the current and the previous aligned window's counts, the previous
+//! one weighted by how much of it still overlaps the sliding window.
+//!
+//! Source: Cloudflare, "Counting things, a lot of different things" (Julien Desgats, 2017).
+//! Windows are aligned to multiples of `period` since the Unix epoch (as in
+//! [`FixedWindow`](crate::FixedWindow)). At `elapsed` microseconds into the current window the
+//! number of units in the last `period` is estimated as
+//!
+//! ```text
+//! estimate = previous_count x (period - elapsed) / period + count
+//! ```
+//!
+//! and a request of `cost` units is admitted when `estimate + cost <= limit`, compared exactly by
+//! multiplying through by `period` (no rounding, no floats):
+//!
+//! ```text
+//! previous_count x (period - elapsed) + (count + cost) x period <= limit x period
+//! ```
+//!
+//! [`SlidingWindow::new`] rejects quotas with `limit x period > MAX_EXACT`, so every product is
+//! exact in the Redis Lua script too. `retry_after` is exact, in closed form: the first
+//! microsecond at which the inequality holds, either later in the current window (as the previous
+//! window's weight decays) or in a later one. See `docs/spec/sliding_window.md`.
+//!
+//! ```
+//! use floodgate_core::{Algorithm, Quota, SlidingWindow};
+//! let window = SlidingWindow::new("10/s".parse::<Quota>().unwrap()).unwrap();
+//! let mut state = window.initial_state();
+//! let t0 = 1_700_000_000_000_000; // a second boundary
+//! assert!(window.check(&mut state, t0 + 900_000, 10).unwrap().allowed);
+//! // 0.2 s into the next window the previous 10 still weigh 10 x 0.8 = 8: room for 2.
+//! let d = window.check(&mut state, t0 + 1_200_000, 2).unwrap();
+//! assert_eq!((d.allowed, d.remaining), (true, 0));
+//! // One more unit fits once 10 x (1 - elapsed) + 2 + 1 <= 10, i.e. at elapsed = 0.3 s.
+//! let denied = window.check(&mut state, t0 + 1_200_000, 1).unwrap();
+//! assert_eq!(denied.retry_after, Some(100_000));
+//! ```
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
 use crate::decision::Decision;
 use crate::error::QuotaError;
-use crate::quota::Quota;
+use crate::quota::{Quota, MAX_EXACT};
 use crate::time::Timestamp;
 
-/// SlidingWindow prepared for one quota.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The sliding window counter prepared for one quota: about `limit` units per sliding `period`
+/// (`burst` is ignored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindow {
     quota: Quota,
 }
 
-/// SlidingWindow state of one key.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SlidingWindowState {}
+/// Sliding window counter state of one key. The initial state is all zeros.
+///
+/// Field names are the Redis hash fields of the sliding window script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct SlidingWindowState {
+    /// Start of the window `count` belongs to, in microseconds since the Unix epoch; always a
+    /// multiple of the period (0 for a fresh key).
+    pub window_start: Timestamp,
+    /// Units admitted in the window starting at `window_start` (`0 <= count <= limit`).
+    pub count: u64,
+    /// Units admitted in the window before it, `[window_start - period, window_start)`
+    /// (`0 <= previous_count <= limit`).
+    pub previous_count: u64,
+}
+
+impl SlidingWindow {
+    /// The counts `(previous_count, count)` as seen from the window starting at `window`.
+    fn counts_at(state: &SlidingWindowState, window: Timestamp, period: u64) -> (u64, u64) {
+        match window - state.window_start {
+            0 => (state.previous_count, state.count),
+            d if d == period => (state.count, 0),
+            _ => (0, 0),
+        }
+    }
+}
 
 impl Algorithm for SlidingWindow {
     type State = SlidingWindowState;
     const KIND: AlgorithmKind = AlgorithmKind::SlidingWindow;
 
+    /// # Errors
+    /// [`QuotaError::NotExact`] when `limit x period` exceeds
+    /// [`MAX_EXACT`](crate::quota::MAX_EXACT): the admission test multiplies by `period`.
     fn new(quota: Quota) -> Result<Self, QuotaError> {
+        let product = u128::from(quota.limit()) * u128::from(quota.period());
+        if product > u128::from(MAX_EXACT) {
+            return Err(QuotaError::NotExact {
+                what: "limit x period",
+                value: product,
+                max: MAX_EXACT,
+            });
+        }
         Ok(Self { quota })
     }
 
@@ -38,11 +108,334 @@ impl Algorithm for SlidingWindow {
 
     fn decide(
         &self,
-        _state: &mut SlidingWindowState,
-        _now: Timestamp,
-        _cost: u64,
-        _consume: bool,
+        state: &mut SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        consume: bool,
     ) -> Decision {
-        todo!()
+        let (limit, period) = (self.quota.limit(), self.quota.period());
+        // A stale `now` (before the state's window) is read as the window's start; within the
+        // window an earlier `now` only gives the previous window more weight, never less.
+        let now = now.max(state.window_start);
+        let elapsed = now % period;
+        let window = now - elapsed;
+        let (previous, count) = Self::counts_at(state, window, period);
+        // previous x (period - elapsed): the previous window's weight, scaled by `period`.
+        let weight = previous.saturating_mul(period - elapsed);
+        // `room` = limit - count - cost, so the test `weight <= room x period` keeps every value
+        // at or below limit x period (<= MAX_EXACT by `new`). Cost 0 is always allowed, even if
+        // a backwards `now` made the estimate exceed the limit.
+        let room = limit.checked_sub(count).and_then(|r| r.checked_sub(cost));
+        let allowed = cost == 0 || room.is_some_and(|room| weight <= room * period);
+        let count_after = if allowed && consume && cost > 0 {
+            *state = SlidingWindowState {
+                window_start: window,
+                count: count + cost,
+                previous_count: previous,
+            };
+            count + cost
+        } else {
+            count
+        };
+        // Largest k with weight + (count_after + k) x period <= limit x period.
+        let remaining = limit
+            .saturating_sub(count_after)
+            .saturating_sub(weight.div_ceil(period));
+        // `count_after` weighs until the end of the next window; `previous` until this one ends.
+        let reset_after = if count_after > 0 {
+            2 * period - elapsed
+        } else if previous > 0 {
+            period - elapsed
+        } else {
+            0
+        };
+        let retry_after = (!allowed).then(|| {
+            match room {
+                // Later in this window: weight' = previous x (period - e') <= room x period
+                // first holds at e' = period - floor(room x period / previous). previous > 0
+                // here, otherwise the request would have been allowed.
+                Some(room) if room * period >= previous => {
+                    period - (room * period) / previous - elapsed
+                }
+                // In the next window, `count` becomes the previous count and the new count is
+                // 0: the test count x (period - e') <= (limit - cost) x period first holds at
+                // e' = period - floor((limit - cost) x period / count), clamped at 0. A value of
+                // `period` means the window after next, where both counts are 0.
+                _ => {
+                    let first = match count {
+                        0 => 0,
+                        c => period.saturating_sub((limit - cost) * period / c),
+                    };
+                    period - elapsed + first
+                }
+            }
+        });
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            reset_after,
+            retry_after,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::CheckError;
+
+    // 2023-11-14T00:00:00Z: a whole day, so every test period below has an edge here.
+    const T0: Timestamp = 1_699_920_000_000_000;
+
+    fn window(text: &str) -> SlidingWindow {
+        SlidingWindow::new(text.parse().unwrap()).unwrap()
+    }
+
+    fn decision(
+        limit: u64,
+        allowed: bool,
+        remaining: u64,
+        reset_after: u64,
+        retry_after: Option<u64>,
+    ) -> Decision {
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            reset_after,
+            retry_after,
+        }
+    }
+
+    #[test]
+    fn previous_window_weight_decays_across_the_boundary() {
+        let w = window("10/s");
+        let mut s = w.initial_state();
+        assert_eq!(
+            w.check(&mut s, T0 + 900_000, 10).unwrap(),
+            decision(10, true, 0, 1_100_000, None)
+        );
+        // 1 us before the edge: the current window is full.
+        assert_eq!(
+            w.check(&mut s, T0 + 999_999, 1).unwrap(),
+            decision(10, false, 0, 1_000_001, Some(100_001))
+        );
+        // At the edge the previous 10 weigh 10 x 1: still full. One unit fits at elapsed
+        // 100_000 (10 x 0.9 + 1 = 10).
+        assert_eq!(
+            w.check(&mut s, T0 + 1_000_000, 1).unwrap(),
+            decision(10, false, 0, 1_000_000, Some(100_000))
+        );
+        assert_eq!(
+            w.check(&mut s, T0 + 1_099_999, 1).unwrap(),
+            decision(10, false, 0, 900_001, Some(1))
+        );
+        assert_eq!(
+            w.check(&mut s, T0 + 1_100_000, 1).unwrap(),
+            decision(10, true, 0, 1_900_000, None)
+        );
+        assert_eq!(
+            s,
+            SlidingWindowState {
+                window_start: T0 + 1_000_000,
+                count: 1,
+                previous_count: 10
+            }
+        );
+    }
+
+    #[test]
+    fn boundary_burst_admits_a_little_over_the_limit() {
+        // The documents' test: 100/s, 100 requests at 0.95 s then 100 at 1.05 s.
+        let w = window("100/s");
+        let mut s = w.initial_state();
+        let admitted = |s: &mut SlidingWindowState, at| {
+            (0..100)
+                .filter(|_| w.check(s, at, 1).unwrap().allowed)
+                .count()
+        };
+        assert_eq!(admitted(&mut s, T0 + 950_000), 100);
+        // 100 x 0.95 = 95 of the previous window still weigh: room for 5.
+        assert_eq!(admitted(&mut s, T0 + 1_050_000), 5);
+    }
+
+    #[test]
+    fn retry_after_may_skip_to_a_later_window() {
+        let w = window("10/s");
+        let mut s = w.initial_state();
+        assert!(w.check(&mut s, T0 + 500_000, 6).unwrap().allowed);
+        // Cost 5 with count 6: not in this window; in the next one 6 x (1 - e) + 5 <= 10 at
+        // e >= 1/6 s = 166_666.67 us, so the first whole microsecond is 166_667.
+        assert_eq!(
+            w.check(&mut s, T0 + 500_000, 5).unwrap(),
+            decision(10, false, 4, 1_500_000, Some(500_000 + 166_667))
+        );
+        // Cost 10 needs both windows empty: the window after next.
+        assert_eq!(
+            w.check(&mut s, T0 + 500_000, 10).unwrap(),
+            decision(10, false, 4, 1_500_000, Some(1_500_000))
+        );
+    }
+
+    #[test]
+    fn long_idle_forgets_both_windows() {
+        let w = window("10/s");
+        let mut s = w.initial_state();
+        assert!(w.check(&mut s, T0, 10).unwrap().allowed);
+        for idle in [86_400_000_000, 10 * 365 * 86_400_000_000] {
+            let mut s2 = s;
+            assert_eq!(
+                w.check(&mut s2, T0 + idle + 5, 10).unwrap(),
+                decision(10, true, 0, 1_999_995, None)
+            );
+            assert_eq!(s2.previous_count, 0);
+        }
+        // Exactly one window later the count becomes the previous count.
+        let mut s2 = s;
+        assert!(!w.check(&mut s2, T0 + 1_000_000, 1).unwrap().allowed);
+        assert_eq!(
+            w.peek(&s, T0 + 1_500_000, 0).unwrap(),
+            decision(10, true, 5, 500_000, None)
+        );
+    }
+
+    #[test]
+    fn backwards_time_never_reopens_an_older_window() {
+        let w = window("10/s");
+        let mut s = w.initial_state();
+        assert!(w.check(&mut s, T0 + 1_500_000, 10).unwrap().allowed);
+        let before = s;
+        assert_eq!(
+            w.check(&mut s, T0 + 500_000, 1).unwrap(),
+            decision(10, false, 0, 2_000_000, Some(1_000_000 + 100_000))
+        );
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn cost_zero_is_allowed_even_when_backwards_time_overfills_the_estimate() {
+        let w = window("10/s");
+        let mut s = w.initial_state();
+        assert!(w.check(&mut s, T0 + 900_000, 10).unwrap().allowed);
+        assert!(w.check(&mut s, T0 + 1_500_000, 5).unwrap().allowed);
+        // Back to the start of the window: 10 + 5 > 10, yet a peek is still a peek.
+        assert_eq!(
+            w.check(&mut s, T0 + 1_000_000, 0).unwrap(),
+            decision(10, true, 0, 2_000_000, None)
+        );
+    }
+
+    #[test]
+    fn cost_above_capacity_is_an_error_and_changes_nothing() {
+        let w = window("3/s");
+        let mut s = w.initial_state();
+        assert!(w.check(&mut s, T0, 1).unwrap().allowed);
+        let before = s;
+        assert_eq!(
+            w.check(&mut s, T0, 4),
+            Err(CheckError::InsufficientCapacity {
+                cost: 4,
+                capacity: 3
+            })
+        );
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn limit_one() {
+        let w = window("1/min");
+        let mut s = w.initial_state();
+        assert_eq!(
+            w.check(&mut s, T0 + 30_000_000, 1).unwrap(),
+            decision(1, true, 0, 90_000_000, None)
+        );
+        // The previous unit weighs 1 x (60 s - e) / 60 s > 0 until this window ends.
+        assert_eq!(
+            w.check(&mut s, T0 + 60_000_000, 1).unwrap(),
+            decision(1, false, 0, 60_000_000, Some(60_000_000))
+        );
+        assert!(w.check(&mut s, T0 + 120_000_000, 1).unwrap().allowed);
+    }
+
+    #[test]
+    fn new_rejects_inexact_quotas() {
+        // 2^21 per 2^31 us: limit x period = 2^52 > 2^51.
+        let q = Quota::new(1 << 21, 1 << 31).unwrap();
+        assert!(matches!(
+            SlidingWindow::new(q),
+            Err(QuotaError::NotExact {
+                what: "limit x period",
+                ..
+            })
+        ));
+        assert!(SlidingWindow::new(Quota::new(1 << 20, 1 << 31).unwrap()).is_ok());
+        // A million per day: 10^6 x 8.64 x 10^10 > 2^51.
+        assert!(SlidingWindow::new(Quota::per_day(1_000_000).unwrap()).is_err());
+        assert!(SlidingWindow::new(Quota::per_day(10_000).unwrap()).is_ok());
+    }
+
+    /// Brute force on small quotas: every denial's retry_after is the first microsecond at which
+    /// the same request is admitted, `remaining` is the largest admissible cost and `reset_after`
+    /// the first time the whole limit is admissible again.
+    #[test]
+    fn retry_after_remaining_and_reset_are_exact_by_brute_force() {
+        for (limit, period) in [(1, 1), (1, 5), (2, 3), (3, 7), (4, 10), (5, 6), (7, 12)] {
+            let w = SlidingWindow::new(Quota::new(limit, period).unwrap()).unwrap();
+            let mut s = w.initial_state();
+            let mut rng = 0x2545_f491_4f6c_dd1d_u64 ^ (limit << 8) ^ period;
+            let mut now = 1_000 * period;
+            let mut denials = 0;
+            for _ in 0..3_000 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Mostly small steps, sometimes a step back in time.
+                now = match rng % 16 {
+                    0 => now - (rng >> 8) % period.min(now),
+                    _ => now + (rng >> 8) % (period + 2),
+                };
+                let cost = (rng >> 16) % (limit + 1);
+                let before = s;
+                let d = w.check(&mut s, now, cost).unwrap();
+                assert_brute_force(&w, &before, now, cost, &d);
+                if !d.allowed {
+                    denials += 1;
+                    assert_eq!(s, before);
+                }
+            }
+            assert!(denials > 100, "{limit}/{period}: only {denials} denials");
+        }
+    }
+
+    fn assert_brute_force(
+        w: &SlidingWindow,
+        before: &SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        d: &Decision,
+    ) {
+        let ctx = format!("{before:?} now={now} cost={cost} -> {d:?}");
+        let admits = |t, c| w.peek(before, t, c).unwrap().allowed;
+        if let Some(retry) = d.retry_after {
+            let now = now.max(before.window_start);
+            assert!((0..retry).all(|dt| !admits(now + dt, cost)), "{ctx}");
+            assert!(admits(now + retry, cost), "{ctx}");
+        }
+        let mut after = *before;
+        if d.allowed && cost > 0 {
+            w.check(&mut after, now, cost).unwrap();
+        }
+        let max = (1..=w.capacity())
+            .filter(|&c| w.peek(&after, now, c).unwrap().allowed)
+            .max()
+            .unwrap_or(0);
+        assert_eq!(d.remaining, max, "{ctx}");
+        let now = now.max(after.window_start);
+        let full = |t| w.peek(&after, t, w.capacity()).unwrap().allowed;
+        if d.reset_after > 0 {
+            assert!(!full(now + d.reset_after - 1), "{ctx}");
+        }
+        assert!(full(now + d.reset_after), "{ctx}");
     }
 }
