@@ -1,25 +1,194 @@
-//! SlidingLog (not yet implemented).
+//! Sliding log: the exact record of what was admitted in the last `period`.
+//!
+//! Source: the sliding log of the rate-limiting literature (e.g. the Redis sorted-set pattern
+//! `ZREMRANGEBYSCORE` + `ZCARD` + `ZADD`, described in Figma's and Cloudflare's write-ups). A
+//! unit admitted at `t` counts during `[t, t + period)`. A request of `cost` units at `now` is
+//! admitted when
+//!
+//! ```text
+//! sum of costs of entries with now - t < period  +  cost  <=  limit
+//! ```
+//!
+//! so no interval of length `period` ever holds more than `limit` units: the one exact window
+//! algorithm, paid for with memory that grows with the number of requests remembered.
+//! `retry_after` is the time until enough of the oldest entries expire. See
+//! `docs/spec/sliding_log.md`.
+//!
+//! # Memory
+//! [`SlidingLogState`] keeps one 8-byte word per remembered request: the gap in microseconds
+//! since the previous entry (45 bits, enough for [`MAX_PERIOD`](crate::quota::MAX_PERIOD)) and
+//! the cost (19 bits), plus a fixed 56 bytes per key (oldest and newest timestamps, total cost,
+//! the `VecDeque` header). Requests at the same microsecond share a word; a cost above
+//! 524,287 takes one more word per 524,287 units.
+//!
+//! ```
+//! use floodgate_core::{Algorithm, Quota, SlidingLog};
+//! let log = SlidingLog::new("2/s".parse::<Quota>().unwrap()).unwrap();
+//! let mut state = log.initial_state();
+//! let t0 = 1_700_000_000_000_000;
+//! assert!(log.check(&mut state, t0, 1).unwrap().allowed);
+//! assert!(log.check(&mut state, t0 + 300_000, 1).unwrap().allowed);
+//! let denied = log.check(&mut state, t0 + 999_999, 1).unwrap();
+//! assert_eq!(denied.retry_after, Some(1)); // the entry at t0 expires at t0 + 1 s
+//! assert!(log.check(&mut state, t0 + 1_000_000, 1).unwrap().allowed);
+//! assert_eq!(state.len(), 2); // t0 + 300_000 and t0 + 1_000_000
+//! ```
+
+use std::collections::VecDeque;
+use std::fmt;
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
 use crate::decision::Decision;
 use crate::error::QuotaError;
 use crate::quota::Quota;
-use crate::time::Timestamp;
+use crate::time::{Micros, Timestamp};
 
-/// SlidingLog prepared for one quota.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Bits of a packed word that hold the cost; the other 45 hold the gap.
+const COST_BITS: u32 = 19;
+/// The largest cost one word holds (524,287); larger costs spill into more words.
+const WORD_COST: u64 = (1 << COST_BITS) - 1;
+
+/// The sliding log prepared for one quota: exactly `limit` units per sliding `period`
+/// (`burst` is ignored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLog {
     quota: Quota,
 }
 
-/// SlidingLog state of one key.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SlidingLogState {}
+/// Sliding log state of one key: the admitted `(timestamp, cost)` entries in time order, equal
+/// timestamps merged.
+///
+/// Stored compactly (see the module docs): `entries` is a queue of 8-byte words
+/// `gap << 19 | cost`, where `gap` is the microseconds since the previous word's timestamp (0 for
+/// the first word, and for extra words of one timestamp) and `cost` is at most 524,287. Read the
+/// logical entries with [`SlidingLogState::entries`]. Entries older than `period` are dropped
+/// only when a request is admitted; until then they are kept but ignored.
+#[derive(Clone, PartialEq, Eq, Default, Hash)]
+pub struct SlidingLogState {
+    /// Timestamp of the first word (0 when empty).
+    oldest: Timestamp,
+    /// Timestamp of the last word (0 when empty).
+    newest: Timestamp,
+    /// Sum of the costs of every word kept, live or expired (`<= limit`).
+    total: u64,
+    /// Packed words, oldest first.
+    entries: VecDeque<u64>,
+}
+
+impl SlidingLogState {
+    /// The logical entries `(timestamp, cost)`, oldest first, one per distinct timestamp
+    /// (including expired entries not yet pruned).
+    pub fn entries(&self) -> impl Iterator<Item = (Timestamp, u64)> + '_ {
+        let mut merged: Vec<(Timestamp, u64)> = Vec::new();
+        for (t, cost) in self.words() {
+            match merged.last_mut() {
+                Some((last, c)) if *last == t => *c += cost,
+                _ => merged.push((t, cost)),
+            }
+        }
+        merged.into_iter()
+    }
+
+    /// The number of packed words kept: one per distinct timestamp (plus one per 524,287 units
+    /// of a larger cost).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// `true` when nothing is remembered (a fresh key).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Bytes this state occupies: the fixed struct (56 bytes on 64-bit targets) plus 8 bytes per
+    /// allocated word (at most twice the words kept, see [`shrink_to_fit`](Self::shrink_to_fit)).
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.entries.capacity() * std::mem::size_of::<u64>()
+    }
+
+    /// Releases allocated but unused words (the queue grows by doubling), so that
+    /// [`memory_bytes`](Self::memory_bytes) is the fixed size plus 8 bytes per word kept.
+    /// Stores may call it on idle keys; decisions never depend on it.
+    pub fn shrink_to_fit(&mut self) {
+        self.entries.shrink_to_fit();
+    }
+
+    /// The words unpacked as `(timestamp, cost)`, oldest first.
+    fn words(&self) -> impl Iterator<Item = (Timestamp, u64)> + '_ {
+        let mut t = self.oldest;
+        self.entries.iter().enumerate().map(move |(i, &word)| {
+            if i > 0 {
+                t += word >> COST_BITS;
+            }
+            (t, word & WORD_COST)
+        })
+    }
+
+    /// Drops the words that expired at `now`, keeping `oldest` and `total` in step.
+    fn prune(&mut self, now: Timestamp, period: Micros) {
+        let mut kept_from = None;
+        let mut expired_cost = 0;
+        for (i, (t, cost)) in self.words().enumerate() {
+            if now - t < period {
+                kept_from = Some((i, t));
+                break;
+            }
+            expired_cost += cost;
+        }
+        match kept_from {
+            Some((i, t)) => {
+                self.entries.drain(..i);
+                // The first word's gap is always 0, so equal logs are equal states.
+                self.entries[0] &= WORD_COST;
+                self.oldest = t;
+                self.total -= expired_cost;
+            }
+            None => *self = Self::default(),
+        }
+    }
+
+    /// Appends `cost` units at `now >= newest`; the caller pruned first, so `now - newest` is
+    /// below the period and fits the 45-bit gap.
+    fn push(&mut self, now: Timestamp, mut cost: u64) {
+        let mut gap = if self.entries.is_empty() {
+            self.oldest = now;
+            0
+        } else {
+            now - self.newest
+        };
+        self.total += cost;
+        self.newest = now;
+        if gap == 0 {
+            if let Some(last) = self.entries.back_mut() {
+                let room = WORD_COST - (*last & WORD_COST);
+                let add = room.min(cost);
+                *last += add;
+                cost -= add;
+            }
+        }
+        while cost > 0 {
+            let chunk = cost.min(WORD_COST);
+            self.entries.push_back(gap << COST_BITS | chunk);
+            cost -= chunk;
+            gap = 0;
+        }
+    }
+}
+
+impl fmt::Debug for SlidingLogState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlidingLogState")
+            .field("entries", &self.entries().collect::<Vec<_>>())
+            .finish()
+    }
+}
 
 impl Algorithm for SlidingLog {
     type State = SlidingLogState;
     const KIND: AlgorithmKind = AlgorithmKind::SlidingLog;
 
+    /// Never fails: sums of costs stay at or below `limit` and times at or below `period`, both
+    /// already bounded by [`Quota`].
     fn new(quota: Quota) -> Result<Self, QuotaError> {
         Ok(Self { quota })
     }
@@ -38,11 +207,325 @@ impl Algorithm for SlidingLog {
 
     fn decide(
         &self,
-        _state: &mut SlidingLogState,
-        _now: Timestamp,
-        _cost: u64,
-        _consume: bool,
+        state: &mut SlidingLogState,
+        now: Timestamp,
+        cost: u64,
+        consume: bool,
     ) -> Decision {
-        todo!()
+        let (limit, period) = (self.quota.limit(), self.quota.period());
+        // A stale `now` is read as the newest entry's time: it must not expire anything.
+        let now = now.max(state.newest);
+        let expired = |&(t, _): &(Timestamp, u64)| now - t >= period;
+        // Live entries are a suffix of the log: sum the (usually short) expired prefix and
+        // subtract it from the total instead of summing the whole log.
+        let live = state.total
+            - state
+                .words()
+                .take_while(expired)
+                .map(|(_, c)| c)
+                .sum::<u64>();
+        let allowed = cost <= limit.saturating_sub(live);
+        let retry_after = (!allowed).then(|| {
+            // The oldest live entries expire first; wait for the one that frees `excess`.
+            let excess = live + cost - limit;
+            let mut freed = 0;
+            let (t, _) = state
+                .words()
+                .skip_while(expired)
+                .find(|&(_, c)| {
+                    freed += c;
+                    freed >= excess
+                })
+                .expect("cost <= limit, so expiring every live entry frees enough");
+            period - (now - t)
+        });
+        let live_after = if allowed && consume && cost > 0 {
+            state.prune(now, period);
+            state.push(now, cost);
+            live + cost
+        } else {
+            live
+        };
+        Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(live_after),
+            reset_after: if live_after > 0 {
+                period - (now - state.newest)
+            } else {
+                0
+            },
+            retry_after,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::CheckError;
+
+    const T0: Timestamp = 1_699_920_000_000_000;
+
+    fn log(text: &str) -> SlidingLog {
+        SlidingLog::new(text.parse().unwrap()).unwrap()
+    }
+
+    fn decision(
+        limit: u64,
+        allowed: bool,
+        remaining: u64,
+        reset_after: u64,
+        retry_after: Option<u64>,
+    ) -> Decision {
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            reset_after,
+            retry_after,
+        }
+    }
+
+    #[test]
+    fn boundary_burst_admits_exactly_the_limit() {
+        let l = log("100/s");
+        let mut s = l.initial_state();
+        let admitted = |s: &mut SlidingLogState, at| {
+            (0..100)
+                .filter(|_| l.check(s, at, 1).unwrap().allowed)
+                .count()
+        };
+        assert_eq!(admitted(&mut s, T0 + 950_000), 100);
+        assert_eq!(admitted(&mut s, T0 + 1_050_000), 0);
+        assert_eq!(s.len(), 1); // 100 requests at one microsecond share a word
+        assert_eq!(
+            l.check(&mut s, T0 + 1_949_999, 1).unwrap(),
+            decision(100, false, 0, 1, Some(1))
+        );
+        assert_eq!(
+            l.check(&mut s, T0 + 1_950_000, 100).unwrap(),
+            decision(100, true, 0, 1_000_000, None)
+        );
+    }
+
+    #[test]
+    fn entries_expire_one_by_one() {
+        let l = log("3/s");
+        let mut s = l.initial_state();
+        for (at, remaining) in [(0, 2), (100, 1), (200, 0)] {
+            assert_eq!(
+                l.check(&mut s, T0 + at, 1).unwrap(),
+                decision(3, true, remaining, 1_000_000, None)
+            );
+        }
+        // Cost 2 needs the two oldest to expire: the one at 100 expires at 1_000_100.
+        assert_eq!(
+            l.check(&mut s, T0 + 500_000, 2).unwrap(),
+            decision(3, false, 0, 500_200, Some(500_100))
+        );
+        assert_eq!(
+            l.check(&mut s, T0 + 1_000_099, 2).unwrap(),
+            decision(3, false, 1, 101, Some(1))
+        );
+        assert_eq!(
+            l.check(&mut s, T0 + 1_000_100, 2).unwrap(),
+            decision(3, true, 0, 1_000_000, None)
+        );
+        assert_eq!(
+            s.entries().collect::<Vec<_>>(),
+            [(T0 + 200, 1), (T0 + 1_000_100, 2)]
+        );
+    }
+
+    #[test]
+    fn denials_and_peeks_do_not_prune() {
+        let l = log("2/s");
+        let mut s = l.initial_state();
+        assert!(l.check(&mut s, T0, 2).unwrap().allowed);
+        let before = s.clone();
+        // Long expired, but only an admitted request prunes.
+        assert_eq!(
+            l.peek(&s, T0 + 5_000_000, 2).unwrap(),
+            decision(2, true, 2, 0, None)
+        );
+        assert_eq!(
+            l.check(&mut s, T0 + 5_000_000, 0).unwrap(),
+            decision(2, true, 2, 0, None)
+        );
+        assert_eq!(s, before);
+        assert!(l.check(&mut s, T0 + 5_000_000, 1).unwrap().allowed);
+        assert_eq!(s.entries().collect::<Vec<_>>(), [(T0 + 5_000_000, 1)]);
+    }
+
+    #[test]
+    fn long_idle_forgets_everything() {
+        let l = log("3/s");
+        let mut s = l.initial_state();
+        assert!(l.check(&mut s, T0, 3).unwrap().allowed);
+        for idle in [86_400_000_000, 10 * 365 * 86_400_000_000] {
+            let mut s2 = s.clone();
+            assert_eq!(
+                l.check(&mut s2, T0 + idle, 2).unwrap(),
+                decision(3, true, 1, 1_000_000, None)
+            );
+            assert_eq!(s2.entries().collect::<Vec<_>>(), [(T0 + idle, 2)]);
+        }
+    }
+
+    #[test]
+    fn backwards_time_is_read_as_the_newest_entry() {
+        let l = log("3/s");
+        let mut s = l.initial_state();
+        assert!(l.check(&mut s, T0, 2).unwrap().allowed);
+        assert!(l.check(&mut s, T0 + 2_000_000, 1).unwrap().allowed);
+        let before = s.clone();
+        // 1.5 s back: read as T0 + 2 s, so nothing expires and the pruned entry stays gone.
+        assert_eq!(
+            l.check(&mut s, T0 + 500_000, 3).unwrap(),
+            decision(3, false, 2, 1_000_000, Some(1_000_000))
+        );
+        assert_eq!(s, before);
+        // Admitted at the effective time, so the log stays in order.
+        assert_eq!(
+            l.check(&mut s, T0 + 500_000, 2).unwrap(),
+            decision(3, true, 0, 1_000_000, None)
+        );
+        assert_eq!(s.entries().collect::<Vec<_>>(), [(T0 + 2_000_000, 3)]);
+    }
+
+    #[test]
+    fn cost_above_capacity_is_an_error_and_changes_nothing() {
+        let l = log("3/s");
+        let mut s = l.initial_state();
+        assert!(l.check(&mut s, T0, 1).unwrap().allowed);
+        let before = s.clone();
+        assert_eq!(
+            l.check(&mut s, T0 + 1, 4),
+            Err(CheckError::InsufficientCapacity {
+                cost: 4,
+                capacity: 3
+            })
+        );
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn limit_one() {
+        let l = log("1/min");
+        let mut s = l.initial_state();
+        assert_eq!(
+            l.check(&mut s, T0 + 30_000_000, 1).unwrap(),
+            decision(1, true, 0, 60_000_000, None)
+        );
+        assert_eq!(
+            l.check(&mut s, T0 + 89_999_999, 1).unwrap(),
+            decision(1, false, 0, 1, Some(1))
+        );
+        assert!(l.check(&mut s, T0 + 90_000_000, 1).unwrap().allowed);
+    }
+
+    #[test]
+    fn one_word_per_request_and_large_costs_spill() {
+        let l = log("1000000/s");
+        let mut s = l.initial_state();
+        assert!(l.check(&mut s, T0, 600_000).unwrap().allowed);
+        assert_eq!(s.len(), 2); // 524,287 + 75,713
+        assert!(l.check(&mut s, T0, 1).unwrap().allowed);
+        assert_eq!(s.len(), 2); // merged into the second word
+        for i in 1..=1_000 {
+            assert!(l.check(&mut s, T0 + i, 1).unwrap().allowed);
+        }
+        assert_eq!(s.len(), 1_002);
+        assert_eq!(s.entries().count(), 1_001);
+        assert_eq!(s.entries().next(), Some((T0, 600_001)));
+        assert!(s.memory_bytes() <= std::mem::size_of::<SlidingLogState>() + 2 * 8 * 1_002);
+        s.shrink_to_fit();
+        assert_eq!(s.memory_bytes(), 56 + 8 * 1_002);
+        // The largest gap (a period just under 2^45) still fits one word.
+        let l = SlidingLog::new(Quota::new(2, crate::quota::MAX_PERIOD).unwrap()).unwrap();
+        let mut s = l.initial_state();
+        assert!(l.check(&mut s, T0, 1).unwrap().allowed);
+        let late = T0 + crate::quota::MAX_PERIOD - 1;
+        assert!(l.check(&mut s, late, 1).unwrap().allowed);
+        assert_eq!(s.entries().collect::<Vec<_>>(), [(T0, 1), (late, 1)]);
+        let d = l.check(&mut s, late, 1).unwrap();
+        assert_eq!(d.retry_after, Some(1));
+    }
+
+    /// Brute force on small quotas against a plain list of `(timestamp, cost)`: the same
+    /// decisions, no window of `period` ever holds more than `limit`, every denial's retry_after
+    /// is the first microsecond at which the request is admitted, `remaining` is the largest
+    /// admissible cost and `reset_after` the first time the whole limit is admissible.
+    #[test]
+    fn exact_by_brute_force_against_a_plain_log() {
+        for (limit, period) in [(1, 1), (1, 5), (2, 3), (3, 7), (5, 10), (8, 4)] {
+            let l = SlidingLog::new(Quota::new(limit, period).unwrap()).unwrap();
+            let mut s = l.initial_state();
+            let mut admitted: Vec<(Timestamp, u64)> = Vec::new();
+            let mut rng = 0x2545_f491_4f6c_dd1d_u64 ^ (limit << 8) ^ period;
+            let mut now = 1_000 * period;
+            let mut denials = 0;
+            for _ in 0..3_000 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                now = match rng % 16 {
+                    0 => now - (rng >> 8) % period.min(now),
+                    1 => now + 3 * period,
+                    _ => now + (rng >> 8) % 3,
+                };
+                let cost = (rng >> 16) % (limit + 1);
+                let before = s.clone();
+                let d = l.check(&mut s, now, cost).unwrap();
+                let eff = admitted.last().map_or(now, |&(t, _)| now.max(t));
+                let live: u64 = admitted
+                    .iter()
+                    .filter(|&&(t, _)| eff - t < period)
+                    .map(|&(_, c)| c)
+                    .sum();
+                assert_eq!(d.allowed, live + cost <= limit);
+                if d.allowed && cost > 0 {
+                    admitted.push((eff, cost));
+                    let window: u64 = admitted
+                        .iter()
+                        .filter(|&&(t, _)| eff - t < period)
+                        .map(|&(_, c)| c)
+                        .sum();
+                    assert!(window <= limit);
+                } else {
+                    denials += 1;
+                    assert_eq!(s, before);
+                }
+                assert_brute_force(&l, &before, &s, eff, cost, &d);
+            }
+            assert!(denials > 100, "{limit}/{period}: only {denials} denials");
+        }
+    }
+
+    fn assert_brute_force(
+        l: &SlidingLog,
+        before: &SlidingLogState,
+        after: &SlidingLogState,
+        now: Timestamp,
+        cost: u64,
+        d: &Decision,
+    ) {
+        let ctx = format!("{before:?} now={now} cost={cost} -> {d:?}");
+        if let Some(retry) = d.retry_after {
+            let admits = |t| l.peek(before, t, cost).unwrap().allowed;
+            assert!((0..retry).all(|dt| !admits(now + dt)), "{ctx}");
+            assert!(admits(now + retry), "{ctx}");
+        }
+        let max = (1..=l.capacity())
+            .filter(|&c| l.peek(after, now, c).unwrap().allowed)
+            .max()
+            .unwrap_or(0);
+        assert_eq!(d.remaining, max, "{ctx}");
+        let full = |t| l.peek(after, t, l.capacity()).unwrap().allowed;
+        if d.reset_after > 0 {
+            assert!(!full(now + d.reset_after - 1), "{ctx}");
+        }
+        assert!(full(now + d.reset_after), "{ctx}");
     }
 }
