@@ -1,0 +1,209 @@
+//! # floodgate-store
+//!
+//! Where per-key rate-limit state lives. The [`Store`] trait is what the tower middleware and the
+//! `floodgate` service talk to; [`MemoryStore`] is the embedded, sharded, in-process store (one
+//! authority per process). A Redis store implementing the same trait comes later.
+//!
+//! A check is a *batch* of [`CheckItem`]s decided all-or-nothing: the batch is admitted only if
+//! every item admits, and when any item denies nothing is consumed in any item. One request that
+//! matches a per-user and a per-route rule is therefore either charged to both or to neither.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use floodgate_core::{AlgorithmKind, ManualClock, Policy};
+//! use floodgate_store::{CheckItem, MemoryStore, MemoryStoreConfig};
+//!
+//! let clock = ManualClock::new(1_700_000_000_000_000);
+//! let store = MemoryStore::new(MemoryStoreConfig::default(), Arc::new(clock.clone()));
+//! let policy = Policy::new(AlgorithmKind::Gcra, "2/s".parse().unwrap()).unwrap();
+//! let item = CheckItem { rule: "per-user", policy: &policy, key: "user=alice", cost: 1 };
+//! assert!(store.check_now(&[item]).unwrap().allowed);
+//! assert!(store.check_now(&[item]).unwrap().allowed);
+//! let third = store.check_now(&[item]).unwrap();
+//! assert!(!third.allowed);
+//! assert_eq!(third.decisions[0].retry_after, Some(500_000));
+//! clock.advance(500_000);
+//! assert!(store.check_now(&[item]).unwrap().allowed);
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use floodgate_core::{Decision, Policy};
+
+pub mod error;
+pub mod memory;
+
+pub use error::StoreError;
+pub use memory::{MemoryStore, MemoryStoreConfig, StoreStats};
+
+/// One item of a check batch: charge `cost` units to partition `key` of rule `rule`.
+///
+/// `key` is the already-encoded partition key (see `floodgate_tower::key`); the store treats it
+/// as opaque bytes. State is identified by `(rule, key)`: two rules never share state even when
+/// their keys are equal.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckItem<'a> {
+    /// The rule's name, e.g. `"per-ip"`.
+    pub rule: &'a str,
+    /// The rule's algorithm and quota.
+    pub policy: &'a Policy,
+    /// The encoded partition key, e.g. `"ip=203.0.113.7"`.
+    pub key: &'a str,
+    /// Units to consume, `0..=policy.capacity()`. Cost 0 only reports the remaining allowance.
+    pub cost: u64,
+}
+
+/// The answer to a check (or peek) batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchDecision {
+    /// `true` when every item admitted; then (for a check) every item's cost was consumed.
+    pub allowed: bool,
+    /// One decision per item, in the order given.
+    ///
+    /// When the batch is admitted they are the decisions after consumption. When it is denied,
+    /// nothing was consumed and each decision is a peek: items that would have admitted on their
+    /// own say `allowed: true` with their unchanged `remaining`; the items that caused the denial
+    /// say `allowed: false` with their `retry_after`. Items sharing `(rule, key)` are decided in
+    /// order, each seeing the earlier ones' (tentative) consumption.
+    pub decisions: Vec<Decision>,
+    /// `Some` when a new key could not be stored because the store was full of live keys, and
+    /// what was done about it (see [`OnFull`]). `None` in the normal case.
+    pub store_full: Option<OnFull>,
+}
+
+impl BatchDecision {
+    /// Indices of the items that denied (empty when the batch was admitted).
+    pub fn denied_items(&self) -> impl Iterator<Item = usize> + '_ {
+        self.decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.allowed)
+            .map(|(i, _)| i)
+    }
+}
+
+/// What a store does with a *new* key when it already holds `max_keys` live keys (none of which
+/// may be evicted, because eviction would forgive a key that is still counting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OnFull {
+    /// Deny the batch (the new key's decision has `allowed: false`, `remaining: 0` and the
+    /// store's `full_retry_after`). The default: the limiter keeps its promise that no key ever
+    /// gets more than its quota, and a key-cardinality flood cannot switch limiting off. The cost
+    /// is that new clients are refused while the store is full; it is counted in
+    /// `floodgate_store_full_total{action="reject"}` so that it pages someone.
+    #[default]
+    Reject,
+    /// Admit the request as if the key were fresh, without storing any state. Keeps new clients
+    /// served, at the price that an attacker who fills the store is no longer limited on new
+    /// keys. Counted in `floodgate_store_full_total{action="admit_untracked"}`.
+    AdmitUntracked,
+}
+
+impl OnFull {
+    /// `"reject"` or `"admit_untracked"`, as written in configuration and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFull::Reject => "reject",
+            OnFull::AdmitUntracked => "admit_untracked",
+        }
+    }
+}
+
+impl fmt::Display for OnFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OnFull {
+    type Err = String;
+
+    /// Accepts `reject` and `admit_untracked` (also with `-`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "reject" => Ok(OnFull::Reject),
+            "admit_untracked" => Ok(OnFull::AdmitUntracked),
+            _ => Err(format!(
+                "unknown on_full {s:?}; expected \"reject\" or \"admit_untracked\""
+            )),
+        }
+    }
+}
+
+/// A place that keeps per-key state and decides check batches atomically.
+///
+/// Implementations must make each batch one atomic step with respect to every other operation on
+/// the same keys (no lost updates, no partial consumption), read time from their own clock, and
+/// never hold a lock across an `.await`.
+pub trait Store: Send + Sync + 'static {
+    /// Checks every item and, when all admit, consumes all of them; otherwise consumes nothing.
+    ///
+    /// # Errors
+    /// [`StoreError::InsufficientCapacity`] when some item's `cost` exceeds its policy's
+    /// capacity (raised before any state is touched); [`StoreError::Unavailable`] /
+    /// [`StoreError::Timeout`] from remote stores.
+    fn check(
+        &self,
+        items: &[CheckItem<'_>],
+    ) -> impl Future<Output = Result<BatchDecision, StoreError>> + Send;
+
+    /// Answers what [`Store::check`] would answer for `items`, consuming nothing.
+    ///
+    /// # Errors
+    /// As [`Store::check`].
+    fn peek(
+        &self,
+        items: &[CheckItem<'_>],
+    ) -> impl Future<Output = Result<BatchDecision, StoreError>> + Send;
+
+    /// Forgets the state of `key` under rule `rule` (it becomes a fresh key). Returns whether
+    /// any state was held.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] from remote stores.
+    fn reset(&self, rule: &str, key: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// The current standing of `key` under `rule`: a cost-0 peek (`allowed: true`, the current
+    /// `remaining` and `reset_after`). For admin APIs.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] from remote stores.
+    fn inspect(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+}
+
+impl<S: Store> Store for Arc<S> {
+    fn check(
+        &self,
+        items: &[CheckItem<'_>],
+    ) -> impl Future<Output = Result<BatchDecision, StoreError>> + Send {
+        (**self).check(items)
+    }
+
+    fn peek(
+        &self,
+        items: &[CheckItem<'_>],
+    ) -> impl Future<Output = Result<BatchDecision, StoreError>> + Send {
+        (**self).peek(items)
+    }
+
+    fn reset(&self, rule: &str, key: &str) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).reset(rule, key)
+    }
+
+    fn inspect(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        (**self).inspect(rule, policy, key)
+    }
+}

@@ -1,0 +1,643 @@
+//! [`MemoryStore`]: the embedded store, one authority per process, safe for many threads.
+//!
+//! # Layout
+//! - `shards` (a power of two, default 64) cache-line-aligned `parking_lot::Mutex`es, each over a
+//!   `hashbrown` map. A batch locks only the shards its items hash to, in increasing index order
+//!   (so two batches can never deadlock), decides everything, writes back and unlocks: the
+//!   critical section is a few map look-ups and integer decisions, never I/O or an `.await`.
+//! - Map key: a 128-bit [`Fingerprint`] of `(rule, key)`: SipHash-1-3-128 under a random
+//!   per-process secret, over `len(rule) || rule || key`. It is fixed size whatever the key
+//!   length (no heap allocation per key, no attacker-controlled memory per key), and with a
+//!   secret 128-bit key the chance that two distinct keys share state is about `n^2 / 2^129`
+//!   (10^-26 at a million keys); an attacker who does not know the secret cannot aim at a
+//!   collision. The high 64 bits choose the shard, the low 64 bits are the map's hash (the map
+//!   uses them as they are, no second hash). The price: the store cannot list key names.
+//! - Map value: [`Entry`] = `expires_at` (u64 microseconds) + the algorithm's
+//!   [`State`](floodgate_core::State). Per key that is 16 (fingerprint) + 8 + `size_of::<State>()`
+//!   bytes plus hashbrown's one control byte, divided by the table's fill (44% to 87%).
+//!   Typed per-algorithm tables (16 bytes of GCRA state instead of the `State` enum's largest
+//!   variant) are the next step towards 64 bytes per key at a million keys.
+//!
+//! # Expiry and the cap
+//! An entry's `expires_at` is `now + reset_after` of its last consuming decision: from then on
+//! it is equivalent to a fresh key, so dropping it changes no decision. Expired entries are
+//! dropped lazily when a batch touches them, by [`MemoryStore::sweep`] (one shard per call,
+//! bounded work), and when a full shard needs room. **Nothing else is ever dropped**: a live key
+//! (one that still counts consumption, limited or not) is never evicted, because eviction would
+//! forgive it ("evict-to-reset"). When a shard is full of live keys, a new key is handled by
+//! [`OnFull`].
+//!
+//! `max_keys` is split evenly between the shards and enforced per shard, under the shard's lock;
+//! keys are spread by the secret hash, so an attacker cannot fill one shard on purpose.
+
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use floodgate_core::{Clock, Decision, Micros, Policy, State, Timestamp};
+use hashbrown::HashMap;
+use parking_lot::{Mutex, MutexGuard};
+use siphasher::sip128::{Hasher128, SipHasher13};
+
+use crate::{BatchDecision, CheckItem, OnFull, Store, StoreError};
+
+/// Settings of a [`MemoryStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStoreConfig {
+    /// Hard cap on keys held, split evenly between shards. Default 1,000,000.
+    pub max_keys: usize,
+    /// Number of lock shards, rounded up to a power of two and down to at most `max_keys`.
+    /// Default 64: on a few cores two threads rarely wait for the same shard.
+    pub shards: usize,
+    /// What happens to a new key when its shard is full of live keys. Default [`OnFull::Reject`].
+    pub on_full: OnFull,
+    /// `retry_after` (microseconds) reported to a request rejected because the store is full.
+    /// Default 1 second.
+    pub full_retry_after: Micros,
+}
+
+impl Default for MemoryStoreConfig {
+    fn default() -> Self {
+        Self {
+            max_keys: 1_000_000,
+            shards: 64,
+            on_full: OnFull::Reject,
+            full_retry_after: 1_000_000,
+        }
+    }
+}
+
+/// A snapshot of a [`MemoryStore`]'s size and counters (counters are totals since creation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreStats {
+    /// Keys held now, expired ones not yet dropped included.
+    pub keys: usize,
+    /// The configured cap.
+    pub max_keys: usize,
+    /// Number of shards.
+    pub shards: usize,
+    /// Expired entries dropped to make room in a full shard.
+    pub evictions: u64,
+    /// Expired entries dropped by a sweep or when touched.
+    pub expirations: u64,
+    /// New keys rejected because their shard was full ([`OnFull::Reject`]).
+    pub full_rejections: u64,
+    /// New keys admitted without state because their shard was full
+    /// ([`OnFull::AdmitUntracked`]).
+    pub full_untracked: u64,
+}
+
+/// The identity of `(rule, key)` inside the store: a keyed 128-bit hash (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    /// Used as the map's hash.
+    lo: u64,
+    /// Chooses the shard.
+    hi: u64,
+}
+
+impl Hash for Fingerprint {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Already a uniformly distributed secret hash: hand it to the map as is.
+        state.write_u64(self.lo);
+    }
+}
+
+/// A hasher that passes a `u64` through; only [`Fingerprint`] is ever hashed with it.
+#[derive(Debug, Default)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn write(&mut self, bytes: &[u8]) {
+        // Not used by Fingerprint; kept correct (if slow) for completeness.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// One key's state and the time from which it is equivalent to a fresh key.
+#[derive(Debug, Clone)]
+struct Entry {
+    /// Microseconds since the epoch; at or after this time the entry may be dropped.
+    expires_at: Timestamp,
+    state: State,
+}
+
+#[derive(Debug)]
+struct Shard {
+    map: HashMap<Fingerprint, Entry, BuildHasherDefault<PassThrough>>,
+    /// Most entries this shard may hold.
+    cap: usize,
+    /// A lower bound on every entry's `expires_at`: while `now` is below it nothing in the
+    /// shard has expired and a sweep can skip the shard. Valid because an entry's expiry only
+    /// ever grows while it lives.
+    earliest_expiry: Timestamp,
+}
+
+impl Shard {
+    /// Drops every entry expired at `now`; returns how many. O(entries) when something may have
+    /// expired, O(1) otherwise.
+    fn drop_expired(&mut self, now: Timestamp) -> usize {
+        if now < self.earliest_expiry {
+            return 0;
+        }
+        let before = self.map.len();
+        let mut earliest = Timestamp::MAX;
+        self.map.retain(|_, e| {
+            let keep = e.expires_at > now;
+            if keep {
+                earliest = earliest.min(e.expires_at);
+            }
+            keep
+        });
+        self.earliest_expiry = earliest;
+        before - self.map.len()
+    }
+}
+
+/// Shards sit on their own cache lines so that two threads locking neighbouring shards do not
+/// contend for one line.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Padded(Mutex<Shard>);
+
+#[derive(Debug, Default)]
+struct Counters {
+    evictions: AtomicU64,
+    expirations: AtomicU64,
+    full_rejections: AtomicU64,
+    full_untracked: AtomicU64,
+}
+
+/// The embedded, sharded, in-process [`Store`]. See the [module docs](self) for the layout,
+/// expiry and the key cap.
+///
+/// Time comes from the injected [`Clock`]; the `*_at` methods take `now` from the caller instead
+/// (for simulations). All methods are synchronous and quick; the [`Store`] impl wraps them in
+/// ready futures.
+#[derive(Debug)]
+pub struct MemoryStore {
+    shards: Box<[Padded]>,
+    shard_mask: usize,
+    sip_keys: (u64, u64),
+    clock: Arc<dyn Clock>,
+    config: MemoryStoreConfig,
+    sweep_cursor: AtomicUsize,
+    counters: Counters,
+}
+
+/// Per distinct `(rule, key)` of a batch: the working copy of its state.
+struct Slot {
+    fp: Fingerprint,
+    /// Index into the batch's locked guards.
+    guard: usize,
+    state: State,
+    /// `Some(expires_at)` when the key was held (and live) before this batch.
+    held: Option<Timestamp>,
+    /// `reset_after` of the last consuming decision on this slot, when any consumed.
+    consumed_reset_after: Option<Micros>,
+}
+
+impl MemoryStore {
+    /// A store with `config`, reading time from `clock`.
+    pub fn new(config: MemoryStoreConfig, clock: Arc<dyn Clock>) -> Self {
+        let max_keys = config.max_keys.max(1);
+        let mut n = config.shards.max(1).next_power_of_two();
+        while n > max_keys {
+            n /= 2;
+        }
+        let shards = (0..n)
+            .map(|i| {
+                // An even split that adds up to max_keys exactly.
+                let cap = max_keys / n + usize::from(i < max_keys % n);
+                Padded(Mutex::new(Shard {
+                    map: HashMap::default(),
+                    cap,
+                    earliest_expiry: Timestamp::MAX,
+                }))
+            })
+            .collect();
+        // Two outputs of std's randomly keyed SipHash make a per-process secret.
+        let random = RandomState::new();
+        let sip_keys = (random.hash_one(0x5eed_u64), random.hash_one(0xf100d_u64));
+        Self {
+            shards,
+            shard_mask: n - 1,
+            sip_keys,
+            clock,
+            config: MemoryStoreConfig {
+                max_keys,
+                shards: n,
+                ..config
+            },
+            sweep_cursor: AtomicUsize::new(0),
+            counters: Counters::default(),
+        }
+    }
+
+    /// A store with the default configuration reading time from `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self::new(MemoryStoreConfig::default(), clock)
+    }
+
+    /// The configuration in force (`shards` and `max_keys` as adjusted by [`MemoryStore::new`]).
+    pub fn config(&self) -> &MemoryStoreConfig {
+        &self.config
+    }
+
+    /// The clock the store reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// [`Store::check`] at the clock's current time, synchronously.
+    ///
+    /// # Errors
+    /// [`StoreError::InsufficientCapacity`] when an item's cost exceeds its policy's capacity.
+    pub fn check_now(&self, items: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
+        self.check_at(items, self.clock.now())
+    }
+
+    /// [`Store::check`] at a caller-supplied `now` (microseconds since the epoch).
+    ///
+    /// # Errors
+    /// [`StoreError::InsufficientCapacity`] when an item's cost exceeds its policy's capacity.
+    pub fn check_at(
+        &self,
+        items: &[CheckItem<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, StoreError> {
+        self.run(items, now, true)
+    }
+
+    /// [`Store::peek`] at the clock's current time, synchronously.
+    ///
+    /// # Errors
+    /// [`StoreError::InsufficientCapacity`] when an item's cost exceeds its policy's capacity.
+    pub fn peek_now(&self, items: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
+        self.peek_at(items, self.clock.now())
+    }
+
+    /// [`Store::peek`] at a caller-supplied `now`.
+    ///
+    /// # Errors
+    /// [`StoreError::InsufficientCapacity`] when an item's cost exceeds its policy's capacity.
+    pub fn peek_at(
+        &self,
+        items: &[CheckItem<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, StoreError> {
+        self.run(items, now, false)
+    }
+
+    /// [`Store::reset`], synchronously: forgets `(rule, key)`. Returns whether live state was
+    /// held.
+    pub fn reset_key(&self, rule: &str, key: &str) -> bool {
+        let now = self.clock.now();
+        let fp = self.fingerprint(rule, key);
+        let mut shard = self.shards[self.shard_of(fp)].0.lock();
+        matches!(shard.map.remove(&fp), Some(e) if e.expires_at > now)
+    }
+
+    /// [`Store::inspect`] at a caller-supplied `now`: a cost-0 peek of `(rule, key)`.
+    pub fn inspect_at(&self, rule: &str, policy: &Policy, key: &str, now: Timestamp) -> Decision {
+        let fp = self.fingerprint(rule, key);
+        let shard = self.shards[self.shard_of(fp)].0.lock();
+        let mut state = match shard.map.get(&fp) {
+            Some(e) if e.expires_at > now => e.state.clone(),
+            _ => policy.initial_state(),
+        };
+        drop(shard);
+        policy.decide(&mut state, now, 0, false)
+    }
+
+    /// Drops the expired entries of one shard (the next in turn) and returns how many. Call it
+    /// periodically (e.g. every 100 ms): each call locks one shard once, for at most
+    /// `max_keys / shards` entry visits, and skips a shard in O(1) when nothing in it can have
+    /// expired yet. A full cycle takes `shards` calls.
+    pub fn sweep(&self, now: Timestamp) -> usize {
+        let i = self.sweep_cursor.fetch_add(1, Ordering::Relaxed) & self.shard_mask;
+        let dropped = self.shards[i].0.lock().drop_expired(now);
+        if dropped > 0 {
+            self.counters
+                .expirations
+                .fetch_add(dropped as u64, Ordering::Relaxed);
+            metrics::counter!("floodgate_store_expirations_total").increment(dropped as u64);
+        }
+        dropped
+    }
+
+    /// Runs [`MemoryStore::sweep`] over every shard once; returns the entries dropped.
+    pub fn sweep_all(&self, now: Timestamp) -> usize {
+        (0..self.shards.len()).map(|_| self.sweep(now)).sum()
+    }
+
+    /// Current size and counters. Locks each shard briefly to count keys; also publishes the
+    /// `floodgate_store_keys` gauge.
+    pub fn stats(&self) -> StoreStats {
+        let keys = self.shards.iter().map(|s| s.0.lock().map.len()).sum();
+        metrics::gauge!("floodgate_store_keys").set(keys as f64);
+        StoreStats {
+            keys,
+            max_keys: self.config.max_keys,
+            shards: self.shards.len(),
+            evictions: self.counters.evictions.load(Ordering::Relaxed),
+            expirations: self.counters.expirations.load(Ordering::Relaxed),
+            full_rejections: self.counters.full_rejections.load(Ordering::Relaxed),
+            full_untracked: self.counters.full_untracked.load(Ordering::Relaxed),
+        }
+    }
+
+    fn fingerprint(&self, rule: &str, key: &str) -> Fingerprint {
+        let mut h = SipHasher13::new_with_keys(self.sip_keys.0, self.sip_keys.1);
+        // The length prefix makes (rule, key) -> bytes injective: ("ab", "c") != ("a", "bc").
+        h.write(&(rule.len() as u64).to_le_bytes());
+        h.write(rule.as_bytes());
+        h.write(key.as_bytes());
+        let out = h.finish128();
+        Fingerprint {
+            lo: out.h1,
+            hi: out.h2,
+        }
+    }
+
+    fn shard_of(&self, fp: Fingerprint) -> usize {
+        (fp.hi as usize) & self.shard_mask
+    }
+
+    fn count_expired(&self, n: usize) {
+        if n > 0 {
+            self.counters
+                .expirations
+                .fetch_add(n as u64, Ordering::Relaxed);
+            metrics::counter!("floodgate_store_expirations_total").increment(n as u64);
+        }
+    }
+
+    /// The whole batch algorithm: validate, lock, decide on working copies, then (for a check
+    /// whose every item admitted) make room for new keys and write everything back.
+    fn run(
+        &self,
+        items: &[CheckItem<'_>],
+        now: Timestamp,
+        commit: bool,
+    ) -> Result<BatchDecision, StoreError> {
+        for item in items {
+            let capacity = item.policy.capacity();
+            if item.cost > capacity {
+                return Err(StoreError::InsufficientCapacity {
+                    rule: item.rule.to_string(),
+                    cost: item.cost,
+                    capacity,
+                });
+            }
+        }
+        let fps: Vec<Fingerprint> = items
+            .iter()
+            .map(|it| self.fingerprint(it.rule, it.key))
+            .collect();
+
+        // Lock the involved shards in increasing index order: every batch acquires locks in
+        // the same global order, so no two batches can wait on each other in a cycle.
+        let mut shard_ids: Vec<usize> = fps.iter().map(|&fp| self.shard_of(fp)).collect();
+        shard_ids.sort_unstable();
+        shard_ids.dedup();
+        let mut guards: Vec<MutexGuard<'_, Shard>> =
+            shard_ids.iter().map(|&i| self.shards[i].0.lock()).collect();
+        let guard_of = |fp: Fingerprint| {
+            shard_ids
+                .binary_search(&self.shard_of(fp))
+                .expect("every item's shard is locked")
+        };
+
+        // Phase 1: decide every item on working copies. Items sharing (rule, key) share a slot
+        // and see each other's tentative consumption, in order.
+        let mut slots: Vec<Slot> = Vec::with_capacity(items.len());
+        let mut slot_of_item = Vec::with_capacity(items.len());
+        let mut peeks = Vec::with_capacity(items.len());
+        let mut consumed = Vec::with_capacity(items.len());
+        let mut expired = 0;
+        for (item, &fp) in items.iter().zip(&fps) {
+            let slot_index = match slots.iter().position(|s| s.fp == fp) {
+                Some(i) => i,
+                None => {
+                    let g = guard_of(fp);
+                    let shard = &mut guards[g];
+                    let (state, held) = match shard.map.get(&fp) {
+                        Some(e) if e.expires_at > now => (e.state.clone(), Some(e.expires_at)),
+                        Some(_) => {
+                            // Expired: equivalent to a fresh key, so drop it now.
+                            shard.map.remove(&fp);
+                            expired += 1;
+                            (item.policy.initial_state(), None)
+                        }
+                        None => (item.policy.initial_state(), None),
+                    };
+                    slots.push(Slot {
+                        fp,
+                        guard: g,
+                        state,
+                        held,
+                        consumed_reset_after: None,
+                    });
+                    slots.len() - 1
+                }
+            };
+            let slot = &mut slots[slot_index];
+            let peek = item.policy.decide(&mut slot.state, now, item.cost, false);
+            let after = if peek.allowed && item.cost > 0 {
+                let d = item.policy.decide(&mut slot.state, now, item.cost, true);
+                slot.consumed_reset_after = Some(d.reset_after);
+                d
+            } else {
+                peek
+            };
+            slot_of_item.push(slot_index);
+            peeks.push(peek);
+            consumed.push(after);
+        }
+        self.count_expired(expired);
+
+        let allowed = peeks.iter().all(|d| d.allowed);
+        if !allowed || !commit {
+            return Ok(BatchDecision {
+                allowed,
+                decisions: peeks,
+                store_full: None,
+            });
+        }
+
+        // Phase 2: every item admitted. New keys need room; find shards that lack it before
+        // writing anything, so that a rejection leaves every key untouched.
+        let mut new_per_guard = vec![0usize; guards.len()];
+        for slot in &slots {
+            if slot.held.is_none() && slot.consumed_reset_after.is_some() {
+                new_per_guard[slot.guard] += 1;
+            }
+        }
+        let mut full_guard = vec![false; guards.len()];
+        for (g, &needed) in new_per_guard.iter().enumerate() {
+            let shard = &mut guards[g];
+            if needed > 0 && shard.map.len() + needed > shard.cap {
+                let dropped = shard.drop_expired(now);
+                if dropped > 0 {
+                    self.counters
+                        .evictions
+                        .fetch_add(dropped as u64, Ordering::Relaxed);
+                    metrics::counter!("floodgate_store_evictions_total")
+                        .increment(dropped as u64);
+                }
+                full_guard[g] = shard.map.len() + needed > shard.cap;
+            }
+        }
+        let is_untracked = |slot: &Slot| slot.held.is_none() && full_guard[slot.guard];
+        let untracked_items = slot_of_item
+            .iter()
+            .filter(|&&s| is_untracked(&slots[s]) && slots[s].consumed_reset_after.is_some())
+            .count();
+        let mut store_full = None;
+        if untracked_items > 0 {
+            match self.config.on_full {
+                OnFull::Reject => {
+                    self.counters
+                        .full_rejections
+                        .fetch_add(untracked_items as u64, Ordering::Relaxed);
+                    metrics::counter!("floodgate_store_full_total", "action" => "reject")
+                        .increment(untracked_items as u64);
+                    let decisions = items
+                        .iter()
+                        .zip(&slot_of_item)
+                        .zip(peeks)
+                        .map(|((item, &s), peek)| {
+                            if is_untracked(&slots[s]) && item.cost > 0 {
+                                Decision {
+                                    allowed: false,
+                                    limit: item.policy.capacity(),
+                                    remaining: 0,
+                                    reset_after: 0,
+                                    retry_after: Some(self.config.full_retry_after),
+                                }
+                            } else {
+                                peek
+                            }
+                        })
+                        .collect();
+                    return Ok(BatchDecision {
+                        allowed: false,
+                        decisions,
+                        store_full: Some(OnFull::Reject),
+                    });
+                }
+                OnFull::AdmitUntracked => {
+                    self.counters
+                        .full_untracked
+                        .fetch_add(untracked_items as u64, Ordering::Relaxed);
+                    metrics::counter!("floodgate_store_full_total", "action" => "admit_untracked")
+                        .increment(untracked_items as u64);
+                    store_full = Some(OnFull::AdmitUntracked);
+                }
+            }
+        }
+
+        // Phase 3: write back every slot that consumed (skipping untracked new keys).
+        for slot in slots {
+            let Some(reset_after) = slot.consumed_reset_after else {
+                continue;
+            };
+            if is_untracked(&slot) {
+                continue;
+            }
+            // max(): a stale `now` must never shorten a live key's life.
+            let expires_at = now
+                .saturating_add(reset_after)
+                .max(slot.held.unwrap_or(0));
+            let shard = &mut guards[slot.guard];
+            if slot.held.is_none() {
+                shard.earliest_expiry = shard.earliest_expiry.min(expires_at);
+            }
+            shard.map.insert(
+                slot.fp,
+                Entry {
+                    expires_at,
+                    state: slot.state,
+                },
+            );
+        }
+        drop(guards);
+        Ok(BatchDecision {
+            allowed: true,
+            decisions: consumed,
+            store_full,
+        })
+    }
+}
+
+impl Store for MemoryStore {
+    /// Decided synchronously when called (no lock outlives the call); the future is ready.
+    fn check(
+        &self,
+        items: &[CheckItem<'_>],
+    ) -> impl std::future::Future<Output = Result<BatchDecision, StoreError>> + Send {
+        std::future::ready(self.check_now(items))
+    }
+
+    fn peek(
+        &self,
+        items: &[CheckItem<'_>],
+    ) -> impl std::future::Future<Output = Result<BatchDecision, StoreError>> + Send {
+        std::future::ready(self.peek_now(items))
+    }
+
+    fn reset(
+        &self,
+        rule: &str,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send {
+        std::future::ready(Ok(self.reset_key(rule, key)))
+    }
+
+    fn inspect(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<Decision, StoreError>> + Send {
+        std::future::ready(Ok(self.inspect_at(rule, policy, key, self.clock.now())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_separates_rule_and_key() {
+        let store = MemoryStore::with_clock(Arc::new(floodgate_core::ManualClock::new(0)));
+        assert_ne!(store.fingerprint("ab", "c"), store.fingerprint("a", "bc"));
+        assert_eq!(store.fingerprint("a", "b"), store.fingerprint("a", "b"));
+    }
+
+    #[test]
+    fn shards_are_a_power_of_two_no_more_than_max_keys() {
+        let clock = Arc::new(floodgate_core::ManualClock::new(0));
+        let cfg = |max_keys, shards| MemoryStoreConfig {
+            max_keys,
+            shards,
+            ..MemoryStoreConfig::default()
+        };
+        assert_eq!(MemoryStore::new(cfg(1000, 60), clock.clone()).config().shards, 64);
+        assert_eq!(MemoryStore::new(cfg(5, 64), clock.clone()).config().shards, 4);
+        let store = MemoryStore::new(cfg(10, 4), clock);
+        let caps: Vec<usize> = store.shards.iter().map(|s| s.0.lock().cap).collect();
+        assert_eq!(caps, vec![3, 3, 2, 2]);
+    }
+}

@@ -1,0 +1,308 @@
+//! The client IP: who is on the other end, as far as can be trusted.
+//!
+//! 1. The **peer address** is the TCP peer, read from the request extensions: first
+//!    [`PeerAddr`] (set it yourself, e.g. in a hyper accept loop), then, with the default `axum`
+//!    feature, axum's `ConnectInfo<SocketAddr>` (present when the app is served with
+//!    `into_make_service_with_connect_info::<SocketAddr>()`). Without either the client IP is
+//!    unknown and rules keyed on it skip the request (counted as `outcome="skipped"`).
+//! 2. Forwarding headers are read **only when the peer is inside a trusted proxy CIDR**, and only
+//!    the one header [`ClientIpConfig::header`] names (reading both `X-Forwarded-For` and
+//!    `Forwarded` would let a client spoof whichever one the proxy does not rewrite). The list is
+//!    walked from the right (the entry the nearest proxy added) past every trusted hop; the
+//!    first untrusted address is the client. If every entry is trusted the leftmost one is.
+//! 3. A malformed entry (not an IP, `unknown`, an obfuscated identifier, too many entries)
+//!    makes the whole header untrustworthy: the peer address is used. Never an error.
+//! 4. IPv4-mapped IPv6 (`::ffff:192.0.2.1`) is treated as IPv4; IPv6 addresses are grouped by
+//!    [`ClientIpConfig::ipv6_prefix`] (default /64, what one subscriber usually holds).
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::HeaderMap;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
+/// The TCP peer of a request, as a request extension. Takes precedence over axum's
+/// `ConnectInfo<SocketAddr>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// Which forwarding header a trusted proxy sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (all field lines, in order).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client;proto=https, for="[2001:db8::1]:4711"`.
+    Forwarded,
+}
+
+/// How the client IP is found and grouped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIpConfig {
+    /// Proxies whose forwarding header is believed. Empty (the default): headers are ignored
+    /// and the peer address is the client.
+    pub trusted_proxies: Vec<IpNet>,
+    /// The header the trusted proxies set. Default `X-Forwarded-For`.
+    pub header: ForwardedHeader,
+    /// IPv6 clients are counted per prefix of this length (0..=128). Default 64.
+    pub ipv6_prefix: u8,
+    /// IPv4 clients are counted per prefix of this length (0..=32). Default 32.
+    pub ipv4_prefix: u8,
+    /// At most this many header entries are examined; a longer list is treated as malformed.
+    /// Default 32.
+    pub max_entries: usize,
+}
+
+impl Default for ClientIpConfig {
+    fn default() -> Self {
+        Self {
+            trusted_proxies: Vec::new(),
+            header: ForwardedHeader::XForwardedFor,
+            ipv6_prefix: 64,
+            ipv4_prefix: 32,
+            max_entries: 32,
+        }
+    }
+}
+
+impl ClientIpConfig {
+    /// Whether `ip` is inside a trusted proxy CIDR.
+    pub fn is_trusted(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        self.trusted_proxies.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The client address for a request from `peer` with `headers` (not grouped).
+    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let peer = canonical(peer);
+        if !self.is_trusted(peer) {
+            return peer;
+        }
+        self.from_header(headers).unwrap_or(peer)
+    }
+
+    /// The client address grouped into the counted network: /`ipv4_prefix` or /`ipv6_prefix`.
+    pub fn client_net(&self, peer: IpAddr, headers: &HeaderMap) -> IpNet {
+        self.group(self.client_ip(peer, headers))
+    }
+
+    /// `ip` (canonicalised) masked to the configured prefix.
+    pub fn group(&self, ip: IpAddr) -> IpNet {
+        match canonical(ip) {
+            IpAddr::V4(v4) => IpNet::V4(
+                Ipv4Net::new(v4, self.ipv4_prefix.min(32))
+                    .expect("prefix clamped to 32")
+                    .trunc(),
+            ),
+            IpAddr::V6(v6) => IpNet::V6(
+                Ipv6Net::new(v6, self.ipv6_prefix.min(128))
+                    .expect("prefix clamped to 128")
+                    .trunc(),
+            ),
+        }
+    }
+
+    /// Walks the forwarding header from the right past trusted hops. `None` when the header is
+    /// absent, empty or malformed.
+    fn from_header(&self, headers: &HeaderMap) -> Option<IpAddr> {
+        let name = match self.header {
+            ForwardedHeader::XForwardedFor => "x-forwarded-for",
+            ForwardedHeader::Forwarded => "forwarded",
+        };
+        let mut entries: Vec<IpAddr> = Vec::new();
+        for line in headers.get_all(name) {
+            let line = line.to_str().ok()?;
+            for element in line.split(',') {
+                if entries.len() >= self.max_entries {
+                    return None;
+                }
+                let ip = match self.header {
+                    ForwardedHeader::XForwardedFor => parse_addr(element.trim())?,
+                    ForwardedHeader::Forwarded => parse_forwarded_for(element)?,
+                };
+                entries.push(canonical(ip));
+            }
+        }
+        let mut client = None;
+        for &ip in entries.iter().rev() {
+            client = Some(ip);
+            if !self.is_trusted(ip) {
+                break;
+            }
+        }
+        client
+    }
+}
+
+/// `::ffff:a.b.c.d` becomes `a.b.c.d`; everything else is unchanged.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    }
+}
+
+/// A grouped client network as written in keys: the bare address for a full-length prefix
+/// (`203.0.113.7`), `address/len` otherwise (`2001:db8:1:2::/64`).
+pub fn format_net(net: IpNet) -> String {
+    if net.prefix_len() == net.max_prefix_len() {
+        net.addr().to_string()
+    } else {
+        net.to_string()
+    }
+}
+
+/// An address as found in `X-Forwarded-For`: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`,
+/// `[2001:db8::1]:80` or `[2001:db8::1]`.
+fn parse_addr(text: &str) -> Option<IpAddr> {
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Ok(sock) = text.parse::<SocketAddr>() {
+        return Some(sock.ip());
+    }
+    text.strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .and_then(|t| t.parse::<IpAddr>().ok())
+}
+
+/// The `for=` node of one RFC 7239 `Forwarded` element. `None` when it is missing, `unknown`
+/// or an obfuscated identifier: nothing can be trusted about that hop.
+fn parse_forwarded_for(element: &str) -> Option<IpAddr> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        if !name.trim().eq_ignore_ascii_case("for") {
+            return None;
+        }
+        let value = value.trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value);
+        parse_addr(value)
+    })
+}
+
+/// The peer address from the request extensions: [`PeerAddr`], then (feature `axum`) axum's
+/// `ConnectInfo<SocketAddr>`.
+pub fn peer_addr(extensions: &http::Extensions) -> Option<SocketAddr> {
+    if let Some(PeerAddr(addr)) = extensions.get::<PeerAddr>() {
+        return Some(*addr);
+    }
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(addr)) =
+        extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(*addr);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn trusting(nets: &[&str]) -> ClientIpConfig {
+        ClientIpConfig {
+            trusted_proxies: nets.iter().map(|n| n.parse().unwrap()).collect(),
+            ..ClientIpConfig::default()
+        }
+    }
+
+    fn xff(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append("x-forwarded-for", HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn untrusted_peer_headers_are_ignored() {
+        let cfg = trusting(&["10.0.0.0/8"]);
+        let h = xff(&["198.51.100.9"]);
+        assert_eq!(cfg.client_ip(ip("203.0.113.5"), &h), ip("203.0.113.5"));
+        // No trusted proxies configured at all.
+        assert_eq!(
+            ClientIpConfig::default().client_ip(ip("10.0.0.1"), &h),
+            ip("10.0.0.1")
+        );
+    }
+
+    #[test]
+    fn trusted_hops_are_skipped_from_the_right() {
+        let cfg = trusting(&["10.0.0.0/8"]);
+        // The client wrote a fake leftmost entry; the proxies appended the real ones.
+        let h = xff(&["1.1.1.1, 198.51.100.9", "10.0.0.7"]);
+        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("198.51.100.9"));
+        // Every entry trusted: the leftmost is the client.
+        let h = xff(&["10.1.1.1, 10.0.0.7"]);
+        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("10.1.1.1"));
+    }
+
+    #[test]
+    fn malformed_headers_fall_back_to_the_peer() {
+        let cfg = trusting(&["10.0.0.0/8"]);
+        for bad in ["not-an-ip", "1.2.3.4, , 5.6.7.8", "", "1.2.3.999", "unknown"] {
+            assert_eq!(cfg.client_ip(ip("10.0.0.2"), &xff(&[bad])), ip("10.0.0.2"), "{bad:?}");
+        }
+        let many = vec!["10.0.0.1"; 40].join(",");
+        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &xff(&[&many])), ip("10.0.0.2"));
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_bytes(b"\xff\xfe").unwrap());
+        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("10.0.0.2"));
+    }
+
+    #[test]
+    fn ports_and_brackets_are_accepted() {
+        let cfg = trusting(&["10.0.0.0/8"]);
+        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &xff(&["198.51.100.9:4711"])), ip("198.51.100.9"));
+        assert_eq!(
+            cfg.client_ip(ip("10.0.0.2"), &xff(&["[2001:db8::1]:80"])),
+            ip("2001:db8::1")
+        );
+    }
+
+    #[test]
+    fn forwarded_header_for_nodes() {
+        let cfg = ClientIpConfig {
+            header: ForwardedHeader::Forwarded,
+            ..trusting(&["10.0.0.0/8"])
+        };
+        let mut h = HeaderMap::new();
+        h.insert(
+            "forwarded",
+            HeaderValue::from_static("for=192.0.2.60;proto=http, For=\"[2001:db8:cafe::17]:4711\""),
+        );
+        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("2001:db8:cafe::17"));
+        h.insert("forwarded", HeaderValue::from_static("for=unknown"));
+        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("10.0.0.2"));
+        // X-Forwarded-For is not read when Forwarded is configured.
+        h.remove("forwarded");
+        h.insert("x-forwarded-for", HeaderValue::from_static("192.0.2.1"));
+        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("10.0.0.2"));
+    }
+
+    #[test]
+    fn ipv6_is_grouped_and_mapped_v4_is_v4() {
+        let cfg = ClientIpConfig::default();
+        assert_eq!(
+            format_net(cfg.group(ip("2001:db8:1:2:aaaa::1"))),
+            "2001:db8:1:2::/64"
+        );
+        assert_eq!(cfg.group(ip("2001:db8:1:2:aaaa::1")), cfg.group(ip("2001:db8:1:2:ffff::9")));
+        assert_ne!(cfg.group(ip("2001:db8:1:2::1")), cfg.group(ip("2001:db8:1:3::1")));
+        assert_eq!(format_net(cfg.group(ip("::ffff:192.0.2.1"))), "192.0.2.1");
+        let wide = ClientIpConfig { ipv6_prefix: 48, ..ClientIpConfig::default() };
+        assert_eq!(format_net(wide.group(ip("2001:db8:1:2::1"))), "2001:db8:1::/48");
+        // A mapped peer is matched against IPv4 trusted CIDRs.
+        assert!(trusting(&["10.0.0.0/8"]).is_trusted(ip("::ffff:10.0.0.1")));
+    }
+}

@@ -1,0 +1,65 @@
+//! # floodgate-tower
+//!
+//! Rate limiting as a tower middleware for any axum or hyper (http 1.x) application.
+//!
+//! - A [`Rule`] says which requests it applies to ([`Matcher`]), what is counted
+//!   ([`KeySource`]: user, API key, client IP, route, a constant, or combinations), how much each
+//!   request costs ([`CostSource`]), whether it only observes (`shadow`) and what to do when the
+//!   store fails ([`FailureMode`]).
+//! - A [`RateLimiter`] holds a hot-swappable [`RuleSet`] and a [`Store`](floodgate_store::Store);
+//!   every request's matching rules are checked as one all-or-nothing batch.
+//! - [`RateLimitLayer`] / [`RateLimit`] put it in front of a service. Denied requests get
+//!   `429`, `Retry-After`, `RateLimit-Policy` / `RateLimit` headers and a problem+json body from
+//!   [`response`], the one module that maps decisions to HTTP.
+//! - Client IPs come from the socket peer unless it is a trusted proxy ([`ip`]); keys are
+//!   encoded injectively and safely ([`key`]).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use floodgate_core::{AlgorithmKind, ManualClock, Policy};
+//! use floodgate_store::MemoryStore;
+//! use floodgate_tower::{KeySource, PeerAddr, RateLimitLayer, RateLimiter, Rule, RuleSet};
+//! use http::{Request, Response, StatusCode};
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let clock = ManualClock::new(1_700_000_000_000_000);
+//! let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+//! let policy = Policy::new(AlgorithmKind::Gcra, "2/10s".parse().unwrap()).unwrap();
+//! let rules = RuleSet::new(vec![Rule::new("per-ip", policy, KeySource::ClientIp)]);
+//! let layer = RateLimitLayer::new(RateLimiter::new(store, rules));
+//! let app = layer.layer(service_fn(|_req: Request<String>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(http_body_util::Full::new(bytes::Bytes::from("hi"))))
+//! }));
+//!
+//! let request = || {
+//!     let mut r = Request::new(String::new());
+//!     r.extensions_mut().insert(PeerAddr("203.0.113.7:50000".parse().unwrap()));
+//!     r
+//! };
+//! let ok = app.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(ok.headers()["ratelimit"], "\"per-ip\";r=1;t=5");
+//! app.clone().oneshot(request()).await.unwrap();
+//! let denied = app.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(denied.headers()["retry-after"], "5");
+//! # });
+//! ```
+
+pub mod future;
+pub mod ip;
+pub mod key;
+pub mod layer;
+pub mod limiter;
+pub mod response;
+pub mod rule;
+pub mod service;
+
+pub use future::{ResponseBody, ResponseFuture};
+pub use ip::{ClientIpConfig, ForwardedHeader, PeerAddr};
+pub use key::{encode_key, KeySource};
+pub use layer::RateLimitLayer;
+pub use limiter::{Action, Plan, RateLimiter, Verdict};
+pub use response::{apply_headers, too_many_requests, RuleOutcome};
+pub use rule::{CostSource, FailureMode, HeaderMatch, Matcher, Rule, RuleSet};
+pub use service::RateLimit;

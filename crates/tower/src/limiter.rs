@@ -1,0 +1,376 @@
+//! [`RateLimiter`]: evaluates a request against the current [`RuleSet`] with one store batch.
+//!
+//! The tower [`RateLimit`](crate::RateLimit) service is a thin wrapper over it; the `floodgate`
+//! service's forward-auth endpoint uses it directly.
+//!
+//! Evaluation, per request:
+//! 1. Take the current rule set (one atomic load; a reload swaps it without touching state).
+//! 2. For every rule whose [`Matcher`](crate::Matcher) matches: compute its key (skip the rule
+//!    when the key source is absent) and cost.
+//! 3. Check all enforcing rules as **one all-or-nothing batch**: a denial by one rule consumes
+//!    nothing in the others.
+//! 4. Shadow rules are then checked one by one (charged only when the request is admitted,
+//!    peeked otherwise); their denials are counted, never enforced.
+//!
+//! Store errors follow the rules' [`FailureMode`](crate::FailureMode): if any enforcing rule in
+//! the failed batch fails closed the request gets a 503, otherwise it is admitted.
+//!
+//! Metrics (via the `metrics` facade, never with per-key labels):
+//! - `floodgate_decisions_total{rule, outcome}` with outcome `allowed`, `denied`,
+//!   `shadow_allowed`, `shadow_denied`, `skipped` (key source absent), `error_open`,
+//!   `error_closed`, `cost_exceeds_capacity`;
+//! - `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`, `other`);
+//! - `floodgate_decision_duration_seconds` (histogram of the store batch round trip).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use floodgate_store::{CheckItem, Store, StoreError};
+use http::{HeaderMap, Request, Response};
+
+use crate::key::KeyContext;
+use crate::response::{self, RuleOutcome};
+use crate::rule::{FailureMode, RuleSet};
+
+/// Evaluates requests against a hot-swappable [`RuleSet`] using store `S`. Cheap to clone
+/// (two `Arc`s); clones share rules and store.
+#[derive(Debug)]
+pub struct RateLimiter<S> {
+    store: Arc<S>,
+    rules: Arc<ArcSwap<RuleSet>>,
+}
+
+impl<S> Clone for RateLimiter<S> {
+    fn clone(&self) -> Self {
+        Self {
+            store: Arc::clone(&self.store),
+            rules: Arc::clone(&self.rules),
+        }
+    }
+}
+
+/// What to do with a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Pass it on (with the `RateLimit` headers of [`Verdict::outcomes`]).
+    Admit,
+    /// Answer 429 ([`response::too_many_requests`]).
+    Deny,
+    /// The store failed and a matching rule fails closed: answer 503
+    /// ([`response::service_unavailable`]).
+    Unavailable,
+    /// The request's cost exceeds what `rule` can ever admit: answer 400
+    /// ([`response::cost_exceeds_capacity`]).
+    CostExceedsCapacity {
+        /// The rule.
+        rule: String,
+        /// The request's cost.
+        cost: u64,
+        /// The rule's capacity.
+        capacity: u64,
+    },
+}
+
+/// The result of evaluating one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// What to do.
+    pub action: Action,
+    /// One outcome per rule that was checked, enforcing rules first (in rule order), then
+    /// shadow rules. Empty when no rule applied or the store failed.
+    pub outcomes: Vec<RuleOutcome>,
+    /// The store error, when the store failed (already handled by `action`).
+    pub store_error: Option<StoreError>,
+}
+
+impl Verdict {
+    /// Whether the request goes on to the inner service.
+    pub fn is_admitted(&self) -> bool {
+        self.action == Action::Admit
+    }
+
+    /// The response to send instead of calling the inner service; `None` when admitted.
+    pub fn response(&self) -> Option<Response<Bytes>> {
+        match &self.action {
+            Action::Admit => None,
+            Action::Deny => Some(response::too_many_requests(&self.outcomes)),
+            Action::Unavailable => Some(response::service_unavailable(1)),
+            Action::CostExceedsCapacity {
+                rule,
+                cost,
+                capacity,
+            } => Some(response::cost_exceeds_capacity(rule, *cost, *capacity)),
+        }
+    }
+
+    /// Adds the `RateLimit-Policy` / `RateLimit` headers to an admitted response.
+    pub fn apply_headers(&self, headers: &mut HeaderMap) {
+        response::apply_headers(headers, &self.outcomes);
+    }
+}
+
+/// The per-request work decided before talking to the store: which rules apply, with which key
+/// and cost. Owns everything it needs, so the store call borrows nothing from the request.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    rules: Arc<RuleSet>,
+    checks: Vec<PlannedCheck>,
+}
+
+#[derive(Debug, Clone)]
+struct PlannedCheck {
+    rule: usize,
+    key: String,
+    cost: u64,
+}
+
+impl Plan {
+    /// Number of rules that will be checked.
+    pub fn len(&self) -> usize {
+        self.checks.len()
+    }
+
+    /// Whether no rule applies.
+    pub fn is_empty(&self) -> bool {
+        self.checks.is_empty()
+    }
+}
+
+impl<S: Store> RateLimiter<S> {
+    /// A limiter over `store` with `rules`.
+    pub fn new(store: Arc<S>, rules: RuleSet) -> Self {
+        Self::with_shared_rules(store, Arc::new(ArcSwap::from_pointee(rules)))
+    }
+
+    /// A limiter whose rules are `rules`, shared with whoever else holds the `Arc` (e.g. the
+    /// server's config reloader, which calls `rules.store(...)`).
+    pub fn with_shared_rules(store: Arc<S>, rules: Arc<ArcSwap<RuleSet>>) -> Self {
+        Self { store, rules }
+    }
+
+    /// The shared, swappable rule set.
+    pub fn shared_rules(&self) -> &Arc<ArcSwap<RuleSet>> {
+        &self.rules
+    }
+
+    /// Replaces the rule set for every clone; requests already being evaluated finish with the
+    /// old one. Store state is untouched: a rule keeps its counters across a reload as long as
+    /// its name is unchanged.
+    pub fn replace_rules(&self, rules: RuleSet) {
+        self.rules.store(Arc::new(rules));
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// Decides which rules apply to a request and with which keys and costs. `extensions` are
+    /// read for the peer address (see [`crate::ip`]).
+    pub fn plan(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        headers: &HeaderMap,
+        extensions: &http::Extensions,
+    ) -> Plan {
+        let rules = self.rules.load_full();
+        let mut checks = Vec::new();
+        let mut client_ip = None;
+        let mut client_ip_resolved = false;
+        for (index, rule) in rules.rules.iter().enumerate() {
+            if !rule.matcher.matches(method, uri, headers) {
+                continue;
+            }
+            if rule.key.uses_client_ip() && !client_ip_resolved {
+                client_ip_resolved = true;
+                client_ip = crate::ip::peer_addr(extensions)
+                    .map(|peer| rules.client_ip.client_net(peer.ip(), headers));
+            }
+            let cx = KeyContext {
+                method,
+                uri,
+                headers,
+                client_ip,
+            };
+            match rule.key.key(&cx) {
+                Some(key) => checks.push(PlannedCheck {
+                    rule: index,
+                    key,
+                    cost: rule.cost.cost(headers),
+                }),
+                None => count(&rule.name, "skipped"),
+            }
+        }
+        Plan { rules, checks }
+    }
+
+    /// [`RateLimiter::plan`] for a request.
+    pub fn plan_request<B>(&self, request: &Request<B>) -> Plan {
+        self.plan(
+            request.method(),
+            request.uri(),
+            request.headers(),
+            request.extensions(),
+        )
+    }
+
+    /// Plans `request` now and returns a future evaluating the plan; the future borrows nothing
+    /// from the request.
+    pub fn check_request<B>(
+        &self,
+        request: &Request<B>,
+    ) -> impl Future<Output = Verdict> + Send + 'static {
+        let plan = self.plan_request(request);
+        let this = self.clone();
+        async move { this.evaluate(plan).await }
+    }
+
+    /// Runs a plan against the store (see the [module docs](self) for the steps).
+    pub async fn evaluate(&self, plan: Plan) -> Verdict {
+        let rules = &plan.rules.rules;
+        let (enforcing, shadow): (Vec<&PlannedCheck>, Vec<&PlannedCheck>) =
+            plan.checks.iter().partition(|c| !rules[c.rule].shadow);
+        let mut outcomes = Vec::with_capacity(plan.checks.len());
+        let mut action = Action::Admit;
+        let mut store_error = None;
+
+        if !enforcing.is_empty() {
+            let items: Vec<CheckItem<'_>> = enforcing
+                .iter()
+                .map(|c| CheckItem {
+                    rule: &rules[c.rule].name,
+                    policy: &rules[c.rule].policy,
+                    key: &c.key,
+                    cost: c.cost,
+                })
+                .collect();
+            let result = timed(self.store.check(&items)).await;
+            match result {
+                Ok(batch) => {
+                    if !batch.allowed {
+                        action = Action::Deny;
+                    }
+                    for (c, decision) in enforcing.iter().zip(batch.decisions) {
+                        let rule = &rules[c.rule];
+                        count(&rule.name, if decision.allowed { "allowed" } else { "denied" });
+                        outcomes.push(RuleOutcome {
+                            rule: Arc::clone(&rule.name),
+                            quota: *rule.policy.quota(),
+                            decision,
+                            shadow: false,
+                        });
+                    }
+                }
+                Err(StoreError::InsufficientCapacity {
+                    rule,
+                    cost,
+                    capacity,
+                }) => {
+                    count(&rule, "cost_exceeds_capacity");
+                    action = Action::CostExceedsCapacity {
+                        rule,
+                        cost,
+                        capacity,
+                    };
+                }
+                Err(error) => {
+                    count_store_error(&error);
+                    let closed = enforcing
+                        .iter()
+                        .any(|c| rules[c.rule].failure_mode == FailureMode::Closed);
+                    for c in &enforcing {
+                        let rule = &rules[c.rule];
+                        count(&rule.name, if closed { "error_closed" } else { "error_open" });
+                    }
+                    tracing::warn!(%error, fail_closed = closed, "rate-limit store failed");
+                    if closed {
+                        action = Action::Unavailable;
+                    }
+                    store_error = Some(error);
+                }
+            }
+        }
+
+        // Shadow rules: charged only when the request really goes through, so that their
+        // counters show what enforcing them would have done.
+        let admitted = action == Action::Admit;
+        for c in shadow {
+            let rule = &rules[c.rule];
+            let item = CheckItem {
+                rule: &rule.name,
+                policy: &rule.policy,
+                key: &c.key,
+                cost: c.cost,
+            };
+            let result = if admitted {
+                self.store.check(&[item]).await
+            } else {
+                self.store.peek(&[item]).await
+            };
+            match result {
+                Ok(batch) => {
+                    let decision = batch.decisions[0];
+                    count(
+                        &rule.name,
+                        if decision.allowed {
+                            "shadow_allowed"
+                        } else {
+                            "shadow_denied"
+                        },
+                    );
+                    outcomes.push(RuleOutcome {
+                        rule: Arc::clone(&rule.name),
+                        quota: *rule.policy.quota(),
+                        decision,
+                        shadow: true,
+                    });
+                }
+                Err(StoreError::InsufficientCapacity { .. }) => {
+                    count(&rule.name, "cost_exceeds_capacity");
+                }
+                Err(error) => {
+                    count_store_error(&error);
+                    count(&rule.name, "error_open");
+                }
+            }
+        }
+
+        Verdict {
+            action,
+            outcomes,
+            store_error,
+        }
+    }
+}
+
+fn count(rule: &str, outcome: &'static str) {
+    metrics::counter!(
+        "floodgate_decisions_total",
+        "rule" => rule.to_string(),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
+fn count_store_error(error: &StoreError) {
+    let kind = match error {
+        StoreError::Unavailable { .. } => "unavailable",
+        StoreError::Timeout { .. } => "timeout",
+        _ => "other",
+    };
+    metrics::counter!("floodgate_store_errors_total", "kind" => kind).increment(1);
+}
+
+/// Awaits `f` and records its duration in `floodgate_decision_duration_seconds`.
+async fn timed<T>(f: impl Future<Output = T>) -> T {
+    // Latency measurement is the one place that needs a monotonic clock rather than the
+    // limiter's (possibly manual) time source.
+    #[allow(clippy::disallowed_methods)]
+    let start = std::time::Instant::now();
+    let out = f.await;
+    metrics::histogram!("floodgate_decision_duration_seconds").record(start.elapsed().as_secs_f64());
+    out
+}

@@ -1,0 +1,281 @@
+//! The one place that turns [`Decision`]s into HTTP: `RateLimit-Policy` / `RateLimit` headers,
+//! `Retry-After`, and `application/problem+json` bodies (RFC 9457).
+//!
+//! Headers follow the IETF draft *RateLimit header fields for HTTP*
+//! (draft-ietf-httpapi-ratelimit-headers) in its structured-field form. **Every enforcing rule
+//! that applied to the request is listed**, one list member per rule, in rule order, so a
+//! client sees each limit it is under (shadow rules are never shown):
+//!
+//! ```text
+//! RateLimit-Policy: "per-ip";q=10;w=10, "per-user";q=1000;w=3600
+//! RateLimit: "per-ip";r=3;t=7, "per-user";r=998;t=4
+//! ```
+//!
+//! `q` is the quota's limit, `w` its period in seconds (rounded up, at least 1), `r` the units
+//! remaining, `t` the seconds until the key is back to a fresh state (rounded up). The partition
+//! key is never sent (it may be a user id or an API key).
+//!
+//! A denial is `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up, at least
+//! 1: the largest of the denying rules') and a problem body naming the most restrictive denying
+//! rule (the one with the longest wait):
+//!
+//! ```json
+//! {"type":"urn:floodgate:problem:rate-limited","title":"Too Many Requests","status":429,
+//!  "detail":"limit is 10 requests per 10 seconds for this key","rule":"per-ip","retry_after":7}
+//! ```
+//!
+//! The `floodgate` service's `/v1/check` and forward-auth endpoints use these same functions.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use floodgate_core::{Decision, Quota};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, Response, StatusCode};
+
+/// `RateLimit-Policy` header name.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit` header name.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// Problem type of a rate-limited request (429).
+pub const PROBLEM_RATE_LIMITED: &str = "urn:floodgate:problem:rate-limited";
+/// Problem type of a request refused because the store failed and the rule fails closed (503).
+pub const PROBLEM_STORE_UNAVAILABLE: &str = "urn:floodgate:problem:store-unavailable";
+/// Problem type of a request whose cost exceeds what a rule can ever admit (400).
+pub const PROBLEM_COST_EXCEEDS_CAPACITY: &str = "urn:floodgate:problem:cost-exceeds-capacity";
+/// The `Content-Type` of problem bodies.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// One rule's decision for one request, as reported to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleOutcome {
+    /// The rule's name.
+    pub rule: Arc<str>,
+    /// The rule's quota (for `q`, `w` and the problem detail).
+    pub quota: Quota,
+    /// The rule's decision.
+    pub decision: Decision,
+    /// A shadow rule: never shown in headers, never denies.
+    pub shadow: bool,
+}
+
+/// Adds `RateLimit-Policy` and `RateLimit` for every non-shadow outcome (nothing when there is
+/// none), and `Retry-After` when some non-shadow outcome is denied. Replaces earlier values of
+/// these headers.
+pub fn apply_headers(headers: &mut HeaderMap, outcomes: &[RuleOutcome]) {
+    let mut policy = String::new();
+    let mut state = String::new();
+    for o in outcomes.iter().filter(|o| !o.shadow) {
+        if !policy.is_empty() {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
+        let name = sf_string(&o.rule);
+        let window = o.quota.period().div_ceil(1_000_000).max(1);
+        let _ = write!(policy, "{name};q={};w={window}", o.quota.limit());
+        let _ = write!(
+            state,
+            "{name};r={};t={}",
+            o.decision.remaining,
+            o.decision.reset_after_secs()
+        );
+    }
+    if policy.is_empty() {
+        return;
+    }
+    // Built only from integers and escaped printable ASCII, so always a valid header value.
+    if let (Ok(p), Ok(s)) = (HeaderValue::from_str(&policy), HeaderValue::from_str(&state)) {
+        headers.insert(RATELIMIT_POLICY, p);
+        headers.insert(RATELIMIT, s);
+    }
+    if let Some(secs) = retry_after_secs(outcomes) {
+        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+}
+
+/// The largest `Retry-After` (whole seconds, at least 1) among denied non-shadow outcomes.
+pub fn retry_after_secs(outcomes: &[RuleOutcome]) -> Option<u64> {
+    outcomes
+        .iter()
+        .filter(|o| !o.shadow)
+        .filter_map(|o| o.decision.retry_after_secs())
+        .max()
+}
+
+/// The most restrictive denied non-shadow outcome: the one with the longest wait (the first
+/// such rule on ties).
+pub fn most_restrictive(outcomes: &[RuleOutcome]) -> Option<&RuleOutcome> {
+    outcomes
+        .iter()
+        .filter(|o| !o.shadow && !o.decision.allowed)
+        .fold(None, |best: Option<&RuleOutcome>, o| match best {
+            Some(b) if b.decision.retry_after >= o.decision.retry_after => Some(b),
+            _ => Some(o),
+        })
+}
+
+/// The full `429 Too Many Requests` response for a denied request: headers as
+/// [`apply_headers`] and a problem body naming the [`most_restrictive`] denying rule. If no
+/// non-shadow outcome is denied the body names no rule (callers only call this on a denial).
+pub fn too_many_requests(outcomes: &[RuleOutcome]) -> Response<Bytes> {
+    let mut body = serde_json::json!({
+        "type": PROBLEM_RATE_LIMITED,
+        "title": "Too Many Requests",
+        "status": 429,
+    });
+    if let Some(o) = most_restrictive(outcomes) {
+        body["detail"] = format!("limit is {} for this key", o.quota.describe()).into();
+        body["rule"] = o.rule.as_ref().into();
+        body["retry_after"] = o.decision.retry_after_secs().unwrap_or(1).into();
+    } else {
+        body["detail"] = "rate limit exceeded".into();
+    }
+    let mut response = problem_response(StatusCode::TOO_MANY_REQUESTS, &body);
+    apply_headers(response.headers_mut(), outcomes);
+    response
+}
+
+/// `503 Service Unavailable` for a fail-closed rule whose store failed: `Retry-After:
+/// retry_after_secs` (at least 1) and a problem body. The store error is not disclosed.
+pub fn service_unavailable(retry_after_secs: u64) -> Response<Bytes> {
+    let body = serde_json::json!({
+        "type": PROBLEM_STORE_UNAVAILABLE,
+        "title": "Service Unavailable",
+        "status": 503,
+        "detail": "the rate limiter cannot reach its store and this limit fails closed",
+    });
+    let mut response = problem_response(StatusCode::SERVICE_UNAVAILABLE, &body);
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(retry_after_secs.max(1)));
+    response
+}
+
+/// `400 Bad Request` for a request whose cost can never be admitted by `rule` (cost above the
+/// policy's capacity): retrying would never help, so this is not a 429.
+pub fn cost_exceeds_capacity(rule: &str, cost: u64, capacity: u64) -> Response<Bytes> {
+    let body = serde_json::json!({
+        "type": PROBLEM_COST_EXCEEDS_CAPACITY,
+        "title": "Request cost exceeds capacity",
+        "status": 400,
+        "detail": format!("this request costs {cost} units but rule {rule:?} admits at most {capacity} at once"),
+        "rule": rule,
+    });
+    problem_response(StatusCode::BAD_REQUEST, &body)
+}
+
+/// A problem+json response with `status` and `body`.
+pub fn problem_response(status: StatusCode, body: &serde_json::Value) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::from(body.to_string()));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    response
+}
+
+/// A structured-field string (RFC 8941 section 3.3.3): `"` and `\` escaped, anything outside
+/// printable ASCII replaced by `?` (rule names are configuration, never client data).
+fn sf_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(rule: &str, quota: &str, decision: Decision) -> RuleOutcome {
+        RuleOutcome {
+            rule: rule.into(),
+            quota: quota.parse().unwrap(),
+            decision,
+            shadow: false,
+        }
+    }
+
+    fn denied(retry_after: u64) -> Decision {
+        Decision {
+            allowed: false,
+            limit: 10,
+            remaining: 0,
+            reset_after: 9_500_000,
+            retry_after: Some(retry_after),
+        }
+    }
+
+    #[test]
+    fn headers_list_every_enforcing_rule() {
+        let ok = Decision {
+            allowed: true,
+            limit: 1000,
+            remaining: 998,
+            reset_after: 3_600_001,
+            retry_after: None,
+        };
+        let mut shadow = outcome("shadow", "1/s", denied(5_000_000));
+        shadow.shadow = true;
+        let outcomes = vec![
+            outcome("per-ip", "10/10s", denied(700_000)),
+            outcome("per-user", "1000/h", ok),
+            shadow,
+        ];
+        let mut h = HeaderMap::new();
+        apply_headers(&mut h, &outcomes);
+        assert_eq!(
+            h[RATELIMIT_POLICY],
+            "\"per-ip\";q=10;w=10, \"per-user\";q=1000;w=3600"
+        );
+        assert_eq!(h[RATELIMIT], "\"per-ip\";r=0;t=10, \"per-user\";r=998;t=3601");
+        assert_eq!(h[RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn too_many_requests_names_the_longest_wait() {
+        let outcomes = vec![
+            outcome("short", "10/10s", denied(1_500_000)),
+            outcome("long", "5/min", denied(12_000_001)),
+        ];
+        let r = too_many_requests(&outcomes);
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()[CONTENT_TYPE], PROBLEM_JSON);
+        assert_eq!(r.headers()[RETRY_AFTER], "13");
+        let body: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "type": PROBLEM_RATE_LIMITED,
+                "title": "Too Many Requests",
+                "status": 429,
+                "detail": "limit is 5 requests per minute for this key",
+                "rule": "long",
+                "retry_after": 13,
+            })
+        );
+    }
+
+    #[test]
+    fn rule_names_are_escaped() {
+        assert_eq!(sf_string("a\"b\\c\u{7}é"), "\"a\\\"b\\\\c??\"");
+    }
+
+    #[test]
+    fn service_unavailable_has_retry_after() {
+        let r = service_unavailable(0);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[RETRY_AFTER], "1");
+    }
+}

@@ -1,0 +1,276 @@
+//! Rules: which requests are limited ([`Matcher`]), by what ([`KeySource`]), how much each
+//! request costs ([`CostSource`]), and what happens when the store fails ([`FailureMode`]).
+
+use std::sync::Arc;
+
+use floodgate_core::Policy;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
+
+use crate::ip::ClientIpConfig;
+use crate::key::KeySource;
+
+/// One rate-limit rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Unique name, shown in headers (`RateLimit-Policy: "per-ip";...`), bodies and metric
+    /// labels. Keep it to printable ASCII without `"` or `\`.
+    pub name: Arc<str>,
+    /// Algorithm and quota.
+    pub policy: Policy,
+    /// Which requests the rule applies to.
+    pub matcher: Matcher,
+    /// What is counted.
+    pub key: KeySource,
+    /// Units each request consumes.
+    pub cost: CostSource,
+    /// Evaluate and count (`outcome="shadow_denied"`), never deny, send no headers. For trying a
+    /// new limit on live traffic.
+    pub shadow: bool,
+    /// What to do when the store fails.
+    pub failure_mode: FailureMode,
+}
+
+impl Rule {
+    /// A rule matching every request, cost 1, enforcing, failing open.
+    pub fn new(name: impl Into<Arc<str>>, policy: Policy, key: KeySource) -> Self {
+        Self {
+            name: name.into(),
+            policy,
+            matcher: Matcher::default(),
+            key,
+            cost: CostSource::Fixed(1),
+            shadow: false,
+            failure_mode: FailureMode::Open,
+        }
+    }
+
+    /// Replaces the matcher.
+    pub fn with_matcher(mut self, matcher: Matcher) -> Self {
+        self.matcher = matcher;
+        self
+    }
+
+    /// Replaces the cost source.
+    pub fn with_cost(mut self, cost: CostSource) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// Sets shadow mode.
+    pub fn with_shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// Sets the failure mode.
+    pub fn with_failure_mode(mut self, mode: FailureMode) -> Self {
+        self.failure_mode = mode;
+        self
+    }
+}
+
+/// Which requests a rule applies to. Every condition that is set must hold; the default (no
+/// condition) matches every request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Matcher {
+    /// Path prefix, matched on whole segments: `/api` matches `/api` and `/api/x`, not
+    /// `/apix`; a prefix ending in `/` matches anything below it.
+    pub path_prefix: Option<String>,
+    /// Methods; empty = any.
+    pub methods: Vec<Method>,
+    /// Host, compared without the port, ASCII case-insensitively, against the URI authority or
+    /// the `Host` header.
+    pub host: Option<String>,
+    /// Header conditions; all must hold.
+    pub headers: Vec<HeaderMatch>,
+}
+
+/// A header condition of a [`Matcher`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderMatch {
+    /// The header is present (with any value).
+    Present(HeaderName),
+    /// Some value of the header equals this one exactly.
+    Equals(HeaderName, HeaderValue),
+}
+
+impl Matcher {
+    /// A matcher for every request.
+    pub fn any() -> Self {
+        Self::default()
+    }
+
+    /// Whether a request with this method, URI and headers matches.
+    pub fn matches(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
+        if !self.methods.is_empty() && !self.methods.contains(method) {
+            return false;
+        }
+        if let Some(prefix) = &self.path_prefix {
+            if !path_matches(prefix, uri.path()) {
+                return false;
+            }
+        }
+        if let Some(host) = &self.host {
+            let actual = uri
+                .host()
+                .map(str::to_string)
+                .or_else(|| {
+                    let h = headers.get(http::header::HOST)?.to_str().ok()?;
+                    Some(strip_port(h).to_string())
+                })
+                .unwrap_or_default();
+            if !actual.eq_ignore_ascii_case(host) {
+                return false;
+            }
+        }
+        self.headers.iter().all(|cond| match cond {
+            HeaderMatch::Present(name) => headers.contains_key(name),
+            HeaderMatch::Equals(name, value) => headers.get_all(name).iter().any(|v| v == value),
+        })
+    }
+}
+
+fn path_matches(prefix: &str, path: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        // [v6]:port
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match host.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+/// Units one request consumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CostSource {
+    /// The same cost for every request (1 for plain request counting).
+    Fixed(u64),
+    /// A whole number from a header (e.g. set by an upstream that knows the operation's
+    /// weight). Absent, unparsable or 0: `default`. Above `max`: `max` (so one request can
+    /// never be charged more than the configuration allows; keep `max` at or below the
+    /// policy's capacity).
+    Header {
+        /// The header to read.
+        name: HeaderName,
+        /// Cost when the header is absent or not a positive whole number.
+        default: u64,
+        /// The most one request is charged.
+        max: u64,
+    },
+}
+
+impl CostSource {
+    /// The cost of a request with these headers.
+    pub fn cost(&self, headers: &HeaderMap) -> u64 {
+        match self {
+            CostSource::Fixed(cost) => *cost,
+            CostSource::Header { name, default, max } => headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|&c| c > 0)
+                .map_or(*default, |c| c.min(*max)),
+        }
+    }
+}
+
+/// What a rule does when the store fails (unreachable, timed out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// Admit the request and count `outcome="error_open"`: availability first, the usual choice
+    /// for limits that protect fairness rather than safety. The default.
+    #[default]
+    Open,
+    /// Answer 503 with `Retry-After` and count `outcome="error_closed"`: for limits that
+    /// protect something that must not be overrun (paid APIs, brute-force guards).
+    Closed,
+}
+
+/// Everything the middleware evaluates: the rules and how client IPs are found. Swapped as one
+/// value on reload (see [`crate::RateLimiter::replace_rules`]); store state is keyed by rule
+/// name and key, so it survives a reload.
+#[derive(Debug, Clone, Default)]
+pub struct RuleSet {
+    /// Rules, in the order they are reported.
+    pub rules: Vec<Rule>,
+    /// Client IP resolution.
+    pub client_ip: ClientIpConfig,
+}
+
+impl RuleSet {
+    /// A rule set with default client IP settings.
+    pub fn new(rules: Vec<Rule>) -> Self {
+        Self {
+            rules,
+            client_ip: ClientIpConfig::default(),
+        }
+    }
+
+    /// Replaces the client IP settings.
+    pub fn with_client_ip(mut self, client_ip: ClientIpConfig) -> Self {
+        self.client_ip = client_ip;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_prefix_matches_whole_segments() {
+        assert!(path_matches("/api", "/api"));
+        assert!(path_matches("/api", "/api/items"));
+        assert!(!path_matches("/api", "/apix"));
+        assert!(path_matches("/api/", "/api/x"));
+        assert!(path_matches("/", "/anything"));
+        assert!(!path_matches("/api", "/"));
+    }
+
+    #[test]
+    fn matcher_checks_every_condition() {
+        let m = Matcher {
+            path_prefix: Some("/api".into()),
+            methods: vec![Method::POST],
+            host: Some("example.com".into()),
+            headers: vec![HeaderMatch::Equals(
+                HeaderName::from_static("x-tier"),
+                HeaderValue::from_static("free"),
+            )],
+        };
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("Example.com:8080"));
+        h.insert("x-tier", HeaderValue::from_static("free"));
+        let uri: Uri = "/api/x".parse().unwrap();
+        assert!(m.matches(&Method::POST, &uri, &h));
+        assert!(!m.matches(&Method::GET, &uri, &h));
+        assert!(!m.matches(&Method::POST, &"/other".parse().unwrap(), &h));
+        h.insert("x-tier", HeaderValue::from_static("paid"));
+        assert!(!m.matches(&Method::POST, &uri, &h));
+        assert!(Matcher::any().matches(&Method::GET, &uri, &HeaderMap::new()));
+    }
+
+    #[test]
+    fn header_cost_defaults_and_clamps() {
+        let c = CostSource::Header {
+            name: HeaderName::from_static("x-cost"),
+            default: 1,
+            max: 50,
+        };
+        let mut h = HeaderMap::new();
+        assert_eq!(c.cost(&h), 1);
+        for (value, cost) in [("7", 7), ("0", 1), ("-3", 1), ("abc", 1), ("900", 50), (" 9 ", 9)] {
+            h.insert("x-cost", HeaderValue::from_static(value));
+            assert_eq!(c.cost(&h), cost, "{value}");
+        }
+    }
+}
