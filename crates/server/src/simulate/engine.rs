@@ -1,0 +1,435 @@
+//! The simulation engine: traffic -> decisions -> summary, as pure functions.
+//!
+//! [`simulate`] replays requests in time order through a [`Balancer`] and a [`CounterStore`];
+//! [`summarize`] turns the outcomes into totals, per-column counts and the true-rate metric
+//! ([`PeakWindow`]); [`run_in_memory`] does both for one algorithm with in-process counters.
+
+use std::collections::HashMap;
+
+use floodgate_core::{AlgorithmKind, CheckError, Decision, Micros, Quota, Timestamp};
+
+use super::setup::{Balancer, CounterMode, CounterStore, InProcessCounters, Setup, SetupError};
+use super::traffic::Request;
+
+/// The decision for one request of the traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Index of the request in the replayed slice.
+    pub request: usize,
+    /// The instance (0-based) the balancer sent it to.
+    pub instance: usize,
+    /// The decision, or [`CheckError::InsufficientCapacity`] when the cost can never fit.
+    pub result: Result<Decision, CheckError>,
+}
+
+/// The first window edge after the Unix epoch's 1.7 x 10^15 us (November 2023) that is a multiple
+/// of `period`: simulation time 0 maps to it, so simulation time `k x period` is a window edge
+/// for the clock-aligned fixed and sliding windows.
+pub fn epoch_base(period: Micros) -> Timestamp {
+    const START: Timestamp = 1_700_000_000_000_000;
+    START.div_ceil(period.max(1)) * period.max(1)
+}
+
+/// Replays `requests` (sorted by `t_us`) at `base + t_us`, each through the instance `balancer`
+/// picks, deciding with `store`. Returns one [`Outcome`] per request, in order.
+pub fn simulate(
+    requests: &[Request],
+    store: &mut dyn CounterStore,
+    balancer: &mut Balancer,
+    base: Timestamp,
+) -> Vec<Outcome> {
+    requests
+        .iter()
+        .enumerate()
+        .map(|(index, r)| {
+            let instance = balancer.pick();
+            Outcome {
+                request: index,
+                instance,
+                result: store.check(instance, &r.key, base + r.t_us, r.cost),
+            }
+        })
+        .collect()
+}
+
+/// The most units admitted for one key within any window `[start, start + period)`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PeakWindow {
+    /// The key.
+    pub key: String,
+    /// Units admitted in the window.
+    pub units: u64,
+    /// Simulation time of the first admission in the window, in microseconds.
+    pub start_us: Micros,
+}
+
+/// Requests in one chart column `[start_us, start_us + column_us)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Column {
+    /// Simulation time the column starts at, in microseconds.
+    pub start_us: Micros,
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Requests denied.
+    pub rejected: u64,
+    /// Requests refused as impossible (cost above capacity).
+    pub impossible: u64,
+}
+
+/// Admissions of one traffic source (`calm`, `spike`, `burst-1` ...).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SourceCount {
+    /// The source name.
+    pub source: &'static str,
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Requests denied.
+    pub rejected: u64,
+    /// Requests refused as impossible.
+    pub impossible: u64,
+}
+
+/// What one run admitted: totals, per source, per instance, per column, and the true rate.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Summary {
+    /// Requests replayed.
+    pub requests: u64,
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Requests denied (a plain denial; the client may retry later).
+    pub rejected: u64,
+    /// Requests refused because their cost exceeds the capacity (`insufficient_capacity`).
+    pub impossible: u64,
+    /// Units admitted (sum of the admitted costs).
+    pub units_admitted: u64,
+    /// Units denied or refused.
+    pub units_rejected: u64,
+    /// The true rate: the most units admitted for one key in any window of length `period`
+    /// (exact, over all decision times); `None` when nothing was admitted.
+    pub max_in_period: Option<PeakWindow>,
+    /// `max_in_period.units / limit`: 1.0 means the declared limit held, 2.0 twice the limit.
+    pub over_admission: f64,
+    /// Requests admitted by each instance.
+    pub admitted_per_instance: Vec<u64>,
+    /// Counts per traffic source, in order of first appearance.
+    pub per_source: Vec<SourceCount>,
+    /// Width of each chart column, in microseconds.
+    pub column_us: Micros,
+    /// One entry per column, covering the traffic's span.
+    pub columns: Vec<Column>,
+}
+
+/// Summarizes `outcomes` of `requests` for `quota` (its limit and period define the true-rate
+/// window), with chart columns of `column_us` covering `[0, span_us)`.
+pub fn summarize(
+    requests: &[Request],
+    outcomes: &[Outcome],
+    quota: &Quota,
+    instances: usize,
+    column_us: Micros,
+    span_us: Micros,
+) -> Summary {
+    let column_us = column_us.max(1);
+    let last = requests.last().map_or(0, |r| r.t_us + 1);
+    let n_columns = span_us.max(last).div_ceil(column_us).max(1) as usize;
+    let mut columns: Vec<Column> = (0..n_columns)
+        .map(|i| Column {
+            start_us: i as u64 * column_us,
+            ..Column::default()
+        })
+        .collect();
+    let mut summary = Summary {
+        requests: requests.len() as u64,
+        admitted: 0,
+        rejected: 0,
+        impossible: 0,
+        units_admitted: 0,
+        units_rejected: 0,
+        max_in_period: None,
+        over_admission: 0.0,
+        admitted_per_instance: vec![0; instances.max(1)],
+        per_source: Vec::new(),
+        column_us,
+        columns: Vec::new(),
+    };
+    // Admitted (time, cost) per key, in time order, for the true-rate window.
+    let mut admitted_by_key: HashMap<&str, Vec<(Micros, u64)>> = HashMap::new();
+    for outcome in outcomes {
+        let request = &requests[outcome.request];
+        let column = &mut columns[(request.t_us / column_us) as usize];
+        let source = match summary
+            .per_source
+            .iter()
+            .position(|s| s.source == request.source)
+        {
+            Some(i) => &mut summary.per_source[i],
+            None => {
+                summary.per_source.push(SourceCount {
+                    source: request.source,
+                    admitted: 0,
+                    rejected: 0,
+                    impossible: 0,
+                });
+                summary.per_source.last_mut().expect("just pushed")
+            }
+        };
+        match outcome.result {
+            Ok(d) if d.allowed => {
+                summary.admitted += 1;
+                summary.units_admitted += request.cost;
+                column.admitted += 1;
+                source.admitted += 1;
+                if let Some(count) = summary.admitted_per_instance.get_mut(outcome.instance) {
+                    *count += 1;
+                }
+                admitted_by_key
+                    .entry(request.key.as_str())
+                    .or_default()
+                    .push((request.t_us, request.cost));
+            }
+            Ok(_) => {
+                summary.rejected += 1;
+                summary.units_rejected += request.cost;
+                column.rejected += 1;
+                source.rejected += 1;
+            }
+            // Cost above capacity (or any future refusal): an error, not a denial.
+            Err(_) => {
+                summary.impossible += 1;
+                summary.units_rejected += request.cost;
+                column.impossible += 1;
+                source.impossible += 1;
+            }
+        }
+    }
+    let mut keys: Vec<_> = admitted_by_key.into_iter().collect();
+    // Deterministic tie-breaking between keys: alphabetical.
+    keys.sort_by(|a, b| a.0.cmp(b.0));
+    for (key, admissions) in keys {
+        let (units, start_us) = max_in_window(&admissions, quota.period());
+        if summary
+            .max_in_period
+            .as_ref()
+            .is_none_or(|p| units > p.units)
+        {
+            summary.max_in_period = Some(PeakWindow {
+                key: key.to_string(),
+                units,
+                start_us,
+            });
+        }
+    }
+    summary.over_admission = summary
+        .max_in_period
+        .as_ref()
+        .map_or(0.0, |p| p.units as f64 / quota.limit() as f64);
+    summary.columns = columns;
+    summary
+}
+
+/// The most units in any half-open window `[t, t + period)` over `admissions` (sorted by time),
+/// with the time of the window's first admission. Two pointers, O(n). `(0, 0)` when empty.
+pub fn max_in_window(admissions: &[(Micros, u64)], period: Micros) -> (u64, Micros) {
+    let (mut best, mut best_start) = (0, 0);
+    let (mut head, mut sum) = (0, 0);
+    for &(t, cost) in admissions {
+        sum += cost;
+        while t - admissions[head].0 >= period {
+            sum -= admissions[head].1;
+            head += 1;
+        }
+        if sum > best {
+            best = sum;
+            best_start = admissions[head].0;
+        }
+    }
+    (best, best_start)
+}
+
+/// One algorithm run over one traffic and setup.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The algorithm.
+    pub kind: AlgorithmKind,
+    /// One outcome per request.
+    pub outcomes: Vec<Outcome>,
+    /// The summary.
+    pub summary: Summary,
+    /// For several instances without a shared counter: what one shared counter admits on the
+    /// same traffic (requests, most units in any period), the exact reference.
+    pub shared_reference: Option<(u64, u64)>,
+}
+
+/// Runs `kind` on `quota` over `requests` with in-process counters laid out by `setup`.
+///
+/// # Errors
+/// [`SetupError`] when the setup cannot be built (see [`InProcessCounters::new`]).
+pub fn run_in_memory(
+    requests: &[Request],
+    kind: AlgorithmKind,
+    quota: Quota,
+    setup: Setup,
+    column_us: Micros,
+    span_us: Micros,
+) -> Result<Run, SetupError> {
+    let replay = |setup: &Setup| -> Result<Vec<Outcome>, SetupError> {
+        let mut store = InProcessCounters::new(kind, quota, setup)?;
+        let mut balancer = Balancer::new(setup.instances, setup.balance);
+        Ok(simulate(
+            requests,
+            &mut store,
+            &mut balancer,
+            epoch_base(quota.period()),
+        ))
+    };
+    let outcomes = replay(&setup)?;
+    let summary = summarize(
+        requests,
+        &outcomes,
+        &quota,
+        setup.instances,
+        column_us,
+        span_us,
+    );
+    let shared_reference = if setup.instances > 1 && setup.counter != CounterMode::Shared {
+        let shared = setup.shared();
+        let outcomes = replay(&shared)?;
+        let s = summarize(
+            requests,
+            &outcomes,
+            &quota,
+            shared.instances,
+            column_us,
+            span_us,
+        );
+        Some((s.admitted, s.max_in_period.map_or(0, |p| p.units)))
+    } else {
+        None
+    };
+    Ok(Run {
+        kind,
+        outcomes,
+        summary,
+        shared_reference,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulate::setup::Balance;
+    use crate::simulate::traffic::{Boundary, Flood};
+
+    const SINGLE: Setup = Setup {
+        instances: 1,
+        counter: CounterMode::Local,
+        balance: Balance::RoundRobin,
+    };
+
+    #[test]
+    fn epoch_base_is_period_aligned() {
+        assert_eq!(epoch_base(1_000_000), 1_700_000_000_000_000);
+        let minute = 60_000_000;
+        assert_eq!(epoch_base(minute) % minute, 0);
+        assert!(epoch_base(minute) >= 1_700_000_000_000_000);
+        assert!(epoch_base(minute) - 1_700_000_000_000_000 < minute);
+    }
+
+    #[test]
+    fn max_in_window_is_half_open_and_exact() {
+        // 100 at 0.95 s and 100 at 1.05 s are 0.1 s apart: one 1 s window holds all 200.
+        let a = [(950_000, 100), (1_050_000, 100)];
+        assert_eq!(max_in_window(&a, 1_000_000), (200, 950_000));
+        // Exactly one period apart: never in the same half-open window.
+        let b = [(0, 5), (1_000_000, 5), (1_500_000, 1)];
+        assert_eq!(max_in_window(&b, 1_000_000), (6, 1_000_000));
+        assert_eq!(max_in_window(&[], 1_000_000), (0, 0));
+    }
+
+    fn request(t_us: Micros, cost: u64) -> Request {
+        Request {
+            t_us,
+            key: "k".into(),
+            cost,
+            source: "trace",
+        }
+    }
+
+    #[test]
+    fn gcra_boundary_admits_limit_plus_refill() {
+        // GCRA 100/s (burst 100): 100 at 0.95 s, then 0.1 s refills 10 more.
+        let quota: Quota = "100/s".parse().unwrap();
+        let traffic = Boundary::for_quota(&quota).traffic().unwrap();
+        let run = run_in_memory(
+            &traffic.requests,
+            AlgorithmKind::Gcra,
+            quota,
+            SINGLE,
+            1_000_000,
+            traffic.span_us,
+        )
+        .unwrap();
+        let s = &run.summary;
+        assert_eq!((s.admitted, s.rejected, s.impossible), (110, 90, 0));
+        assert_eq!(s.max_in_period.as_ref().unwrap().units, 110);
+        assert_eq!(s.max_in_period.as_ref().unwrap().start_us, 950_000);
+        assert!((s.over_admission - 1.1).abs() < 1e-12);
+        let cols: Vec<_> = s.columns.iter().map(|c| (c.admitted, c.rejected)).collect();
+        assert_eq!(cols, [(100, 0), (10, 90)]);
+        assert_eq!(s.per_source[0].source, "burst-1");
+        assert_eq!(
+            (s.per_source[1].admitted, s.per_source[1].rejected),
+            (10, 90)
+        );
+        assert!(run.shared_reference.is_none());
+    }
+
+    #[test]
+    fn gcra_local_counters_multiply_and_shared_does_not() {
+        // 10/10s (T = 1 s, tau = 10 s), flood of one request per 0.1 s for 10 s. Shared: after k
+        // admissions tat = k s, so request k at 0.1k s is admitted while k + 1 - 0.1k <= 10,
+        // i.e. k = 0..=10 (11), then one each time now reaches tat - 9 s: 2 s .. 9 s (8): 19.
+        // Local: instance 0 sees one request per 0.3 s: k + 1 - 0.3k <= 10 gives 13, then
+        // 4.2, 5.1, 6.0, 7.2, 8.1, 9.0 s: 19 again (instances 1 and 2 likewise).
+        let quota: Quota = "10/10s".parse().unwrap();
+        let traffic = Flood::for_quota(&quota).traffic().unwrap();
+        let setup = Setup {
+            instances: 3,
+            counter: CounterMode::Local,
+            balance: Balance::RoundRobin,
+        };
+        let run = run_in_memory(
+            &traffic.requests,
+            AlgorithmKind::Gcra,
+            quota,
+            setup,
+            1_000_000,
+            traffic.span_us,
+        )
+        .unwrap();
+        assert_eq!(run.shared_reference, Some((19, 19)));
+        assert_eq!(run.summary.admitted, 3 * 19);
+        assert_eq!(run.summary.admitted_per_instance, [19, 19, 19]);
+    }
+
+    #[test]
+    fn impossible_cost_is_not_a_denial() {
+        let quota: Quota = "10/s".parse().unwrap();
+        let requests = [request(0, 11), request(1, 10), request(2, 1)];
+        let run =
+            run_in_memory(&requests, AlgorithmKind::Gcra, quota, SINGLE, 1_000_000, 3).unwrap();
+        assert!(matches!(
+            run.outcomes[0].result,
+            Err(CheckError::InsufficientCapacity {
+                cost: 11,
+                capacity: 10
+            })
+        ));
+        assert!(matches!(run.outcomes[1].result, Ok(d) if d.allowed));
+        assert!(matches!(run.outcomes[2].result, Ok(d) if !d.allowed));
+        let s = &run.summary;
+        assert_eq!((s.admitted, s.rejected, s.impossible), (1, 1, 1));
+        assert_eq!((s.units_admitted, s.units_rejected), (10, 12));
+        assert_eq!(s.columns[0].impossible, 1);
+    }
+}

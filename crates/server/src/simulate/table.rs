@@ -1,0 +1,288 @@
+//! `--format table`: a header, a comparison of totals and the true rate, a per-column table, and
+//! one terminal chart per algorithm (admitted `█`, rejected `x`).
+
+use std::fmt::Write;
+
+use floodgate_core::Micros;
+
+use super::engine::{Column, Run};
+use super::traffic::format_duration;
+use super::Report;
+
+/// Rows of the terminal chart.
+const CHART_HEIGHT: u64 = 8;
+
+/// Renders the whole report as text.
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let q = &report.quota;
+    let period = format_duration(q.period());
+    let preset = report
+        .preset
+        .map(|p| format!(" (preset {})", p.as_str()))
+        .unwrap_or_default();
+    let _ = writeln!(out, "scenario: {}{preset}", report.traffic.name);
+    let _ = writeln!(out, "traffic:  {}", report.traffic.description);
+    let _ = writeln!(
+        out,
+        "policy:   {} ({}), burst {} for the bucket algorithms",
+        q,
+        q.describe(),
+        q.burst()
+    );
+    let _ = writeln!(out, "setup:    {}", report.setup.describe());
+    out.push('\n');
+
+    // Totals and the true rate, one row per algorithm.
+    let any_impossible = report.runs.iter().any(|r| r.summary.impossible > 0);
+    let peak_header = format!("max in any {period}");
+    let _ = write!(out, "{:<15}{:>9}{:>9}", "algorithm", "admitted", "rejected");
+    if any_impossible {
+        let _ = write!(out, "{:>11}", "impossible");
+    }
+    let _ = write!(
+        out,
+        "{:>w$}{:>10}",
+        peak_header,
+        "vs limit",
+        w = peak_header.len() + 2
+    );
+    let has_reference = report.runs.iter().any(|r| r.shared_reference.is_some());
+    if has_reference {
+        let _ = write!(out, "  one shared counter");
+    }
+    out.push('\n');
+    for run in &report.runs {
+        let s = &run.summary;
+        let peak = s.max_in_period.as_ref().map_or(0, |p| p.units);
+        let _ = write!(
+            out,
+            "{:<15}{:>9}{:>9}",
+            run.kind.as_str(),
+            s.admitted,
+            s.rejected
+        );
+        if any_impossible {
+            let _ = write!(out, "{:>11}", s.impossible);
+        }
+        let _ = write!(
+            out,
+            "{:>w$}{:>10}",
+            peak,
+            format!("{:.2}x", s.over_admission),
+            w = peak_header.len() + 2
+        );
+        if let Some((admitted, peak)) = run.shared_reference {
+            let _ = write!(out, "  {admitted} admitted, max {peak}");
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "(\"max in any {period}\": the most units admitted for one key in any window of {period}, \
+         sliding over every decision time; \"vs limit\": that over the limit of {})",
+        q.limit()
+    );
+    if report.setup.instances > 1 {
+        out.push('\n');
+        for run in &report.runs {
+            let per: Vec<String> = run
+                .summary
+                .admitted_per_instance
+                .iter()
+                .map(u64::to_string)
+                .collect();
+            let _ = writeln!(
+                out,
+                "{:<15}admitted per instance: {}",
+                run.kind.as_str(),
+                per.join(" + ")
+            );
+        }
+    }
+    let sources = &report.runs[0].summary.per_source;
+    if sources.len() > 1 {
+        out.push('\n');
+        let _ = write!(out, "{:<15}", "by source");
+        for s in sources {
+            let _ = write!(out, "{:>16}", format!("{} adm/rej", s.source));
+        }
+        out.push('\n');
+        for run in &report.runs {
+            let _ = write!(out, "{:<15}", run.kind.as_str());
+            for s in &run.summary.per_source {
+                let _ = write!(
+                    out,
+                    "{:>16}",
+                    format!("{}/{}", s.admitted, s.rejected + s.impossible)
+                );
+            }
+            out.push('\n');
+        }
+    }
+
+    // Per-column table: admitted/rejected of each algorithm.
+    out.push('\n');
+    let column_us = report.runs[0].summary.column_us;
+    let _ = write!(out, "{:<12}", format!("per {}", format_duration(column_us)));
+    for run in &report.runs {
+        let _ = write!(out, "{:>16}", run.kind.as_str());
+    }
+    out.push('\n');
+    let n_columns = report.runs[0].summary.columns.len();
+    for i in 0..n_columns {
+        let start = report.runs[0].summary.columns[i].start_us;
+        let _ = write!(out, "{:<12}", format_duration(start));
+        for run in &report.runs {
+            let c = &run.summary.columns[i];
+            let _ = write!(
+                out,
+                "{:>16}",
+                format!("{}/{}", c.admitted, c.rejected + c.impossible)
+            );
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "(admitted/rejected requests in each {} from the time shown)",
+        format_duration(column_us)
+    );
+
+    // One chart per algorithm, all on the same vertical scale.
+    let scale = report
+        .runs
+        .iter()
+        .flat_map(|r| r.summary.columns.iter())
+        .map(|c| c.admitted + c.rejected + c.impossible)
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    for run in &report.runs {
+        out.push('\n');
+        chart(&mut out, run, scale, column_us);
+    }
+    out
+}
+
+/// Draws one run's columns: `█` admitted (bottom), `x` rejected (top), scaled so `scale`
+/// requests fill [`CHART_HEIGHT`] rows.
+fn chart(out: &mut String, run: &Run, scale: u64, column_us: Micros) {
+    let s = &run.summary;
+    let _ = writeln!(
+        out,
+        "{}: {} admitted (█), {} rejected (x)",
+        run.kind.as_str(),
+        s.admitted,
+        s.rejected + s.impossible
+    );
+    let cols = &s.columns;
+    let width = match cols.len() {
+        0..=26 => 3,
+        27..=40 => 2,
+        _ => 1,
+    };
+    let bars: Vec<(u64, u64)> = cols.iter().map(|c| bar_rows(c, scale)).collect();
+    let label_width = scale.to_string().len();
+    for row in (1..=CHART_HEIGHT).rev() {
+        let label = if row == CHART_HEIGHT {
+            scale.to_string()
+        } else {
+            String::new()
+        };
+        let _ = write!(out, "{label:>label_width$} |");
+        for &(admitted, total) in &bars {
+            let cell = if row <= admitted {
+                '█'
+            } else if row <= total {
+                'x'
+            } else {
+                ' '
+            };
+            for _ in 0..width.min(2) {
+                out.push(cell);
+            }
+            if width == 3 {
+                out.push(' ');
+            }
+        }
+        // Trim trailing spaces of the row.
+        while out.ends_with(' ') {
+            out.pop();
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "{:>label_width$} +{}",
+        0,
+        "-".repeat(cols.len() * width)
+    );
+    // Time labels every few columns, where they fit.
+    let mut labels = String::new();
+    let step = (6usize).div_ceil(width).max(1);
+    let step = [1, 2, 5, 10, 20, 50, 100]
+        .into_iter()
+        .find(|s| *s >= step)
+        .unwrap_or(step);
+    for (i, c) in cols.iter().enumerate().step_by(step) {
+        let pos = i * width;
+        if labels.chars().count() > pos {
+            continue;
+        }
+        while labels.chars().count() < pos {
+            labels.push(' ');
+        }
+        labels.push_str(&format_duration(c.start_us).replace(" s", "s"));
+    }
+    let _ = writeln!(out, "{:>label_width$}  {labels}", "");
+    let _ = writeln!(
+        out,
+        "{:>label_width$}  (one column per {})",
+        "",
+        format_duration(column_us)
+    );
+}
+
+/// Rows `(admitted, admitted + rejected)` of one column's bar: proportional, rounded up so any
+/// non-zero count shows at least one row, and rejections keep a row even beside a tall bar.
+fn bar_rows(c: &Column, scale: u64) -> (u64, u64) {
+    let rejected = c.rejected + c.impossible;
+    let total = c.admitted + rejected;
+    let mut total_rows = (total * CHART_HEIGHT).div_ceil(scale);
+    let mut admitted_rows = (c.admitted * CHART_HEIGHT).div_ceil(scale);
+    if rejected > 0 && admitted_rows == total_rows {
+        if admitted_rows > 1 {
+            admitted_rows -= 1;
+        } else {
+            total_rows += 1;
+        }
+    }
+    (admitted_rows, total_rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn column(admitted: u64, rejected: u64) -> Column {
+        Column {
+            start_us: 0,
+            admitted,
+            rejected,
+            impossible: 0,
+        }
+    }
+
+    #[test]
+    fn bars_are_proportional_and_never_hide_a_count() {
+        assert_eq!(bar_rows(&column(200, 0), 200), (8, 8));
+        assert_eq!(bar_rows(&column(100, 100), 200), (4, 8));
+        assert_eq!(bar_rows(&column(0, 0), 200), (0, 0));
+        assert_eq!(bar_rows(&column(1, 0), 200), (1, 1));
+        // 199 admitted and 1 rejected: the rejection still shows.
+        assert_eq!(bar_rows(&column(199, 1), 200), (7, 8));
+        assert_eq!(bar_rows(&column(0, 1), 200), (0, 1));
+        assert_eq!(bar_rows(&column(1, 1), 200), (1, 2));
+    }
+}
