@@ -3,24 +3,28 @@
 //!
 //! Source: Cloudflare, "Counting things, a lot of different things" (Julien Desgats, 2017).
 //! Windows are aligned to multiples of `period` since the Unix epoch (as in
-//! [`FixedWindow`](crate::FixedWindow)). At `elapsed` microseconds into the current window the
-//! number of units in the last `period` is estimated as
+//! [`FixedWindow`](crate::FixedWindow)). The sliding window at `now` is the last `period`
+//! microseconds, `[now - period + 1, now]`; at `elapsed` microseconds into the current window it
+//! overlaps the previous window in `period - 1 - elapsed` of them, and the number of units in
+//! it is estimated as
 //!
 //! ```text
-//! estimate = previous_count x (period - elapsed) / period + count
+//! estimate = previous_count x (period - 1 - elapsed) / period + count
 //! ```
 //!
-//! and a request of `cost` units is admitted when `estimate + cost <= limit`, compared exactly by
-//! multiplying through by `period` (no rounding, no floats):
+//! (Cloudflare's `period - elapsed` is the same overlap in continuous time; with whole
+//! microseconds it would never reach 0, and a client at full demand would get only `limit - 1`
+//! units per window.) A request of `cost` units is admitted when `estimate + cost <= limit`,
+//! compared exactly by multiplying through by `period` (no rounding, no floats):
 //!
 //! ```text
-//! previous_count x (period - elapsed) + (count + cost) x period <= limit x period
+//! previous_count x (period - 1 - elapsed) + (count + cost) x period <= limit x period
 //! ```
 //!
 //! [`SlidingWindow::new`] rejects quotas with `limit x period > MAX_EXACT`, so every product is
 //! exact in the Redis Lua script too. `retry_after` is exact, in closed form: the first
 //! microsecond at which the inequality holds, either later in the current window (as the previous
-//! window's weight decays) or in a later one. See `docs/spec/sliding_window.md`.
+//! window's weight decays) or in the next one. See `docs/spec/sliding_window.md`.
 //!
 //! ```
 //! use floodgate_core::{Algorithm, Quota, SlidingWindow};
@@ -28,12 +32,13 @@
 //! let mut state = window.initial_state();
 //! let t0 = 1_700_000_000_000_000; // a second boundary
 //! assert!(window.check(&mut state, t0 + 900_000, 10).unwrap().allowed);
-//! // 0.2 s into the next window the previous 10 still weigh 10 x 0.8 = 8: room for 2.
-//! let d = window.check(&mut state, t0 + 1_200_000, 2).unwrap();
+//! // 0.5 s into the next window the last second overlaps the previous one by 499,999 us:
+//! // the previous 10 weigh 10 x 0.499999 = 4.99999, leaving room for 5.
+//! let d = window.check(&mut state, t0 + 1_500_000, 5).unwrap();
 //! assert_eq!((d.allowed, d.remaining), (true, 0));
-//! // One more unit fits once 10 x (1 - elapsed) + 2 + 1 <= 10, i.e. at elapsed = 0.3 s.
-//! let denied = window.check(&mut state, t0 + 1_200_000, 1).unwrap();
-//! assert_eq!(denied.retry_after, Some(100_000));
+//! // One more unit fits once 10 x overlap <= 4 x 1 s, i.e. at an overlap of 400,000 us.
+//! let denied = window.check(&mut state, t0 + 1_500_000, 1).unwrap();
+//! assert_eq!(denied.retry_after, Some(99_999));
 //! ```
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
@@ -73,6 +78,12 @@ impl SlidingWindow {
             _ => (0, 0),
         }
     }
+}
+
+/// `max(0, period - 1 - quotient)`: the first elapsed time at which an overlap of
+/// `period - 1 - e` microseconds weighs at most `quotient` whole units.
+fn overlap_floor(period: u64, quotient: u64) -> u64 {
+    (period - 1).saturating_sub(quotient)
 }
 
 impl Algorithm for SlidingWindow {
@@ -120,8 +131,13 @@ impl Algorithm for SlidingWindow {
         let elapsed = now % period;
         let window = now - elapsed;
         let (previous, count) = Self::counts_at(state, window, period);
-        // previous x (period - elapsed): the previous window's weight, scaled by `period`.
-        let weight = previous.saturating_mul(period - elapsed);
+        // The sliding window is the last `period` microseconds, [now - period + 1, now]; it
+        // overlaps the previous window in `period - 1 - elapsed` of them (Cloudflare's
+        // `period - elapsed` in continuous time). `weight` is the previous count's share,
+        // scaled by `period`. At the last microsecond of a window it is 0, so a client at full
+        // demand gets exactly `limit` per window.
+        let overlap = period - 1 - elapsed;
+        let weight = previous.saturating_mul(overlap);
         // `room` = limit - count - cost, so the test `weight <= room x period` keeps every value
         // at or below limit x period (<= MAX_EXACT by `new`). Cost 0 is always allowed, even if
         // a backwards `now` made the estimate exceed the limit.
@@ -141,33 +157,26 @@ impl Algorithm for SlidingWindow {
         let remaining = limit
             .saturating_sub(count_after)
             .saturating_sub(weight.div_ceil(period));
-        // `count_after` weighs until the end of the next window; `previous` until this one ends.
+        // `count_after` weighs until the last microsecond of the next window; `previous` until
+        // the last microsecond of this one, where its overlap reaches 0.
         let reset_after = if count_after > 0 {
-            2 * period - elapsed
+            period + overlap
         } else if previous > 0 {
-            period - elapsed
+            overlap
         } else {
             0
         };
-        let retry_after = (!allowed).then(|| {
-            match room {
-                // Later in this window: weight' = previous x (period - e') <= room x period
-                // first holds at e' = period - floor(room x period / previous). previous > 0
-                // here, otherwise the request would have been allowed.
-                Some(room) if room * period >= previous => {
-                    period - (room * period) / previous - elapsed
-                }
-                // In the next window, `count` becomes the previous count and the new count is
-                // 0: the test count x (period - e') <= (limit - cost) x period first holds at
-                // e' = period - floor((limit - cost) x period / count), clamped at 0. A value of
-                // `period` means the window after next, where both counts are 0.
-                _ => {
-                    let first = match count {
-                        0 => 0,
-                        c => period.saturating_sub((limit - cost) * period / c),
-                    };
-                    period - elapsed + first
-                }
+        let retry_after = (!allowed).then(|| match room {
+            // Later in this window: previous x (period - 1 - e) <= room x period first holds at
+            // e = period - 1 - floor(room x period / previous), always within the window (the
+            // overlap is 0 at its last microsecond). previous > 0 here, else it was allowed.
+            Some(room) => overlap - (room * period) / previous,
+            // count + cost > limit: in the next window `count` becomes the previous count and
+            // the new count is 0; count x (period - 1 - e) <= (limit - cost) x period first
+            // holds at e = period - 1 - floor((limit - cost) x period / count), clamped at 0.
+            None => {
+                let first = overlap_floor(period, (limit - cost) * period / count);
+                period - elapsed + first
             }
         });
         Decision {
@@ -214,25 +223,25 @@ mod tests {
         let mut s = w.initial_state();
         assert_eq!(
             w.check(&mut s, T0 + 900_000, 10).unwrap(),
-            decision(10, true, 0, 1_100_000, None)
+            decision(10, true, 0, 1_099_999, None)
         );
-        // 1 us before the edge: the current window is full.
+        // 1 us before the edge the current window is full. In the next one, 1 unit fits when
+        // 10 x overlap <= 9 x 1 s: overlap 900_000, elapsed 99_999.
         assert_eq!(
             w.check(&mut s, T0 + 999_999, 1).unwrap(),
-            decision(10, false, 0, 1_000_001, Some(100_001))
-        );
-        // At the edge the previous 10 weigh 10 x 1: still full. One unit fits at elapsed
-        // 100_000 (10 x 0.9 + 1 = 10).
-        assert_eq!(
-            w.check(&mut s, T0 + 1_000_000, 1).unwrap(),
             decision(10, false, 0, 1_000_000, Some(100_000))
         );
+        // At the edge the previous 10 overlap by 999_999 us: 9.99999 units.
         assert_eq!(
-            w.check(&mut s, T0 + 1_099_999, 1).unwrap(),
+            w.check(&mut s, T0 + 1_000_000, 1).unwrap(),
+            decision(10, false, 0, 999_999, Some(99_999))
+        );
+        assert_eq!(
+            w.check(&mut s, T0 + 1_099_998, 1).unwrap(),
             decision(10, false, 0, 900_001, Some(1))
         );
         assert_eq!(
-            w.check(&mut s, T0 + 1_100_000, 1).unwrap(),
+            w.check(&mut s, T0 + 1_099_999, 1).unwrap(),
             decision(10, true, 0, 1_900_000, None)
         );
         assert_eq!(
@@ -256,25 +265,42 @@ mod tests {
                 .count()
         };
         assert_eq!(admitted(&mut s, T0 + 950_000), 100);
-        // 100 x 0.95 = 95 of the previous window still weigh: room for 5.
+        // 100 x 0.949999 = 94.9999 of the previous window still weigh: room for 5.
         assert_eq!(admitted(&mut s, T0 + 1_050_000), 5);
     }
 
     #[test]
-    fn retry_after_may_skip_to_a_later_window() {
+    fn full_demand_gets_exactly_the_limit_per_window() {
+        // With the continuous-time overlap `period - elapsed` the previous window would never
+        // stop weighing and this client would get 2 per window, not 3.
+        let w = window("3/10us");
+        let mut s = w.initial_state();
+        let mut now = T0;
+        let mut admitted = 0;
+        while now < T0 + 1_000 {
+            match w.check(&mut s, now, 1).unwrap().retry_after {
+                None => admitted += 1,
+                Some(retry) => now += retry,
+            }
+        }
+        assert_eq!(admitted, 300);
+    }
+
+    #[test]
+    fn retry_after_may_fall_in_the_next_window() {
         let w = window("10/s");
         let mut s = w.initial_state();
         assert!(w.check(&mut s, T0 + 500_000, 6).unwrap().allowed);
-        // Cost 5 with count 6: not in this window; in the next one 6 x (1 - e) + 5 <= 10 at
-        // e >= 1/6 s = 166_666.67 us, so the first whole microsecond is 166_667.
+        // Cost 5 with count 6: not in this window; in the next one 6 x overlap <= 5 x 1 s at
+        // overlap <= 833_333.33, i.e. elapsed >= 999_999 - 833_333 = 166_666.
         assert_eq!(
             w.check(&mut s, T0 + 500_000, 5).unwrap(),
-            decision(10, false, 4, 1_500_000, Some(500_000 + 166_667))
+            decision(10, false, 4, 1_499_999, Some(500_000 + 166_666))
         );
-        // Cost 10 needs both windows empty: the window after next.
+        // Cost 10 needs the previous count to weigh nothing: the next window's last microsecond.
         assert_eq!(
             w.check(&mut s, T0 + 500_000, 10).unwrap(),
-            decision(10, false, 4, 1_500_000, Some(1_500_000))
+            decision(10, false, 4, 1_499_999, Some(1_499_999))
         );
     }
 
@@ -287,7 +313,7 @@ mod tests {
             let mut s2 = s;
             assert_eq!(
                 w.check(&mut s2, T0 + idle + 5, 10).unwrap(),
-                decision(10, true, 0, 1_999_995, None)
+                decision(10, true, 0, 1_999_994, None)
             );
             assert_eq!(s2.previous_count, 0);
         }
@@ -296,7 +322,7 @@ mod tests {
         assert!(!w.check(&mut s2, T0 + 1_000_000, 1).unwrap().allowed);
         assert_eq!(
             w.peek(&s, T0 + 1_500_000, 0).unwrap(),
-            decision(10, true, 5, 500_000, None)
+            decision(10, true, 5, 499_999, None)
         );
     }
 
@@ -308,7 +334,7 @@ mod tests {
         let before = s;
         assert_eq!(
             w.check(&mut s, T0 + 500_000, 1).unwrap(),
-            decision(10, false, 0, 2_000_000, Some(1_000_000 + 100_000))
+            decision(10, false, 0, 1_999_999, Some(1_000_000 + 99_999))
         );
         assert_eq!(s, before);
     }
@@ -319,10 +345,10 @@ mod tests {
         let mut s = w.initial_state();
         assert!(w.check(&mut s, T0 + 900_000, 10).unwrap().allowed);
         assert!(w.check(&mut s, T0 + 1_500_000, 5).unwrap().allowed);
-        // Back to the start of the window: 10 + 5 > 10, yet a peek is still a peek.
+        // Back to the start of the window: 9.99999 + 5 > 10, yet a peek is still a peek.
         assert_eq!(
             w.check(&mut s, T0 + 1_000_000, 0).unwrap(),
-            decision(10, true, 0, 2_000_000, None)
+            decision(10, true, 0, 1_999_999, None)
         );
     }
 
@@ -348,14 +374,15 @@ mod tests {
         let mut s = w.initial_state();
         assert_eq!(
             w.check(&mut s, T0 + 30_000_000, 1).unwrap(),
-            decision(1, true, 0, 90_000_000, None)
+            decision(1, true, 0, 89_999_999, None)
         );
-        // The previous unit weighs 1 x (60 s - e) / 60 s > 0 until this window ends.
+        // The previous unit weighs until the last microsecond of the next window.
         assert_eq!(
             w.check(&mut s, T0 + 60_000_000, 1).unwrap(),
-            decision(1, false, 0, 60_000_000, Some(60_000_000))
+            decision(1, false, 0, 59_999_999, Some(59_999_999))
         );
-        assert!(w.check(&mut s, T0 + 120_000_000, 1).unwrap().allowed);
+        assert!(!w.check(&mut s, T0 + 119_999_998, 1).unwrap().allowed);
+        assert!(w.check(&mut s, T0 + 119_999_999, 1).unwrap().allowed);
     }
 
     #[test]
