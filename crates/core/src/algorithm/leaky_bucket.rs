@@ -152,7 +152,10 @@ mod tests {
         let mut s = b.initial_state();
         let d = b.check(&mut s, T0, 2).unwrap();
         // Level 40,000,000 ticks: reset after 40,000,000 / 3 = 13,333,333.33 -> 13,333,334 us.
-        assert_eq!((d.allowed, d.remaining, d.reset_after), (true, 1, 13_333_334));
+        assert_eq!(
+            (d.allowed, d.remaining, d.reset_after),
+            (true, 1, 13_333_334)
+        );
         let d = b.check(&mut s, T0, 2).unwrap();
         // 40,000,000 + 40,000,000 - 60,000,000 = 20,000,000 ticks too many:
         // ceil(20,000,000 / 3) = 6,666,667 us.

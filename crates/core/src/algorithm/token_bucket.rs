@@ -149,7 +149,10 @@ mod tests {
         let b = bucket("7/s");
         let mut s = b.initial_state();
         let d = b.check(&mut s, T0, 7).unwrap();
-        assert_eq!((d.allowed, d.remaining, d.reset_after), (true, 0, 1_000_000));
+        assert_eq!(
+            (d.allowed, d.remaining, d.reset_after),
+            (true, 0, 1_000_000)
+        );
         // The first token is back at ceil(1,000,000 / 7) = 142,858 us.
         let d = b.check(&mut s, T0 + 142_857, 1).unwrap();
         assert_eq!(d.retry_after, Some(1));
