@@ -1,0 +1,504 @@
+//! # floodgate-conformance
+//!
+//! Golden vectors for every Floodgate algorithm, and a runner that plays them against any
+//! [`Backend`]: the reference implementation in `floodgate-core` ([`CoreBackend`]), the memory
+//! store, the Redis scripts. The vectors (`vectors/<algorithm>.toml` in this crate, see
+//! [`vectors_dir`]) are hand-checked against the integer formulas of `docs/spec/`; a backend
+//! conforms when it returns exactly the same [`Decision`] (or error) at every step.
+//!
+//! A vector file holds one algorithm and a list of cases; each case starts every key fresh and
+//! plays its steps in order:
+//!
+//! ```toml
+//! algorithm = "gcra"
+//! [[case]]
+//! name = "burst_then_exact_retry"
+//! quota = "2/s"                # Quota text form; burst via "2/s burst 5"
+//! start_us = 1700000000000000  # optional base added to every at_us (default 0)
+//! [[case.step]]
+//! at_us = 0
+//! cost = 1
+//! allowed = true
+//! remaining = 1
+//! reset_after_us = 500000
+//! # retry_after_us = 5         # only on denials
+//! # peek = true                # peek instead of check
+//! # error = "insufficient_capacity"   # expect that error instead of a decision
+//! # key = "a"                  # default "k": independent state per key
+//! ```
+//!
+//! ```
+//! use floodgate_conformance::{run_vector, CoreBackend, Vector};
+//! let vector = Vector::parse(r#"
+//!     algorithm = "gcra"
+//!     [[case]]
+//!     name = "one"
+//!     quota = "1/s"
+//!     [[case.step]]
+//!     at_us = 0
+//!     cost = 1
+//!     allowed = true
+//!     remaining = 0
+//!     reset_after_us = 1000000
+//! "#).unwrap();
+//! let report = run_vector(&mut CoreBackend::default(), &vector);
+//! assert!(report.is_ok(), "{report}");
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use floodgate_core::{AlgorithmKind, CheckError, Decision, Policy, Quota, State, Timestamp};
+use serde::Deserialize;
+
+/// The key a step uses when it names none.
+pub const DEFAULT_KEY: &str = "k";
+
+/// The folder holding this crate's vector files (`<algorithm>.toml`).
+pub fn vectors_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors")
+}
+
+/// One vector file: cases for one algorithm.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Vector {
+    /// The algorithm's snake_case name, e.g. `"gcra"` (see [`AlgorithmKind`]).
+    pub algorithm: String,
+    /// The cases, in file order (`[[case]]`).
+    #[serde(rename = "case", default)]
+    pub cases: Vec<Case>,
+}
+
+/// A sequence of requests against fresh state, under one quota.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    /// A unique snake_case name, used in failure labels.
+    pub name: String,
+    /// The quota in its text form (`"2/s"`, `"3/20s burst 5"`), parsed by [`Quota`]'s `FromStr`.
+    pub quota: String,
+    /// Added to every step's `at_us`; microseconds since the Unix epoch. Default 0.
+    #[serde(default)]
+    pub start_us: Timestamp,
+    /// The requests, in order (`[[case.step]]`).
+    #[serde(rename = "step", default)]
+    pub steps: Vec<Step>,
+}
+
+/// One request and the answer expected for it.
+///
+/// Either `error` is set, or `allowed`, `remaining` and `reset_after_us` are (and
+/// `retry_after_us` exactly when `allowed` is false).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// When the request is made: microseconds after the case's `start_us`.
+    pub at_us: u64,
+    /// Units the request costs (0 = peek of what remains).
+    pub cost: u64,
+    /// The key; [`DEFAULT_KEY`] when absent. Keys never share state.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// `true`: a peek (decide without consuming) instead of a check.
+    #[serde(default)]
+    pub peek: bool,
+    /// Expected [`Decision::allowed`].
+    #[serde(default)]
+    pub allowed: Option<bool>,
+    /// Expected [`Decision::remaining`].
+    #[serde(default)]
+    pub remaining: Option<u64>,
+    /// Expected [`Decision::reset_after`], microseconds.
+    #[serde(default)]
+    pub reset_after_us: Option<u64>,
+    /// Expected [`Decision::retry_after`], microseconds; absent means `None`.
+    #[serde(default)]
+    pub retry_after_us: Option<u64>,
+    /// Expected error instead of a decision; only `"insufficient_capacity"` exists.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// What a step expects, resolved against the case's policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// This exact decision (its `limit` is the policy's capacity).
+    Decision(Decision),
+    /// [`CheckError::InsufficientCapacity`].
+    InsufficientCapacity,
+}
+
+impl Step {
+    /// The step's key, or [`DEFAULT_KEY`].
+    pub fn key(&self) -> &str {
+        self.key.as_deref().unwrap_or(DEFAULT_KEY)
+    }
+
+    /// The expected answer under `policy`.
+    ///
+    /// # Errors
+    /// A message when the step is malformed: an unknown `error`, an error together with decision
+    /// fields, missing decision fields, or `retry_after_us` that does not match `allowed`.
+    pub fn expected(&self, policy: &Policy) -> Result<Expected, String> {
+        if let Some(error) = &self.error {
+            if error != "insufficient_capacity" {
+                return Err(format!(
+                    "unknown error {error:?} (expected \"insufficient_capacity\")"
+                ));
+            }
+            if self.allowed.is_some()
+                || self.remaining.is_some()
+                || self.reset_after_us.is_some()
+                || self.retry_after_us.is_some()
+            {
+                return Err("a step expecting an error has no decision fields".into());
+            }
+            return Ok(Expected::InsufficientCapacity);
+        }
+        let (Some(allowed), Some(remaining), Some(reset_after)) =
+            (self.allowed, self.remaining, self.reset_after_us)
+        else {
+            return Err("a step needs allowed, remaining and reset_after_us (or error)".into());
+        };
+        if allowed == self.retry_after_us.is_some() {
+            return Err("retry_after_us is given exactly when allowed = false".into());
+        }
+        Ok(Expected::Decision(Decision {
+            allowed,
+            limit: policy.capacity(),
+            remaining,
+            reset_after,
+            retry_after: self.retry_after_us,
+        }))
+    }
+}
+
+/// Why a vector file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid vector (TOML syntax, unknown field, wrong type).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file, or `<text>` for [`Vector::parse`].
+        path: PathBuf,
+        /// The TOML error, with line and column.
+        message: String,
+    },
+}
+
+impl Vector {
+    /// Parses the TOML text of a vector file.
+    ///
+    /// # Errors
+    /// [`LoadError::Parse`] with the TOML error's line and column.
+    pub fn parse(text: &str) -> Result<Self, LoadError> {
+        toml::from_str(text).map_err(|e| LoadError::Parse {
+            path: PathBuf::from("<text>"),
+            message: e.to_string(),
+        })
+    }
+
+    /// Reads and parses one vector file.
+    ///
+    /// # Errors
+    /// [`LoadError::Io`] or [`LoadError::Parse`], naming the file.
+    pub fn load(path: &Path) -> Result<Self, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| LoadError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    }
+}
+
+/// Every `*.toml` file in `dir`, sorted by file name, parsed.
+///
+/// # Errors
+/// The first file (or the folder) that cannot be read or parsed.
+pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, Vector)>, LoadError> {
+    let io = |source| LoadError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| Vector::load(&p).map(|v| (p, v)))
+        .collect()
+}
+
+/// A failure of the backend itself (not a denial, not a [`CheckError`]).
+pub type BackendFailure = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a backend answers for one request.
+#[derive(Debug)]
+pub enum Reply {
+    /// A decision or the core's [`CheckError`]: compared with the step's expectation.
+    Answer(Result<Decision, CheckError>),
+    /// The backend failed (connection lost, script error): always a conformance failure.
+    Failed(BackendFailure),
+}
+
+/// Something that decides requests the way Floodgate specifies: the reference core, a store, a
+/// Redis script. Synchronous on purpose: an async backend wraps its calls in its runtime's
+/// `block_on`.
+pub trait Backend {
+    /// A short name for failure labels: `"core"`, `"memory"`, `"redis"`.
+    fn name(&self) -> &str;
+
+    /// Called before every case: afterwards every key must be fresh (never seen).
+    ///
+    /// # Errors
+    /// A [`BackendFailure`] when the state cannot be cleared; the case is then reported failed.
+    fn reset(&mut self) -> Result<(), BackendFailure>;
+
+    /// Decides a request of `cost` units for `key` at `now_us` under `policy`: a check (consumes
+    /// when admitted; cost 0 consumes nothing) or, when `peek`, a decision that never consumes.
+    /// `now_us` must be used as given, never replaced by a clock reading.
+    fn check(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        cost: u64,
+        peek: bool,
+    ) -> Reply;
+}
+
+/// The reference backend: `floodgate-core` with one [`State`] per key in a `HashMap`.
+#[derive(Debug, Default)]
+pub struct CoreBackend {
+    states: HashMap<String, State>,
+}
+
+impl Backend for CoreBackend {
+    fn name(&self) -> &str {
+        "core"
+    }
+
+    fn reset(&mut self) -> Result<(), BackendFailure> {
+        self.states.clear();
+        Ok(())
+    }
+
+    fn check(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        cost: u64,
+        peek: bool,
+    ) -> Reply {
+        let state = self
+            .states
+            .entry(key.to_string())
+            .or_insert_with(|| policy.initial_state());
+        Reply::Answer(if peek {
+            policy.peek(state, now_us, cost)
+        } else {
+            policy.check(state, now_us, cost)
+        })
+    }
+}
+
+/// One step (or case) that did not conform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// `<algorithm>/<backend>/<case>#<step>`, the step counted from 1 in file order; without
+    /// `#<step>` when the whole case failed (bad quota, reset failed).
+    pub label: String,
+    /// What was expected and what came back.
+    pub message: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.label, self.message)
+    }
+}
+
+/// The outcome of running vectors against one backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Cases run.
+    pub cases: usize,
+    /// Steps run.
+    pub steps: usize,
+    /// Every non-conforming step, in order.
+    pub failures: Vec<Failure>,
+}
+
+impl Report {
+    /// `true` when nothing failed.
+    pub fn is_ok(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    fn merge(&mut self, other: Report) {
+        self.cases += other.cases;
+        self.steps += other.steps;
+        self.failures.extend(other.failures);
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} cases, {} steps, {} failures",
+            self.cases,
+            self.steps,
+            self.failures.len()
+        )?;
+        for failure in &self.failures {
+            write!(f, "\n  {failure}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Plays every case of `vector` against `backend`, resetting it before each case.
+pub fn run_vector(backend: &mut dyn Backend, vector: &Vector) -> Report {
+    let mut report = Report::default();
+    let prefix = format!("{}/{}", vector.algorithm, backend.name());
+    let kind = match vector.algorithm.parse::<AlgorithmKind>() {
+        Ok(kind) => kind,
+        Err(message) => {
+            report.failures.push(Failure {
+                label: prefix,
+                message,
+            });
+            return report;
+        }
+    };
+    for case in &vector.cases {
+        report.cases += 1;
+        let case_label = format!("{prefix}/{}", case.name);
+        let policy = match case
+            .quota
+            .parse::<Quota>()
+            .and_then(|q| Policy::new(kind, q))
+        {
+            Ok(policy) => policy,
+            Err(e) => {
+                report.failures.push(Failure {
+                    label: case_label,
+                    message: format!("quota {:?}: {e}", case.quota),
+                });
+                continue;
+            }
+        };
+        if let Err(e) = backend.reset() {
+            report.failures.push(Failure {
+                label: case_label,
+                message: format!("reset failed: {e}"),
+            });
+            continue;
+        }
+        for (i, step) in case.steps.iter().enumerate() {
+            report.steps += 1;
+            let label = format!("{case_label}#{}", i + 1);
+            if let Some(message) = run_step(backend, &policy, case.start_us, step) {
+                report.failures.push(Failure { label, message });
+            }
+        }
+    }
+    report
+}
+
+/// `Some(message)` when the step does not conform.
+fn run_step(
+    backend: &mut dyn Backend,
+    policy: &Policy,
+    start_us: Timestamp,
+    step: &Step,
+) -> Option<String> {
+    let expected = match step.expected(policy) {
+        Ok(expected) => expected,
+        Err(message) => return Some(format!("malformed step: {message}")),
+    };
+    let Some(now) = start_us.checked_add(step.at_us) else {
+        return Some("malformed step: start_us + at_us overflows".into());
+    };
+    let what = format!(
+        "{} cost {} key {:?} at start + {} us",
+        if step.peek { "peek" } else { "check" },
+        step.cost,
+        step.key(),
+        step.at_us
+    );
+    match (
+        expected,
+        backend.check(policy, step.key(), now, step.cost, step.peek),
+    ) {
+        (_, Reply::Failed(e)) => Some(format!("{what}: backend failed: {e}")),
+        (Expected::Decision(want), Reply::Answer(Ok(got))) if want == got => None,
+        (
+            Expected::InsufficientCapacity,
+            Reply::Answer(Err(CheckError::InsufficientCapacity { .. })),
+        ) => None,
+        (want, Reply::Answer(got)) => Some(format!(
+            "{what}: expected {}, got {}",
+            show_expected(&want),
+            show_answer(&got)
+        )),
+    }
+}
+
+fn show_decision(d: &Decision) -> String {
+    format!(
+        "allowed={} limit={} remaining={} reset_after_us={} retry_after_us={}",
+        d.allowed,
+        d.limit,
+        d.remaining,
+        d.reset_after,
+        d.retry_after.map_or("none".to_string(), |r| r.to_string())
+    )
+}
+
+fn show_expected(e: &Expected) -> String {
+    match e {
+        Expected::Decision(d) => show_decision(d),
+        Expected::InsufficientCapacity => "error insufficient_capacity".into(),
+    }
+}
+
+fn show_answer(a: &Result<Decision, CheckError>) -> String {
+    match a {
+        Ok(d) => show_decision(d),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// Loads every vector file in `dir` and plays it against `backend`.
+///
+/// # Errors
+/// A [`LoadError`] when a file cannot be read or parsed; nothing is run then.
+pub fn run_dir(backend: &mut dyn Backend, dir: &Path) -> Result<Report, LoadError> {
+    let mut report = Report::default();
+    for (_, vector) in load_dir(dir)? {
+        report.merge(run_vector(backend, &vector));
+    }
+    Ok(report)
+}
