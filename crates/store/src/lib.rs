@@ -164,7 +164,8 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] from remote stores.
-    fn reset(&self, rule: &str, key: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn reset(&self, rule: &str, key: &str)
+        -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// The current standing of `key` under `rule`: a cost-0 peek (`allowed: true`, the current
     /// `remaining` and `reset_after`). For admin APIs.
@@ -194,7 +195,11 @@ impl<S: Store> Store for Arc<S> {
         (**self).peek(items)
     }
 
-    fn reset(&self, rule: &str, key: &str) -> impl Future<Output = Result<bool, StoreError>> + Send {
+    fn reset(
+        &self,
+        rule: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).reset(rule, key)
     }
 

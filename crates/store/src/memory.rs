@@ -493,8 +493,7 @@ impl MemoryStore {
                     self.counters
                         .evictions
                         .fetch_add(dropped as u64, Ordering::Relaxed);
-                    metrics::counter!("floodgate_store_evictions_total")
-                        .increment(dropped as u64);
+                    metrics::counter!("floodgate_store_evictions_total").increment(dropped as u64);
                 }
                 full_guard[g] = shard.map.len() + needed > shard.cap;
             }
@@ -557,9 +556,7 @@ impl MemoryStore {
                 continue;
             }
             // max(): a stale `now` must never shorten a live key's life.
-            let expires_at = now
-                .saturating_add(reset_after)
-                .max(slot.held.unwrap_or(0));
+            let expires_at = now.saturating_add(reset_after).max(slot.held.unwrap_or(0));
             let shard = &mut guards[slot.guard];
             if slot.held.is_none() {
                 shard.earliest_expiry = shard.earliest_expiry.min(expires_at);
@@ -634,8 +631,16 @@ mod tests {
             shards,
             ..MemoryStoreConfig::default()
         };
-        assert_eq!(MemoryStore::new(cfg(1000, 60), clock.clone()).config().shards, 64);
-        assert_eq!(MemoryStore::new(cfg(5, 64), clock.clone()).config().shards, 4);
+        assert_eq!(
+            MemoryStore::new(cfg(1000, 60), clock.clone())
+                .config()
+                .shards,
+            64
+        );
+        assert_eq!(
+            MemoryStore::new(cfg(5, 64), clock.clone()).config().shards,
+            4
+        );
         let store = MemoryStore::new(cfg(10, 4), clock);
         let caps: Vec<usize> = store.shards.iter().map(|s| s.0.lock().cap).collect();
         assert_eq!(caps, vec![3, 3, 2, 2]);

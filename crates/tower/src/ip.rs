@@ -77,7 +77,7 @@ impl ClientIpConfig {
         if !self.is_trusted(peer) {
             return peer;
         }
-        self.from_header(headers).unwrap_or(peer)
+        self.forwarded_client(headers).unwrap_or(peer)
     }
 
     /// The client address grouped into the counted network: /`ipv4_prefix` or /`ipv6_prefix`.
@@ -103,7 +103,7 @@ impl ClientIpConfig {
 
     /// Walks the forwarding header from the right past trusted hops. `None` when the header is
     /// absent, empty or malformed.
-    fn from_header(&self, headers: &HeaderMap) -> Option<IpAddr> {
+    fn forwarded_client(&self, headers: &HeaderMap) -> Option<IpAddr> {
         let name = match self.header {
             ForwardedHeader::XForwardedFor => "x-forwarded-for",
             ForwardedHeader::Forwarded => "forwarded",
@@ -250,20 +250,39 @@ mod tests {
     #[test]
     fn malformed_headers_fall_back_to_the_peer() {
         let cfg = trusting(&["10.0.0.0/8"]);
-        for bad in ["not-an-ip", "1.2.3.4, , 5.6.7.8", "", "1.2.3.999", "unknown"] {
-            assert_eq!(cfg.client_ip(ip("10.0.0.2"), &xff(&[bad])), ip("10.0.0.2"), "{bad:?}");
+        for bad in [
+            "not-an-ip",
+            "1.2.3.4, , 5.6.7.8",
+            "",
+            "1.2.3.999",
+            "unknown",
+        ] {
+            assert_eq!(
+                cfg.client_ip(ip("10.0.0.2"), &xff(&[bad])),
+                ip("10.0.0.2"),
+                "{bad:?}"
+            );
         }
         let many = vec!["10.0.0.1"; 40].join(",");
-        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &xff(&[&many])), ip("10.0.0.2"));
+        assert_eq!(
+            cfg.client_ip(ip("10.0.0.2"), &xff(&[&many])),
+            ip("10.0.0.2")
+        );
         let mut h = HeaderMap::new();
-        h.insert("x-forwarded-for", HeaderValue::from_bytes(b"\xff\xfe").unwrap());
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        );
         assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("10.0.0.2"));
     }
 
     #[test]
     fn ports_and_brackets_are_accepted() {
         let cfg = trusting(&["10.0.0.0/8"]);
-        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &xff(&["198.51.100.9:4711"])), ip("198.51.100.9"));
+        assert_eq!(
+            cfg.client_ip(ip("10.0.0.2"), &xff(&["198.51.100.9:4711"])),
+            ip("198.51.100.9")
+        );
         assert_eq!(
             cfg.client_ip(ip("10.0.0.2"), &xff(&["[2001:db8::1]:80"])),
             ip("2001:db8::1")
@@ -297,11 +316,23 @@ mod tests {
             format_net(cfg.group(ip("2001:db8:1:2:aaaa::1"))),
             "2001:db8:1:2::/64"
         );
-        assert_eq!(cfg.group(ip("2001:db8:1:2:aaaa::1")), cfg.group(ip("2001:db8:1:2:ffff::9")));
-        assert_ne!(cfg.group(ip("2001:db8:1:2::1")), cfg.group(ip("2001:db8:1:3::1")));
+        assert_eq!(
+            cfg.group(ip("2001:db8:1:2:aaaa::1")),
+            cfg.group(ip("2001:db8:1:2:ffff::9"))
+        );
+        assert_ne!(
+            cfg.group(ip("2001:db8:1:2::1")),
+            cfg.group(ip("2001:db8:1:3::1"))
+        );
         assert_eq!(format_net(cfg.group(ip("::ffff:192.0.2.1"))), "192.0.2.1");
-        let wide = ClientIpConfig { ipv6_prefix: 48, ..ClientIpConfig::default() };
-        assert_eq!(format_net(wide.group(ip("2001:db8:1:2::1"))), "2001:db8:1::/48");
+        let wide = ClientIpConfig {
+            ipv6_prefix: 48,
+            ..ClientIpConfig::default()
+        };
+        assert_eq!(
+            format_net(wide.group(ip("2001:db8:1:2::1"))),
+            "2001:db8:1::/48"
+        );
         // A mapped peer is matched against IPv4 trusted CIDRs.
         assert!(trusting(&["10.0.0.0/8"]).is_trusted(ip("::ffff:10.0.0.1")));
     }

@@ -255,7 +255,14 @@ impl<S: Store> RateLimiter<S> {
                     }
                     for (c, decision) in enforcing.iter().zip(batch.decisions) {
                         let rule = &rules[c.rule];
-                        count(&rule.name, if decision.allowed { "allowed" } else { "denied" });
+                        count(
+                            &rule.name,
+                            if decision.allowed {
+                                "allowed"
+                            } else {
+                                "denied"
+                            },
+                        );
                         outcomes.push(RuleOutcome {
                             rule: Arc::clone(&rule.name),
                             quota: *rule.policy.quota(),
@@ -283,7 +290,10 @@ impl<S: Store> RateLimiter<S> {
                         .any(|c| rules[c.rule].failure_mode == FailureMode::Closed);
                     for c in &enforcing {
                         let rule = &rules[c.rule];
-                        count(&rule.name, if closed { "error_closed" } else { "error_open" });
+                        count(
+                            &rule.name,
+                            if closed { "error_closed" } else { "error_open" },
+                        );
                     }
                     tracing::warn!(%error, fail_closed = closed, "rate-limit store failed");
                     if closed {
@@ -371,6 +381,7 @@ async fn timed<T>(f: impl Future<Output = T>) -> T {
     #[allow(clippy::disallowed_methods)]
     let start = std::time::Instant::now();
     let out = f.await;
-    metrics::histogram!("floodgate_decision_duration_seconds").record(start.elapsed().as_secs_f64());
+    metrics::histogram!("floodgate_decision_duration_seconds")
+        .record(start.elapsed().as_secs_f64());
     out
 }

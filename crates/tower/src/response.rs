@@ -85,7 +85,10 @@ pub fn apply_headers(headers: &mut HeaderMap, outcomes: &[RuleOutcome]) {
         return;
     }
     // Built only from integers and escaped printable ASCII, so always a valid header value.
-    if let (Ok(p), Ok(s)) = (HeaderValue::from_str(&policy), HeaderValue::from_str(&state)) {
+    if let (Ok(p), Ok(s)) = (
+        HeaderValue::from_str(&policy),
+        HeaderValue::from_str(&state),
+    ) {
         headers.insert(RATELIMIT_POLICY, p);
         headers.insert(RATELIMIT, s);
     }
@@ -239,7 +242,7 @@ mod tests {
             h[RATELIMIT_POLICY],
             "\"per-ip\";q=10;w=10, \"per-user\";q=1000;w=3600"
         );
-        assert_eq!(h[RATELIMIT], "\"per-ip\";r=0;t=10, \"per-user\";r=998;t=3601");
+        assert_eq!(h[RATELIMIT], "\"per-ip\";r=0;t=10, \"per-user\";r=998;t=4");
         assert_eq!(h[RETRY_AFTER], "1");
     }
 

@@ -268,7 +268,14 @@ mod tests {
         };
         let mut h = HeaderMap::new();
         assert_eq!(c.cost(&h), 1);
-        for (value, cost) in [("7", 7), ("0", 1), ("-3", 1), ("abc", 1), ("900", 50), (" 9 ", 9)] {
+        for (value, cost) in [
+            ("7", 7),
+            ("0", 1),
+            ("-3", 1),
+            ("abc", 1),
+            ("900", 50),
+            (" 9 ", 9),
+        ] {
             h.insert("x-cost", HeaderValue::from_static(value));
             assert_eq!(c.cost(&h), cost, "{value}");
         }
