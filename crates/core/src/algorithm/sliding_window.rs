@@ -92,7 +92,7 @@ impl Algorithm for SlidingWindow {
 
     /// # Errors
     /// [`QuotaError::NotExact`] when `limit x period` exceeds
-    /// [`MAX_EXACT`](crate::quota::MAX_EXACT): the admission test multiplies by `period`.
+    /// [`MAX_EXACT`]: the admission test multiplies by `period`.
     fn new(quota: Quota) -> Result<Self, QuotaError> {
         let product = u128::from(quota.limit()) * u128::from(quota.period());
         if product > u128::from(MAX_EXACT) {
