@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod config;
 mod simulate;
 
 /// Floodgate: a rate limiter that counts honestly and proves it.
@@ -20,12 +21,15 @@ enum Command {
     /// Replay deterministic traffic through the algorithms on a simulated clock and chart what
     /// each admits.
     Simulate(simulate::Args),
+    /// Validate a configuration file: every error names the file, line and field.
+    CheckConfig(config::check::CheckArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
+        Command::CheckConfig(args) => config::check::run(args),
     };
     match result {
         Ok(code) => code,

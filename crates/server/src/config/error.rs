@@ -1,0 +1,110 @@
+//! Configuration errors that point at the file, line and field at fault.
+
+use std::fmt;
+use std::ops::Range;
+
+/// One problem in a configuration file: `FILE:LINE: FIELD: MESSAGE`, e.g.
+/// `rules.toml:12: rules[1].limit: invalid quota "10/fortnight": unknown period unit ...`.
+///
+/// `line` is 1-based; it is 0 only when the problem concerns the file as a whole (it cannot be
+/// read). `field` is the dotted path from the document root with 0-based array indexes
+/// (`rules[1].match.methods[0]`), or `.` for the whole document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file name as given on the command line, or `<embedded default>`.
+    pub file: String,
+    /// 1-based line of the offending value (0: the file itself).
+    pub line: usize,
+    /// Dotted path of the offending field, e.g. `rules[0].cost`.
+    pub field: String,
+    /// What is wrong and, where possible, what would be right.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}: {}: {}",
+            self.file, self.line, self.field, self.message
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Every problem found in one configuration file, in document order (at least one).
+///
+/// Parsing stops at the first syntax or type error; semantic checks (quotas, duplicate names,
+/// cost above capacity, addresses) report all problems at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Maps byte offsets of one document to 1-based line numbers.
+#[derive(Debug)]
+pub(crate) struct Source<'a> {
+    pub(crate) file: &'a str,
+    text: &'a str,
+}
+
+impl<'a> Source<'a> {
+    pub(crate) fn new(file: &'a str, text: &'a str) -> Self {
+        Self { file, text }
+    }
+
+    /// The 1-based line holding byte `offset` (clamped to the document).
+    pub(crate) fn line_of(&self, offset: usize) -> usize {
+        let end = offset.min(self.text.len());
+        self.text.as_bytes()[..end]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    /// An error at `span` (a byte range into the document).
+    pub(crate) fn error(
+        &self,
+        span: Range<usize>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError {
+            file: self.file.to_string(),
+            line: self.line_of(span.start),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_one_based_and_count_newlines_before_the_offset() {
+        let s = Source::new("f.toml", "a = 1\nb = 2\n\nc = 3");
+        assert_eq!(s.line_of(0), 1);
+        assert_eq!(s.line_of(5), 1); // the newline itself still belongs to line 1
+        assert_eq!(s.line_of(6), 2);
+        assert_eq!(s.line_of(13), 4);
+        assert_eq!(s.line_of(10_000), 4);
+        let e = s.error(6..7, "b", "bad");
+        assert_eq!(e.to_string(), "f.toml:2: b: bad");
+    }
+}

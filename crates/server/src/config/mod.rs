@@ -1,0 +1,882 @@
+//! The `floodgate serve` configuration file (TOML): schema, parsing and validation.
+//!
+//! Every error names the file, the line and the field (see [`ConfigError`]). Unknown fields are
+//! rejected. The full reference with examples is in the README ("Configuration reference").
+//!
+//! ```toml
+//! [server]
+//! listen = "127.0.0.1:8080"
+//! admin_token = "change-me"            # or FLOODGATE_ADMIN_TOKEN; absent = admin API off
+//! trusted_proxies = ["127.0.0.1/32"]   # peers whose X-Forwarded-For is believed
+//! upstream = "http://127.0.0.1:3000"   # reverse-proxy mode
+//!
+//! [store]
+//! kind = "memory"
+//! max_keys = 100000
+//!
+//! [[rules]]
+//! name = "per-ip"
+//! limit = "10/10s"                     # or: limit = 10, period = "10s"
+//! key = "client_ip"
+//! ```
+
+pub mod check;
+pub mod error;
+mod raw;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use floodgate_core::{AlgorithmKind, Policy, Quota};
+use floodgate_store::OnFull;
+use floodgate_tower::key::KeySource;
+use http::{HeaderName, HeaderValue, Method, Uri};
+use ipnet::IpNet;
+use toml::Spanned;
+
+use error::Source;
+pub use error::{ConfigError, ConfigErrors};
+use raw::{RawConfig, RawRule};
+
+/// The configuration `floodgate serve` runs when started without `--config`: one rule that
+/// admits 10 requests per 10 seconds per client IP (token bucket), applied to forward-auth and
+/// proxied requests, and usable by name (`per-client-ip`) from `POST /v1/check`.
+pub const EMBEDDED_DEFAULT: &str = r#"# Floodgate's embedded default configuration.
+[store]
+kind = "memory"
+max_keys = 100000
+
+[[rules]]
+name = "per-client-ip"
+algorithm = "token_bucket"
+limit = "10/10s"
+key = "client_ip"
+"#;
+
+/// The name used in errors for [`EMBEDDED_DEFAULT`].
+pub const EMBEDDED_DEFAULT_NAME: &str = "<embedded default>";
+
+/// Longest accepted rule name, in bytes (names appear in metrics labels and store keys).
+pub const MAX_RULE_NAME_BYTES: usize = 64;
+
+/// Largest accepted cost of one request, in units (also the largest `cost` in `POST /v1/check`).
+pub const MAX_COST: u64 = 1_000_000;
+
+/// Largest `limit` accepted for the sliding log, whose state holds one entry per admitted unit
+/// (a limit of 10,000 is about 80 KB per key in memory and ~1 MB in a Redis sorted set).
+pub const MAX_SLIDING_LOG_LIMIT: u64 = 10_000;
+
+/// Default `[store] max_keys`.
+pub const DEFAULT_MAX_KEYS: u64 = 100_000;
+
+/// Largest accepted `[store] max_keys`.
+pub const MAX_MAX_KEYS: u64 = 100_000_000;
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it came from (as given), or [`EMBEDDED_DEFAULT_NAME`].
+    pub file: String,
+    /// `[server]`.
+    pub server: ServerConfig,
+    /// `[store]`.
+    pub store: StoreConfig,
+    /// `[[rules]]`, in file order (the order decisions are reported in).
+    pub rules: Vec<RuleConfig>,
+}
+
+/// `[server]`: settings read once at start (a reload that changes them is logged and ignored,
+/// except `admin_token` and `trusted_proxies`, which take effect).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Address to listen on; `--listen` overrides it.
+    pub listen: Option<SocketAddr>,
+    /// Bearer token that guards the admin API; `None` disables it.
+    pub admin_token: Option<String>,
+    /// TCP peers whose `X-Forwarded-For` is believed (counted from the right).
+    pub trusted_proxies: Vec<IpNet>,
+    /// Reverse-proxy upstream (`http://host:port`); `--upstream` overrides it.
+    pub upstream: Option<Uri>,
+}
+
+/// `[store]`. Only `kind = "memory"` exists today.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Most keys held at once (all rules together).
+    pub max_keys: u64,
+    /// What happens when `max_keys` live keys are held and a new key arrives: `"reject"`
+    /// (default: deny the new key, so a flood of keys cannot switch limiting off) or
+    /// `"admit_untracked"` (admit it without counting).
+    pub on_full: OnFull,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            max_keys: DEFAULT_MAX_KEYS,
+            on_full: OnFull::Reject,
+        }
+    }
+}
+
+/// `failure_mode`: what a rule answers when its store fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureMode {
+    /// `"open"` (default): admit, log and count the store error.
+    Open,
+    /// `"closed"`: deny (503 problem+json), log and count the store error.
+    Closed,
+}
+
+/// `[rules.match]`: which requests a rule applies to (all given conditions must hold; an empty
+/// match applies to every request).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MatchConfig {
+    /// The request path starts with this (byte-wise, e.g. `/api/`).
+    pub path_prefix: Option<String>,
+    /// The method is one of these (empty: any).
+    pub methods: Vec<Method>,
+    /// The `Host` (without port, lower case) equals this.
+    pub host: Option<String>,
+    /// The header is present (and, with a value, equals it exactly).
+    pub header: Option<(HeaderName, Option<HeaderValue>)>,
+}
+
+/// How many units a request costs under one rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CostConfig {
+    /// `cost`: the units a request costs when nothing below applies (default 1).
+    pub default: u64,
+    /// `cost_header`: when the request carries this header with a whole number, that is the
+    /// cost (a malformed or too large value is a 400 answer).
+    pub header: Option<HeaderName>,
+    /// `[[rules.route_costs]]`: the first entry whose path prefix (and method) matches sets the
+    /// cost; checked before `cost_header`.
+    pub routes: Vec<RouteCost>,
+}
+
+/// One `[[rules.route_costs]]` entry, e.g. `path_prefix = "/search"`, `cost = 100`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteCost {
+    /// The request path starts with this.
+    pub path_prefix: String,
+    /// Only for this method (`None`: any).
+    pub method: Option<Method>,
+    /// Units a matching request costs.
+    pub cost: u64,
+}
+
+/// One validated `[[rules]]` entry.
+#[derive(Debug, Clone)]
+pub struct RuleConfig {
+    /// Unique name (`[A-Za-z0-9_.-]`, 1..=64 bytes).
+    pub name: String,
+    /// Which requests it applies to (in forward-auth and proxy mode).
+    pub matcher: MatchConfig,
+    /// What it counts separately (see [`parse_key`]).
+    pub key: KeySource,
+    /// The algorithm and quota.
+    pub policy: Policy,
+    /// The cost of a request.
+    pub cost: CostConfig,
+    /// Shadow mode: decide and count, report in metrics and logs, but never deny.
+    pub shadow: bool,
+    /// What to answer when the store fails.
+    pub failure_mode: FailureMode,
+}
+
+impl RuleConfig {
+    /// The identity of a rule's counters across reloads: a reloaded rule with the same name,
+    /// algorithm and quota keeps its state; any change starts it fresh.
+    pub fn state_identity(&self) -> String {
+        format!(
+            "{}|{}|{}",
+            self.name,
+            self.policy.kind(),
+            self.policy.quota()
+        )
+    }
+}
+
+/// Reads and validates the file at `path`; errors name it as it was given.
+///
+/// # Errors
+/// [`ConfigErrors`] with every problem found (one with line 0 when the file cannot be read).
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: file.clone(),
+            line: 0,
+            field: ".".into(),
+            message: format!("cannot read the file: {e}"),
+        }])
+    })?;
+    parse(&file, &text)
+}
+
+/// The [`EMBEDDED_DEFAULT`] configuration.
+pub fn embedded_default() -> Config {
+    parse(EMBEDDED_DEFAULT_NAME, EMBEDDED_DEFAULT).expect("the embedded default config is valid")
+}
+
+/// Parses and validates `text`; `file` is the name errors give.
+///
+/// # Errors
+/// [`ConfigErrors`]: the first syntax or type error (unknown field, wrong type, missing field),
+/// or every semantic error (invalid quota, duplicate rule name, cost above capacity, ...).
+pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
+    let src = Source::new(file, text);
+    let raw = deserialize(&src, text).map_err(|e| ConfigErrors(vec![e]))?;
+    let mut v = Validator {
+        src: &src,
+        errors: Vec::new(),
+    };
+    let server = v.server(&raw);
+    let store = v.store(&raw);
+    let mut rules = Vec::with_capacity(raw.rules.len());
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for (i, r) in raw.rules.iter().enumerate() {
+        let at = format!("rules[{i}]");
+        if let Some(first) = names.get(r.name.get_ref()) {
+            v.push(
+                &r.name,
+                format!("{at}.name"),
+                format!(
+                    "duplicate rule name {:?} (also rules[{first}].name); names must be unique",
+                    r.name.get_ref()
+                ),
+            );
+        } else {
+            names.insert(r.name.get_ref().clone(), i);
+        }
+        if let Some(rule) = v.rule(&at, r) {
+            rules.push(rule);
+        }
+    }
+    if v.errors.is_empty() {
+        Ok(Config {
+            file: file.to_string(),
+            server,
+            store,
+            rules,
+        })
+    } else {
+        Err(ConfigErrors(v.errors))
+    }
+}
+
+/// Deserializes with the path of the failing field tracked, for the error message.
+fn deserialize(src: &Source<'_>, text: &str) -> Result<RawConfig, ConfigError> {
+    let de = toml::Deserializer::parse(text).map_err(|e| {
+        src.error(
+            e.span().unwrap_or(0..0),
+            ".",
+            format!("invalid TOML: {}", e.message()),
+        )
+    })?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = clean_path(&e.path().to_string());
+        let inner = e.into_inner();
+        src.error(
+            inner.span().unwrap_or(0..0),
+            field,
+            inner.message().to_string(),
+        )
+    })
+}
+
+/// Drops the private segments `toml::Spanned` adds to a serde path.
+fn clean_path(path: &str) -> String {
+    let cleaned: Vec<&str> = path
+        .split('.')
+        .filter(|seg| !seg.starts_with("$__serde_spanned"))
+        .collect();
+    let joined = cleaned.join(".");
+    if joined.is_empty() {
+        ".".into()
+    } else {
+        joined
+    }
+}
+
+struct Validator<'a> {
+    src: &'a Source<'a>,
+    errors: Vec<ConfigError>,
+}
+
+impl Validator<'_> {
+    fn push<T>(&mut self, at: &Spanned<T>, field: String, message: String) {
+        self.errors.push(self.src.error(at.span(), field, message));
+    }
+
+    fn server(&mut self, raw: &RawConfig) -> ServerConfig {
+        let s = &raw.server;
+        let mut out = ServerConfig::default();
+        if let Some(listen) = &s.listen {
+            match listen.get_ref().parse::<SocketAddr>() {
+                Ok(addr) => out.listen = Some(addr),
+                Err(_) => self.push(
+                    listen,
+                    "server.listen".into(),
+                    format!(
+                        "invalid address {:?}: expected IP:PORT, e.g. \"127.0.0.1:8080\"",
+                        listen.get_ref()
+                    ),
+                ),
+            }
+        }
+        if let Some(token) = &s.admin_token {
+            let t = token.get_ref();
+            if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) {
+                self.push(
+                    token,
+                    "server.admin_token".into(),
+                    "must be at least 16 printable ASCII characters without spaces".into(),
+                );
+            } else {
+                out.admin_token = Some(t.clone());
+            }
+        }
+        for (i, p) in s.trusted_proxies.iter().enumerate() {
+            match parse_net(p.get_ref()) {
+                Ok(net) => out.trusted_proxies.push(net),
+                Err(msg) => self.push(p, format!("server.trusted_proxies[{i}]"), msg),
+            }
+        }
+        if let Some(up) = &s.upstream {
+            match parse_upstream(up.get_ref()) {
+                Ok(uri) => out.upstream = Some(uri),
+                Err(msg) => self.push(up, "server.upstream".into(), msg),
+            }
+        }
+        out
+    }
+
+    fn store(&mut self, raw: &RawConfig) -> StoreConfig {
+        let s = &raw.store;
+        let mut out = StoreConfig::default();
+        if let Some(kind) = &s.kind {
+            match kind.get_ref().as_str() {
+                "memory" => {}
+                "redis" => self.push(
+                    kind,
+                    "store.kind".into(),
+                    "the redis store is not available in this version yet; use kind = \"memory\""
+                        .into(),
+                ),
+                other => self.push(
+                    kind,
+                    "store.kind".into(),
+                    format!("unknown store kind {other:?}; expected \"memory\""),
+                ),
+            }
+        }
+        if let Some(max) = &s.max_keys {
+            let n = *max.get_ref();
+            if n < 1 || n as u64 > MAX_MAX_KEYS {
+                self.push(
+                    max,
+                    "store.max_keys".into(),
+                    format!("must be a whole number between 1 and {MAX_MAX_KEYS}, got {n}"),
+                );
+            } else {
+                out.max_keys = n as u64;
+            }
+        }
+        if let Some(on_full) = &s.on_full {
+            match on_full.get_ref().parse::<OnFull>() {
+                Ok(v) => out.on_full = v,
+                Err(msg) => self.push(on_full, "store.on_full".into(), msg),
+            }
+        }
+        out
+    }
+
+    /// Validates one rule; `None` when it has errors (already pushed).
+    fn rule(&mut self, at: &str, r: &RawRule) -> Option<RuleConfig> {
+        let before = self.errors.len();
+        let name = r.name.get_ref();
+        if name.is_empty()
+            || name.len() > MAX_RULE_NAME_BYTES
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        {
+            self.push(
+                &r.name,
+                format!("{at}.name"),
+                format!(
+                    "invalid rule name {name:?}: use 1 to {MAX_RULE_NAME_BYTES} characters from \
+                     A-Z a-z 0-9 _ - ."
+                ),
+            );
+        }
+        let kind = match &r.algorithm {
+            None => AlgorithmKind::TokenBucket,
+            Some(a) => match a.get_ref().parse::<AlgorithmKind>() {
+                Ok(k) => k,
+                Err(msg) => {
+                    self.push(a, format!("{at}.algorithm"), msg);
+                    AlgorithmKind::TokenBucket
+                }
+            },
+        };
+        let policy = self.quota(at, r).and_then(|quota| {
+            if kind == AlgorithmKind::SlidingLog && quota.limit() > MAX_SLIDING_LOG_LIMIT {
+                self.push(
+                    &r.limit,
+                    format!("{at}.limit"),
+                    format!(
+                        "the sliding log keeps one entry per admitted unit; its limit must be at \
+                         most {MAX_SLIDING_LOG_LIMIT}, got {} (use sliding_window for large limits)",
+                        quota.limit()
+                    ),
+                );
+                return None;
+            }
+            match Policy::new(kind, quota) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    self.push(&r.limit, format!("{at}.limit"), e.to_string());
+                    None
+                }
+            }
+        });
+        let key = match &r.key {
+            None => KeySource::ClientIp,
+            Some(k) => match parse_key_value(k.get_ref()) {
+                Ok(key) => key,
+                Err(msg) => {
+                    self.push(k, format!("{at}.key"), msg);
+                    KeySource::ClientIp
+                }
+            },
+        };
+        let matcher = self.matcher(at, r);
+        let cost = self.cost(at, r, policy.as_ref().map(Policy::capacity));
+        let failure_mode = match &r.failure_mode {
+            None => FailureMode::Open,
+            Some(f) => match f.get_ref().as_str() {
+                "open" => FailureMode::Open,
+                "closed" => FailureMode::Closed,
+                other => {
+                    self.push(
+                        f,
+                        format!("{at}.failure_mode"),
+                        format!("unknown value {other:?}; expected \"open\" or \"closed\""),
+                    );
+                    FailureMode::Open
+                }
+            },
+        };
+        if self.errors.len() > before {
+            return None;
+        }
+        Some(RuleConfig {
+            name: name.clone(),
+            matcher,
+            key,
+            policy: policy?,
+            cost,
+            shadow: r.shadow,
+            failure_mode,
+        })
+    }
+
+    /// `limit = "10/10s"`, or `limit = 10` with `period = "10s"`; `burst` in either form.
+    fn quota(&mut self, at: &str, r: &RawRule) -> Option<Quota> {
+        let field = format!("{at}.limit");
+        let burst = match &r.burst {
+            None => None,
+            Some(b) if *b.get_ref() >= 1 => Some(*b.get_ref() as u64),
+            Some(b) => {
+                self.push(
+                    b,
+                    format!("{at}.burst"),
+                    format!("must be a whole number of at least 1, got {}", b.get_ref()),
+                );
+                return None;
+            }
+        };
+        let quota = match r.limit.get_ref() {
+            toml::Value::String(text) => {
+                if let Some(p) = &r.period {
+                    self.push(
+                        p,
+                        format!("{at}.period"),
+                        format!(
+                            "`period` is only used with a numeric limit; the quota text {text:?} \
+                             already gives the period"
+                        ),
+                    );
+                    return None;
+                }
+                let q = match text.parse::<Quota>() {
+                    Ok(q) => q,
+                    Err(e) => {
+                        self.push(&r.limit, field, e.to_string());
+                        return None;
+                    }
+                };
+                match burst {
+                    None => Ok(q),
+                    Some(_) if q.burst() != q.limit() || text.contains("burst") => {
+                        let b = r.burst.as_ref().expect("burst is set");
+                        self.push(
+                            b,
+                            format!("{at}.burst"),
+                            format!("the quota text {text:?} already gives a burst; give it once"),
+                        );
+                        return None;
+                    }
+                    Some(b) => q.burst_of(b),
+                }
+            }
+            toml::Value::Integer(n) => {
+                let Some(p) = &r.period else {
+                    self.push(
+                        &r.limit,
+                        field,
+                        format!(
+                            "a numeric limit needs `period` (e.g. period = \"10s\"), or write \
+                             limit = \"{n}/10s\""
+                        ),
+                    );
+                    return None;
+                };
+                if *n < 1 {
+                    self.push(
+                        &r.limit,
+                        field,
+                        format!("limit must be a whole number of at least 1, got {n}"),
+                    );
+                    return None;
+                }
+                let period = match floodgate_core::quota::parse_period(p.get_ref()) {
+                    Ok(period) => period,
+                    Err(msg) => {
+                        self.push(p, format!("{at}.period"), msg);
+                        return None;
+                    }
+                };
+                Quota::with_burst(*n as u64, period, burst.unwrap_or(*n as u64))
+            }
+            other => {
+                self.push(
+                    &r.limit,
+                    field,
+                    format!(
+                        "expected quota text like \"10/10s\" or a whole number with `period`, \
+                         got a {}",
+                        other.type_str()
+                    ),
+                );
+                return None;
+            }
+        };
+        match quota {
+            Ok(q) => Some(q),
+            Err(e) => {
+                self.push(&r.limit, format!("{at}.limit"), e.to_string());
+                None
+            }
+        }
+    }
+
+    fn matcher(&mut self, at: &str, r: &RawRule) -> MatchConfig {
+        let m = &r.matcher;
+        let mut out = MatchConfig::default();
+        if let Some(p) = &m.path_prefix {
+            if p.get_ref().starts_with('/') {
+                out.path_prefix = Some(p.get_ref().clone());
+            } else {
+                self.push(
+                    p,
+                    format!("{at}.match.path_prefix"),
+                    format!("must start with '/', got {:?}", p.get_ref()),
+                );
+            }
+        }
+        for (i, method) in m.methods.iter().enumerate() {
+            match parse_method(method.get_ref()) {
+                Ok(me) => out.methods.push(me),
+                Err(msg) => self.push(method, format!("{at}.match.methods[{i}]"), msg),
+            }
+        }
+        if let Some(h) = &m.host {
+            let host = h.get_ref().to_ascii_lowercase();
+            if host.is_empty() || host.contains(['/', ' ', ':']) {
+                self.push(
+                    h,
+                    format!("{at}.match.host"),
+                    format!("expected a host name without port, got {:?}", h.get_ref()),
+                );
+            } else {
+                out.host = Some(host);
+            }
+        }
+        if let Some(h) = &m.header {
+            let name = match HeaderName::from_bytes(h.name.get_ref().as_bytes()) {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    self.push(
+                        &h.name,
+                        format!("{at}.match.header.name"),
+                        format!("invalid header name {:?}", h.name.get_ref()),
+                    );
+                    None
+                }
+            };
+            let value = match &h.value {
+                None => Some(None),
+                Some(v) => match HeaderValue::from_str(v.get_ref()) {
+                    Ok(v) => Some(Some(v)),
+                    Err(_) => {
+                        self.push(
+                            v,
+                            format!("{at}.match.header.value"),
+                            format!("invalid header value {:?}", v.get_ref()),
+                        );
+                        None
+                    }
+                },
+            };
+            if let (Some(n), Some(v)) = (name, value) {
+                out.header = Some((n, v));
+            }
+        }
+        out
+    }
+
+    /// `cost`, `cost_header`, `[[rules.route_costs]]`; costs above the policy's capacity are
+    /// errors here, not silent forever-denials at run time.
+    fn cost(&mut self, at: &str, r: &RawRule, capacity: Option<u64>) -> CostConfig {
+        let mut out = CostConfig {
+            default: 1,
+            header: None,
+            routes: Vec::new(),
+        };
+        if let Some(c) = &r.cost {
+            if let Some(cost) = self.one_cost(format!("{at}.cost"), c, capacity) {
+                out.default = cost;
+            }
+        }
+        if let Some(h) = &r.cost_header {
+            match HeaderName::from_bytes(h.get_ref().as_bytes()) {
+                Ok(n) => out.header = Some(n),
+                Err(_) => self.push(
+                    h,
+                    format!("{at}.cost_header"),
+                    format!("invalid header name {:?}", h.get_ref()),
+                ),
+            }
+        }
+        for (i, rc) in r.route_costs.iter().enumerate() {
+            let base = format!("{at}.route_costs[{i}]");
+            if !rc.path_prefix.get_ref().starts_with('/') {
+                self.push(
+                    &rc.path_prefix,
+                    format!("{base}.path_prefix"),
+                    format!("must start with '/', got {:?}", rc.path_prefix.get_ref()),
+                );
+                continue;
+            }
+            let method = match &rc.method {
+                None => None,
+                Some(m) => match parse_method(m.get_ref()) {
+                    Ok(m) => Some(m),
+                    Err(msg) => {
+                        self.push(m, format!("{base}.method"), msg);
+                        continue;
+                    }
+                },
+            };
+            if let Some(cost) = self.one_cost(format!("{base}.cost"), &rc.cost, capacity) {
+                out.routes.push(RouteCost {
+                    path_prefix: rc.path_prefix.get_ref().clone(),
+                    method,
+                    cost,
+                });
+            }
+        }
+        out
+    }
+
+    fn one_cost(&mut self, field: String, c: &Spanned<i64>, capacity: Option<u64>) -> Option<u64> {
+        let n = *c.get_ref();
+        if n < 0 || n as u64 > MAX_COST {
+            self.push(
+                c,
+                field,
+                format!("must be a whole number between 0 and {MAX_COST}, got {n}"),
+            );
+            return None;
+        }
+        let n = n as u64;
+        if let Some(cap) = capacity {
+            if n > cap {
+                self.push(
+                    c,
+                    field,
+                    format!(
+                        "cost {n} exceeds the rule's capacity of {cap} units: such a request \
+                         could never be admitted (raise the limit or burst)"
+                    ),
+                );
+                return None;
+            }
+        }
+        Some(n)
+    }
+}
+
+fn parse_method(text: &str) -> Result<Method, String> {
+    let upper = text.to_ascii_uppercase();
+    if upper.is_empty() || !upper.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(format!("invalid HTTP method {text:?}"));
+    }
+    Method::from_bytes(upper.as_bytes()).map_err(|_| format!("invalid HTTP method {text:?}"))
+}
+
+/// `key = "SOURCE"`, `key = "SOURCE | SOURCE"` (the first present one) or
+/// `key = ["SOURCE", "SOURCE"]` (all together), where SOURCE is one of `client_ip`,
+/// `user:HEADER`, `api_key:HEADER`, `header:HEADER`, `method`, `path`, `route`, `global`.
+fn parse_key_value(value: &toml::Value) -> Result<KeySource, String> {
+    match value {
+        toml::Value::String(text) => parse_key(text),
+        toml::Value::Array(items) if !items.is_empty() => {
+            let mut all = Vec::with_capacity(items.len());
+            for item in items {
+                match item {
+                    toml::Value::String(text) => all.push(parse_key(text)?),
+                    other => {
+                        return Err(format!(
+                            "expected key source strings in the list, got a {}",
+                            other.type_str()
+                        ))
+                    }
+                }
+            }
+            Ok(if all.len() == 1 {
+                all.remove(0)
+            } else {
+                KeySource::All(all)
+            })
+        }
+        other => Err(format!(
+            "expected a key source like \"client_ip\" or a list of them, got {}",
+            if matches!(other, toml::Value::Array(_)) {
+                "an empty list".to_string()
+            } else {
+                format!("a {}", other.type_str())
+            }
+        )),
+    }
+}
+
+/// One key source, or a fallback chain `a | b | c` (the first present one).
+///
+/// # Errors
+/// A message naming the accepted sources.
+pub fn parse_key(text: &str) -> Result<KeySource, String> {
+    let mut chain = Vec::new();
+    for part in text.split('|') {
+        chain.push(parse_key_source(part.trim())?);
+    }
+    Ok(if chain.len() == 1 {
+        chain.remove(0)
+    } else {
+        KeySource::FirstOf(chain)
+    })
+}
+
+fn parse_key_source(text: &str) -> Result<KeySource, String> {
+    let header = |name: &str| {
+        HeaderName::from_bytes(name.trim().as_bytes())
+            .map_err(|_| format!("invalid header name {name:?} in key source {text:?}"))
+    };
+    Ok(match text {
+        "client_ip" => KeySource::ClientIp,
+        "global" => KeySource::Constant("global".into()),
+        "method" => KeySource::Method,
+        "path" => KeySource::Path,
+        "route" => KeySource::Route,
+        _ => match text.split_once(':') {
+            Some(("user", h)) => KeySource::User { header: header(h)? },
+            Some(("api_key", h)) => KeySource::ApiKey { header: header(h)? },
+            Some(("header", h)) => KeySource::Header { name: header(h)? },
+            _ => {
+                return Err(format!(
+                    "unknown key source {text:?}; expected client_ip, user:HEADER, \
+                     api_key:HEADER, header:HEADER, method, path, route or global"
+                ))
+            }
+        },
+    })
+}
+
+/// The configuration spelling of a key source (inverse of [`parse_key`] for one source).
+pub fn describe_key(key: &KeySource) -> String {
+    match key {
+        KeySource::ClientIp => "client_ip".into(),
+        KeySource::User { header } => format!("user:{header}"),
+        KeySource::ApiKey { header } => format!("api_key:{header}"),
+        KeySource::Header { name } => format!("header:{name}"),
+        KeySource::Method => "method".into(),
+        KeySource::Path => "path".into(),
+        KeySource::Route => "route".into(),
+        KeySource::Constant(_) => "global".into(),
+        KeySource::FirstOf(chain) => chain
+            .iter()
+            .map(describe_key)
+            .collect::<Vec<_>>()
+            .join(" | "),
+        KeySource::All(all) => format!(
+            "[{}]",
+            all.iter().map(describe_key).collect::<Vec<_>>().join(", ")
+        ),
+        _ => format!("{key:?}"),
+    }
+}
+
+/// An address or CIDR: `10.0.0.0/8`, `127.0.0.1` (a single address), `::1`.
+///
+/// # Errors
+/// A message with an example of the accepted form.
+pub fn parse_net(text: &str) -> Result<IpNet, String> {
+    if let Ok(net) = text.parse::<IpNet>() {
+        return Ok(net.trunc());
+    }
+    text.parse::<std::net::IpAddr>()
+        .map(IpNet::from)
+        .map_err(|_| format!("invalid address or CIDR {text:?}, e.g. \"10.0.0.0/8\" or \"::1\""))
+}
+
+/// An `http://host:port` upstream (no path, query or TLS).
+///
+/// # Errors
+/// A message saying which part is not accepted.
+pub fn parse_upstream(text: &str) -> Result<Uri, String> {
+    let uri: Uri = text
+        .parse()
+        .map_err(|e| format!("invalid upstream URL {text:?}: {e}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!(
+            "upstream {text:?} must start with http:// (TLS to the upstream is not supported)"
+        ));
+    }
+    if uri.authority().is_none() {
+        return Err(format!("upstream {text:?} has no host"));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!(
+            "upstream {text:?} must not have a path or query: requests keep their own path"
+        ));
+    }
+    Ok(uri)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,88 @@
+//! The configuration file exactly as written: serde structs that reject unknown fields and keep
+//! the byte span of every value that is checked after parsing, so errors can name its line.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The whole document.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub store: RawStore,
+    #[serde(default)]
+    pub rules: Vec<RawRule>,
+}
+
+/// `[server]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServer {
+    pub listen: Option<Spanned<String>>,
+    pub admin_token: Option<Spanned<String>>,
+    #[serde(default)]
+    pub trusted_proxies: Vec<Spanned<String>>,
+    pub upstream: Option<Spanned<String>>,
+}
+
+/// `[store]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStore {
+    pub kind: Option<Spanned<String>>,
+    pub max_keys: Option<Spanned<i64>>,
+    pub on_full: Option<Spanned<String>>,
+}
+
+/// One `[[rules]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRule {
+    pub name: Spanned<String>,
+    #[serde(rename = "match", default)]
+    pub matcher: RawMatch,
+    /// A key source string, or a list of them (all together).
+    pub key: Option<Spanned<toml::Value>>,
+    pub algorithm: Option<Spanned<String>>,
+    /// `"10/10s"` (quota text) or a whole number (then `period` is required).
+    pub limit: Spanned<toml::Value>,
+    pub period: Option<Spanned<String>>,
+    pub burst: Option<Spanned<i64>>,
+    pub cost: Option<Spanned<i64>>,
+    pub cost_header: Option<Spanned<String>>,
+    #[serde(default)]
+    pub route_costs: Vec<RawRouteCost>,
+    #[serde(default)]
+    pub shadow: bool,
+    pub failure_mode: Option<Spanned<String>>,
+}
+
+/// `[rules.match]`: every given condition must hold.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMatch {
+    pub path_prefix: Option<Spanned<String>>,
+    #[serde(default)]
+    pub methods: Vec<Spanned<String>>,
+    pub host: Option<Spanned<String>>,
+    pub header: Option<RawHeaderMatch>,
+}
+
+/// `[rules.match.header]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHeaderMatch {
+    pub name: Spanned<String>,
+    pub value: Option<Spanned<String>>,
+}
+
+/// One `[[rules.route_costs]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRouteCost {
+    pub path_prefix: Spanned<String>,
+    pub method: Option<Spanned<String>>,
+    pub cost: Spanned<i64>,
+}

@@ -1,0 +1,328 @@
+use super::*;
+
+fn err(text: &str) -> String {
+    parse("rules.toml", text).unwrap_err().to_string()
+}
+
+#[test]
+fn embedded_default_is_one_per_ip_token_bucket_of_10_per_10s() {
+    let c = embedded_default();
+    assert_eq!(c.rules.len(), 1);
+    let r = &c.rules[0];
+    assert_eq!(r.name, "per-client-ip");
+    assert_eq!(r.key, KeySource::ClientIp);
+    assert_eq!(r.policy.kind(), AlgorithmKind::TokenBucket);
+    assert_eq!(r.policy.quota().to_string(), "10/10s");
+    assert_eq!(r.cost.default, 1);
+    assert_eq!(c.store, StoreConfig::default());
+}
+
+#[test]
+fn full_example_parses_every_field() {
+    let c = parse(
+        "f.toml",
+        r#"
+[server]
+listen = "127.0.0.1:9000"
+admin_token = "0123456789abcdef"
+trusted_proxies = ["10.0.0.0/8", "::1", "127.0.0.1"]
+upstream = "http://127.0.0.1:3000"
+
+[store]
+kind = "memory"
+max_keys = 50
+on_full = "admit_untracked"
+
+[[rules]]
+name = "search"
+algorithm = "gcra"
+limit = 100
+period = "1min"
+burst = 200
+key = ["header:x-api-key", "user:x-user | client_ip"]
+cost = 2
+cost_header = "x-cost"
+shadow = true
+failure_mode = "closed"
+[rules.match]
+path_prefix = "/api/"
+methods = ["get", "POST"]
+host = "API.example.com"
+header = { name = "x-tier", value = "free" }
+[[rules.route_costs]]
+path_prefix = "/api/search"
+method = "GET"
+cost = 100
+
+[[rules]]
+name = "daily"
+limit = "1000/day burst 10"
+algorithm = "sliding-window"
+"#,
+    )
+    .unwrap();
+    assert_eq!(c.server.listen, Some("127.0.0.1:9000".parse().unwrap()));
+    assert_eq!(c.server.trusted_proxies.len(), 3);
+    assert_eq!(c.server.trusted_proxies[1].to_string(), "::1/128");
+    assert_eq!(c.store.max_keys, 50);
+    assert_eq!(c.store.on_full, OnFull::AdmitUntracked);
+    let r = &c.rules[0];
+    assert_eq!(r.policy.kind(), AlgorithmKind::Gcra);
+    assert_eq!(
+        (
+            r.policy.quota().limit(),
+            r.policy.quota().period(),
+            r.policy.quota().burst()
+        ),
+        (100, 60_000_000, 200)
+    );
+    assert_eq!(
+        r.key,
+        KeySource::All(vec![
+            KeySource::Header {
+                name: HeaderName::from_static("x-api-key")
+            },
+            KeySource::FirstOf(vec![
+                KeySource::User {
+                    header: HeaderName::from_static("x-user")
+                },
+                KeySource::ClientIp
+            ])
+        ])
+    );
+    assert_eq!(
+        describe_key(&r.key),
+        "[header:x-api-key, user:x-user | client_ip]"
+    );
+    assert_eq!(r.cost.default, 2);
+    assert_eq!(r.cost.routes[0].cost, 100);
+    assert_eq!(r.cost.routes[0].method, Some(Method::GET));
+    assert!(r.shadow);
+    assert_eq!(r.failure_mode, FailureMode::Closed);
+    assert_eq!(r.matcher.methods, vec![Method::GET, Method::POST]);
+    assert_eq!(r.matcher.host.as_deref(), Some("api.example.com"));
+    assert_eq!(c.rules[1].policy.kind(), AlgorithmKind::SlidingWindow);
+    assert_eq!(c.rules[1].policy.quota().to_string(), "1000/d burst 10");
+}
+
+#[test]
+fn a_bad_period_names_file_line_and_field() {
+    let e = err("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\n\n[[rules]]\nname = \"b\"\nlimit = \"10/fortnight\"\n");
+    assert_eq!(
+        e,
+        "rules.toml:7: rules[1].limit: invalid quota \"10/fortnight\": unknown period unit \
+         \"fortnight\" (use us, ms, s, min, h or day)"
+    );
+}
+
+#[test]
+fn unknown_fields_are_rejected_with_their_path_and_line() {
+    let e = err("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nlimt = 3\n");
+    assert!(
+        e.starts_with("rules.toml:4: rules[0].limt: unknown field `limt`, expected one of `name`"),
+        "{e}"
+    );
+    let e = err("[server]\nlisten = \"127.0.0.1:1\"\nport = 3\n");
+    assert!(
+        e.starts_with("rules.toml:3: server.port: unknown field `port`"),
+        "{e}"
+    );
+    let e = err("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\n[rules.match]\npath = \"/x\"\n");
+    assert!(
+        e.starts_with("rules.toml:5: rules[0].match.path: unknown field `path`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn wrong_types_and_missing_fields_name_the_field() {
+    let e = err("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nshadow = \"yes\"\n");
+    assert!(e.starts_with("rules.toml:4: rules[0].shadow: "), "{e}");
+    let e = err("[[rules]]\nname = \"a\"\n");
+    assert!(e.contains("rules[0]: missing field `limit`"), "{e}");
+    assert!(e.starts_with("rules.toml:1: "), "{e}");
+    let e = err("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\ncost = 1.5\n");
+    assert!(e.starts_with("rules.toml:4: rules[0].cost: "), "{e}");
+}
+
+#[test]
+fn syntax_errors_give_the_line() {
+    let e = err("[server]\nlisten = \n");
+    assert!(e.starts_with("rules.toml:2: .: invalid TOML: "), "{e}");
+}
+
+#[test]
+fn duplicate_names_and_cost_above_capacity_are_all_reported() {
+    let e = err(r#"
+[[rules]]
+name = "a"
+limit = "10/s"
+cost = 11
+
+[[rules]]
+name = "a"
+limit = "5/s burst 50"
+[[rules.route_costs]]
+path_prefix = "/search"
+cost = 51
+"#);
+    let lines: Vec<&str> = e.lines().collect();
+    assert_eq!(lines.len(), 3, "{e}");
+    assert!(
+        lines[0].starts_with(
+            "rules.toml:5: rules[0].cost: cost 11 exceeds the rule's capacity of 10 units"
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        lines[1],
+        "rules.toml:8: rules[1].name: duplicate rule name \"a\" (also rules[0].name); names must \
+         be unique"
+    );
+    assert!(
+        lines[2].starts_with(
+            "rules.toml:12: rules[1].route_costs[0].cost: cost 51 exceeds the rule's capacity of 50"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn numeric_limit_needs_a_period_and_text_limit_refuses_one() {
+    let e = err("[[rules]]\nname = \"a\"\nlimit = 10\n");
+    assert!(
+        e.starts_with("rules.toml:3: rules[0].limit: a numeric limit needs `period`"),
+        "{e}"
+    );
+    let e = err("[[rules]]\nname = \"a\"\nlimit = \"10/s\"\nperiod = \"1s\"\n");
+    assert!(e.starts_with("rules.toml:4: rules[0].period: "), "{e}");
+    let e = err("[[rules]]\nname = \"a\"\nlimit = 10\nperiod = \"1 fortnight\"\n");
+    assert!(
+        e.starts_with("rules.toml:4: rules[0].period: unknown period unit"),
+        "{e}"
+    );
+    let e = err("[[rules]]\nname = \"a\"\nlimit = \"10/s burst 5\"\nburst = 6\n");
+    assert!(e.starts_with("rules.toml:4: rules[0].burst: "), "{e}");
+    let e = err("[[rules]]\nname = \"a\"\nlimit = 0\nperiod = \"1s\"\n");
+    assert!(e.starts_with("rules.toml:3: rules[0].limit: "), "{e}");
+    let e = err("[[rules]]\nname = \"a\"\nlimit = true\n");
+    assert!(e.contains("got a boolean"), "{e}");
+}
+
+#[test]
+fn numeric_and_text_limits_mean_the_same_quota() {
+    let a = parse(
+        "f",
+        "[[rules]]\nname = \"a\"\nlimit = \"10/10s burst 20\"\n",
+    )
+    .unwrap();
+    let b = parse(
+        "f",
+        "[[rules]]\nname = \"a\"\nlimit = 10\nperiod = \"10s\"\nburst = 20\n",
+    )
+    .unwrap();
+    let c = parse(
+        "f",
+        "[[rules]]\nname = \"a\"\nlimit = \"10/10s\"\nburst = 20\n",
+    )
+    .unwrap();
+    assert_eq!(a.rules[0].policy.quota(), b.rules[0].policy.quota());
+    assert_eq!(a.rules[0].policy.quota(), c.rules[0].policy.quota());
+}
+
+#[test]
+fn redis_store_is_rejected_clearly_for_now() {
+    let e = err("[store]\nkind = \"redis\"\n");
+    assert_eq!(
+        e,
+        "rules.toml:2: store.kind: the redis store is not available in this version yet; use \
+         kind = \"memory\""
+    );
+}
+
+#[test]
+fn other_semantic_errors_name_their_fields() {
+    let cases = [
+        (
+            "[server]\nlisten = \"localhost\"\n",
+            "rules.toml:2: server.listen: ",
+        ),
+        (
+            "[server]\nadmin_token = \"short\"\n",
+            "rules.toml:2: server.admin_token: ",
+        ),
+        (
+            "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"nope\"]\n",
+            "rules.toml:2: server.trusted_proxies[1]: ",
+        ),
+        (
+            "[server]\nupstream = \"https://x\"\n",
+            "rules.toml:2: server.upstream: ",
+        ),
+        (
+            "[server]\nupstream = \"http://x/api\"\n",
+            "rules.toml:2: server.upstream: ",
+        ),
+        ("[store]\nmax_keys = 0\n", "rules.toml:2: store.max_keys: "),
+        (
+            "[store]\non_full = \"panic\"\n",
+            "rules.toml:2: store.on_full: ",
+        ),
+        (
+            "[[rules]]\nname = \"has space\"\nlimit = \"1/s\"\n",
+            "rules.toml:2: rules[0].name: ",
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nalgorithm = \"magic\"\n",
+            "rules.toml:4: rules[0].algorithm: unknown algorithm",
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = \"cookie\"\n",
+            "rules.toml:4: rules[0].key: unknown key source",
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\ncost = -1\n",
+            "rules.toml:4: rules[0].cost: must be a whole number between 0 and 1000000",
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nfailure_mode = \"maybe\"\n",
+            "rules.toml:4: rules[0].failure_mode: ",
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"100000/s\"\nalgorithm = \"sliding_log\"\n",
+            "rules.toml:3: rules[0].limit: the sliding log keeps one entry per admitted unit",
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\n[rules.match]\nmethods = [\"G T\"]\n",
+            "rules.toml:5: rules[0].match.methods[0]: invalid HTTP method",
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\n[rules.match]\npath_prefix = \"api\"\n",
+            "rules.toml:5: rules[0].match.path_prefix: must start with '/'",
+        ),
+    ];
+    for (text, want) in cases {
+        let e = err(text);
+        assert!(e.starts_with(want), "{text:?}\n got: {e}\nwant: {want}");
+    }
+}
+
+#[test]
+fn state_identity_changes_with_algorithm_or_quota_only() {
+    let a = parse("f", "[[rules]]\nname = \"a\"\nlimit = \"10/s\"\n").unwrap();
+    let b = parse(
+        "f",
+        "[[rules]]\nname = \"a\"\nlimit = \"10/s\"\nshadow = true\n",
+    )
+    .unwrap();
+    let c = parse("f", "[[rules]]\nname = \"a\"\nlimit = \"11/s\"\n").unwrap();
+    let d = parse(
+        "f",
+        "[[rules]]\nname = \"a\"\nlimit = \"10/s\"\nalgorithm = \"gcra\"\n",
+    )
+    .unwrap();
+    let id = |c: &Config| c.rules[0].state_identity();
+    assert_eq!(id(&a), id(&b));
+    assert_ne!(id(&a), id(&c));
+    assert_ne!(id(&a), id(&d));
+}
