@@ -157,8 +157,8 @@ pub struct Args {
     #[arg(long, short, value_name = "FILE", help_heading = "Output")]
     pub output: Option<PathBuf>,
 
-    /// Width of one chart column / table row, e.g. 1s, 100ms [default: 1s, widened to keep at
-    /// most 80 columns].
+    /// Width of one chart column / table row, e.g. 1s, 100ms [default: 1s; 100 ms or so when
+    /// the traffic spans under 10 s; wider to keep at most 80 columns].
     #[arg(long, value_parser = parse_duration, help_heading = "Output")]
     pub column: Option<Micros>,
 }
@@ -355,12 +355,24 @@ pub fn build_traffic(args: &Args, quota: &Quota) -> anyhow::Result<Traffic> {
     traffic.map_err(anyhow::Error::msg)
 }
 
-/// The column width: `--column`, or 1 s widened to a round width keeping at most 80 columns.
+/// The column width: `--column`, else one column per second, narrowed to a round sub-second
+/// width giving at least 20 columns when the traffic spans under 10 s (so a boundary burst at
+/// 0.95 s and one at 1.05 s fall in different columns), or widened to a round width keeping at
+/// most 80 columns.
 fn column_width(requested: Option<Micros>, span: Micros) -> Micros {
     if let Some(column) = requested {
         return column.max(1);
     }
+    const NICE_SUB_SECOND: [u64; 9] = [
+        500_000, 200_000, 100_000, 50_000, 20_000, 10_000, 5_000, 2_000, 1_000,
+    ];
     const NICE_SECONDS: [u64; 12] = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1_800, 3_600];
+    if span < 10 * MICROS_PER_SECOND {
+        return NICE_SUB_SECOND
+            .into_iter()
+            .find(|w| span.div_ceil(*w) >= 20)
+            .unwrap_or(1_000);
+    }
     NICE_SECONDS
         .iter()
         .map(|s| s * MICROS_PER_SECOND)

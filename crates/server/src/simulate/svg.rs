@@ -126,7 +126,7 @@ fn panel(s: &mut String, report: &Report, run: &Run, top: f64, scale: u64) {
     let _ = writeln!(
         s,
         r##"<text x="{LEFT}" y="{}" font-size="14" font-weight="bold">{}</text>"##,
-        top - 8.0,
+        top - 12.0,
         escape(&heading)
     );
 
@@ -136,8 +136,9 @@ fn panel(s: &mut String, report: &Report, run: &Run, top: f64, scale: u64) {
         let x1 = x_of((p.start_us + q.period()) as f64).min(LEFT + plot_width);
         let _ = writeln!(
             s,
-            r##"<rect x="{x0:.1}" y="{top}" width="{:.1}" height="{PANEL_HEIGHT}" fill="#fff3b0"/>"##,
-            (x1 - x0).max(1.0)
+            r##"<rect x="{x0:.1}" y="{top}" width="{:.1}" height="{PANEL_HEIGHT}" fill="#fff3b0"/><path d="M{x0:.1},{:.1} v-5 H{x1:.1} v5" fill="none" stroke="#c98a00" stroke-width="1.5"/>"##,
+            (x1 - x0).max(1.0),
+            top - 1.0
         );
     }
     // Horizontal grid and labels at 0, half and full scale.
