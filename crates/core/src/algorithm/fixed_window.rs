@@ -1,7 +1,7 @@
 //! Fixed window: one counter per key that resets at every window edge.
 //!
-//! Source: the classic fixed window counter (as in the Redis `INCR` + `EXPIRE` pattern and the
-//! Stripe / Cloudflare rate-limiting write-ups). Time is cut into windows
+//! Source: the classic fixed window counter, e.g. the "Pattern: Rate limiter" section of the
+//! Redis `INCR` command documentation (`INCR` + `EXPIRE` per window). Time is cut into windows
 //! `[k x period, (k + 1) x period)` counted from the Unix epoch, and each window admits `limit`
 //! units. A request of `cost` units at `now` is admitted when
 //!

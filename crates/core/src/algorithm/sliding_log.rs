@@ -1,8 +1,8 @@
 //! Sliding log: the exact record of what was admitted in the last `period`.
 //!
-//! Source: the sliding log of the rate-limiting literature (e.g. the Redis sorted-set pattern
-//! `ZREMRANGEBYSCORE` + `ZCARD` + `ZADD`, described in Figma's and Cloudflare's write-ups). A
-//! unit admitted at `t` counts during `[t, t + period)`. A request of `cost` units at `now` is
+//! Source: the sliding window log, as described in Figma's "An alternative approach to rate
+//! limiting" (Nikrad Mahdi, 2017), usually kept in a Redis sorted set (`ZREMRANGEBYSCORE` +
+//! `ZCARD` + `ZADD`). A unit admitted at `t` counts during `[t, t + period)`. A request of `cost` units at `now` is
 //! admitted when
 //!
 //! ```text
