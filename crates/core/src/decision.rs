@@ -13,7 +13,9 @@ pub struct Decision {
     /// Units the policy admits at once from a fresh state: the burst for token bucket, leaky
     /// bucket and GCRA, the limit for the window algorithms.
     pub limit: u64,
-    /// Units that could be admitted right now after this decision (0 when denied or exhausted).
+    /// Units that could be admitted right now, after this decision. A denied request consumed
+    /// nothing, so on a denial this is what is left (less than the denied cost, possibly 0).
+    /// Never more than `limit`.
     pub remaining: u64,
     /// Microseconds until the key holds no consumption at all (back to a fresh state); also the
     /// time-to-live of the key's state. 0 when the key is already fresh.
