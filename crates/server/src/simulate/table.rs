@@ -36,7 +36,11 @@ pub fn render(report: &Report) -> String {
     // Totals and the true rate, one row per algorithm.
     let any_impossible = report.runs.iter().any(|r| r.summary.impossible > 0);
     let peak_header = format!("max in any {period}");
-    let _ = write!(out, "{:<15}{:>9}{:>9}", "algorithm", "admitted", "rejected");
+    let _ = write!(
+        out,
+        "{:<15}{:>10}{:>10}",
+        "algorithm", "admitted", "rejected"
+    );
     if any_impossible {
         let _ = write!(out, "{:>11}", "impossible");
     }
@@ -79,8 +83,8 @@ pub fn render(report: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        "(\"max in any {period}\": the most units admitted for one key in any window of {period}, \
-         sliding over every decision time; \"vs limit\": that over the limit of {})",
+        "(max in any {period}: the most units admitted for one key in any {period} window, sliding \
+         over every decision time;\n vs limit: that max over the limit of {})",
         q.limit()
     );
     if report.setup.instances > 1 {

@@ -137,7 +137,7 @@ impl Boundary {
         let over = if self.spread == 0 {
             String::new()
         } else {
-            format!(" over {}", format_duration(self.spread))
+            format!(" over {}", format_span(self.spread))
         };
         let description = format!(
             "{n} requests at {a}{over}, {n} at {b}{over}, around the window edge at {e} (key {k:?})",
@@ -285,7 +285,7 @@ impl Flood {
             });
         }
         let description = format!(
-            "a flood of {}/{} for {} (key {:?})",
+            "a flood of {} requests per {} for {} (key {:?})",
             self.units,
             format_duration(self.per),
             format_duration(self.duration),
@@ -376,6 +376,16 @@ pub fn parse_rate(text: &str) -> Result<(u64, Micros), String> {
     Ok((count, per))
 }
 
+/// Formats a length of time for people: whole milliseconds below a second as `14 ms`, else as
+/// [`format_duration`].
+pub fn format_span(us: Micros) -> String {
+    if us < MICROS_PER_SECOND && us % 1_000 == 0 && us > 0 {
+        format!("{} ms", us / 1_000)
+    } else {
+        format_duration(us)
+    }
+}
+
 /// Formats microseconds for people: `0 s`, `0.95 s`, `1.05 s`, `10 s`, `250 us`... Seconds with
 /// up to six decimals, trailing zeros trimmed; below a millisecond in microseconds.
 pub fn format_duration(us: Micros) -> String {
@@ -425,6 +435,9 @@ mod tests {
         assert_eq!(format_duration(10_000_000), "10 s");
         assert_eq!(format_duration(250), "250 us");
         assert_eq!(format_duration(1_000_001), "1.000001 s");
+        assert_eq!(format_span(14_000), "14 ms");
+        assert_eq!(format_span(14_500), "0.0145 s");
+        assert_eq!(format_span(2_000_000), "2 s");
     }
 
     #[test]
