@@ -502,3 +502,73 @@ pub fn run_dir(backend: &mut dyn Backend, dir: &Path) -> Result<Report, LoadErro
     }
     Ok(report)
 }
+
+/// One request of a differential run (see [`differential`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The key.
+    pub key: String,
+    /// Microseconds since the Unix epoch (may go backwards).
+    pub now_us: Timestamp,
+    /// Units asked for (may exceed the capacity: both backends must then answer the error).
+    pub cost: u64,
+    /// A peek instead of a check.
+    pub peek: bool,
+}
+
+/// Plays the same `requests` under `policy` on two backends (after resetting both) and reports
+/// every request where their answers differ, labelled `<algorithm>/<a>-vs-<b>/<name>#<n>`
+/// (`n` counted from 1). Use it with random traffic (e.g. from proptest) to show that a store
+/// decides exactly like [`CoreBackend`] beyond the golden vectors.
+pub fn differential(
+    a: &mut dyn Backend,
+    b: &mut dyn Backend,
+    policy: &Policy,
+    name: &str,
+    requests: &[Request],
+) -> Report {
+    let label = format!("{}/{}-vs-{}/{name}", policy.kind(), a.name(), b.name());
+    let mut report = Report {
+        cases: 1,
+        ..Report::default()
+    };
+    for (backend, result) in [
+        (a.name().to_string(), a.reset()),
+        (b.name().to_string(), b.reset()),
+    ] {
+        if let Err(e) = result {
+            report.failures.push(Failure {
+                label: label.clone(),
+                message: format!("{backend}: reset failed: {e}"),
+            });
+            return report;
+        }
+    }
+    for (i, r) in requests.iter().enumerate() {
+        report.steps += 1;
+        let got_a = a.check(policy, &r.key, r.now_us, r.cost, r.peek);
+        let got_b = b.check(policy, &r.key, r.now_us, r.cost, r.peek);
+        let message = match (&got_a, &got_b) {
+            (Reply::Answer(x), Reply::Answer(y)) if x == y => continue,
+            (Reply::Answer(x), Reply::Answer(y)) => format!(
+                "{} {} cost {} key {:?} at {} us: {} says {}, {} says {}",
+                if r.peek { "peek" } else { "check" },
+                i + 1,
+                r.cost,
+                r.key,
+                r.now_us,
+                a.name(),
+                show_answer(x),
+                b.name(),
+                show_answer(y)
+            ),
+            (Reply::Failed(e), _) => format!("{} failed: {e}", a.name()),
+            (_, Reply::Failed(e)) => format!("{} failed: {e}", b.name()),
+        };
+        report.failures.push(Failure {
+            label: format!("{label}#{}", i + 1),
+            message,
+        });
+    }
+    report
+}

@@ -2,7 +2,8 @@
 //! that the runner itself notices a wrong answer, labels it, and rejects malformed vectors.
 
 use floodgate_conformance::{
-    load_dir, run_dir, run_vector, vectors_dir, Backend, BackendFailure, CoreBackend, Reply, Vector,
+    differential, load_dir, run_dir, run_vector, vectors_dir, Backend, BackendFailure, CoreBackend,
+    Reply, Request, Vector,
 };
 use floodgate_core::{AlgorithmKind, Policy, Timestamp};
 
@@ -203,4 +204,46 @@ fn keys_are_independent_and_reset_clears_between_cases() {
     let report = run_vector(&mut CoreBackend::default(), &vector);
     assert!(report.is_ok(), "{report}");
     assert_eq!((report.cases, report.steps), (2, 3));
+}
+
+#[test]
+fn differential_runs_compare_two_backends_request_by_request() {
+    let policy = Policy::new(AlgorithmKind::TokenBucket, "2/s".parse().unwrap()).unwrap();
+    // Two admissions, then a denial: the off-by-one backend differs on every decision; the
+    // error (cost 3 > burst 2) is the same on both.
+    let requests: Vec<Request> = [(0, 1), (0, 1), (10, 1), (10, 3)]
+        .into_iter()
+        .map(|(now_us, cost)| Request {
+            key: "k".into(),
+            now_us: 1_700_000_000_000_000 + now_us,
+            cost,
+            peek: false,
+        })
+        .collect();
+    let same = differential(
+        &mut CoreBackend::default(),
+        &mut CoreBackend::default(),
+        &policy,
+        "random",
+        &requests,
+    );
+    assert!(same.is_ok(), "{same}");
+    assert_eq!(same.steps, 4);
+    let report = differential(
+        &mut CoreBackend::default(),
+        &mut OffByOne::default(),
+        &policy,
+        "random",
+        &requests,
+    );
+    let labels: Vec<&str> = report.failures.iter().map(|f| f.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "token_bucket/core-vs-off_by_one/random#1",
+            "token_bucket/core-vs-off_by_one/random#2",
+            "token_bucket/core-vs-off_by_one/random#3"
+        ],
+        "{report}"
+    );
 }
