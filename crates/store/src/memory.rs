@@ -5,15 +5,15 @@
 //!   `hashbrown` map. A batch locks only the shards its items hash to, in increasing index order
 //!   (so two batches can never deadlock), decides everything, writes back and unlocks: the
 //!   critical section is a few map look-ups and integer decisions, never I/O or an `.await`.
-//! - Map key: a 128-bit [`Fingerprint`] of `(rule, key)`: SipHash-1-3-128 under a random
+//! - Map key: a 128-bit fingerprint of `(rule, key)`: SipHash-1-3-128 under a random
 //!   per-process secret, over `len(rule) || rule || key`. It is fixed size whatever the key
 //!   length (no heap allocation per key, no attacker-controlled memory per key), and with a
 //!   secret 128-bit key the chance that two distinct keys share state is about `n^2 / 2^129`
 //!   (10^-26 at a million keys); an attacker who does not know the secret cannot aim at a
 //!   collision. The high 64 bits choose the shard, the low 64 bits are the map's hash (the map
 //!   uses them as they are, no second hash). The price: the store cannot list key names.
-//! - Map value: [`Entry`] = `expires_at` (u64 microseconds) + the algorithm's
-//!   [`State`](floodgate_core::State). Per key that is 16 (fingerprint) + 8 + `size_of::<State>()`
+//! - Map value: an entry = `expires_at` (u64 microseconds) + the algorithm's
+//!   [`State`]. Per key that is 16 (fingerprint) + 8 + `size_of::<State>()`
 //!   bytes plus hashbrown's one control byte, divided by the table's fill (44% to 87%).
 //!   Typed per-algorithm tables (16 bytes of GCRA state instead of the `State` enum's largest
 //!   variant) are the next step towards 64 bytes per key at a million keys.

@@ -12,7 +12,7 @@
 //! 4. Shadow rules are then checked one by one (charged only when the request is admitted,
 //!    peeked otherwise); their denials are counted, never enforced.
 //!
-//! Store errors follow the rules' [`FailureMode`](crate::FailureMode): if any enforcing rule in
+//! Store errors follow the rules' [`FailureMode`]: if any enforcing rule in
 //! the failed batch fails closed the request gets a 503, otherwise it is admitted.
 //!
 //! Metrics (via the `metrics` facade, never with per-key labels):

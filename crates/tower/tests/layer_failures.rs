@@ -1,0 +1,260 @@
+//! Failure modes with a failing store, shadow rules, and the metrics the layer records.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::{gcra, harness, request, with_store, T0};
+use floodgate_core::{Decision, ManualClock, Policy};
+use floodgate_store::{BatchDecision, CheckItem, Store, StoreError};
+use floodgate_tower::{FailureMode, KeySource, Rule, RuleSet};
+use http::StatusCode;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+/// A store that is always down.
+#[derive(Debug, Default)]
+struct DownStore {
+    calls: AtomicUsize,
+}
+
+impl Store for DownStore {
+    async fn check(&self, _: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Err(StoreError::Unavailable {
+            reason: "connection refused".into(),
+        })
+    }
+
+    async fn peek(&self, _: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
+        Err(StoreError::Timeout { after_ms: 50 })
+    }
+
+    async fn reset(&self, _: &str, _: &str) -> Result<bool, StoreError> {
+        Err(StoreError::Timeout { after_ms: 50 })
+    }
+
+    async fn inspect(&self, _: &str, _: &Policy, _: &str) -> Result<Decision, StoreError> {
+        Err(StoreError::Timeout { after_ms: 50 })
+    }
+}
+
+fn rule(name: &str, mode: FailureMode) -> Rule {
+    Rule::new(name, gcra("1/h"), KeySource::ClientIp).with_failure_mode(mode)
+}
+
+fn down(rules: Vec<Rule>) -> common::Harness<DownStore> {
+    with_store(
+        ManualClock::new(T0),
+        Arc::new(DownStore::default()),
+        RuleSet::new(rules),
+    )
+}
+
+/// Everything recorded while `f` ran on a current-thread runtime with a local recorder.
+type Labels = Vec<(String, String)>;
+struct Recorded(Vec<(String, Labels, DebugValue)>);
+
+fn with_metrics<F: std::future::Future<Output = ()>>(f: impl FnOnce() -> F) -> Recorded {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f());
+    });
+    // A snapshot drains the recorder, so take exactly one.
+    Recorded(
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let labels = key
+                    .key()
+                    .labels()
+                    .map(|l| (l.key().to_string(), l.value().to_string()))
+                    .collect();
+                (key.key().name().to_string(), labels, value)
+            })
+            .collect(),
+    )
+}
+
+fn counter(recorded: &Recorded, name: &str, labels: &[(&str, &str)]) -> u64 {
+    recorded
+        .0
+        .iter()
+        .filter(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .map(|(_, _, value)| match value {
+            DebugValue::Counter(n) => *n,
+            other => panic!("{name} is not a counter: {other:?}"),
+        })
+        .sum()
+}
+
+#[test]
+fn fail_open_admits_and_counts() {
+    let metrics = with_metrics(|| async {
+        let h = down(vec![rule("open", FailureMode::Open)]);
+        let r = h.send(request("/", "192.0.2.1:1", &[])).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.header("ratelimit"), None);
+        assert_eq!(h.backend.calls(), 1);
+    });
+    assert_eq!(
+        counter(
+            &metrics,
+            "floodgate_decisions_total",
+            &[("rule", "open"), ("outcome", "error_open")]
+        ),
+        1
+    );
+    assert_eq!(
+        counter(
+            &metrics,
+            "floodgate_store_errors_total",
+            &[("kind", "unavailable")]
+        ),
+        1
+    );
+}
+
+#[tokio::test]
+async fn fail_closed_answers_503_with_retry_after() {
+    let h = down(vec![rule("closed", FailureMode::Closed)]);
+    let r = h.send(request("/", "192.0.2.1:1", &[])).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(r.json()["type"], "urn:floodgate:problem:store-unavailable");
+    assert!(
+        !r.body.contains("connection refused"),
+        "store errors are not disclosed"
+    );
+    assert_eq!(h.backend.calls(), 0);
+}
+
+#[tokio::test]
+async fn one_closed_rule_in_the_batch_makes_it_fail_closed() {
+    let h = down(vec![
+        rule("open", FailureMode::Open),
+        rule("closed", FailureMode::Closed),
+    ]);
+    let r = h.send(request("/", "192.0.2.1:1", &[])).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    // A request no rule applies to never touches the store.
+    let h = down(vec![rule("closed", FailureMode::Closed).with_matcher(
+        floodgate_tower::Matcher {
+            path_prefix: Some("/api".into()),
+            ..Default::default()
+        },
+    )]);
+    assert_eq!(
+        h.send(request("/", "192.0.2.1:1", &[])).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(h.limiter.store().calls.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn shadow_rules_count_denials_but_never_deny() {
+    let metrics = with_metrics(|| async {
+        let h = harness(RuleSet::new(vec![Rule::new(
+            "trial",
+            gcra("1/h"),
+            KeySource::ClientIp,
+        )
+        .with_shadow(true)]));
+        for _ in 0..3 {
+            let r = h.send(request("/", "192.0.2.1:1", &[])).await;
+            assert_eq!(r.status, StatusCode::OK);
+            assert_eq!(r.header("ratelimit"), None, "shadow rules are invisible");
+        }
+    });
+    let c = |outcome| {
+        counter(
+            &metrics,
+            "floodgate_decisions_total",
+            &[("rule", "trial"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!((c("shadow_allowed"), c("shadow_denied")), (1, 2));
+}
+
+#[test]
+fn shadow_rules_are_not_charged_for_requests_an_enforcing_rule_denied() {
+    let metrics = with_metrics(|| async {
+        let h = harness(RuleSet::new(vec![
+            Rule::new("enforced", gcra("1/h"), KeySource::ClientIp),
+            Rule::new("trial", gcra("2/h"), KeySource::ClientIp).with_shadow(true),
+        ]));
+        let statuses: Vec<StatusCode> = {
+            let mut v = Vec::new();
+            for _ in 0..4 {
+                v.push(h.send(request("/", "192.0.2.1:1", &[])).await.status);
+            }
+            v
+        };
+        assert_eq!(statuses[0], StatusCode::OK);
+        assert!(statuses[1..]
+            .iter()
+            .all(|s| *s == StatusCode::TOO_MANY_REQUESTS));
+    });
+    let c = |rule, outcome| {
+        counter(
+            &metrics,
+            "floodgate_decisions_total",
+            &[("rule", rule), ("outcome", outcome)],
+        )
+    };
+    // Only the one admitted request charged the 2/h trial rule, so it never denied.
+    assert_eq!(
+        (c("trial", "shadow_allowed"), c("trial", "shadow_denied")),
+        (4, 0)
+    );
+    assert_eq!((c("enforced", "allowed"), c("enforced", "denied")), (1, 3));
+}
+
+#[test]
+fn skipped_rules_and_latency_are_recorded() {
+    let metrics = with_metrics(|| async {
+        let h = harness(RuleSet::new(vec![Rule::new(
+            "per-user",
+            gcra("1/h"),
+            KeySource::User {
+                header: http::HeaderName::from_static("x-user-id"),
+            },
+        )]));
+        h.send(request("/", "192.0.2.1:1", &[])).await;
+        h.send(request("/", "192.0.2.1:1", &[("x-user-id", "u")]))
+            .await;
+    });
+    assert_eq!(
+        counter(
+            &metrics,
+            "floodgate_decisions_total",
+            &[("rule", "per-user"), ("outcome", "skipped")]
+        ),
+        1
+    );
+    let histograms = metrics
+        .0
+        .iter()
+        .filter(|(name, _, _)| name == "floodgate_decision_duration_seconds")
+        .map(|(_, _, v)| match v {
+            DebugValue::Histogram(samples) => samples.len(),
+            _ => 0,
+        })
+        .sum::<usize>();
+    assert_eq!(
+        histograms, 1,
+        "one store round trip, for the request that had a key"
+    );
+}
