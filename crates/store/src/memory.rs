@@ -12,11 +12,14 @@
 //!   (10^-26 at a million keys); an attacker who does not know the secret cannot aim at a
 //!   collision. The high 64 bits choose the shard, the low 64 bits are the map's hash (the map
 //!   uses them as they are, no second hash). The price: the store cannot list key names.
-//! - Map value: an entry = `expires_at` (u64 microseconds) + the algorithm's
-//!   [`State`]. Per key that is 16 (fingerprint) + 8 + `size_of::<State>()`
-//!   bytes plus hashbrown's one control byte, divided by the table's fill (44% to 87%).
-//!   Typed per-algorithm tables (16 bytes of GCRA state instead of the `State` enum's largest
-//!   variant) are the next step towards 64 bytes per key at a million keys.
+//! - One map per algorithm in each shard, each holding `Entry<S>` = `expires_at` (u64
+//!   microseconds) + that algorithm's own state type `S`. An entry is 16 (fingerprint) + 8 +
+//!   `size_of::<S>()` bytes: **40 bytes** for GCRA, token bucket, leaky bucket and fixed window,
+//!   48 for the sliding window counter, 80 plus the entries' heap buffer for the sliding log
+//!   (checked by a unit test). hashbrown adds one control byte per bucket and keeps its tables
+//!   between 44% and 87.5% full, so at a million keys (about 48% full) a GCRA key costs about
+//!   `41 / 0.48 = 86` bytes. Shrinking further (a 64-bit fingerprint, expiry folded into the
+//!   state) is left for the benchmark work.
 //!
 //! # Expiry and the cap
 //! An entry's `expires_at` is `now + reset_after` of its last consuming decision: from then on
@@ -34,7 +37,10 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use floodgate_core::{Clock, Decision, Micros, Policy, State, Timestamp};
+use floodgate_core::{
+    AlgorithmKind, Clock, Decision, FixedWindowState, GcraState, LeakyBucketState, Micros, Policy,
+    SlidingLogState, SlidingWindowState, State, Timestamp, TokenBucketState,
+};
 use hashbrown::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
@@ -126,15 +132,94 @@ impl Hasher for PassThrough {
 
 /// One key's state and the time from which it is equivalent to a fresh key.
 #[derive(Debug, Clone)]
-struct Entry {
+struct Entry<S> {
     /// Microseconds since the epoch; at or after this time the entry may be dropped.
     expires_at: Timestamp,
-    state: State,
+    state: S,
+}
+
+type Table<S> = HashMap<Fingerprint, Entry<S>, BuildHasherDefault<PassThrough>>;
+
+macro_rules! tables {
+    ($($field:ident: $variant:ident($state:ty)),* $(,)?) => {
+        /// One map per algorithm, each holding that algorithm's own state type, so that a GCRA
+        /// key costs 16 bytes of state rather than the size of the largest [`State`] variant.
+        #[derive(Debug, Default)]
+        struct Tables {
+            $($field: Table<$state>,)*
+        }
+
+        impl Tables {
+            fn len(&self) -> usize {
+                0 $(+ self.$field.len())*
+            }
+
+            /// The entry of `fp` in `kind`'s table, as `(expires_at, state)`.
+            fn get(&self, kind: AlgorithmKind, fp: &Fingerprint) -> Option<(Timestamp, State)> {
+                match kind {
+                    $(AlgorithmKind::$variant => self
+                        .$field
+                        .get(fp)
+                        .map(|e| (e.expires_at, State::$variant(e.state.clone()))),)*
+                }
+            }
+
+            /// Removes `fp` from `kind`'s table.
+            fn remove(&mut self, kind: AlgorithmKind, fp: &Fingerprint) {
+                match kind {
+                    $(AlgorithmKind::$variant => {
+                        self.$field.remove(fp);
+                    })*
+                }
+            }
+
+            /// Removes `fp` from every table; returns the latest `expires_at` removed.
+            fn remove_all(&mut self, fp: &Fingerprint) -> Option<Timestamp> {
+                [$(self.$field.remove(fp).map(|e| e.expires_at),)*]
+                    .into_iter()
+                    .flatten()
+                    .max()
+            }
+
+            /// Stores `state` in its algorithm's table.
+            fn insert(&mut self, fp: Fingerprint, expires_at: Timestamp, state: State) {
+                match state {
+                    $(State::$variant(state) => {
+                        self.$field.insert(fp, Entry { expires_at, state });
+                    })*
+                }
+            }
+
+            /// Drops entries expired at `now`; returns how many, and the earliest `expires_at`
+            /// among those kept.
+            fn retain_live(&mut self, now: Timestamp) -> (usize, Timestamp) {
+                let before = self.len();
+                let mut earliest = Timestamp::MAX;
+                $(self.$field.retain(|_, e| {
+                    let keep = e.expires_at > now;
+                    if keep {
+                        earliest = earliest.min(e.expires_at);
+                    }
+                    keep
+                });)*
+                (before - self.len(), earliest)
+            }
+        }
+    };
+}
+
+tables! {
+    fixed_window: FixedWindow(FixedWindowState),
+    sliding_log: SlidingLog(SlidingLogState),
+    sliding_window: SlidingWindow(SlidingWindowState),
+    token_bucket: TokenBucket(TokenBucketState),
+    leaky_bucket: LeakyBucket(LeakyBucketState),
+    gcra: Gcra(GcraState),
 }
 
 #[derive(Debug)]
 struct Shard {
-    map: HashMap<Fingerprint, Entry, BuildHasherDefault<PassThrough>>,
+    tables: Tables,
     /// Most entries this shard may hold.
     cap: usize,
     /// A lower bound on every entry's `expires_at`: while `now` is below it nothing in the
@@ -150,17 +235,9 @@ impl Shard {
         if now < self.earliest_expiry {
             return 0;
         }
-        let before = self.map.len();
-        let mut earliest = Timestamp::MAX;
-        self.map.retain(|_, e| {
-            let keep = e.expires_at > now;
-            if keep {
-                earliest = earliest.min(e.expires_at);
-            }
-            keep
-        });
+        let (dropped, earliest) = self.tables.retain_live(now);
         self.earliest_expiry = earliest;
-        before - self.map.len()
+        dropped
     }
 }
 
@@ -220,7 +297,7 @@ impl MemoryStore {
                 // An even split that adds up to max_keys exactly.
                 let cap = max_keys / n + usize::from(i < max_keys % n);
                 Padded(Mutex::new(Shard {
-                    map: HashMap::default(),
+                    tables: Tables::default(),
                     cap,
                     earliest_expiry: Timestamp::MAX,
                 }))
@@ -305,15 +382,15 @@ impl MemoryStore {
         let now = self.clock.now();
         let fp = self.fingerprint(rule, key);
         let mut shard = self.shards[self.shard_of(fp)].0.lock();
-        matches!(shard.map.remove(&fp), Some(e) if e.expires_at > now)
+        matches!(shard.tables.remove_all(&fp), Some(expires_at) if expires_at > now)
     }
 
     /// [`Store::inspect`] at a caller-supplied `now`: a cost-0 peek of `(rule, key)`.
     pub fn inspect_at(&self, rule: &str, policy: &Policy, key: &str, now: Timestamp) -> Decision {
         let fp = self.fingerprint(rule, key);
         let shard = self.shards[self.shard_of(fp)].0.lock();
-        let mut state = match shard.map.get(&fp) {
-            Some(e) if e.expires_at > now => e.state.clone(),
+        let mut state = match shard.tables.get(policy.kind(), &fp) {
+            Some((expires_at, state)) if expires_at > now => state,
             _ => policy.initial_state(),
         };
         drop(shard);
@@ -344,7 +421,7 @@ impl MemoryStore {
     /// Current size and counters. Locks each shard briefly to count keys; also publishes the
     /// `floodgate_store_keys` gauge.
     pub fn stats(&self) -> StoreStats {
-        let keys = self.shards.iter().map(|s| s.0.lock().map.len()).sum();
+        let keys = self.shards.iter().map(|s| s.0.lock().tables.len()).sum();
         metrics::gauge!("floodgate_store_keys").set(keys as f64);
         StoreStats {
             keys,
@@ -432,11 +509,12 @@ impl MemoryStore {
                 None => {
                     let g = guard_of(fp);
                     let shard = &mut guards[g];
-                    let (state, held) = match shard.map.get(&fp) {
-                        Some(e) if e.expires_at > now => (e.state.clone(), Some(e.expires_at)),
+                    let kind = item.policy.kind();
+                    let (state, held) = match shard.tables.get(kind, &fp) {
+                        Some((expires_at, state)) if expires_at > now => (state, Some(expires_at)),
                         Some(_) => {
                             // Expired: equivalent to a fresh key, so drop it now.
-                            shard.map.remove(&fp);
+                            shard.tables.remove(kind, &fp);
                             expired += 1;
                             (item.policy.initial_state(), None)
                         }
@@ -487,7 +565,7 @@ impl MemoryStore {
         let mut full_guard = vec![false; guards.len()];
         for (g, &needed) in new_per_guard.iter().enumerate() {
             let shard = &mut guards[g];
-            if needed > 0 && shard.map.len() + needed > shard.cap {
+            if needed > 0 && shard.tables.len() + needed > shard.cap {
                 let dropped = shard.drop_expired(now);
                 if dropped > 0 {
                     self.counters
@@ -495,7 +573,7 @@ impl MemoryStore {
                         .fetch_add(dropped as u64, Ordering::Relaxed);
                     metrics::counter!("floodgate_store_evictions_total").increment(dropped as u64);
                 }
-                full_guard[g] = shard.map.len() + needed > shard.cap;
+                full_guard[g] = shard.tables.len() + needed > shard.cap;
             }
         }
         let is_untracked = |slot: &Slot| slot.held.is_none() && full_guard[slot.guard];
@@ -561,13 +639,7 @@ impl MemoryStore {
             if slot.held.is_none() {
                 shard.earliest_expiry = shard.earliest_expiry.min(expires_at);
             }
-            shard.map.insert(
-                slot.fp,
-                Entry {
-                    expires_at,
-                    state: slot.state,
-                },
-            );
+            shard.tables.insert(slot.fp, expires_at, slot.state);
         }
         drop(guards);
         Ok(BatchDecision {
@@ -621,6 +693,20 @@ mod tests {
         let store = MemoryStore::with_clock(Arc::new(floodgate_core::ManualClock::new(0)));
         assert_ne!(store.fingerprint("ab", "c"), store.fingerprint("a", "bc"));
         assert_eq!(store.fingerprint("a", "b"), store.fingerprint("a", "b"));
+    }
+
+    #[test]
+    fn entry_sizes_are_as_documented() {
+        // What one hashbrown bucket holds: the key and the value.
+        fn bucket<S>() -> usize {
+            std::mem::size_of::<(Fingerprint, Entry<S>)>()
+        }
+        assert_eq!(bucket::<GcraState>(), 40);
+        assert_eq!(bucket::<TokenBucketState>(), 40);
+        assert_eq!(bucket::<LeakyBucketState>(), 40);
+        assert_eq!(bucket::<FixedWindowState>(), 40);
+        assert_eq!(bucket::<SlidingWindowState>(), 48);
+        assert_eq!(bucket::<SlidingLogState>(), 80);
     }
 
     #[test]
