@@ -6,6 +6,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod config;
+mod http;
+mod proxy;
+mod serve;
 mod simulate;
 
 /// Floodgate: a rate limiter that counts honestly and proves it.
@@ -21,6 +24,8 @@ enum Command {
     /// Replay deterministic traffic through the algorithms on a simulated clock and chart what
     /// each admits.
     Simulate(simulate::Args),
+    /// Run the rate-limit service: decision API, forward-auth, reverse proxy, metrics.
+    Serve(serve::ServeArgs),
     /// Validate a configuration file: every error names the file, line and field.
     CheckConfig(config::check::CheckArgs),
 }
@@ -29,6 +34,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::CheckConfig(args) => config::check::run(args),
     };
     match result {

@@ -1,0 +1,430 @@
+//! `POST /v1/check` and `POST /v1/peek`: decisions for explicit (rule, key, cost) items.
+//!
+//! Request (one item, or several with `descriptors`, decided all-or-nothing):
+//!
+//! ```json
+//! {"rule": "per-user", "key": "alice", "cost": 1}
+//! {"descriptors": [{"rule": "per-second", "key": "alice"}, {"rule": "per-day", "key": "alice"}]}
+//! ```
+//!
+//! Answer (200 when admitted, 429 with `Retry-After`, `RateLimit-Policy` and `RateLimit` when
+//! not; `/v1/peek` always answers 200 and consumes nothing):
+//!
+//! ```json
+//! {"allowed": false, "rule": "per-second", "limit": 10, "remaining": 0,
+//!  "reset_after_us": 1000000, "retry_after_us": 100000, "retry_after_s": 1,
+//!  "decisions": [{"rule": "per-second", "key": "alice", "shadow": false, "allowed": false,
+//!                 "limit": 10, "remaining": 0, "reset_after_us": 1000000,
+//!                 "retry_after_us": 100000}, ...]}
+//! ```
+//!
+//! The top-level fields repeat the *binding* decision: the denying rule with the longest wait, or
+//! when admitted the enforcing rule with the fewest units remaining. Times are microseconds
+//! (`_us`) except `retry_after_s` (whole seconds, rounded up, as in `Retry-After`). Client keys
+//! live in their own namespace (`key=<value>`): they never share counters with the keys the
+//! forward-auth and proxy paths derive from requests.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use floodgate_core::Decision;
+use floodgate_store::{CheckItem, Store, StoreError};
+use floodgate_tower::response::{apply_headers, most_restrictive};
+use floodgate_tower::RuleOutcome;
+use http::StatusCode;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{invalid, MAX_BODY_BYTES, MAX_DESCRIPTORS, MAX_KEY_BYTES};
+use crate::config::{Config, FailureMode, MAX_COST};
+use crate::serve::AppState;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckRequest {
+    rule: Option<String>,
+    key: Option<String>,
+    cost: Option<serde_json::Number>,
+    descriptors: Option<Vec<Descriptor>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Descriptor {
+    rule: String,
+    key: String,
+    cost: Option<serde_json::Number>,
+}
+
+/// One validated item: the rule's index in the config, the client's key, its encoded form, and
+/// the cost.
+#[derive(Debug)]
+struct Item {
+    rule: usize,
+    raw_key: String,
+    key: String,
+    cost: u64,
+}
+
+/// `POST /v1/check`.
+pub(super) async fn check(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    handle(&state, body, true).await
+}
+
+/// `POST /v1/peek`.
+pub(super) async fn peek(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    handle(&state, body, false).await
+}
+
+async fn handle(state: &AppState, body: Result<Bytes, BytesRejection>, consume: bool) -> Response {
+    let request: CheckRequest = match read_json(body) {
+        Ok(r) => r,
+        Err(response) => return response,
+    };
+    let config = state.config();
+    let items = match validate(&config, request) {
+        Ok(items) => items,
+        Err(response) => return response,
+    };
+    let outcomes = match decide(state, &config, &items, consume).await {
+        Ok(outcomes) => outcomes,
+        Err(response) => return response,
+    };
+    answer(&items, &outcomes, consume)
+}
+
+/// Reads a JSON body of at most [`MAX_BODY_BYTES`]; errors name the field at fault.
+pub(super) fn read_json<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, Response> {
+    let bytes = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            invalid(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body",
+                format!("must be at most {MAX_BODY_BYTES} bytes"),
+            )
+        } else {
+            invalid(rejection.status(), "body", rejection.body_text())
+        }
+    })?;
+    if bytes.len() > MAX_BODY_BYTES {
+        return Err(invalid(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body",
+            format!("must be at most {MAX_BODY_BYTES} bytes"),
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let field = if path == "." || inner.is_syntax() || inner.is_eof() {
+            "body".to_string()
+        } else {
+            path
+        };
+        invalid(
+            StatusCode::BAD_REQUEST,
+            &field,
+            format!("invalid JSON: {inner}"),
+        )
+    })?;
+    de.end().map_err(|e| {
+        invalid(
+            StatusCode::BAD_REQUEST,
+            "body",
+            format!("invalid JSON: {e}"),
+        )
+    })?;
+    Ok(value)
+}
+
+fn validate(config: &Config, request: CheckRequest) -> Result<Vec<Item>, Response> {
+    let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
+    let descriptors: Vec<(String, Descriptor)> = match request.descriptors {
+        Some(list) => {
+            if request.rule.is_some() || request.key.is_some() || request.cost.is_some() {
+                return Err(bad(
+                    "descriptors",
+                    "give either rule/key/cost or descriptors, not both".into(),
+                ));
+            }
+            if list.is_empty() || list.len() > MAX_DESCRIPTORS {
+                return Err(bad(
+                    "descriptors",
+                    format!("must hold between 1 and {MAX_DESCRIPTORS} items"),
+                ));
+            }
+            list.into_iter()
+                .enumerate()
+                .map(|(i, d)| (format!("descriptors[{i}]."), d))
+                .collect()
+        }
+        None => {
+            let rule = request
+                .rule
+                .ok_or_else(|| bad("rule", "missing (or give descriptors)".into()))?;
+            let key = request.key.ok_or_else(|| bad("key", "missing".into()))?;
+            vec![(
+                String::new(),
+                Descriptor {
+                    rule,
+                    key,
+                    cost: request.cost,
+                },
+            )]
+        }
+    };
+    let mut items = Vec::with_capacity(descriptors.len());
+    for (prefix, d) in descriptors {
+        let Some(rule) = config.rules.iter().position(|r| r.name == d.rule) else {
+            let known: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
+            return Err(bad(
+                &format!("{prefix}rule"),
+                format!(
+                    "unknown rule {:?}; configured rules: {}",
+                    d.rule,
+                    known.join(", ")
+                ),
+            ));
+        };
+        if d.key.is_empty() || d.key.len() > MAX_KEY_BYTES {
+            return Err(bad(
+                &format!("{prefix}key"),
+                format!("must be between 1 and {MAX_KEY_BYTES} bytes long"),
+            ));
+        }
+        let cost = match &d.cost {
+            None => 1,
+            Some(n) => match n.as_u64() {
+                Some(c) if c <= MAX_COST => c,
+                _ => {
+                    return Err(bad(
+                        &format!("{prefix}cost"),
+                        format!("must be a whole number between 0 and {MAX_COST}"),
+                    ))
+                }
+            },
+        };
+        let capacity = config.rules[rule].policy.capacity();
+        if cost > capacity {
+            return Err(bad(
+                &format!("{prefix}cost"),
+                format!(
+                    "{cost} exceeds the capacity of rule {:?} ({capacity} units at once): it \
+                     could never be admitted",
+                    d.rule
+                ),
+            ));
+        }
+        items.push(Item {
+            rule,
+            key: client_key(&d.key),
+            raw_key: d.key,
+            cost,
+        });
+    }
+    Ok(items)
+}
+
+/// The store key of a client-supplied key (`key=<value>`, escaped by floodgate-tower's encoder).
+pub(super) fn client_key(raw: &str) -> String {
+    floodgate_tower::encode_key([("key", raw.as_bytes())])
+}
+
+/// Decides the items like the middleware does: enforcing rules as one all-or-nothing batch,
+/// shadow rules one by one afterwards (charged only when the request was admitted). Returns one
+/// outcome per item, in item order.
+async fn decide(
+    state: &AppState,
+    config: &Config,
+    items: &[Item],
+    consume: bool,
+) -> Result<Vec<Option<RuleOutcome>>, Response> {
+    let store = state.limiter.store();
+    let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; items.len()];
+    let outcome = |item: &Item, decision: Decision| RuleOutcome {
+        rule: config.rules[item.rule].name.as_str().into(),
+        quota: *config.rules[item.rule].policy.quota(),
+        decision,
+        shadow: config.rules[item.rule].shadow,
+    };
+    let enforcing: Vec<usize> = (0..items.len())
+        .filter(|&i| !config.rules[items[i].rule].shadow)
+        .collect();
+    let mut admitted = true;
+    if !enforcing.is_empty() {
+        let batch: Vec<CheckItem<'_>> = enforcing
+            .iter()
+            .map(|&i| check_item(config, &items[i]))
+            .collect();
+        let result = if consume {
+            store.check(&batch).await
+        } else {
+            store.peek(&batch).await
+        };
+        match result {
+            Ok(decided) => {
+                admitted = decided.allowed;
+                for (&i, decision) in enforcing.iter().zip(decided.decisions) {
+                    if consume {
+                        count(
+                            &config.rules[items[i].rule].name,
+                            if decision.allowed {
+                                "allowed"
+                            } else {
+                                "denied"
+                            },
+                        );
+                    }
+                    outcomes[i] = Some(outcome(&items[i], decision));
+                }
+            }
+            Err(error) => return Err(store_failure(config, items, &enforcing, &error)),
+        }
+    }
+    for i in (0..items.len()).filter(|i| !enforcing.contains(i)) {
+        let item = [check_item(config, &items[i])];
+        let result = if consume && admitted {
+            store.check(&item).await
+        } else {
+            store.peek(&item).await
+        };
+        match result {
+            Ok(decided) => {
+                let decision = decided.decisions[0];
+                if consume {
+                    count(
+                        &config.rules[items[i].rule].name,
+                        if decision.allowed {
+                            "shadow_allowed"
+                        } else {
+                            "shadow_denied"
+                        },
+                    );
+                }
+                outcomes[i] = Some(outcome(&items[i], decision));
+            }
+            Err(error) => {
+                tracing::warn!(%error, rule = %config.rules[items[i].rule].name, "store failed on a shadow rule");
+            }
+        }
+    }
+    Ok(outcomes)
+}
+
+fn check_item<'a>(config: &'a Config, item: &'a Item) -> CheckItem<'a> {
+    let rule = &config.rules[item.rule];
+    CheckItem {
+        rule: &rule.name,
+        policy: &rule.policy,
+        key: &item.key,
+        cost: item.cost,
+    }
+}
+
+fn count(rule: &str, outcome: &'static str) {
+    metrics::counter!("floodgate_decisions_total", "rule" => rule.to_string(), "outcome" => outcome)
+        .increment(1);
+}
+
+/// A store failure: 503 when an enforcing rule fails closed, else an admitted answer is not
+/// possible to compute honestly, so the failure-open answer is a 200 without decisions.
+fn store_failure(
+    config: &Config,
+    items: &[Item],
+    enforcing: &[usize],
+    error: &StoreError,
+) -> Response {
+    if let StoreError::InsufficientCapacity {
+        rule,
+        cost,
+        capacity,
+    } = error
+    {
+        return super::from_tower(floodgate_tower::response::cost_exceeds_capacity(
+            rule, *cost, *capacity,
+        ));
+    }
+    let closed = enforcing
+        .iter()
+        .any(|&i| config.rules[items[i].rule].failure_mode == FailureMode::Closed);
+    tracing::warn!(%error, fail_closed = closed, "rate-limit store failed");
+    if closed {
+        super::from_tower(floodgate_tower::response::service_unavailable(1))
+    } else {
+        (
+            StatusCode::OK,
+            axum::Json(json!({"allowed": true, "degraded": true, "decisions": []})),
+        )
+            .into_response()
+    }
+}
+
+fn decision_json(d: &Decision) -> serde_json::Value {
+    json!({
+        "allowed": d.allowed,
+        "limit": d.limit,
+        "remaining": d.remaining,
+        "reset_after_us": d.reset_after,
+        "retry_after_us": d.retry_after,
+    })
+}
+
+fn answer(items: &[Item], outcomes: &[Option<RuleOutcome>], consume: bool) -> Response {
+    let decided: Vec<RuleOutcome> = outcomes.iter().flatten().cloned().collect();
+    let allowed = decided
+        .iter()
+        .filter(|o| !o.shadow)
+        .all(|o| o.decision.allowed);
+    let binding = if allowed {
+        decided
+            .iter()
+            .filter(|o| !o.shadow)
+            .min_by_key(|o| o.decision.remaining)
+            .or(decided.first())
+    } else {
+        most_restrictive(&decided)
+    };
+    let mut body = json!({ "allowed": allowed });
+    if let Some(b) = binding {
+        let mut d = decision_json(&b.decision);
+        d["rule"] = b.rule.as_ref().into();
+        d["retry_after_s"] = b.decision.retry_after_secs().into();
+        d["allowed"] = allowed.into();
+        body = d;
+    }
+    body["decisions"] = items
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(item, o)| {
+            let o = o.as_ref()?;
+            let mut d = decision_json(&o.decision);
+            d["rule"] = o.rule.as_ref().into();
+            d["key"] = item.raw_key.as_str().into();
+            d["shadow"] = o.shadow.into();
+            Some(d)
+        })
+        .collect::<Vec<_>>()
+        .into();
+    let status = if allowed || !consume {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let mut response = (status, axum::Json(body)).into_response();
+    if consume {
+        apply_headers(response.headers_mut(), &decided);
+    }
+    response
+}

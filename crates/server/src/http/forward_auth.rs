@@ -1,0 +1,117 @@
+//! `GET|POST /v1/forward-auth`: the rules applied to a request a reverse proxy asks about.
+//!
+//! The proxy sends a sub-request carrying the original request's headers plus where it was
+//! going:
+//! - Traefik `ForwardAuth` and Caddy `forward_auth`: `X-Forwarded-Method`, `X-Forwarded-Host`,
+//!   `X-Forwarded-Uri`, `X-Forwarded-For`;
+//! - nginx `auth_request`: `X-Original-URI` (and `X-Original-Method` if the snippet sets it),
+//!   `X-Forwarded-For`.
+//!
+//! The original method, URI and host are rebuilt from these (falling back to the sub-request's
+//! own), and the rules are evaluated by floodgate-tower exactly as for a proxied request. The
+//! client IP is the TCP peer (the proxy) unless the peer is in `[server] trusted_proxies`, in
+//! which case `X-Forwarded-For` is read from the right. Answers: 200 with `RateLimit-Policy` /
+//! `RateLimit` headers when admitted; 429 problem+json with `Retry-After` when denied (the
+//! proxies pass a non-2xx answer to the client as is).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, State};
+use axum::response::{IntoResponse, Response};
+use floodgate_tower::PeerAddr;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+
+use crate::serve::AppState;
+
+/// The handler.
+pub(super) async fn forward_auth(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
+    mut headers: HeaderMap,
+) -> Response {
+    let (method, uri) = original_request(&method, &mut headers);
+    let mut extensions = http::Extensions::new();
+    extensions.insert(PeerAddr(peer));
+    let plan = state.limiter.plan(&method, &uri, &headers, &extensions);
+    let verdict = state.limiter.evaluate(plan).await;
+    match verdict.response() {
+        Some(denied) => super::from_tower(denied),
+        None => {
+            let mut response = StatusCode::OK.into_response();
+            verdict.apply_headers(response.headers_mut());
+            response
+        }
+    }
+}
+
+/// The original method and URI from the forwarding headers; also points `Host` at the
+/// original host so host matchers see it.
+fn original_request(own_method: &Method, headers: &mut HeaderMap) -> (Method, Uri) {
+    let text = |h: &HeaderMap, name: &str| {
+        h.get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    let method = text(headers, "x-forwarded-method")
+        .or_else(|| text(headers, "x-original-method"))
+        .and_then(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
+        .unwrap_or_else(|| own_method.clone());
+    let uri = text(headers, "x-forwarded-uri")
+        .or_else(|| text(headers, "x-original-uri"))
+        .and_then(|u| u.parse::<Uri>().ok())
+        // An absolute URI (some proxies send one) is reduced to its path and query.
+        .map(|u| match u.path_and_query() {
+            Some(pq) => pq.as_str().parse().unwrap_or(u),
+            None => u,
+        })
+        .unwrap_or_else(|| Uri::from_static("/"));
+    if let Some(host) = text(headers, "x-forwarded-host") {
+        if let Ok(v) = HeaderValue::from_str(&host) {
+            headers.insert(http::header::HOST, v);
+        }
+    }
+    (method, uri)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn traefik_and_caddy_headers() {
+        let mut h = headers(&[
+            ("x-forwarded-method", "post"),
+            ("x-forwarded-uri", "/api/search?q=1"),
+            ("x-forwarded-host", "api.example.com"),
+            ("host", "floodgate:8080"),
+        ]);
+        let (m, u) = original_request(&Method::GET, &mut h);
+        assert_eq!(m, Method::POST);
+        assert_eq!(u, "/api/search?q=1");
+        assert_eq!(h["host"], "api.example.com");
+    }
+
+    #[test]
+    fn nginx_headers_and_fallbacks() {
+        let mut h = headers(&[("x-original-uri", "/login"), ("x-original-method", "PUT")]);
+        let (m, u) = original_request(&Method::GET, &mut h);
+        assert_eq!((m, u.path()), (Method::PUT, "/login"));
+        let mut h = headers(&[]);
+        let (m, u) = original_request(&Method::GET, &mut h);
+        assert_eq!((m, u.path()), (Method::GET, "/"));
+        let mut h = headers(&[("x-forwarded-uri", "http://example.com/a?b")]);
+        assert_eq!(original_request(&Method::GET, &mut h).1, "/a?b");
+    }
+}

@@ -1,0 +1,191 @@
+//! Reverse-proxy mode (`--upstream http://host:port`): every request on `--listen` goes through
+//! the floodgate-tower rate-limit layer, then to the upstream, streaming both bodies through
+//! unchanged (nothing is buffered).
+//!
+//! Per RFC 9110 section 7.6.1 the hop-by-hop headers (`Connection` and the headers it names,
+//! `Keep-Alive`, `Proxy-Connection`, `Proxy-Authenticate`, `Proxy-Authorization`, `TE`,
+//! `Trailer`, `Transfer-Encoding`, `Upgrade`) are removed in both directions. The TCP peer is
+//! appended to `X-Forwarded-For`; `X-Forwarded-Host` and `X-Forwarded-Proto` are set when
+//! absent. An unreachable upstream is a 502 problem+json.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use floodgate_tower::RateLimitLayer;
+use http::header::{HeaderName, CONNECTION};
+use http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::serve::AppState;
+
+/// State of the proxy handler.
+#[derive(Debug, Clone)]
+struct Proxy {
+    upstream: Uri,
+    client: Client<HttpConnector, Body>,
+}
+
+/// The proxy router: rate-limit layer around a forwarding handler for every path and method.
+///
+/// # Panics
+/// When called without an upstream (the caller only builds it in proxy mode).
+pub fn router(state: Arc<AppState>) -> Router {
+    let upstream = state
+        .upstream
+        .clone()
+        .expect("the proxy router needs an upstream");
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new()).build(connector);
+    let proxy = Proxy { upstream, client };
+    Router::new()
+        .fallback(forward)
+        .with_state(proxy)
+        .layer(RateLimitLayer::new(state.limiter.clone()))
+}
+
+async fn forward(
+    State(proxy): State<Proxy>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_string();
+    let mut uri = proxy.upstream.clone().into_parts();
+    uri.path_and_query = path.parse().ok();
+    parts.uri = match Uri::from_parts(uri) {
+        Ok(u) => u,
+        Err(_) => return bad_gateway("cannot build the upstream URI"),
+    };
+    remove_hop_by_hop(&mut parts.headers);
+    add_forwarded(&mut parts.headers, peer);
+    // The upstream speaks HTTP/1.1 (or h2c through ALPN-less prior knowledge, not used here).
+    parts.version = http::Version::HTTP_11;
+    let upstream_request = http::Request::from_parts(parts, body);
+    match proxy.client.request(upstream_request).await {
+        Ok(response) => {
+            let (mut parts, body) = response.into_parts();
+            remove_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, Body::new(body))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, upstream = %proxy.upstream, "upstream request failed");
+            bad_gateway("the upstream did not answer")
+        }
+    }
+}
+
+fn bad_gateway(detail: &str) -> Response {
+    crate::http::problem(
+        StatusCode::BAD_GATEWAY,
+        "urn:floodgate:problem:bad-gateway",
+        "Bad Gateway",
+        detail,
+        None,
+    )
+    .into_response()
+}
+
+const HOP_BY_HOP: [&str; 8] = [
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes the hop-by-hop headers, including those the `Connection` header lists.
+fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    headers.remove(CONNECTION);
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// Appends the peer to `X-Forwarded-For` (joining earlier lines into one), and sets
+/// `X-Forwarded-Host` / `X-Forwarded-Proto` when absent.
+fn add_forwarded(headers: &mut HeaderMap, peer: SocketAddr) {
+    let ip = floodgate_tower::ip::canonical(peer.ip()).to_string();
+    let earlier: Vec<String> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect();
+    let value = if earlier.is_empty() {
+        ip
+    } else {
+        format!("{}, {ip}", earlier.join(", "))
+    };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert("x-forwarded-for", v);
+    }
+    if !headers.contains_key("x-forwarded-host") {
+        if let Some(host) = headers.get(http::header::HOST).cloned() {
+            headers.insert("x-forwarded-host", host);
+        }
+    }
+    if !headers.contains_key("x-forwarded-proto") {
+        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_the_ones_connection_names_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("upgrade", HeaderValue::from_static("websocket"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        remove_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h["x-kept"], "1");
+    }
+
+    #[test]
+    fn forwarded_for_is_appended() {
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", HeaderValue::from_static("198.51.100.1"));
+        h.append("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        h.insert("host", HeaderValue::from_static("example.com"));
+        add_forwarded(&mut h, "[::ffff:127.0.0.1]:5000".parse().unwrap());
+        assert_eq!(h["x-forwarded-for"], "198.51.100.1, 10.0.0.1, 127.0.0.1");
+        assert_eq!(h["x-forwarded-host"], "example.com");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        let mut h = HeaderMap::new();
+        add_forwarded(&mut h, "127.0.0.2:1".parse().unwrap());
+        assert_eq!(h["x-forwarded-for"], "127.0.0.2");
+    }
+}

@@ -1,0 +1,382 @@
+//! `floodgate serve`: the rate-limit service.
+//!
+//! One process, one [`MemoryStore`], rules from a TOML file (or the embedded default), and:
+//! - the decision API (`POST /v1/check`, `POST /v1/peek`), the admin API (`/v1/keys/...`),
+//!   forward-auth for Traefik, Caddy and nginx (`/v1/forward-auth`), `/metrics`, `/healthz`
+//!   and `/readyz` on `--listen` (see [`crate::http`]);
+//! - with `--upstream URL`, a streaming reverse proxy on `--listen` that applies the rules to
+//!   every request (see [`crate::proxy`]); the API then moves to `--admin-listen`.
+//!
+//! Reload: on SIGHUP and whenever the config file's contents change (checked every second). A
+//! valid file replaces the rules atomically; rules whose name, algorithm and quota are
+//! unchanged keep their counters. An invalid file is logged and counted
+//! (`floodgate_config_reloads_total{result="error"}`) and the old rules keep serving.
+//! Shutdown: SIGTERM or SIGINT stops accepting, `/readyz` turns 503, in-flight requests finish
+//! (up to `--drain-timeout`).
+
+mod reload;
+pub mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use floodgate_core::{Clock, ManualClock, SystemClock};
+use floodgate_store::{MemoryStore, MemoryStoreConfig};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::{self, Config};
+pub use state::AppState;
+
+/// Default address of the main listener.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Default address of the API listener in reverse-proxy mode.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+
+/// Arguments of `floodgate serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// TOML configuration file (see `floodgate check-config`). Without it the embedded default
+    /// runs: one rule, 10 requests per 10 seconds per client IP (token bucket).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Address to listen on [default: `[server] listen`, else 127.0.0.1:8080]. Port 0 picks a
+    /// free port; the chosen address is printed on stdout.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Reverse-proxy mode: forward every request on --listen to this `http://host:port` after
+    /// applying the rules [default: `[server] upstream`].
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
+
+    /// Where the API, metrics and health endpoints listen in reverse-proxy mode [default:
+    /// 127.0.0.1:9090].
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<SocketAddr>,
+
+    /// Bearer token for the admin API (`/v1/keys/...`); overrides `[server] admin_token`.
+    /// Without any token the admin API is disabled.
+    #[arg(
+        long,
+        env = "FLOODGATE_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub admin_token: Option<String>,
+
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Seconds between checks of the config file for changes (0: only reload on SIGHUP).
+    #[arg(long, default_value_t = 1, value_name = "SECONDS")]
+    pub watch_interval: u64,
+
+    /// Seconds to let in-flight requests finish after SIGTERM/SIGINT.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub drain_timeout: u64,
+
+    /// TEST ONLY, never for production: run on a manual clock starting at START_US
+    /// (microseconds since the Unix epoch) and enable `POST /v1/debug/clock/advance`, so tests
+    /// can move time deterministically instead of sleeping.
+    #[arg(long, hide = true, value_name = "START_US")]
+    pub manual_clock: Option<u64>,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Runs `floodgate serve` until SIGTERM/SIGINT.
+///
+/// # Errors
+/// An invalid configuration (every problem, with file, line and field), an address that cannot
+/// be bound, or a failure to install the metrics recorder or signal handlers.
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    init_logging(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(args))
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second init (e.g. in tests) is harmless: the first subscriber stays.
+    let _ = match format {
+        LogFormat::Text => builder.with_ansi(false).try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+/// Reads the configuration named by `--config`, or the embedded default, with its text (for
+/// change detection).
+fn initial_config(args: &ServeArgs) -> anyhow::Result<(Config, Option<String>)> {
+    match &args.config {
+        None => Ok((config::embedded_default(), None)),
+        Some(path) => {
+            let file = path.display().to_string();
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("{file}:0: .: cannot read the file"))?;
+            let config = config::parse(&file, &text).map_err(|e| anyhow::anyhow!("{e}"))?;
+            Ok((config, Some(text)))
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let (config, text) = initial_config(&args)?;
+
+    let prometheus = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("floodgate_decision_duration_seconds".into()),
+            &[
+                0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001,
+                0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+            ],
+        )
+        .context("invalid histogram buckets")?
+        .install_recorder()
+        .context("cannot install the metrics recorder")?;
+    describe_metrics();
+
+    let (clock, manual_clock): (Arc<dyn Clock>, Option<ManualClock>) = match args.manual_clock {
+        Some(start) => {
+            tracing::warn!(
+                start_us = start,
+                "TEST ONLY: running on a manual clock; POST /v1/debug/clock/advance is enabled"
+            );
+            let m = ManualClock::new(start);
+            (Arc::new(m.clone()), Some(m))
+        }
+        None => (Arc::new(SystemClock), None),
+    };
+    let store = Arc::new(MemoryStore::new(
+        MemoryStoreConfig {
+            max_keys: usize::try_from(config.store.max_keys).unwrap_or(usize::MAX),
+            on_full: config.store.on_full,
+            ..MemoryStoreConfig::default()
+        },
+        Arc::clone(&clock),
+    ));
+
+    let upstream = match &args.upstream {
+        Some(text) => {
+            Some(config::parse_upstream(text).map_err(|e| anyhow::anyhow!("--upstream: {e}"))?)
+        }
+        None => config.server.upstream.clone(),
+    };
+    let listen = args
+        .listen
+        .or(config.server.listen)
+        .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address"));
+
+    let state = Arc::new(AppState::new(
+        config,
+        args.config.clone(),
+        args.admin_token.clone(),
+        store,
+        clock,
+        manual_clock,
+        prometheus,
+        upstream.clone(),
+    ));
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut servers = Vec::new();
+    match &upstream {
+        None => {
+            let listener = bind(listen).await?;
+            println!("floodgate: listening on {} (API)", listener.local_addr()?);
+            servers.push(spawn_server(
+                listener,
+                crate::http::router(Arc::clone(&state)),
+                shutdown_rx.clone(),
+            ));
+        }
+        Some(up) => {
+            let listener = bind(listen).await?;
+            let admin_addr = args
+                .admin_listen
+                .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.parse().expect("valid default address"));
+            let admin = bind(admin_addr).await?;
+            println!(
+                "floodgate: listening on {} (proxy to {up})",
+                listener.local_addr()?
+            );
+            println!("floodgate: listening on {} (API)", admin.local_addr()?);
+            servers.push(spawn_server(
+                listener,
+                crate::proxy::router(Arc::clone(&state)),
+                shutdown_rx.clone(),
+            ));
+            servers.push(spawn_server(
+                admin,
+                crate::http::router(Arc::clone(&state)),
+                shutdown_rx.clone(),
+            ));
+        }
+    }
+    tracing::info!(
+        rules = state.config().rules.len(),
+        file = %state.config().file,
+        proxy = upstream.is_some(),
+        "floodgate serving"
+    );
+
+    let background = vec![
+        tokio::spawn(reload::watch(
+            Arc::clone(&state),
+            text,
+            Duration::from_secs(args.watch_interval),
+            shutdown_rx.clone(),
+        )),
+        tokio::spawn(housekeeping(Arc::clone(&state), shutdown_rx.clone())),
+    ];
+
+    wait_for_shutdown_signal().await?;
+    tracing::info!(
+        drain_timeout_s = args.drain_timeout,
+        "shutting down: draining in-flight requests"
+    );
+    state.shutting_down.store(true, Ordering::SeqCst);
+    let _ = shutdown_tx.send(true);
+    let drain = async {
+        for server in servers {
+            if let Ok(Err(e)) = server.await {
+                tracing::error!(error = %e, "server error");
+            }
+        }
+    };
+    let code = match tokio::time::timeout(Duration::from_secs(args.drain_timeout), drain).await {
+        Ok(()) => {
+            tracing::info!("drained; bye");
+            ExitCode::SUCCESS
+        }
+        Err(_) => {
+            tracing::warn!("drain timeout reached; closing remaining connections");
+            ExitCode::SUCCESS
+        }
+    };
+    for task in background {
+        task.abort();
+    }
+    Ok(code)
+}
+
+async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))
+}
+
+fn spawn_server(
+    listener: TcpListener,
+    router: axum::Router,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await
+    })
+}
+
+async fn wait_for_shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+    Ok(())
+}
+
+/// Drops expired keys a little at a time and publishes the store's size.
+async fn housekeeping(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut n: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+        state.store.sweep(state.clock.now());
+        n += 1;
+        if n % 10 == 0 {
+            // Publishes floodgate_store_keys.
+            let _ = state.store.stats();
+            state.prometheus.run_upkeep();
+        }
+    }
+}
+
+fn describe_metrics() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        "floodgate_decisions_total",
+        "Rate-limit decisions by rule and outcome (allowed, denied, shadow_allowed, \
+         shadow_denied, skipped, error_open, error_closed, cost_exceeds_capacity)"
+    );
+    describe_histogram!(
+        "floodgate_decision_duration_seconds",
+        Unit::Seconds,
+        "Time to decide one request against the store"
+    );
+    describe_gauge!("floodgate_store_keys", "Keys held by the memory store");
+    describe_counter!(
+        "floodgate_store_evictions_total",
+        "Expired keys dropped to make room in a full store shard"
+    );
+    describe_counter!(
+        "floodgate_store_expirations_total",
+        "Expired keys dropped by sweeps or when touched"
+    );
+    describe_counter!(
+        "floodgate_store_full_total",
+        "New keys that met a full store, by action (reject, admit_untracked)"
+    );
+    describe_counter!(
+        "floodgate_store_errors_total",
+        "Store failures by kind (unavailable, timeout, other)"
+    );
+    describe_counter!(
+        "floodgate_config_reloads_total",
+        "Configuration reloads by result (ok, error)"
+    );
+    describe_counter!(
+        "floodgate_requests_rejected_total",
+        "API requests rejected before any state was touched, by reason"
+    );
+    // Present from the start, so dashboards and tests see 0 rather than nothing.
+    for result in ["ok", "error"] {
+        metrics::counter!("floodgate_config_reloads_total", "result" => result).increment(0);
+    }
+    metrics::counter!("floodgate_store_evictions_total").increment(0);
+    metrics::counter!("floodgate_store_errors_total", "kind" => "unavailable").increment(0);
+}

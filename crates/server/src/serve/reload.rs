@@ -1,0 +1,79 @@
+//! Hot reload: on SIGHUP, and whenever the config file's contents change.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+use super::AppState;
+
+/// Reloads the configuration on SIGHUP (always) and when the file's contents differ from the
+/// last contents tried (every `interval`; zero disables polling). `last_text` is the text of the
+/// configuration in force at start. Without a config file there is nothing to reload: SIGHUP is
+/// logged and ignored.
+pub(super) async fn watch(
+    state: Arc<AppState>,
+    mut last_text: Option<String>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot handle SIGHUP; hot reload by signal is off");
+            return;
+        }
+    };
+    let poll = !interval.is_zero();
+    let mut tick = tokio::time::interval(if poll {
+        interval
+    } else {
+        Duration::from_secs(3600)
+    });
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let forced = tokio::select! {
+            _ = hup.recv() => true,
+            _ = tick.tick() => false,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        if !forced && !poll {
+            continue;
+        }
+        let Some(path) = state.config_path().cloned() else {
+            if forced {
+                tracing::info!("SIGHUP: running the embedded default, nothing to reload");
+            }
+            continue;
+        };
+        let file = path.display().to_string();
+        // Reading is blocking I/O, but of one small file; a blocking task keeps it off the
+        // request workers anyway.
+        let read = tokio::task::spawn_blocking(move || std::fs::read_to_string(path)).await;
+        let text = match read {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => {
+                if forced || last_text.is_some() {
+                    metrics::counter!("floodgate_config_reloads_total", "result" => "error")
+                        .increment(1);
+                    tracing::error!(file, error = %e, "cannot read the configuration; the previous one stays in force");
+                }
+                // Count a missing file once, not every second.
+                last_text = None;
+                continue;
+            }
+            Err(_) => continue,
+        };
+        if !forced && last_text.as_deref() == Some(text.as_str()) {
+            continue;
+        }
+        if forced {
+            tracing::info!(file, "SIGHUP: reloading the configuration");
+        } else {
+            tracing::info!(file, "configuration file changed: reloading");
+        }
+        let _ = state.reload_from_text(&file, &text);
+        last_text = Some(text);
+    }
+}

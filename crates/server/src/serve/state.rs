@@ -1,0 +1,207 @@
+//! The service's shared state: the limiter (rules + store), the configuration in force, the
+//! clock, and the reload logic that swaps rules without touching unchanged rules' counters.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use floodgate_core::{Clock, ManualClock};
+use floodgate_store::MemoryStore;
+use floodgate_tower::{
+    ClientIpConfig, CostSource, HeaderMatch, Matcher, RateLimiter, Rule, RuleSet,
+};
+use http::Uri;
+use metrics_exporter_prometheus::PrometheusHandle;
+use parking_lot::RwLock;
+
+use crate::config::{self, Config, ConfigErrors, RuleConfig};
+
+/// Everything the handlers share. One per process.
+#[derive(Debug)]
+pub struct AppState {
+    /// Rules + store; its rule set is swapped on reload.
+    pub limiter: RateLimiter<MemoryStore>,
+    /// The store (also inside `limiter`), for admin and housekeeping.
+    pub store: Arc<MemoryStore>,
+    /// The time source of the store (the system clock, or the test-only manual clock).
+    pub clock: Arc<dyn Clock>,
+    /// `Some` only with the hidden test-only `--manual-clock` flag.
+    pub manual_clock: Option<ManualClock>,
+    /// Renders `/metrics`.
+    pub prometheus: PrometheusHandle,
+    /// Set when SIGTERM/SIGINT arrived: `/readyz` answers 503.
+    pub shutting_down: AtomicBool,
+    /// Reverse-proxy upstream, when in proxy mode.
+    pub upstream: Option<Uri>,
+    config: RwLock<Arc<Config>>,
+    config_path: Option<PathBuf>,
+    admin_token_override: Option<String>,
+    generation: AtomicU64,
+}
+
+impl AppState {
+    /// State for `config` (already validated).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: Config,
+        config_path: Option<PathBuf>,
+        admin_token_override: Option<String>,
+        store: Arc<MemoryStore>,
+        clock: Arc<dyn Clock>,
+        manual_clock: Option<ManualClock>,
+        prometheus: PrometheusHandle,
+        upstream: Option<Uri>,
+    ) -> Self {
+        let limiter = RateLimiter::new(Arc::clone(&store), rule_set(&config));
+        Self {
+            limiter,
+            store,
+            clock,
+            manual_clock,
+            prometheus,
+            shutting_down: AtomicBool::new(false),
+            upstream,
+            config: RwLock::new(Arc::new(config)),
+            config_path,
+            admin_token_override: admin_token_override.filter(|t| !t.is_empty()),
+            generation: AtomicU64::new(1),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.config.read())
+    }
+
+    /// How many configurations have been in force (1 at start, +1 per successful reload).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The config file, when one was given.
+    pub fn config_path(&self) -> Option<&PathBuf> {
+        self.config_path.as_ref()
+    }
+
+    /// The admin bearer token: `--admin-token` / `FLOODGATE_ADMIN_TOKEN`, else
+    /// `[server] admin_token`; `None` disables the admin API.
+    pub fn admin_token(&self) -> Option<String> {
+        self.admin_token_override
+            .clone()
+            .or_else(|| self.config().server.admin_token.clone())
+    }
+
+    /// The rule named `name` in the configuration in force.
+    pub fn rule(&self, name: &str) -> Option<(Arc<Config>, usize)> {
+        let config = self.config();
+        let index = config.rules.iter().position(|r| r.name == name)?;
+        Some((config, index))
+    }
+
+    /// Validates `text` and, when valid, makes it the configuration in force: the rules are
+    /// swapped atomically; counters of rules with the same name, algorithm and quota are kept.
+    /// Logs and counts the result in `floodgate_config_reloads_total{result}`.
+    ///
+    /// # Errors
+    /// [`ConfigErrors`] when `text` is invalid; the old configuration stays in force.
+    pub fn reload_from_text(&self, file: &str, text: &str) -> Result<(), ConfigErrors> {
+        match config::parse(file, text) {
+            Ok(new) => {
+                let mut guard = self.config.write();
+                let old = Arc::clone(&guard);
+                warn_about_restart_only_changes(&old, &new);
+                let (kept, fresh) = diff_rules(&old, &new);
+                self.limiter.replace_rules(rule_set(&new));
+                *guard = Arc::new(new);
+                drop(guard);
+                let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+                metrics::counter!("floodgate_config_reloads_total", "result" => "ok").increment(1);
+                tracing::info!(
+                    file,
+                    generation,
+                    kept = ?kept,
+                    fresh = ?fresh,
+                    "configuration reloaded"
+                );
+                Ok(())
+            }
+            Err(errors) => {
+                metrics::counter!("floodgate_config_reloads_total", "result" => "error")
+                    .increment(1);
+                for e in &errors.0 {
+                    tracing::error!(error = %e, "configuration rejected; the previous one stays in force");
+                }
+                Err(errors)
+            }
+        }
+    }
+}
+
+/// Names of rules whose counters carry over (same name, algorithm and quota) and of rules that
+/// start fresh.
+fn diff_rules(old: &Config, new: &Config) -> (Vec<String>, Vec<String>) {
+    let mut kept = Vec::new();
+    let mut fresh = Vec::new();
+    for rule in &new.rules {
+        let same = old
+            .rules
+            .iter()
+            .any(|o| o.state_identity() == rule.state_identity());
+        if same {
+            kept.push(rule.name.clone());
+        } else {
+            fresh.push(rule.name.clone());
+        }
+    }
+    (kept, fresh)
+}
+
+fn warn_about_restart_only_changes(old: &Config, new: &Config) {
+    if old.store != new.store {
+        tracing::warn!("[store] changes take effect at the next restart");
+    }
+    if old.server.listen != new.server.listen || old.server.upstream != new.server.upstream {
+        tracing::warn!("[server] listen/upstream changes take effect at the next restart");
+    }
+}
+
+/// The floodgate-tower rule set for a configuration.
+pub fn rule_set(config: &Config) -> RuleSet {
+    let rules = config.rules.iter().map(tower_rule).collect();
+    RuleSet::new(rules).with_client_ip(ClientIpConfig {
+        trusted_proxies: config.server.trusted_proxies.clone(),
+        ..ClientIpConfig::default()
+    })
+}
+
+fn tower_rule(r: &RuleConfig) -> Rule {
+    let mut headers = Vec::new();
+    if let Some((name, value)) = &r.matcher.header {
+        headers.push(match value {
+            Some(v) => HeaderMatch::Equals(name.clone(), v.clone()),
+            None => HeaderMatch::Present(name.clone()),
+        });
+    }
+    let matcher = Matcher {
+        path_prefix: r.matcher.path_prefix.clone(),
+        methods: r.matcher.methods.clone(),
+        host: r.matcher.host.clone(),
+        headers,
+    };
+    let cost = match &r.cost.header {
+        Some(name) => CostSource::Header {
+            name: name.clone(),
+            default: r.cost.default,
+            max: r.policy.capacity(),
+        },
+        None => CostSource::Fixed(r.cost.default),
+    };
+    Rule::new(r.name.as_str(), r.policy.clone(), r.key.clone())
+        .with_matcher(matcher)
+        .with_cost(cost)
+        .with_shadow(r.shadow)
+        .with_failure_mode(match r.failure_mode {
+            config::FailureMode::Open => floodgate_tower::FailureMode::Open,
+            config::FailureMode::Closed => floodgate_tower::FailureMode::Closed,
+        })
+}
