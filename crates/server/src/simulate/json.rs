@@ -16,71 +16,44 @@
 //! `"capacity"` instead of the decision fields (no `allowed`): it was refused as impossible, not
 //! denied, and no amount of waiting would admit it.
 
+use std::fmt::Write;
+
 use floodgate_core::CheckError;
 use serde_json::{json, Value};
 
+use super::engine::Run;
 use super::Report;
 
-/// Renders the report as pretty-printed JSON, ending with a newline.
+/// Renders the report as JSON, ending with a newline: the header and summaries pretty-printed,
+/// each decision on one line (a trace can hold millions).
 pub fn render(report: &Report) -> String {
-    let mut text = serde_json::to_string_pretty(&to_value(report)).expect("JSON values serialize");
-    text.push('\n');
+    let mut text = serde_json::to_string_pretty(&header(report)).expect("JSON values serialize");
+    // Re-open the object to append "runs", writing the decisions line by line.
+    let body_end = text
+        .trim_end()
+        .strip_suffix('}')
+        .expect("an object")
+        .trim_end()
+        .len();
+    text.truncate(body_end);
+    text.push_str(",\n  \"runs\": [");
+    for (i, run) in report.runs.iter().enumerate() {
+        text.push_str(if i == 0 { "\n" } else { ",\n" });
+        let _ = write!(
+            text,
+            "    {{\n      \"algorithm\": \"{}\",\n      \"summary\": {},\n      \"decisions\": [",
+            run.kind.as_str(),
+            serde_json::to_string(&summary(run)).expect("summary serializes")
+        );
+        write_decisions(&mut text, report, run);
+        text.push_str("\n      ]\n    }");
+    }
+    text.push_str("\n  ]\n}\n");
     text
 }
 
-/// The report as a JSON value (see the module docs for its shape).
-pub fn to_value(report: &Report) -> Value {
-    let requests = &report.traffic.requests;
-    let runs: Vec<Value> = report
-        .runs
-        .iter()
-        .map(|run| {
-            let decisions: Vec<Value> = run
-                .outcomes
-                .iter()
-                .map(|o| {
-                    let r = &requests[o.request];
-                    let mut v = json!({
-                        "t_us": r.t_us,
-                        "key": r.key,
-                        "instance": o.instance,
-                        "cost": r.cost,
-                        "source": r.source,
-                    });
-                    let fields = v.as_object_mut().expect("an object");
-                    match o.result {
-                        Ok(d) => {
-                            fields.insert("allowed".into(), d.allowed.into());
-                            fields.insert("remaining".into(), d.remaining.into());
-                            fields.insert("retry_after_us".into(), json!(d.retry_after));
-                            fields.insert("reset_after_us".into(), d.reset_after.into());
-                        }
-                        Err(CheckError::InsufficientCapacity { capacity, .. }) => {
-                            fields.insert("error".into(), "insufficient_capacity".into());
-                            fields.insert("capacity".into(), capacity.into());
-                        }
-                        Err(other) => {
-                            fields.insert("error".into(), other.to_string().into());
-                        }
-                    }
-                    v
-                })
-                .collect();
-            let mut summary = serde_json::to_value(&run.summary).expect("summary serializes");
-            summary.as_object_mut().expect("an object").insert(
-                "shared_reference".into(),
-                match run.shared_reference {
-                    Some((admitted, max)) => json!({"admitted": admitted, "max_in_period": max}),
-                    None => Value::Null,
-                },
-            );
-            json!({
-                "algorithm": run.kind.as_str(),
-                "summary": summary,
-                "decisions": decisions,
-            })
-        })
-        .collect();
+/// Everything but the runs.
+fn header(report: &Report) -> Value {
     json!({
         "scenario": report.traffic.name,
         "preset": report.preset.map(|p| p.as_str()),
@@ -91,6 +64,123 @@ pub fn to_value(report: &Report) -> Value {
             "burst": report.quota.burst(),
         },
         "setup": report.setup,
-        "runs": runs,
     })
+}
+
+/// A run's summary plus its shared-counter reference.
+fn summary(run: &Run) -> Value {
+    let mut summary = serde_json::to_value(&run.summary).expect("summary serializes");
+    summary.as_object_mut().expect("an object").insert(
+        "shared_reference".into(),
+        match run.shared_reference {
+            Some((admitted, max)) => json!({"admitted": admitted, "max_in_period": max}),
+            None => Value::Null,
+        },
+    );
+    summary
+}
+
+/// Appends one JSON object per decision, one per line, comma-separated.
+fn write_decisions(text: &mut String, report: &Report, run: &Run) {
+    let requests = &report.traffic.requests;
+    for (i, o) in run.outcomes.iter().enumerate() {
+        let r = &requests[o.request];
+        text.push_str(if i == 0 { "\n        " } else { ",\n        " });
+        let _ = write!(
+            text,
+            "{{\"t_us\": {}, \"key\": {}, \"instance\": {}, \"cost\": {}, \"source\": \"{}\", ",
+            r.t_us,
+            serde_json::to_string(&r.key).expect("strings serialize"),
+            o.instance,
+            r.cost,
+            r.source
+        );
+        let _ = match o.result {
+            Ok(d) => write!(
+                text,
+                "\"allowed\": {}, \"remaining\": {}, \"retry_after_us\": {}, \"reset_after_us\": {}}}",
+                d.allowed,
+                d.remaining,
+                d.retry_after.map_or_else(|| "null".to_string(), |us| us.to_string()),
+                d.reset_after
+            ),
+            Err(CheckError::InsufficientCapacity { capacity, .. }) => write!(
+                text,
+                "\"error\": \"insufficient_capacity\", \"capacity\": {capacity}}}"
+            ),
+            Err(other) => write!(
+                text,
+                "\"error\": {}}}",
+                serde_json::to_string(&other.to_string()).expect("strings serialize")
+            ),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use floodgate_core::{AlgorithmKind, Quota};
+
+    use super::*;
+    use crate::simulate::engine::run_in_memory;
+    use crate::simulate::setup::{Balance, CounterMode, Setup};
+    use crate::simulate::traffic::{Request, Traffic};
+
+    #[test]
+    fn renders_valid_json_with_one_line_per_decision() {
+        let quota: Quota = "2/s".parse().unwrap();
+        let request = |t_us, key: &str, cost| Request {
+            t_us,
+            key: key.into(),
+            cost,
+            source: "trace",
+        };
+        let requests = vec![
+            request(0, "a\"b", 2),
+            request(1, "a\"b", 1),
+            request(2, "c", 3),
+        ];
+        let setup = Setup {
+            instances: 1,
+            counter: CounterMode::Local,
+            balance: Balance::RoundRobin,
+        };
+        let run =
+            run_in_memory(&requests, AlgorithmKind::Gcra, quota, setup, 1_000_000, 3).unwrap();
+        let report = Report {
+            traffic: Traffic {
+                name: "trace".into(),
+                description: "three".into(),
+                requests,
+                span_us: 3,
+            },
+            quota,
+            setup,
+            preset: None,
+            runs: vec![run],
+        };
+        let text = render(&report);
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            value["policy"],
+            json!({"limit": 2, "period_us": 1_000_000, "burst": 2})
+        );
+        assert_eq!(value["setup"]["counter"], "local");
+        let decisions = value["runs"][0]["decisions"].as_array().unwrap();
+        assert_eq!(
+            decisions[0],
+            json!({"t_us": 0, "key": "a\"b", "instance": 0, "cost": 2, "source": "trace",
+                   "allowed": true, "remaining": 0, "retry_after_us": null,
+                   "reset_after_us": 1_000_000})
+        );
+        assert_eq!(decisions[1]["allowed"], false);
+        assert_eq!(decisions[1]["retry_after_us"], 499_999);
+        assert_eq!(
+            decisions[2],
+            json!({"t_us": 2, "key": "c", "instance": 0, "cost": 3, "source": "trace",
+                   "error": "insufficient_capacity", "capacity": 2})
+        );
+        assert_eq!(value["runs"][0]["summary"]["impossible"], 1);
+        assert_eq!(text.lines().filter(|l| l.contains("\"t_us\"")).count(), 3);
+    }
 }

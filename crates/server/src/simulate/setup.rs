@@ -163,7 +163,8 @@ pub struct InProcessCounters {
     mode: CounterMode,
     /// One policy per counter: 1 for `shared`, N for `local` and `split`.
     policies: Vec<Policy>,
-    states: HashMap<(usize, String), State>,
+    /// Per key, the state of each counter (`None` until the counter first sees the key).
+    states: HashMap<String, Vec<Option<State>>>,
 }
 
 /// A setup that cannot be built.
@@ -257,10 +258,13 @@ impl CounterStore for InProcessCounters {
         };
         let policy = &self.policies[counter];
         policy.validate_cost(cost)?;
-        let state = self
-            .states
-            .entry((counter, key.to_string()))
-            .or_insert_with(|| policy.initial_state());
+        // Look up by &str first: no allocation per check once the key is known.
+        if !self.states.contains_key(key) {
+            self.states
+                .insert(key.to_string(), vec![None; self.policies.len()]);
+        }
+        let counters = self.states.get_mut(key).expect("just inserted");
+        let state = counters[counter].get_or_insert_with(|| policy.initial_state());
         policy.check(state, now, cost)
     }
 }
