@@ -53,16 +53,12 @@ Examples:
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXAMPLES)]
 pub struct Args {
-    /// Built-in traffic to replay. boundary: two bursts around the first window edge;
-    /// calm-spike: a calm client plus a sudden burst from the same key; flood: sustained demand
-    /// well above the limit.
+    /// Built-in traffic to replay.
     #[arg(long, value_enum, default_value_t = ScenarioName::Boundary)]
     pub scenario: ScenarioName,
 
-    /// A case from the source documents: sets the scenario, the limit (100/s) and the traffic
-    /// flags; flags given explicitly still win. clock-boundary: 100 requests at 0.95 s and 100
-    /// at 1.05 s. redis-boundary: 200 requests over 14 ms starting at 0.87 s and 200 over 14 ms
-    /// starting at 1.01 s.
+    /// A boundary case from the source documents: sets the scenario, the limit (100/s) and the
+    /// traffic flags; flags given explicitly still win.
     #[arg(long, value_enum)]
     pub preset: Option<Preset>,
 
@@ -90,15 +86,11 @@ pub struct Args {
     #[arg(long, default_value_t = 1, help_heading = "Setup")]
     pub instances: usize,
 
-    /// Where each instance's counter lives. local: each its own with the full limit (the limit
-    /// multiplies by N); shared: one counter for all (exact); split: each its own with limit / N
-    /// (exact only under fair balancing).
+    /// Where each instance's counter lives.
     #[arg(long, value_enum, default_value_t = CounterMode::Local, help_heading = "Setup")]
     pub counter: CounterMode,
 
-    /// How requests are spread over instances. round-robin: request i goes to instance i mod N.
-    /// skewed: instance 0 gets N of every 2N-1 requests, the others one each (smooth weighted
-    /// round-robin, weights N,1,...,1).
+    /// How the load balancer spreads requests over the instances, in arrival order.
     #[arg(long, value_enum, default_value_t = Balance::RoundRobin, help_heading = "Setup")]
     pub balance: Balance,
 
@@ -166,11 +158,11 @@ pub struct Args {
 /// The built-in traffic patterns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ScenarioName {
-    /// Two bursts around the first window edge (see [`Boundary`]).
+    /// Two bursts around the first window edge (at 1 x period), `--requests` each.
     Boundary,
-    /// A calm client plus a sudden spike (see [`CalmSpike`]).
+    /// A calm client at one request per `--every` plus a sudden spike of `--requests`, same key.
     CalmSpike,
-    /// Sustained demand well above the limit (see [`Flood`]).
+    /// Sustained demand well above the limit: `--rate` (default 10 x the limit).
     Flood,
 }
 
@@ -179,8 +171,8 @@ pub enum ScenarioName {
 pub enum Preset {
     /// 100 requests at 0.95 s and 100 at 1.05 s, simulated clock.
     ClockBoundary,
-    /// 200 requests at the end of one window and 200 at the start of the next, each burst taking
-    /// 14 ms (the time 200 Redis round trips took), 0.15 s apart.
+    /// 200 requests at the end of one window and 200 at the start of the next: each burst takes
+    /// 14 ms (200 Redis round trips), starting at 0.87 s and 1.01 s.
     RedisBoundary,
 }
 

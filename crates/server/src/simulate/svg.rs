@@ -14,7 +14,7 @@ const LEFT: f64 = 56.0;
 const RIGHT: f64 = 16.0;
 const PANEL_HEIGHT: f64 = 150.0;
 const PANEL_GAP: f64 = 78.0;
-const TOP: f64 = 104.0;
+const TOP: f64 = 122.0;
 
 /// Renders the report as a standalone SVG document.
 pub fn render(report: &Report) -> String {
@@ -51,14 +51,18 @@ pub fn render(report: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        r##"<text x="{LEFT}" y="64" fill="#333">limit {} ({}), burst {} for the bucket algorithms; {}</text>"##,
+        r##"<text x="{LEFT}" y="64" fill="#333">limit {} ({}), burst {} for the bucket algorithms</text>"##,
         escape(&q.to_string()),
         escape(&q.describe()),
         q.burst(),
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{LEFT}" y="82" fill="#333">{}</text>"##,
         escape(&report.setup.describe())
     );
     // Legend.
-    let y = 78.0;
+    let y = 96.0;
     let _ = writeln!(
         s,
         r##"<rect x="{LEFT}" y="{y}" width="12" height="12" fill="#2ca02c"/><text x="{}" y="{}">admitted</text><rect x="{}" y="{y}" width="12" height="12" fill="url(#rejected)" stroke="#d1352b"/><text x="{}" y="{}">rejected (429)</text><rect x="{}" y="{y}" width="12" height="12" fill="#fff3b0"/><text x="{}" y="{}">busiest window of {}</text><line x1="{}" y1="{y}" x2="{}" y2="{}" stroke="#555" stroke-dasharray="3,3"/><text x="{}" y="{}">window edge</text>"##,
