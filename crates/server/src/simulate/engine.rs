@@ -433,3 +433,85 @@ mod tests {
         assert_eq!(s.columns[0].impossible, 1);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use floodgate_core::{AlgorithmKind, Quota};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::simulate::setup::Balance;
+
+    fn traffic() -> impl Strategy<Value = Vec<Request>> {
+        prop::collection::vec((0u64..3_000_000, 0usize..3, 1u64..4), 1..120).prop_map(|mut v| {
+            v.sort_by_key(|r| r.0);
+            v.into_iter()
+                .map(|(t_us, key, cost)| Request {
+                    t_us,
+                    key: format!("k{key}"),
+                    cost,
+                    source: "trace",
+                })
+                .collect()
+        })
+    }
+
+    fn setup(instances: usize, counter: CounterMode, balance: Balance) -> Setup {
+        Setup {
+            instances,
+            counter,
+            balance,
+        }
+    }
+
+    proptest! {
+        /// A shared counter behind any number of instances decides exactly like one instance,
+        /// and the sliding log never admits more than the limit in any period.
+        #[test]
+        fn shared_counter_equals_one_instance(
+            requests in traffic(),
+            limit in 1u64..8,
+            instances in 1usize..5,
+            kind_index in 0usize..6,
+            skewed in any::<bool>(),
+        ) {
+            let quota = Quota::new(limit, 1_000_000).unwrap();
+            let kind = AlgorithmKind::ALL[kind_index];
+            let balance = if skewed { Balance::Skewed } else { Balance::RoundRobin };
+            let one = run_in_memory(&requests, kind, quota, setup(1, CounterMode::Local, balance), 1_000_000, 3_000_000).unwrap();
+            let shared = run_in_memory(&requests, kind, quota, setup(instances, CounterMode::Shared, balance), 1_000_000, 3_000_000).unwrap();
+            let results = |run: &Run| run.outcomes.iter().map(|o| o.result).collect::<Vec<_>>();
+            prop_assert_eq!(results(&one), results(&shared));
+            prop_assert_eq!(shared.summary.admitted, one.summary.admitted);
+            if kind == AlgorithmKind::SlidingLog {
+                prop_assert!(one.summary.max_in_period.map_or(0, |p| p.units) <= limit);
+            }
+            // Local counters report the shared reference, and per-instance counts add up.
+            let local = run_in_memory(&requests, kind, quota, setup(instances, CounterMode::Local, balance), 1_000_000, 3_000_000).unwrap();
+            prop_assert_eq!(local.shared_reference.map(|r| r.0), (instances > 1).then_some(shared.summary.admitted));
+            let total: u64 = local.summary.admitted_per_instance.iter().sum();
+            prop_assert_eq!(total, local.summary.admitted);
+        }
+
+        /// The two-pointer true rate equals a brute-force maximum over every window start.
+        #[test]
+        fn max_in_window_matches_brute_force(
+            mut admissions in prop::collection::vec((0u64..5_000, 1u64..5), 0..60),
+            period in 1u64..2_000,
+        ) {
+            admissions.sort_by_key(|a| a.0);
+            let brute = admissions
+                .iter()
+                .map(|&(start, _)| {
+                    admissions
+                        .iter()
+                        .filter(|&&(t, _)| t >= start && t - start < period)
+                        .map(|&(_, c)| c)
+                        .sum::<u64>()
+                })
+                .max()
+                .unwrap_or(0);
+            prop_assert_eq!(max_in_window(&admissions, period).0, brute);
+        }
+    }
+}
