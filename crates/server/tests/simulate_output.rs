@@ -45,7 +45,11 @@ fn table_shows_totals_true_rate_and_a_chart_per_algorithm() {
         "{text}"
     );
     // One chart per algorithm with admitted and rejected cells.
-    assert_eq!(text.matches("(one column per 0.1 s)").count(), 6);
+    assert_eq!(
+        text.matches("(one column per 0.1 s; | marks a window edge)")
+            .count(),
+        6
+    );
     assert!(text.contains("sliding_log: 100 admitted (█), 100 rejected (x)"));
     assert!(text.contains("██ xx"), "{text}");
 }

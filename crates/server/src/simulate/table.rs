@@ -164,14 +164,15 @@ pub fn render(report: &Report) -> String {
         .max(1);
     for run in &report.runs {
         out.push('\n');
-        chart(&mut out, run, scale, column_us);
+        chart(&mut out, run, scale, report.quota.period());
     }
     out
 }
 
 /// Draws one run's columns: `█` admitted (bottom), `x` rejected (top), scaled so `scale`
-/// requests fill [`CHART_HEIGHT`] rows.
-fn chart(out: &mut String, run: &Run, scale: u64, column_us: Micros) {
+/// requests fill [`CHART_HEIGHT`] rows; window edges (multiples of `period`) marked on the axis.
+fn chart(out: &mut String, run: &Run, scale: u64, period: Micros) {
+    let column_us = run.summary.column_us;
     let s = &run.summary;
     let _ = writeln!(
         out,
@@ -216,12 +217,16 @@ fn chart(out: &mut String, run: &Run, scale: u64, column_us: Micros) {
         }
         out.push('\n');
     }
-    let _ = writeln!(
-        out,
-        "{:>label_width$} +{}",
-        0,
-        "-".repeat(cols.len() * width)
-    );
+    // The axis, with `|` where a window edge (a multiple of the period) starts a column.
+    let mut axis = String::new();
+    let mut edges = false;
+    for c in cols {
+        let edge = c.start_us > 0 && c.start_us % period == 0;
+        edges |= edge;
+        axis.push(if edge { '|' } else { '-' });
+        axis.push_str(&"-".repeat(width - 1));
+    }
+    let _ = writeln!(out, "{:>label_width$} +{axis}", 0);
     // Time labels every few columns, where they fit.
     let mut labels = String::new();
     let step = (6usize).div_ceil(width).max(1);
@@ -242,9 +247,10 @@ fn chart(out: &mut String, run: &Run, scale: u64, column_us: Micros) {
     let _ = writeln!(out, "{:>label_width$}  {labels}", "");
     let _ = writeln!(
         out,
-        "{:>label_width$}  (one column per {})",
+        "{:>label_width$}  (one column per {}{})",
         "",
-        format_duration(column_us)
+        format_duration(column_us),
+        if edges { "; | marks a window edge" } else { "" }
     );
 }
 
