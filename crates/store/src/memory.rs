@@ -460,6 +460,117 @@ impl MemoryStore {
         }
     }
 
+    /// The state of `fp` for `policy`'s algorithm, and `Some(expires_at)` when it was held and
+    /// live. An expired entry is dropped on the way (equivalent to a fresh key); the third value
+    /// says whether that happened.
+    fn load(
+        shard: &mut Shard,
+        policy: &Policy,
+        fp: &Fingerprint,
+        now: Timestamp,
+    ) -> (State, Option<Timestamp>, bool) {
+        let kind = policy.kind();
+        match shard.tables.get(kind, fp) {
+            Some((expires_at, state)) if expires_at > now => (state, Some(expires_at), false),
+            Some(_) => {
+                shard.tables.remove(kind, fp);
+                (policy.initial_state(), None, true)
+            }
+            None => (policy.initial_state(), None, false),
+        }
+    }
+
+    /// Stores a consumed state. `expires_at` is `now + reset_after`, never earlier than the
+    /// entry's previous expiry: a stale `now` must not shorten a live key's life.
+    fn save(
+        shard: &mut Shard,
+        fp: Fingerprint,
+        held: Option<Timestamp>,
+        reset_after: Micros,
+        state: State,
+        now: Timestamp,
+    ) {
+        let expires_at = now.saturating_add(reset_after).max(held.unwrap_or(0));
+        if held.is_none() {
+            shard.earliest_expiry = shard.earliest_expiry.min(expires_at);
+        }
+        shard.tables.insert(fp, expires_at, state);
+    }
+
+    /// Whether `shard` lacks room for `needed` new keys after dropping its expired entries
+    /// (counted as evictions).
+    fn lacks_room(&self, shard: &mut Shard, needed: usize, now: Timestamp) -> bool {
+        if shard.tables.len() + needed <= shard.cap {
+            return false;
+        }
+        let dropped = shard.drop_expired(now);
+        if dropped > 0 {
+            self.counters
+                .evictions
+                .fetch_add(dropped as u64, Ordering::Relaxed);
+            metrics::counter!("floodgate_store_evictions_total").increment(dropped as u64);
+        }
+        shard.tables.len() + needed > shard.cap
+    }
+
+    /// Counts `n` new keys that found their shard full.
+    fn count_full(&self, n: usize) {
+        let (counter, action) = match self.config.on_full {
+            OnFull::Reject => (&self.counters.full_rejections, "reject"),
+            OnFull::AdmitUntracked => (&self.counters.full_untracked, "admit_untracked"),
+        };
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+        metrics::counter!("floodgate_store_full_total", "action" => action).increment(n as u64);
+    }
+
+    /// The decision for a new key refused because its shard is full.
+    fn full_denial(&self, policy: &Policy) -> Decision {
+        Decision {
+            allowed: false,
+            limit: policy.capacity(),
+            remaining: 0,
+            reset_after: 0,
+            retry_after: Some(self.config.full_retry_after),
+        }
+    }
+
+    /// A batch of one item: one lock, one decision, no working copies. Equivalent to the
+    /// general path (for one item, a consuming decision that denies is its peek).
+    fn run_single(&self, item: &CheckItem<'_>, now: Timestamp, commit: bool) -> BatchDecision {
+        let fp = self.fingerprint(item.rule, item.key);
+        let mut shard = self.shards[self.shard_of(fp)].0.lock();
+        let (mut state, held, expired) = Self::load(&mut shard, item.policy, &fp, now);
+        let consume = commit && item.cost > 0;
+        let decision = item.policy.decide(&mut state, now, item.cost, consume);
+        if consume && decision.allowed {
+            if held.is_none() && self.lacks_room(&mut shard, 1, now) {
+                drop(shard);
+                self.count_full(1);
+                self.count_expired(usize::from(expired));
+                if self.config.on_full == OnFull::Reject {
+                    return BatchDecision {
+                        allowed: false,
+                        decisions: vec![self.full_denial(item.policy)],
+                        store_full: Some(OnFull::Reject),
+                    };
+                }
+                return BatchDecision {
+                    allowed: true,
+                    decisions: vec![decision],
+                    store_full: Some(OnFull::AdmitUntracked),
+                };
+            }
+            Self::save(&mut shard, fp, held, decision.reset_after, state, now);
+        }
+        drop(shard);
+        self.count_expired(usize::from(expired));
+        BatchDecision {
+            allowed: decision.allowed,
+            decisions: vec![decision],
+            store_full: None,
+        }
+    }
+
     /// The whole batch algorithm: validate, lock, decide on working copies, then (for a check
     /// whose every item admitted) make room for new keys and write everything back.
     fn run(
@@ -477,6 +588,9 @@ impl MemoryStore {
                     capacity,
                 });
             }
+        }
+        if let [item] = items {
+            return Ok(self.run_single(item, now, commit));
         }
         let fps: Vec<Fingerprint> = items
             .iter()
@@ -508,18 +622,9 @@ impl MemoryStore {
                 Some(i) => i,
                 None => {
                     let g = guard_of(fp);
-                    let shard = &mut guards[g];
-                    let kind = item.policy.kind();
-                    let (state, held) = match shard.tables.get(kind, &fp) {
-                        Some((expires_at, state)) if expires_at > now => (state, Some(expires_at)),
-                        Some(_) => {
-                            // Expired: equivalent to a fresh key, so drop it now.
-                            shard.tables.remove(kind, &fp);
-                            expired += 1;
-                            (item.policy.initial_state(), None)
-                        }
-                        None => (item.policy.initial_state(), None),
-                    };
+                    let (state, held, was_expired) =
+                        Self::load(&mut guards[g], item.policy, &fp, now);
+                    expired += usize::from(was_expired);
                     slots.push(Slot {
                         fp,
                         guard: g,
@@ -562,20 +667,11 @@ impl MemoryStore {
                 new_per_guard[slot.guard] += 1;
             }
         }
-        let mut full_guard = vec![false; guards.len()];
-        for (g, &needed) in new_per_guard.iter().enumerate() {
-            let shard = &mut guards[g];
-            if needed > 0 && shard.tables.len() + needed > shard.cap {
-                let dropped = shard.drop_expired(now);
-                if dropped > 0 {
-                    self.counters
-                        .evictions
-                        .fetch_add(dropped as u64, Ordering::Relaxed);
-                    metrics::counter!("floodgate_store_evictions_total").increment(dropped as u64);
-                }
-                full_guard[g] = shard.tables.len() + needed > shard.cap;
-            }
-        }
+        let full_guard: Vec<bool> = new_per_guard
+            .iter()
+            .zip(guards.iter_mut())
+            .map(|(&needed, shard)| needed > 0 && self.lacks_room(shard, needed, now))
+            .collect();
         let is_untracked = |slot: &Slot| slot.held.is_none() && full_guard[slot.guard];
         let untracked_items = slot_of_item
             .iter()
@@ -583,46 +679,27 @@ impl MemoryStore {
             .count();
         let mut store_full = None;
         if untracked_items > 0 {
-            match self.config.on_full {
-                OnFull::Reject => {
-                    self.counters
-                        .full_rejections
-                        .fetch_add(untracked_items as u64, Ordering::Relaxed);
-                    metrics::counter!("floodgate_store_full_total", "action" => "reject")
-                        .increment(untracked_items as u64);
-                    let decisions = items
-                        .iter()
-                        .zip(&slot_of_item)
-                        .zip(peeks)
-                        .map(|((item, &s), peek)| {
-                            if is_untracked(&slots[s]) && item.cost > 0 {
-                                Decision {
-                                    allowed: false,
-                                    limit: item.policy.capacity(),
-                                    remaining: 0,
-                                    reset_after: 0,
-                                    retry_after: Some(self.config.full_retry_after),
-                                }
-                            } else {
-                                peek
-                            }
-                        })
-                        .collect();
-                    return Ok(BatchDecision {
-                        allowed: false,
-                        decisions,
-                        store_full: Some(OnFull::Reject),
-                    });
-                }
-                OnFull::AdmitUntracked => {
-                    self.counters
-                        .full_untracked
-                        .fetch_add(untracked_items as u64, Ordering::Relaxed);
-                    metrics::counter!("floodgate_store_full_total", "action" => "admit_untracked")
-                        .increment(untracked_items as u64);
-                    store_full = Some(OnFull::AdmitUntracked);
-                }
+            self.count_full(untracked_items);
+            if self.config.on_full == OnFull::Reject {
+                let decisions = items
+                    .iter()
+                    .zip(&slot_of_item)
+                    .zip(peeks)
+                    .map(|((item, &s), peek)| {
+                        if is_untracked(&slots[s]) && item.cost > 0 {
+                            self.full_denial(item.policy)
+                        } else {
+                            peek
+                        }
+                    })
+                    .collect();
+                return Ok(BatchDecision {
+                    allowed: false,
+                    decisions,
+                    store_full: Some(OnFull::Reject),
+                });
             }
+            store_full = Some(OnFull::AdmitUntracked);
         }
 
         // Phase 3: write back every slot that consumed (skipping untracked new keys).
@@ -633,13 +710,14 @@ impl MemoryStore {
             if is_untracked(&slot) {
                 continue;
             }
-            // max(): a stale `now` must never shorten a live key's life.
-            let expires_at = now.saturating_add(reset_after).max(slot.held.unwrap_or(0));
-            let shard = &mut guards[slot.guard];
-            if slot.held.is_none() {
-                shard.earliest_expiry = shard.earliest_expiry.min(expires_at);
-            }
-            shard.tables.insert(slot.fp, expires_at, slot.state);
+            Self::save(
+                &mut guards[slot.guard],
+                slot.fp,
+                slot.held,
+                reset_after,
+                slot.state,
+                now,
+            );
         }
         drop(guards);
         Ok(BatchDecision {
