@@ -113,5 +113,7 @@ fn chart_boundary_twenty_vs_ten() {
     // 10 x (1 - 0.05) = 9.5 already counted: no room for even one more.
     assert_eq!(totals(&report, "sliding_window"), (10, 10, 10));
     // One second refills one unit.
-    assert_eq!(totals(&report, "token_bucket"), (11, 9, 11));
+    for algorithm in ["token_bucket", "leaky_bucket", "gcra"] {
+        assert_eq!(totals(&report, algorithm), (11, 9, 11), "{algorithm}");
+    }
 }
