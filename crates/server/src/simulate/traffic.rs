@@ -221,8 +221,8 @@ impl CalmSpike {
         );
         let description = format!(
             "a calm client every {} for {} plus a spike of {} at {} (key {:?})",
-            format_duration(self.every),
-            format_duration(self.duration),
+            format_span(self.every),
+            format_span(self.duration),
             self.requests,
             format_duration(self.at),
             self.key,
@@ -287,8 +287,8 @@ impl Flood {
         let description = format!(
             "a flood of {} requests per {} for {} (key {:?})",
             self.units,
-            format_duration(self.per),
-            format_duration(self.duration),
+            format_span(self.per),
+            format_span(self.duration),
             self.key
         );
         Ok(Traffic::new("flood", description, requests, self.duration))
