@@ -35,6 +35,7 @@
 pub mod algorithm;
 pub mod decision;
 pub mod error;
+pub mod fast_clock;
 pub mod quota;
 pub mod time;
 
@@ -45,5 +46,6 @@ pub use algorithm::{
 };
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError};
+pub use fast_clock::{CoarseClock, QuantaClock};
 pub use quota::Quota;
 pub use time::{Clock, ManualClock, Micros, SystemClock, Timestamp, MICROS_PER_SECOND};
