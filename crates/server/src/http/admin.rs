@@ -39,7 +39,12 @@ pub(super) async fn inspect(
         Err(response) => return response,
     };
     let r = &config.rules[index];
-    match state.store.inspect(&r.name, &r.policy, &store_key).await {
+    match state
+        .limiter
+        .store()
+        .inspect(&r.name, &r.policy, &store_key)
+        .await
+    {
         Ok(d) => Json(json!({
             "rule": r.name,
             "key": key,
@@ -76,7 +81,8 @@ pub(super) async fn reset(
         Err(response) => return response,
     };
     let r = &config.rules[index];
-    match state.store.reset(&r.name, &store_key).await {
+    let id = crate::serve::store::state_id(&r.name, &r.policy);
+    match state.limiter.store().reset(&id, &store_key).await {
         Ok(existed) => {
             tracing::info!(rule = %r.name, store_key, existed, "admin reset a key");
             Json(json!({"rule": r.name, "key": key, "store_key": store_key, "existed": existed}))

@@ -124,11 +124,24 @@ pub(super) fn read_json<T: serde::de::DeserializeOwned>(
             format!("must be at most {MAX_BODY_BYTES} bytes"),
         ));
     }
-    let mut de = serde_json::Deserializer::from_slice(&bytes);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    // Syntax first (a whole JSON object), then the shape, with the path of the failing field.
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        invalid(
+            StatusCode::BAD_REQUEST,
+            "body",
+            format!("invalid JSON: {e}"),
+        )
+    })?;
+    if !value.is_object() {
+        return Err(invalid(
+            StatusCode::BAD_REQUEST,
+            "body",
+            "invalid JSON: expected an object",
+        ));
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.into_inner();
-        let field = if path == "." || inner.is_syntax() || inner.is_eof() {
+        let field = if path == "." {
             "body".to_string()
         } else {
             path
@@ -136,17 +149,9 @@ pub(super) fn read_json<T: serde::de::DeserializeOwned>(
         invalid(
             StatusCode::BAD_REQUEST,
             &field,
-            format!("invalid JSON: {inner}"),
+            format!("invalid JSON: {}", e.into_inner()),
         )
-    })?;
-    de.end().map_err(|e| {
-        invalid(
-            StatusCode::BAD_REQUEST,
-            "body",
-            format!("invalid JSON: {e}"),
-        )
-    })?;
-    Ok(value)
+    })
 }
 
 fn validate(config: &Config, request: CheckRequest) -> Result<Vec<Item>, Response> {

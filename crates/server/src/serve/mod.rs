@@ -16,6 +16,7 @@
 
 mod reload;
 pub mod state;
+pub mod store;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -145,6 +146,9 @@ fn initial_config(args: &ServeArgs) -> anyhow::Result<(Config, Option<String>)> 
 
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (config, text) = initial_config(&args)?;
+    // Signal handlers go in before anything listens: a SIGTERM or SIGHUP that arrives once we
+    // are reachable must be handled, not kill the process with the default action.
+    let signals = Signals::install()?;
 
     let prometheus = PrometheusBuilder::new()
         .set_buckets_for_metric(
@@ -246,6 +250,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let background = vec![
         tokio::spawn(reload::watch(
             Arc::clone(&state),
+            signals.hup,
             text,
             Duration::from_secs(args.watch_interval),
             shutdown_rx.clone(),
@@ -253,7 +258,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tokio::spawn(housekeeping(Arc::clone(&state), shutdown_rx.clone())),
     ];
 
-    wait_for_shutdown_signal().await?;
+    let (mut term, mut int) = (signals.term, signals.int);
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
     tracing::info!(
         drain_timeout_s = args.drain_timeout,
         "shutting down: draining in-flight requests"
@@ -306,15 +315,22 @@ fn spawn_server(
     })
 }
 
-async fn wait_for_shutdown_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
+/// The signals `serve` handles, registered up front.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            hup: signal(SignalKind::hangup()).context("cannot handle SIGHUP")?,
+        })
     }
-    Ok(())
 }
 
 /// Drops expired keys a little at a time and publishes the store's size.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::Signal;
 use tokio::sync::watch;
 
 use super::AppState;
@@ -14,17 +14,11 @@ use super::AppState;
 /// logged and ignored.
 pub(super) async fn watch(
     state: Arc<AppState>,
+    mut hup: Signal,
     mut last_text: Option<String>,
     interval: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut hup = match signal(SignalKind::hangup()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot handle SIGHUP; hot reload by signal is off");
-            return;
-        }
-    };
     let poll = !interval.is_zero();
     let mut tick = tokio::time::interval(if poll {
         interval

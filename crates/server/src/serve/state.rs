@@ -14,14 +14,15 @@ use http::Uri;
 use metrics_exporter_prometheus::PrometheusHandle;
 use parking_lot::RwLock;
 
+use super::store::VersionedStore;
 use crate::config::{self, Config, ConfigErrors, RuleConfig};
 
 /// Everything the handlers share. One per process.
 #[derive(Debug)]
 pub struct AppState {
     /// Rules + store; its rule set is swapped on reload.
-    pub limiter: RateLimiter<MemoryStore>,
-    /// The store (also inside `limiter`), for admin and housekeeping.
+    pub limiter: RateLimiter<VersionedStore>,
+    /// The memory store under `limiter`'s [`VersionedStore`], for housekeeping.
     pub store: Arc<MemoryStore>,
     /// The time source of the store (the system clock, or the test-only manual clock).
     pub clock: Arc<dyn Clock>,
@@ -52,7 +53,10 @@ impl AppState {
         prometheus: PrometheusHandle,
         upstream: Option<Uri>,
     ) -> Self {
-        let limiter = RateLimiter::new(Arc::clone(&store), rule_set(&config));
+        let limiter = RateLimiter::new(
+            Arc::new(VersionedStore::new(Arc::clone(&store))),
+            rule_set(&config),
+        );
         Self {
             limiter,
             store,

@@ -1,0 +1,651 @@
+//! End-to-end tests of `floodgate serve`: the real binary on a free loopback port, driven by a
+//! real HTTP client, in front of a real upstream server, on the test-only manual clock (time only
+//! moves when a test says so; nothing sleeps).
+
+mod serve_support;
+
+use serde_json::{json, Value};
+use serve_support::{
+    advance, client, metric, post_json, split, write_atomically, Floodgate, Upstream,
+};
+
+fn check(rule: &str, key: &str) -> Value {
+    json!({ "rule": rule, "key": key })
+}
+
+#[tokio::test]
+async fn default_rule_admits_exactly_ten_then_429_and_retry_after_is_honoured() {
+    let fg = Floodgate::start(&[]);
+    let c = client();
+    for i in 0..10u64 {
+        let (status, headers, body) =
+            post_json(&c, &fg.url("/v1/check"), &check("per-client-ip", "alice")).await;
+        assert_eq!(status, 200, "request {i}: {body}");
+        assert_eq!(body["remaining"], 9 - i);
+        assert_eq!(headers["ratelimit-policy"], "\"per-client-ip\";q=10;w=10");
+    }
+    let (status, headers, body) =
+        post_json(&c, &fg.url("/v1/check"), &check("per-client-ip", "alice")).await;
+    assert_eq!(status, 429);
+    // Token bucket 10/10s: one token per second, so the wait is exactly one second and the
+    // bucket is full again after ten.
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(headers["ratelimit"], "\"per-client-ip\";r=0;t=10");
+    assert_eq!(body["allowed"], false);
+    assert_eq!(body["rule"], "per-client-ip");
+    assert_eq!(body["retry_after_us"], 1_000_000);
+    assert_eq!(body["retry_after_s"], 1);
+    assert_eq!(body["reset_after_us"], 10_000_000);
+    assert_eq!(body["decisions"][0]["key"], "alice");
+    // Another key is not affected.
+    let (status, _, _) = post_json(&c, &fg.url("/v1/check"), &check("per-client-ip", "bob")).await;
+    assert_eq!(status, 200);
+
+    // One microsecond early is still too early; at the advertised wait it is admitted.
+    advance(&c, &fg, 999_999).await;
+    let (status, _, body) =
+        post_json(&c, &fg.url("/v1/check"), &check("per-client-ip", "alice")).await;
+    assert_eq!((status, &body["retry_after_us"]), (429, &json!(1)));
+    advance(&c, &fg, 1).await;
+    let (status, _, body) =
+        post_json(&c, &fg.url("/v1/check"), &check("per-client-ip", "alice")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["remaining"], 0);
+
+    // Forward-auth applies the same default rule per client IP (here the loopback peer).
+    for i in 0..10 {
+        let r = c.get(fg.url("/v1/forward-auth")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "forward-auth {i}");
+        assert_eq!(
+            r.headers()["ratelimit"],
+            format!("\"per-client-ip\";r={};t={}", 9 - i, i + 1).as_str()
+        );
+    }
+    let (status, headers, body) =
+        split(c.get(fg.url("/v1/forward-auth")).send().await.unwrap()).await;
+    assert_eq!(status, 429);
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(
+        body,
+        json!({
+            "type": "urn:floodgate:problem:rate-limited",
+            "title": "Too Many Requests",
+            "status": 429,
+            "detail": "limit is 10 requests per 10 seconds for this key",
+            "rule": "per-client-ip",
+            "retry_after": 1,
+        })
+    );
+    assert_eq!(
+        metric(
+            &c,
+            &fg,
+            "floodgate_decisions_total{rule=\"per-client-ip\",outcome=\"denied\"}"
+        )
+        .await,
+        Some(3.0)
+    );
+}
+
+const PROXY_CONFIG: &str = r#"
+[[rules]]
+name = "per-ip"
+limit = "3/min"
+key = "client_ip"
+[rules.match]
+path_prefix = "/api"
+"#;
+
+#[tokio::test]
+async fn proxy_streams_bodies_strips_hop_by_hop_headers_and_limits_by_peer() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("proxy.toml");
+    std::fs::write(&config, PROXY_CONFIG).unwrap();
+    let fg = Floodgate::start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--upstream",
+        &upstream.url,
+    ]);
+    let c = client();
+
+    // Outside /api no rule applies: a 1 MiB body goes there and back unchanged, many times.
+    let body: Vec<u8> = (0..1_048_576u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    for _ in 0..5 {
+        let r = c
+            .post(fg.proxy_url("/echo-body"))
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.headers().get("ratelimit").is_none());
+        assert_eq!(r.bytes().await.unwrap().as_ref(), body.as_slice());
+    }
+
+    // Under /api: 3 per minute per client IP. The peer (127.0.0.1) is not a trusted proxy, so
+    // whatever X-Forwarded-For says, every request counts against 127.0.0.1.
+    for (i, xff) in ["203.0.113.9", "198.51.100.1", "192.0.2.77"]
+        .iter()
+        .enumerate()
+    {
+        let r = c
+            .get(fg.proxy_url("/api/info?x=1"))
+            .header("x-forwarded-for", *xff)
+            .header("connection", "x-secret")
+            .header("x-secret", "must not reach the upstream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "request {i}");
+        // 3/min: one unit every 20 s; after i + 1 units the bucket is full again in 20(i+1) s.
+        assert_eq!(
+            r.headers()["ratelimit"],
+            format!("\"per-ip\";r={};t={}", 2 - i, 20 * (i + 1)).as_str()
+        );
+        let seen: Value = r.json().await.unwrap();
+        assert_eq!(seen["path"], "/api/info?x=1");
+        assert_eq!(seen["x_forwarded_for"], format!("{xff}, 127.0.0.1"));
+        assert_eq!(seen["x_secret"], Value::Null, "hop-by-hop header leaked");
+    }
+    let (status, headers, body) = split(
+        c.get(fg.proxy_url("/api/info"))
+            .header("x-forwarded-for", "203.0.113.200")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 429);
+    assert_eq!(headers["retry-after"], "20");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert_eq!(
+        body["detail"],
+        "limit is 3 requests per minute for this key"
+    );
+    assert_eq!(body["rule"], "per-ip");
+
+    advance(&c, &fg, 20_000_000).await;
+    let r = c.get(fg.proxy_url("/api/info")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "admitted again after Retry-After");
+}
+
+#[tokio::test]
+async fn forwarded_for_is_believed_only_from_trusted_proxies() {
+    let dir = tempfile::tempdir().unwrap();
+    let trusted = dir.path().join("trusted.toml");
+    std::fs::write(
+        &trusted,
+        r#"
+[server]
+trusted_proxies = ["127.0.0.1/32"]
+
+[[rules]]
+name = "per-ip"
+limit = "2/min"
+key = "client_ip"
+[rules.match]
+path_prefix = "/api"
+"#,
+    )
+    .unwrap();
+    let fg = Floodgate::start(&["--config", trusted.to_str().unwrap()]);
+    let c = client();
+    let auth = |xff: &'static str, uri: &'static str| {
+        c.get(fg.url("/v1/forward-auth"))
+            .header("x-forwarded-for", xff)
+            .header("x-forwarded-method", "GET")
+            .header("x-forwarded-host", "app.example")
+            .header("x-forwarded-uri", uri)
+            .send()
+    };
+    assert_eq!(auth("203.0.113.1", "/api/a").await.unwrap().status(), 200);
+    assert_eq!(auth("203.0.113.1", "/api/b").await.unwrap().status(), 200);
+    assert_eq!(auth("203.0.113.1", "/api/c").await.unwrap().status(), 429);
+    // Another client behind the same proxy has its own allowance.
+    assert_eq!(auth("203.0.113.2", "/api/a").await.unwrap().status(), 200);
+    // A client-written leftmost entry does not help: the proxy's entry (rightmost) counts.
+    assert_eq!(
+        auth("9.9.9.9, 203.0.113.1", "/api/a")
+            .await
+            .unwrap()
+            .status(),
+        429
+    );
+    // The original URI decides which rules apply: /public is not limited (no headers either).
+    let r = auth("203.0.113.1", "/public").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("ratelimit").is_none());
+    // nginx auth_request style: X-Original-URI.
+    let r = c
+        .get(fg.url("/v1/forward-auth"))
+        .header("x-forwarded-for", "203.0.113.3")
+        .header("x-original-uri", "/api/z")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["ratelimit"], "\"per-ip\";r=1;t=30");
+
+    // Without trusted proxies (the embedded default), X-Forwarded-For is ignored: eleven
+    // "different" clients are all the loopback peer, limited to 10.
+    let untrusted = Floodgate::start(&[]);
+    let mut admitted = 0;
+    for i in 0..11 {
+        let r = c
+            .get(untrusted.url("/v1/forward-auth"))
+            .header("x-forwarded-for", format!("203.0.113.{}", i + 1))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 10);
+}
+
+#[tokio::test]
+async fn several_rules_admit_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("multi.toml");
+    std::fs::write(
+        &config,
+        r#"
+[[rules]]
+name = "per-second"
+limit = "2/s"
+
+[[rules]]
+name = "per-minute"
+limit = "3/min"
+"#,
+    )
+    .unwrap();
+    let fg = Floodgate::start(&["--config", config.to_str().unwrap()]);
+    let c = client();
+    let both = json!({"descriptors": [
+        {"rule": "per-second", "key": "alice"},
+        {"rule": "per-minute", "key": "alice"},
+    ]});
+    let peek = |rule: &str| json!({"rule": rule, "key": "alice", "cost": 0});
+    for _ in 0..2 {
+        let (status, _, body) = post_json(&c, &fg.url("/v1/check"), &both).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // per-second is exhausted; the denial must not charge per-minute.
+    let (status, headers, body) = post_json(&c, &fg.url("/v1/check"), &both).await;
+    assert_eq!(status, 429);
+    assert_eq!(body["rule"], "per-second");
+    assert_eq!(body["retry_after_us"], 500_000);
+    assert_eq!(body["decisions"][1]["allowed"], true);
+    assert_eq!(
+        headers["ratelimit"],
+        "\"per-second\";r=0;t=1, \"per-minute\";r=1;t=40"
+    );
+    let (_, _, body) = post_json(&c, &fg.url("/v1/peek"), &peek("per-minute")).await;
+    assert_eq!(
+        body["remaining"], 1,
+        "per-minute was charged by a denied request"
+    );
+
+    // A second later per-second is full again; per-minute has its last unit.
+    advance(&c, &fg, 1_000_000).await;
+    let (status, _, body) = post_json(&c, &fg.url("/v1/check"), &both).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decisions"][1]["remaining"], 0);
+    // Now per-minute denies (19 s until its next unit), and per-second must keep its unit.
+    let (status, _, body) = post_json(&c, &fg.url("/v1/check"), &both).await;
+    assert_eq!(status, 429);
+    assert_eq!(body["rule"], "per-minute");
+    assert_eq!(body["retry_after_us"], 19_000_000);
+    let (status, _, body) = post_json(&c, &fg.url("/v1/peek"), &peek("per-second")).await;
+    assert_eq!((status, &body["remaining"]), (200, &json!(1)));
+}
+
+const RELOAD_V1: &str = r#"
+[[rules]]
+name = "kept"
+limit = "5/min"
+
+[[rules]]
+name = "changed"
+limit = "5/min"
+"#;
+
+const RELOAD_V2: &str = r#"
+[[rules]]
+name = "kept"
+limit = "5/min"
+
+[[rules]]
+name = "changed"
+limit = "6/min"
+
+[[rules]]
+name = "added"
+limit = "1/min"
+"#;
+
+async fn readyz(c: &reqwest::Client, fg: &Floodgate) -> Value {
+    c.get(fg.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn hot_reload_keeps_unchanged_rules_and_rejects_invalid_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rules.toml");
+    write_atomically(&config, RELOAD_V1);
+    // Reload on SIGHUP only, so each signal is exactly one reload.
+    let fg = Floodgate::start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--watch-interval",
+        "0",
+    ]);
+    let c = client();
+    for rule in ["kept", "changed"] {
+        for _ in 0..3 {
+            let (status, _, _) = post_json(&c, &fg.url("/v1/check"), &check(rule, "k")).await;
+            assert_eq!(status, 200);
+        }
+    }
+
+    write_atomically(&config, RELOAD_V2);
+    fg.signal("HUP");
+    // Bounded polling for the reload to land (the file watcher may see it first).
+    let mut reloaded = false;
+    for _ in 0..2_000 {
+        let ready = readyz(&c, &fg).await;
+        if ready["config"]["rules"].as_array().map(Vec::len) == Some(3) {
+            reloaded = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(reloaded, "reload did not land:\n{}", fg.logs());
+    assert_eq!(readyz(&c, &fg).await["config"]["generation"], 2);
+    let peek = |rule: &str| json!({"rule": rule, "key": "k", "cost": 0});
+    let (_, _, body) = post_json(&c, &fg.url("/v1/peek"), &peek("kept")).await;
+    assert_eq!(body["remaining"], 2, "an unchanged rule keeps its counters");
+    let (_, _, body) = post_json(&c, &fg.url("/v1/peek"), &peek("changed")).await;
+    assert_eq!(
+        body["remaining"], 6,
+        "a rule whose quota changed starts fresh"
+    );
+    let (status, _, _) = post_json(&c, &fg.url("/v1/check"), &check("added", "k")).await;
+    assert_eq!(status, 200);
+    assert!(metric(&c, &fg, "floodgate_config_reloads_total{result=\"ok\"}").await >= Some(1.0));
+
+    // An invalid file is rejected, counted and logged; the old rules keep serving.
+    let generation = readyz(&c, &fg).await["config"]["generation"].clone();
+    write_atomically(
+        &config,
+        &RELOAD_V2.replace("limit = \"1/min\"", "limit = \"10/fortnight\""),
+    );
+    fg.signal("HUP");
+    let mut counted = false;
+    for _ in 0..2_000 {
+        if metric(&c, &fg, "floodgate_config_reloads_total{result=\"error\"}").await >= Some(1.0) {
+            counted = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(counted, "invalid reload not counted:\n{}", fg.logs());
+    assert_eq!(readyz(&c, &fg).await["config"]["generation"], generation);
+    let (_, _, body) = post_json(&c, &fg.url("/v1/peek"), &peek("kept")).await;
+    assert_eq!(body["remaining"], 2);
+    assert!(
+        fg.logs()
+            .contains("rules[2].limit: invalid quota \\\"10/fortnight\\\"")
+            || fg
+                .logs()
+                .contains("rules[2].limit: invalid quota \"10/fortnight\""),
+        "{}",
+        fg.logs()
+    );
+}
+
+#[tokio::test]
+async fn a_changed_config_file_is_picked_up_without_a_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rules.toml");
+    write_atomically(&config, RELOAD_V1);
+    let fg = Floodgate::start(&["--config", config.to_str().unwrap()]);
+    let c = client();
+    write_atomically(&config, RELOAD_V2);
+    // The watcher checks the file every second; bounded polling until it has.
+    let mut rules = 0;
+    for _ in 0..100_000 {
+        rules = readyz(&c, &fg).await["config"]["rules"]
+            .as_array()
+            .map_or(0, Vec::len);
+        if rules == 3 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(rules, 3, "{}", fg.logs());
+}
+
+#[tokio::test]
+async fn bad_requests_get_problem_json_naming_the_field_and_touch_nothing() {
+    let fg = Floodgate::start(&[]);
+    let c = client();
+    let url = fg.url("/v1/check");
+    let cases: Vec<(String, u16, &str, &str)> = vec![
+        ("{\"rule\": \"per-client-ip\", \"key\": \"alice\"".into(), 400, "body", "invalid JSON"),
+        ("[1, 2]".into(), 400, "body", "invalid JSON"),
+        (r#"{"rule": "per-client-ip", "key": "alice", "kost": 1}"#.into(), 400, "kost", "unknown field"),
+        (r#"{"rule": 7, "key": "alice"}"#.into(), 400, "rule", "invalid type"),
+        (r#"{"rule": "nope", "key": "alice"}"#.into(), 400, "rule", "unknown rule \"nope\""),
+        (r#"{"key": "alice"}"#.into(), 400, "rule", "missing"),
+        (r#"{"rule": "per-client-ip", "key": ""}"#.into(), 400, "key", "between 1 and 256 bytes"),
+        (
+            format!(r#"{{"rule": "per-client-ip", "key": "{}"}}"#, "a".repeat(257)),
+            400,
+            "key",
+            "between 1 and 256 bytes",
+        ),
+        (r#"{"rule": "per-client-ip", "key": "alice", "cost": -1}"#.into(), 400, "cost", "whole number between 0 and 1000000"),
+        (r#"{"rule": "per-client-ip", "key": "alice", "cost": 1.5}"#.into(), 400, "cost", "whole number between 0 and 1000000"),
+        (r#"{"rule": "per-client-ip", "key": "alice", "cost": 1e300}"#.into(), 400, "cost", "whole number between 0 and 1000000"),
+        (r#"{"rule": "per-client-ip", "key": "alice", "cost": 11}"#.into(), 400, "cost", "exceeds the capacity"),
+        (r#"{"descriptors": []}"#.into(), 400, "descriptors", "between 1 and 16"),
+        (
+            r#"{"descriptors": [{"rule": "per-client-ip", "key": "alice"}, {"rule": "x", "key": "alice"}]}"#.into(),
+            400,
+            "descriptors[1].rule",
+            "unknown rule",
+        ),
+        (format!(r#"{{"rule": "per-client-ip", "key": "alice", "pad": "{}"}}"#, "x".repeat(70_000)), 413, "body", "at most 65536 bytes"),
+    ];
+    for (body, status, field, detail) in cases {
+        let r = c
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        let (got, headers, problem) = split(r).await;
+        let shown = &body[..body.len().min(80)];
+        assert_eq!(got, status, "{shown}: {problem}");
+        assert_eq!(
+            headers["content-type"], "application/problem+json",
+            "{shown}"
+        );
+        assert_eq!(problem["field"], field, "{shown}: {problem}");
+        assert_eq!(problem["status"], status, "{shown}");
+        assert_eq!(problem["title"], "invalid request");
+        let text = problem["detail"].as_str().unwrap();
+        assert!(
+            text.starts_with(&format!("{field}: ")) && text.contains(detail),
+            "{shown}: {text}"
+        );
+    }
+    // Nothing above touched alice's counter.
+    let (_, _, body) = post_json(
+        &c,
+        &fg.url("/v1/peek"),
+        &json!({"rule": "per-client-ip", "key": "alice", "cost": 0}),
+    )
+    .await;
+    assert_eq!(body["remaining"], 10);
+    assert_eq!(
+        metric(
+            &c,
+            &fg,
+            "floodgate_decisions_total{rule=\"per-client-ip\",outcome=\"allowed\"}"
+        )
+        .await,
+        None
+    );
+}
+
+#[tokio::test]
+async fn admin_api_needs_a_token_and_resets_keys() {
+    let c = client();
+    let off = Floodgate::start(&[]);
+    let (status, headers, body) = split(
+        c.get(off.url("/v1/keys/per-client-ip/alice"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(body["detail"]
+        .as_str()
+        .unwrap()
+        .contains("admin API is disabled"));
+
+    let token = "test-token-0123456789";
+    let fg = Floodgate::start(&["--admin-token", token]);
+    for _ in 0..4 {
+        post_json(&c, &fg.url("/v1/check"), &check("per-client-ip", "alice")).await;
+    }
+    let key_url = fg.url("/v1/keys/per-client-ip/alice");
+    assert_eq!(c.get(&key_url).send().await.unwrap().status(), 401);
+    assert_eq!(
+        c.get(&key_url)
+            .bearer_auth("wrong-token-0123456789")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    let (status, _, body) = split(c.get(&key_url).bearer_auth(token).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (&body["remaining"], &body["store_key"]),
+        (&json!(6), &json!("key=alice"))
+    );
+    let (status, _, body) =
+        split(c.delete(&key_url).bearer_auth(token).send().await.unwrap()).await;
+    assert_eq!((status, &body["existed"]), (200, &json!(true)));
+    let (_, _, body) = split(c.get(&key_url).bearer_auth(token).send().await.unwrap()).await;
+    assert_eq!(body["remaining"], 10);
+    // Keys derived from requests are named in their encoded form.
+    c.get(fg.url("/v1/forward-auth")).send().await.unwrap();
+    let (_, _, body) = split(
+        c.get(fg.url("/v1/keys/per-client-ip/ip=127.0.0.1?encoded=true"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(body["remaining"], 9);
+    let (status, _, _) = split(
+        c.get(fg.url("/v1/keys/nope/alice"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn sigterm_drains_in_flight_requests_then_exits_cleanly() {
+    let upstream = Upstream::start().await;
+    let mut fg = Floodgate::start(&["--upstream", &upstream.url]);
+    let c = client();
+    let in_flight = tokio::spawn({
+        let (c, url) = (c.clone(), fg.proxy_url("/slow"));
+        async move {
+            let r = c.get(url).send().await?;
+            Ok::<_, reqwest::Error>((r.status().as_u16(), r.text().await?))
+        }
+    });
+    upstream.arrived.notified().await;
+    fg.signal("TERM");
+    // Readiness goes away (503, or the listener is closed) while the request is still open.
+    let mut not_ready = false;
+    for _ in 0..2_000 {
+        match c.get(fg.url("/readyz")).send().await {
+            Ok(r) if r.status() == 200 => tokio::task::yield_now().await,
+            _ => {
+                not_ready = true;
+                break;
+            }
+        }
+    }
+    assert!(not_ready, "still ready after SIGTERM");
+    upstream.release.notify_one();
+    let answer = in_flight.await.unwrap();
+    let logs = fg.logs();
+    let (status, text) = answer.unwrap_or_else(|e| panic!("{e}\n{logs}"));
+    assert_eq!((status, text.as_str()), (200, "slow done"));
+    let exit = tokio::task::spawn_blocking(move || fg.wait())
+        .await
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
+
+#[test]
+fn check_config_names_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("rules.toml");
+    std::fs::write(
+        &bad,
+        "[[rules]]\nname = \"a\"\nlimit = \"10/s\"\n\n[[rules]]\nname = \"a\"\nlimit = \"10/fortnight\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .current_dir(dir.path())
+        .args(["check-config", "rules.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        stderr,
+        "rules.toml:6: rules[1].name: duplicate rule name \"a\" (also rules[0].name); names must be unique\n\
+         rules.toml:7: rules[1].limit: invalid quota \"10/fortnight\": unknown period unit \"fortnight\" (use us, ms, s, min, h or day)\n"
+    );
+    std::fs::write(&bad, PROXY_CONFIG).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .current_dir(dir.path())
+        .args(["check-config", "rules.toml"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("per-ip: token_bucket 3/min"));
+}

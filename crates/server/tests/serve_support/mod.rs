@@ -1,0 +1,258 @@
+//! Harness for the `floodgate serve` end-to-end tests: the real binary as a child process on a
+//! free loopback port, on the test-only manual clock, killed on drop; and a real upstream HTTP
+//! server (axum) for proxy mode.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::routing::any;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+/// The manual clock's start: 2027-01-15T08:00:00Z in microseconds.
+pub const START_US: u64 = 1_800_000_000_000_000;
+
+/// A running `floodgate serve`.
+pub struct Floodgate {
+    child: Child,
+    /// `http://127.0.0.1:PORT` of the API listener.
+    pub api: String,
+    /// `http://127.0.0.1:PORT` of the proxy listener (proxy mode only).
+    pub proxy: Option<String>,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Floodgate {
+    /// Starts `floodgate serve --listen 127.0.0.1:0 --manual-clock START_US <args>` and waits
+    /// for the "listening" lines on its stdout.
+    pub fn start(args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("floodgate.log");
+        let proxy_mode = args.contains(&"--upstream");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_floodgate"));
+        cmd.arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--manual-clock", &START_US.to_string()])
+            .args(args)
+            .env_remove("FLOODGATE_ADMIN_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap());
+        if proxy_mode {
+            cmd.args(["--admin-listen", "127.0.0.1:0"]);
+        }
+        let mut child = cmd.spawn().expect("start floodgate");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let mut api = None;
+        let mut proxy = None;
+        // Bounded: the child prints these lines right after binding, or exits (EOF).
+        while api.is_none() || (proxy_mode && proxy.is_none()) {
+            let line = match lines.next() {
+                Some(Ok(line)) => line,
+                _ => panic!(
+                    "floodgate exited before listening:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ),
+            };
+            let addr = line
+                .strip_prefix("floodgate: listening on ")
+                .and_then(|rest| rest.split(' ').next())
+                .map(|a| format!("http://{a}"));
+            if line.ends_with("(API)") {
+                api = addr;
+            } else if line.contains("(proxy to") {
+                proxy = addr;
+            }
+        }
+        Self {
+            child,
+            api: api.unwrap(),
+            proxy,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// The process id (for signals).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. "HUP", "TERM") with kill(1).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits for the process to exit (bounded by the test's own timeout).
+    pub fn wait(&mut self) -> ExitStatus {
+        self.child.wait().unwrap()
+    }
+
+    /// What the process logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `{api}{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.api)
+    }
+
+    /// `{proxy}{path}`.
+    pub fn proxy_url(&self, path: &str) -> String {
+        format!("{}{path}", self.proxy.as_ref().expect("proxy mode"))
+    }
+}
+
+impl Drop for Floodgate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A client without connection pooling surprises: one per test is fine.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// POSTs JSON and returns (status, headers, body as JSON or Null).
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    body: &Value,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let r = client.post(url).json(body).send().await.unwrap();
+    split(r).await
+}
+
+/// (status, headers, body parsed as JSON, or `Value::String` when it is not JSON).
+pub async fn split(r: reqwest::Response) -> (u16, reqwest::header::HeaderMap, Value) {
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let text = r.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, headers, body)
+}
+
+/// Moves the server's manual clock forward.
+pub async fn advance(client: &reqwest::Client, fg: &Floodgate, micros: u64) {
+    let (status, _, body) = post_json(
+        client,
+        &fg.url("/v1/debug/clock/advance"),
+        &json!({ "micros": micros }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Reads one sample of the Prometheus text (e.g. `floodgate_config_reloads_total{result="ok"}`).
+pub async fn metric(client: &reqwest::Client, fg: &Floodgate, series: &str) -> Option<f64> {
+    let text = client
+        .get(fg.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Writes `text` to `path` atomically (write a sibling, then rename), so a watcher never reads
+/// half a file.
+pub fn write_atomically(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// A real upstream HTTP server on a free loopback port.
+///
+/// - `/echo-body` answers with the request body, streamed back as it arrives;
+/// - `/slow` waits until [`Upstream::release`] (after signalling [`Upstream::arrived`]);
+/// - any other path answers JSON describing the request (method, path, some headers).
+pub struct Upstream {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// Notified when a `/slow` request arrives.
+    pub arrived: Arc<Notify>,
+    /// Notify to let `/slow` answer.
+    pub release: Arc<Notify>,
+}
+
+impl Upstream {
+    /// Binds and serves in the background of the current tokio runtime.
+    pub async fn start() -> Self {
+        let arrived = Arc::new(Notify::new());
+        let release = Arc::new(Notify::new());
+        let (a, r) = (Arc::clone(&arrived), Arc::clone(&release));
+        let app =
+            Router::new()
+                .route(
+                    "/echo-body",
+                    any(|req: Request| async move {
+                        Body::from_stream(req.into_body().into_data_stream())
+                    }),
+                )
+                .route(
+                    "/slow",
+                    any(move || {
+                        let (a, r) = (Arc::clone(&a), Arc::clone(&r));
+                        async move {
+                            a.notify_one();
+                            r.notified().await;
+                            "slow done"
+                        }
+                    }),
+                )
+                .fallback(|req: Request| async move {
+                    let h = req.headers();
+                    let get = |name: &str| {
+                        h.get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_string)
+                    };
+                    Json(json!({
+                        "method": req.method().as_str(),
+                        "path": req.uri().path_and_query().map(|p| p.as_str()),
+                        "x_forwarded_for": get("x-forwarded-for"),
+                        "x_forwarded_host": get("x-forwarded-host"),
+                        "x_secret": get("x-secret"),
+                        "connection": get("connection"),
+                        "host": get("host"),
+                    }))
+                });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            url: format!("http://{addr}"),
+            arrived,
+            release,
+        }
+    }
+}
