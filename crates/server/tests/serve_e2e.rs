@@ -95,6 +95,16 @@ limit = "3/min"
 key = "client_ip"
 [rules.match]
 path_prefix = "/api"
+
+[[rules]]
+name = "search-budget"
+limit = "200/min"
+key = "client_ip"
+[rules.match]
+path_prefix = "/search"
+[[rules.route_costs]]
+path_prefix = "/search/deep"
+cost = 100
 "#;
 
 #[tokio::test]
@@ -168,6 +178,33 @@ async fn proxy_streams_bodies_strips_hop_by_hop_headers_and_limits_by_peer() {
         "limit is 3 requests per minute for this key"
     );
     assert_eq!(body["rule"], "per-ip");
+
+    // Per-route cost: a deep search costs 100 of the 200 units; a forged internal cost
+    // header does not make it cheaper, and is not passed upstream.
+    for remaining in [100, 0] {
+        let r = c
+            .get(fg.proxy_url("/search/deep?q=x"))
+            .header("x-floodgate-cost-search-budget", "1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.headers()["ratelimit"],
+            format!(
+                "\"search-budget\";r={remaining};t={}",
+                (200 - remaining) * 3 / 10
+            )
+            .as_str()
+        );
+        let seen: Value = r.json().await.unwrap();
+        assert_eq!(seen["x_floodgate_cost"], Value::Null);
+    }
+    let r = c.get(fg.proxy_url("/search/deep")).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    // A shallow search costs the default 1 unit: also denied now, the budget is spent.
+    let r = c.get(fg.proxy_url("/search/shallow")).send().await.unwrap();
+    assert_eq!(r.status(), 429);
 
     advance(&c, &fg, 20_000_000).await;
     let r = c.get(fg.proxy_url("/api/info")).send().await.unwrap();

@@ -148,8 +148,9 @@ pub struct MatchConfig {
 pub struct CostConfig {
     /// `cost`: the units a request costs when nothing below applies (default 1).
     pub default: u64,
-    /// `cost_header`: when the request carries this header with a whole number, that is the
-    /// cost (a malformed or too large value is a 400 answer).
+    /// `cost_header`: when the request carries this header with a positive whole number, that
+    /// is the cost, clamped to the rule's capacity (absent, malformed or 0: `cost`). Only name a
+    /// header that a trusted party sets (an upstream or gateway), not the client.
     pub header: Option<HeaderName>,
     /// `[[rules.route_costs]]`: the first entry whose path prefix (and method) matches sets the
     /// cost; checked before `cost_header`.
@@ -693,6 +694,15 @@ impl Validator<'_> {
                     }
                 },
             };
+            if *rc.cost.get_ref() == 0 {
+                self.push(
+                    &rc.cost,
+                    format!("{base}.cost"),
+                    "a route cost must be at least 1 (exclude free routes with [rules.match])"
+                        .into(),
+                );
+                continue;
+            }
             if let Some(cost) = self.one_cost(format!("{base}.cost"), &rc.cost, capacity) {
                 out.routes.push(RouteCost {
                     path_prefix: rc.path_prefix.get_ref().clone(),

@@ -32,6 +32,7 @@ pub(super) async fn forward_auth(
     mut headers: HeaderMap,
 ) -> Response {
     let (method, uri) = original_request(&method, &mut headers);
+    crate::serve::cost::inject(&state.config(), &method, &uri, &mut headers);
     let mut extensions = http::Extensions::new();
     extensions.insert(PeerAddr(peer));
     let plan = state.limiter.plan(&method, &uri, &headers, &extensions);

@@ -21,6 +21,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use tower::util::MapRequestLayer;
 
 use crate::serve::AppState;
 
@@ -44,10 +45,18 @@ pub fn router(state: Arc<AppState>) -> Router {
     connector.set_nodelay(true);
     let client = Client::builder(TokioExecutor::new()).build(connector);
     let proxy = Proxy { upstream, client };
+    let costs = Arc::clone(&state);
     Router::new()
         .fallback(forward)
         .with_state(proxy)
+        // Layers run outside-in: route costs are computed first, then the rules are applied.
         .layer(RateLimitLayer::new(state.limiter.clone()))
+        .layer(MapRequestLayer::new(move |mut request: Request| {
+            let config = costs.config();
+            let (method, uri) = (request.method().clone(), request.uri().clone());
+            crate::serve::cost::inject(&config, &method, &uri, request.headers_mut());
+            request
+        }))
 }
 
 async fn forward(
@@ -68,6 +77,7 @@ async fn forward(
         Err(_) => return bad_gateway("cannot build the upstream URI"),
     };
     remove_hop_by_hop(&mut parts.headers);
+    crate::serve::cost::strip_internal(&mut parts.headers);
     add_forwarded(&mut parts.headers, peer);
     // The upstream speaks HTTP/1.1 (or h2c through ALPN-less prior knowledge, not used here).
     parts.version = http::Version::HTTP_11;

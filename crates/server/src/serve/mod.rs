@@ -14,6 +14,7 @@
 //! Shutdown: SIGTERM or SIGINT stops accepting, `/readyz` turns 503, in-flight requests finish
 //! (up to `--drain-timeout`).
 
+pub mod cost;
 mod reload;
 pub mod state;
 pub mod store;

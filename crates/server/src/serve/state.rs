@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use floodgate_core::{Clock, ManualClock};
 use floodgate_store::MemoryStore;
-use floodgate_tower::{
-    ClientIpConfig, CostSource, HeaderMatch, Matcher, RateLimiter, Rule, RuleSet,
-};
+use floodgate_tower::{ClientIpConfig, HeaderMatch, Matcher, RateLimiter, Rule, RuleSet};
 use http::Uri;
 use metrics_exporter_prometheus::PrometheusHandle;
 use parking_lot::RwLock;
@@ -192,14 +190,7 @@ fn tower_rule(r: &RuleConfig) -> Rule {
         host: r.matcher.host.clone(),
         headers,
     };
-    let cost = match &r.cost.header {
-        Some(name) => CostSource::Header {
-            name: name.clone(),
-            default: r.cost.default,
-            max: r.policy.capacity(),
-        },
-        None => CostSource::Fixed(r.cost.default),
-    };
+    let cost = super::cost::cost_source(r);
     Rule::new(r.name.as_str(), r.policy.clone(), r.key.clone())
         .with_matcher(matcher)
         .with_cost(cost)

@@ -242,6 +242,7 @@ impl Upstream {
                         "x_forwarded_for": get("x-forwarded-for"),
                         "x_forwarded_host": get("x-forwarded-host"),
                         "x_secret": get("x-secret"),
+                    "x_floodgate_cost": get("x-floodgate-cost-search-budget"),
                         "connection": get("connection"),
                         "host": get("host"),
                     }))
