@@ -25,13 +25,15 @@
 //! An entry's `expires_at` is `now + reset_after` of its last consuming decision: from then on
 //! it is equivalent to a fresh key, so dropping it changes no decision. Expired entries are
 //! dropped lazily when a batch touches them, by [`MemoryStore::sweep`] (one shard per call,
-//! bounded work), and when a full shard needs room. **Nothing else is ever dropped**: a live key
-//! (one that still counts consumption, limited or not) is never evicted, because eviction would
-//! forgive it ("evict-to-reset"). When a shard is full of live keys, a new key is handled by
-//! [`OnFull`].
+//! bounded work), and when the store is full and a new key needs room. **Nothing else is ever
+//! dropped**: a live key (one that still counts consumption, limited or not) is never evicted,
+//! because eviction would forgive it ("evict-to-reset"). When the store is full of live keys, a
+//! new key is handled by [`OnFull`].
 //!
-//! `max_keys` is split evenly between the shards and enforced per shard, under the shard's lock;
-//! keys are spread by the secret hash, so an attacker cannot fill one shard on purpose.
+//! `max_keys` is an exact hard cap on the keys held by the whole store, counted with one atomic
+//! that changes only when a key is added or dropped (never on a check of an existing key). When
+//! it is reached, the expired entries of the shards the batch has locked are dropped first;
+//! expired entries in other shards are reclaimed by the periodic sweep.
 
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -50,7 +52,7 @@ use crate::{BatchDecision, CheckItem, OnFull, Store, StoreError};
 /// Settings of a [`MemoryStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryStoreConfig {
-    /// Hard cap on keys held, split evenly between shards. Default 1,000,000.
+    /// Hard cap on keys held by the whole store. Default 1,000,000.
     pub max_keys: usize,
     /// Number of lock shards, rounded up to a power of two and down to at most `max_keys`.
     /// Default 64: on a few cores two threads rarely wait for the same shard.
@@ -173,12 +175,14 @@ macro_rules! tables {
                 }
             }
 
-            /// Removes `fp` from every table; returns the latest `expires_at` removed.
-            fn remove_all(&mut self, fp: &Fingerprint) -> Option<Timestamp> {
-                [$(self.$field.remove(fp).map(|e| e.expires_at),)*]
-                    .into_iter()
-                    .flatten()
-                    .max()
+            /// Removes `fp` from every table; returns how many entries that was and the latest
+            /// `expires_at` among them.
+            fn remove_all(&mut self, fp: &Fingerprint) -> (usize, Option<Timestamp>) {
+                let removed = [$(self.$field.remove(fp).map(|e| e.expires_at),)*];
+                (
+                    removed.iter().flatten().count(),
+                    removed.into_iter().flatten().max(),
+                )
             }
 
             /// Stores `state` in its algorithm's table.
@@ -220,8 +224,6 @@ tables! {
 #[derive(Debug)]
 struct Shard {
     tables: Tables,
-    /// Most entries this shard may hold.
-    cap: usize,
     /// A lower bound on every entry's `expires_at`: while `now` is below it nothing in the
     /// shard has expired and a sweep can skip the shard. Valid because an entry's expiry only
     /// ever grows while it lives.
@@ -269,6 +271,8 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     config: MemoryStoreConfig,
     sweep_cursor: AtomicUsize,
+    /// Entries held across all shards; at most `config.max_keys`.
+    keys: AtomicUsize,
     counters: Counters,
 }
 
@@ -293,12 +297,9 @@ impl MemoryStore {
             n /= 2;
         }
         let shards = (0..n)
-            .map(|i| {
-                // An even split that adds up to max_keys exactly.
-                let cap = max_keys / n + usize::from(i < max_keys % n);
+            .map(|_| {
                 Padded(Mutex::new(Shard {
                     tables: Tables::default(),
-                    cap,
                     earliest_expiry: Timestamp::MAX,
                 }))
             })
@@ -317,6 +318,7 @@ impl MemoryStore {
                 ..config
             },
             sweep_cursor: AtomicUsize::new(0),
+            keys: AtomicUsize::new(0),
             counters: Counters::default(),
         }
     }
@@ -382,7 +384,10 @@ impl MemoryStore {
         let now = self.clock.now();
         let fp = self.fingerprint(rule, key);
         let mut shard = self.shards[self.shard_of(fp)].0.lock();
-        matches!(shard.tables.remove_all(&fp), Some(expires_at) if expires_at > now)
+        let (removed, latest) = shard.tables.remove_all(&fp);
+        drop(shard);
+        self.keys.fetch_sub(removed, Ordering::Relaxed);
+        matches!(latest, Some(expires_at) if expires_at > now)
     }
 
     /// [`Store::inspect`] at a caller-supplied `now`: a cost-0 peek of `(rule, key)`.
@@ -404,12 +409,7 @@ impl MemoryStore {
     pub fn sweep(&self, now: Timestamp) -> usize {
         let i = self.sweep_cursor.fetch_add(1, Ordering::Relaxed) & self.shard_mask;
         let dropped = self.shards[i].0.lock().drop_expired(now);
-        if dropped > 0 {
-            self.counters
-                .expirations
-                .fetch_add(dropped as u64, Ordering::Relaxed);
-            metrics::counter!("floodgate_store_expirations_total").increment(dropped as u64);
-        }
+        self.count_expired(dropped);
         dropped
     }
 
@@ -418,10 +418,10 @@ impl MemoryStore {
         (0..self.shards.len()).map(|_| self.sweep(now)).sum()
     }
 
-    /// Current size and counters. Locks each shard briefly to count keys; also publishes the
-    /// `floodgate_store_keys` gauge.
+    /// Current size and counters (no lock taken); also publishes the `floodgate_store_keys`
+    /// gauge.
     pub fn stats(&self) -> StoreStats {
-        let keys = self.shards.iter().map(|s| s.0.lock().tables.len()).sum();
+        let keys = self.keys.load(Ordering::Relaxed);
         metrics::gauge!("floodgate_store_keys").set(keys as f64);
         StoreStats {
             keys,
@@ -451,8 +451,10 @@ impl MemoryStore {
         (fp.hi as usize) & self.shard_mask
     }
 
+    /// Accounts for `n` expired entries dropped by a sweep or a touch.
     fn count_expired(&self, n: usize) {
         if n > 0 {
+            self.keys.fetch_sub(n, Ordering::Relaxed);
             self.counters
                 .expirations
                 .fetch_add(n as u64, Ordering::Relaxed);
@@ -497,23 +499,40 @@ impl MemoryStore {
         shard.tables.insert(fp, expires_at, state);
     }
 
-    /// Whether `shard` lacks room for `needed` new keys after dropping its expired entries
-    /// (counted as evictions).
-    fn lacks_room(&self, shard: &mut Shard, needed: usize, now: Timestamp) -> bool {
-        if shard.tables.len() + needed <= shard.cap {
-            return false;
+    /// Reserves room for `needed` new keys under the global cap. When the store is full, first
+    /// drops the expired entries of `shards` (the ones this batch has locked; counted as
+    /// evictions) and tries again. Returns false when there is still no room.
+    fn reserve<'a>(
+        &self,
+        needed: usize,
+        now: Timestamp,
+        shards: impl IntoIterator<Item = &'a mut Shard>,
+    ) -> bool {
+        if needed == 0 || self.try_reserve(needed) {
+            return true;
         }
-        let dropped = shard.drop_expired(now);
+        let dropped: usize = shards.into_iter().map(|s| s.drop_expired(now)).sum();
         if dropped > 0 {
+            self.keys.fetch_sub(dropped, Ordering::Relaxed);
             self.counters
                 .evictions
                 .fetch_add(dropped as u64, Ordering::Relaxed);
             metrics::counter!("floodgate_store_evictions_total").increment(dropped as u64);
         }
-        shard.tables.len() + needed > shard.cap
+        self.try_reserve(needed)
     }
 
-    /// Counts `n` new keys that found their shard full.
+    /// Adds `needed` to the key count unless that would pass `max_keys`.
+    fn try_reserve(&self, needed: usize) -> bool {
+        let max = self.config.max_keys;
+        self.keys
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held + needed <= max).then_some(held + needed)
+            })
+            .is_ok()
+    }
+
+    /// Counts `n` new keys that found the store full.
     fn count_full(&self, n: usize) {
         let (counter, action) = match self.config.on_full {
             OnFull::Reject => (&self.counters.full_rejections, "reject"),
@@ -523,7 +542,7 @@ impl MemoryStore {
         metrics::counter!("floodgate_store_full_total", "action" => action).increment(n as u64);
     }
 
-    /// The decision for a new key refused because its shard is full.
+    /// The decision for a new key refused because the store is full.
     fn full_denial(&self, policy: &Policy) -> Decision {
         Decision {
             allowed: false,
@@ -540,13 +559,14 @@ impl MemoryStore {
         let fp = self.fingerprint(item.rule, item.key);
         let mut shard = self.shards[self.shard_of(fp)].0.lock();
         let (mut state, held, expired) = Self::load(&mut shard, item.policy, &fp, now);
+        // Before any reservation: the dropped entry no longer counts against the cap.
+        self.count_expired(usize::from(expired));
         let consume = commit && item.cost > 0;
         let decision = item.policy.decide(&mut state, now, item.cost, consume);
         if consume && decision.allowed {
-            if held.is_none() && self.lacks_room(&mut shard, 1, now) {
+            if held.is_none() && !self.reserve(1, now, [&mut *shard]) {
                 drop(shard);
                 self.count_full(1);
-                self.count_expired(usize::from(expired));
                 if self.config.on_full == OnFull::Reject {
                     return BatchDecision {
                         allowed: false,
@@ -563,7 +583,6 @@ impl MemoryStore {
             Self::save(&mut shard, fp, held, decision.reset_after, state, now);
         }
         drop(shard);
-        self.count_expired(usize::from(expired));
         BatchDecision {
             allowed: decision.allowed,
             decisions: vec![decision],
@@ -659,20 +678,14 @@ impl MemoryStore {
             });
         }
 
-        // Phase 2: every item admitted. New keys need room; find shards that lack it before
-        // writing anything, so that a rejection leaves every key untouched.
-        let mut new_per_guard = vec![0usize; guards.len()];
-        for slot in &slots {
-            if slot.held.is_none() && slot.consumed_reset_after.is_some() {
-                new_per_guard[slot.guard] += 1;
-            }
-        }
-        let full_guard: Vec<bool> = new_per_guard
+        // Phase 2: every item admitted. New keys need room; reserve it before writing
+        // anything, so that a rejection leaves every key untouched.
+        let new_keys = slots
             .iter()
-            .zip(guards.iter_mut())
-            .map(|(&needed, shard)| needed > 0 && self.lacks_room(shard, needed, now))
-            .collect();
-        let is_untracked = |slot: &Slot| slot.held.is_none() && full_guard[slot.guard];
+            .filter(|s| s.held.is_none() && s.consumed_reset_after.is_some())
+            .count();
+        let full = !self.reserve(new_keys, now, guards.iter_mut().map(|g| &mut **g));
+        let is_untracked = |slot: &Slot| full && slot.held.is_none();
         let untracked_items = slot_of_item
             .iter()
             .filter(|&&s| is_untracked(&slots[s]) && slots[s].consumed_reset_after.is_some())
@@ -805,8 +818,6 @@ mod tests {
             MemoryStore::new(cfg(5, 64), clock.clone()).config().shards,
             4
         );
-        let store = MemoryStore::new(cfg(10, 4), clock);
-        let caps: Vec<usize> = store.shards.iter().map(|s| s.0.lock().cap).collect();
-        assert_eq!(caps, vec![3, 3, 2, 2]);
+        assert_eq!(MemoryStore::new(cfg(0, 64), clock).config().max_keys, 1);
     }
 }

@@ -148,3 +148,38 @@ fn on_full_parses_from_config_words() {
     assert!("drop".parse::<OnFull>().is_err());
     assert_eq!(OnFull::default(), OnFull::Reject);
 }
+
+#[test]
+fn the_cap_is_exact_across_shards_and_freed_by_reset_and_sweep() {
+    let clock = ManualClock::new(T0);
+    let config = MemoryStoreConfig {
+        max_keys: 10,
+        shards: 8,
+        ..MemoryStoreConfig::default()
+    };
+    let store = MemoryStore::new(config, Arc::new(clock.clone()));
+    let p = gcra("1/s");
+    let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+    let admitted = keys.iter().filter(|k| check(&store, &p, k).allowed).count();
+    // Exactly max_keys distinct keys fit, however they spread over the shards.
+    assert_eq!(admitted, 10);
+    assert_eq!(store.stats().keys, 10);
+    assert_eq!(store.stats().full_rejections, 2);
+
+    // A reset frees one place.
+    assert!(store.reset_key("r", "k0"));
+    assert_eq!(store.stats().keys, 9);
+    assert!(check(&store, &p, "k10").allowed);
+    assert!(!check(&store, &p, "k11").allowed);
+
+    // Once everything has expired, a full sweep frees every place.
+    clock.advance(1_000_000);
+    assert_eq!(store.sweep_all(clock_now(&clock)), 10);
+    assert_eq!(store.stats().keys, 0);
+    assert!(check(&store, &p, "k11").allowed);
+    assert_eq!(store.stats().keys, 1);
+}
+
+fn clock_now(clock: &ManualClock) -> u64 {
+    floodgate_core::Clock::now(clock)
+}
