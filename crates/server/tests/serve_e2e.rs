@@ -257,6 +257,16 @@ path_prefix = "/api"
     let r = auth("203.0.113.1", "/public").await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.headers().get("ratelimit").is_none());
+    // nginx asks for a 403 on denial (auth_request turns a 429 into a 500).
+    let r = c
+        .get(fg.url("/v1/forward-auth?deny_status=403"))
+        .header("x-forwarded-for", "203.0.113.1")
+        .header("x-original-uri", "/api/z")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(r.headers()["retry-after"], "30");
     // nginx auth_request style: X-Original-URI.
     let r = c
         .get(fg.url("/v1/forward-auth"))

@@ -11,26 +11,47 @@
 //! own), and the rules are evaluated by floodgate-tower exactly as for a proxied request. The
 //! client IP is the TCP peer (the proxy) unless the peer is in `[server] trusted_proxies`, in
 //! which case `X-Forwarded-For` is read from the right. Answers: 200 with `RateLimit-Policy` /
-//! `RateLimit` headers when admitted; 429 problem+json with `Retry-After` when denied (the
-//! proxies pass a non-2xx answer to the client as is).
+//! `RateLimit` headers when admitted; 429 problem+json with `Retry-After` when denied (Traefik
+//! and Caddy pass a non-2xx answer to the client as is; for nginx, `?deny_status=403`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::response::{IntoResponse, Response};
 use floodgate_tower::PeerAddr;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 
 use crate::serve::AppState;
 
+/// Query parameters of the forward-auth endpoint.
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct ForwardAuthQuery {
+    /// Status of a denial: 429 (default) or 403. nginx's `auth_request` treats every status
+    /// but 2xx, 401 and 403 as an error (500), so its snippet asks for 403 and maps it back to
+    /// 429 with `error_page`.
+    deny_status: Option<u16>,
+}
+
 /// The handler.
 pub(super) async fn forward_auth(
     State(state): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(query): Query<ForwardAuthQuery>,
     method: Method,
     mut headers: HeaderMap,
 ) -> Response {
+    let deny_status = match query.deny_status {
+        None | Some(429) => StatusCode::TOO_MANY_REQUESTS,
+        Some(403) => StatusCode::FORBIDDEN,
+        Some(other) => {
+            return super::invalid(
+                StatusCode::BAD_REQUEST,
+                "deny_status",
+                format!("must be 429 or 403, got {other}"),
+            )
+        }
+    };
     let (method, uri) = original_request(&method, &mut headers);
     crate::serve::cost::inject(&state.config(), &method, &uri, &mut headers);
     let mut extensions = http::Extensions::new();
@@ -38,7 +59,12 @@ pub(super) async fn forward_auth(
     let plan = state.limiter.plan(&method, &uri, &headers, &extensions);
     let verdict = state.limiter.evaluate(plan).await;
     match verdict.response() {
-        Some(denied) => super::from_tower(denied),
+        Some(mut denied) => {
+            if denied.status() == StatusCode::TOO_MANY_REQUESTS {
+                *denied.status_mut() = deny_status;
+            }
+            super::from_tower(denied)
+        }
         None => {
             let mut response = StatusCode::OK.into_response();
             verdict.apply_headers(response.headers_mut());

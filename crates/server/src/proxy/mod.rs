@@ -86,6 +86,9 @@ async fn forward(
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             remove_hop_by_hop(&mut parts.headers);
+            // Answer in our own protocol version (an HTTP/1.0 upstream must not downgrade the
+            // client's connection); hyper adapts it to the client's request.
+            parts.version = http::Version::HTTP_11;
             Response::from_parts(parts, Body::new(body))
         }
         Err(e) => {
