@@ -40,8 +40,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use floodgate_core::{
-    AlgorithmKind, Clock, Decision, FixedWindowState, GcraState, LeakyBucketState, Micros, Policy,
-    SlidingLogState, SlidingWindowState, State, Timestamp, TokenBucketState,
+    Algorithm, AlgorithmKind, Clock, Decision, FixedWindowState, GcraState, LeakyBucketState,
+    Micros, Policy, SlidingLogState, SlidingWindowState, State, Timestamp, TokenBucketState,
 };
 use hashbrown::HashMap;
 use parking_lot::{Mutex, MutexGuard};
@@ -185,6 +185,37 @@ macro_rules! tables {
                 )
             }
 
+            /// Decides in place on the live entry of `fp` in `policy`'s table, with no copy of
+            /// the state (a sliding log's can be large). A consuming admission extends the
+            /// entry's expiry. An expired entry is dropped and reported as absent.
+            fn decide_held(
+                &mut self,
+                policy: &Policy,
+                fp: &Fingerprint,
+                now: Timestamp,
+                cost: u64,
+                consume: bool,
+            ) -> Held {
+                match policy {
+                    $(Policy::$variant(algorithm) => match self.$field.get_mut(fp) {
+                        Some(entry) if entry.expires_at > now => {
+                            let d = algorithm.decide(&mut entry.state, now, cost, consume);
+                            if consume && d.allowed {
+                                // max(): a stale `now` must never shorten a live key's life.
+                                entry.expires_at =
+                                    entry.expires_at.max(now.saturating_add(d.reset_after));
+                            }
+                            Held::Live(d)
+                        }
+                        Some(_) => {
+                            self.$field.remove(fp);
+                            Held::Absent { expired: true }
+                        }
+                        None => Held::Absent { expired: false },
+                    },)*
+                }
+            }
+
             /// Stores `state` in its algorithm's table.
             fn insert(&mut self, fp: Fingerprint, expires_at: Timestamp, state: State) {
                 match state {
@@ -210,6 +241,14 @@ macro_rules! tables {
             }
         }
     };
+}
+
+/// What [`Tables::decide_held`] found.
+enum Held {
+    /// The key was held and live; this is its decision (already applied).
+    Live(Decision),
+    /// No live entry; `expired` when an expired one was just dropped.
+    Absent { expired: bool },
 }
 
 tables! {
@@ -553,18 +592,34 @@ impl MemoryStore {
         }
     }
 
-    /// A batch of one item: one lock, one decision, no working copies. Equivalent to the
-    /// general path (for one item, a consuming decision that denies is its peek).
+    /// A batch of one item: one lock, one decision made in place on the stored state, no
+    /// copies. Equivalent to the general path (for one item, a consuming decision that denies
+    /// is its peek, and leaves the state untouched).
     fn run_single(&self, item: &CheckItem<'_>, now: Timestamp, commit: bool) -> BatchDecision {
         let fp = self.fingerprint(item.rule, item.key);
         let mut shard = self.shards[self.shard_of(fp)].0.lock();
-        let (mut state, held, expired) = Self::load(&mut shard, item.policy, &fp, now);
+        let consume = commit && item.cost > 0;
+        let expired = match shard
+            .tables
+            .decide_held(item.policy, &fp, now, item.cost, consume)
+        {
+            Held::Live(decision) => {
+                drop(shard);
+                return BatchDecision {
+                    allowed: decision.allowed,
+                    decisions: vec![decision],
+                    store_full: None,
+                };
+            }
+            Held::Absent { expired } => expired,
+        };
         // Before any reservation: the dropped entry no longer counts against the cap.
         self.count_expired(usize::from(expired));
-        let consume = commit && item.cost > 0;
+        // A fresh key: decide on the initial state, store it only if something was consumed.
+        let mut state = item.policy.initial_state();
         let decision = item.policy.decide(&mut state, now, item.cost, consume);
         if consume && decision.allowed {
-            if held.is_none() && !self.reserve(1, now, [&mut *shard]) {
+            if !self.reserve(1, now, [&mut *shard]) {
                 drop(shard);
                 self.count_full(1);
                 if self.config.on_full == OnFull::Reject {
@@ -580,7 +635,7 @@ impl MemoryStore {
                     store_full: Some(OnFull::AdmitUntracked),
                 };
             }
-            Self::save(&mut shard, fp, held, decision.reset_after, state, now);
+            Self::save(&mut shard, fp, None, decision.reset_after, state, now);
         }
         drop(shard);
         BatchDecision {
