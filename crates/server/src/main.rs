@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod config;
 mod http;
 mod proxy;
@@ -26,6 +27,9 @@ enum Command {
     Simulate(simulate::Args),
     /// Run the rate-limit service: decision API, forward-auth, reverse proxy, metrics.
     Serve(serve::ServeArgs),
+    /// Measure this build on this machine: ns per check, bytes per key, Redis and HTTP
+    /// throughput, with governor beside it where it applies.
+    Bench(bench::BenchArgs),
     /// Validate a configuration file: every error names the file, line and field.
     CheckConfig(config::check::CheckArgs),
 }
@@ -36,6 +40,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate::run(args),
         Command::Serve(args) => serve::run(args),
         Command::CheckConfig(args) => config::check::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(code) => code,

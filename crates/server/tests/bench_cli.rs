@@ -1,0 +1,84 @@
+//! `floodgate bench` end to end through the real binary: small, quick measurements whose
+//! shape (not timing) is asserted.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn floodgate(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(args)
+        .output()
+        .expect("run floodgate")
+}
+
+#[test]
+fn memory_json_has_a_row_per_probe_with_every_key_held() {
+    let out = floodgate(&[
+        "bench",
+        "--what",
+        "memory",
+        "--keys",
+        "20000",
+        "--limit",
+        "10",
+        "--format",
+        "json",
+        "--algorithms",
+        "gcra,sliding_log",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert!(report["machine"]["cpus"].as_u64().unwrap() >= 1);
+    let section = &report["sections"][0];
+    assert_eq!(section["id"], "memory");
+    let rows = section["rows"].as_array().unwrap();
+    // gcra, sliding_log empty, sliding_log full (10 per key), governor
+    assert_eq!(rows.len(), 4);
+    let names: Vec<&str> = rows.iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert_eq!(&names[..3], &["gcra", "sliding_log", "sliding_log"]);
+    assert!(names[3].starts_with("governor"));
+    for r in rows {
+        assert_eq!(r[1], 20_000, "every key is held: {r}");
+    }
+    assert_eq!(
+        rows[2][2], 10,
+        "the full sliding log remembers --limit requests per key"
+    );
+    // 20,000 keys cost at least their 16-byte identities.
+    assert!(rows[0][3].as_f64().unwrap() >= 16.0, "{}", rows[0][3]);
+}
+
+#[test]
+fn cpu_table_lists_each_algorithm_and_governor() {
+    let out = floodgate(&[
+        "bench",
+        "--what",
+        "cpu",
+        "--seconds",
+        "0.01",
+        "--algorithms",
+        "fixed_window,gcra",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("| fixed_window "), "{text}");
+    assert!(text.contains("| gcra "), "{text}");
+    assert!(text.contains("| governor 0.10 (GCRA, peer) "), "{text}");
+    assert!(text.contains("2 threads"), "{text}");
+}
+
+#[test]
+fn unknown_algorithm_is_a_usage_error() {
+    let out = floodgate(&["bench", "--algorithms", "leaky"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown algorithm"));
+}
