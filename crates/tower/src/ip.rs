@@ -336,4 +336,25 @@ mod tests {
         // A mapped peer is matched against IPv4 trusted CIDRs.
         assert!(trusting(&["10.0.0.0/8"]).is_trusted(ip("::ffff:10.0.0.1")));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_header_gives_the_peer_or_an_address_from_the_header(
+            raw in proptest::collection::vec(0x20u8..0x7f, 0..80),
+            trusted_peer in proptest::bool::ANY,
+        ) {
+            let cfg = trusting(&["10.0.0.0/8"]);
+            let peer = if trusted_peer { ip("10.0.0.2") } else { ip("203.0.113.1") };
+            let mut h = HeaderMap::new();
+            h.insert("x-forwarded-for", HeaderValue::from_bytes(&raw).unwrap());
+            let got = cfg.client_ip(peer, &h);
+            if trusted_peer {
+                let text = String::from_utf8(raw).unwrap();
+                let listed = text.split(',').filter_map(|e| parse_addr(e.trim())).map(canonical);
+                proptest::prop_assert!(got == peer || listed.into_iter().any(|a| a == got));
+            } else {
+                proptest::prop_assert_eq!(got, peer);
+            }
+        }
+    }
 }

@@ -152,7 +152,8 @@ fn strip_port(host: &str) -> &str {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CostSource {
-    /// The same cost for every request (1 for plain request counting).
+    /// The same cost for every request (1 for plain request counting). A cost of 0 only
+    /// reports the remaining allowance and never denies; configuration should refuse it.
     Fixed(u64),
     /// A whole number from a header (e.g. set by an upstream that knows the operation's
     /// weight). Absent, unparsable or 0: `default`. Above `max`: `max` (so one request can
