@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use floodgate_store::{CheckItem, Store, StoreError};
+use floodgate_store::{CheckItem, OnFull, Store, StoreError};
 use http::{HeaderMap, Request, Response};
 
 use crate::key::KeyContext;
@@ -83,6 +83,9 @@ pub struct Verdict {
     pub outcomes: Vec<RuleOutcome>,
     /// The store error, when the store failed (already handled by `action`).
     pub store_error: Option<StoreError>,
+    /// Set when a new key met a full store, and what the store did (see
+    /// [`OnFull`]); a [`OnFull::Reject`] denial is answered by [`response::store_full`].
+    pub store_full: Option<OnFull>,
 }
 
 impl Verdict {
@@ -95,6 +98,9 @@ impl Verdict {
     pub fn response(&self) -> Option<Response<Bytes>> {
         match &self.action {
             Action::Admit => None,
+            Action::Deny if self.store_full == Some(OnFull::Reject) => {
+                Some(response::store_full(&self.outcomes))
+            }
             Action::Deny => Some(response::too_many_requests(&self.outcomes)),
             Action::Unavailable => Some(response::service_unavailable(1)),
             Action::CostExceedsCapacity {
@@ -236,6 +242,7 @@ impl<S: Store> RateLimiter<S> {
         let mut outcomes = Vec::with_capacity(plan.checks.len());
         let mut action = Action::Admit;
         let mut store_error = None;
+        let mut store_full = None;
 
         if !enforcing.is_empty() {
             let items: Vec<CheckItem<'_>> = enforcing
@@ -253,6 +260,7 @@ impl<S: Store> RateLimiter<S> {
                     if !batch.allowed {
                         action = Action::Deny;
                     }
+                    store_full = batch.store_full;
                     for (c, decision) in enforcing.iter().zip(batch.decisions) {
                         let rule = &rules[c.rule];
                         count(
@@ -352,6 +360,7 @@ impl<S: Store> RateLimiter<S> {
             action,
             outcomes,
             store_error,
+            store_full,
         }
     }
 }

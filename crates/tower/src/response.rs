@@ -122,13 +122,30 @@ pub fn most_restrictive(outcomes: &[RuleOutcome]) -> Option<&RuleOutcome> {
 /// [`apply_headers`] and a problem body naming the [`most_restrictive`] denying rule. If no
 /// non-shadow outcome is denied the body names no rule (callers only call this on a denial).
 pub fn too_many_requests(outcomes: &[RuleOutcome]) -> Response<Bytes> {
+    deny(outcomes, None)
+}
+
+/// `429` for a request refused because the store holds as many keys as it may and this
+/// client's key is new ([`OnFull::Reject`](floodgate_store::OnFull::Reject)): same headers as
+/// [`too_many_requests`], but the detail says so instead of blaming the client's own usage.
+pub fn store_full(outcomes: &[RuleOutcome]) -> Response<Bytes> {
+    deny(
+        outcomes,
+        Some("the rate limiter is tracking as many clients as it can; try again later"),
+    )
+}
+
+fn deny(outcomes: &[RuleOutcome], detail: Option<&str>) -> Response<Bytes> {
     let mut body = serde_json::json!({
         "type": PROBLEM_RATE_LIMITED,
         "title": "Too Many Requests",
         "status": 429,
     });
     if let Some(o) = most_restrictive(outcomes) {
-        body["detail"] = format!("limit is {} for this key", o.quota.describe()).into();
+        body["detail"] = match detail {
+            Some(detail) => detail.into(),
+            None => format!("limit is {} for this key", o.quota.describe()).into(),
+        };
         body["rule"] = o.rule.as_ref().into();
         body["retry_after"] = o.decision.retry_after_secs().unwrap_or(1).into();
     } else {

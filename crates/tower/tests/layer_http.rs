@@ -332,3 +332,32 @@ async fn works_as_an_axum_layer_with_connect_info() {
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(denied.headers()["retry-after"], "3600");
 }
+
+#[tokio::test]
+async fn a_full_store_says_so_instead_of_blaming_the_client() {
+    use floodgate_store::{MemoryStore, MemoryStoreConfig};
+    let clock = floodgate_core::ManualClock::new(common::T0);
+    let config = MemoryStoreConfig {
+        max_keys: 1,
+        shards: 1,
+        ..MemoryStoreConfig::default()
+    };
+    let store = std::sync::Arc::new(MemoryStore::new(config, std::sync::Arc::new(clock.clone())));
+    let h = common::with_store(clock, store, RuleSet::new(vec![per_ip("10/h")]));
+    assert_eq!(
+        h.send(request("/", "192.0.2.1:1", &[])).await.status,
+        StatusCode::OK
+    );
+    let full = h.send(request("/", "192.0.2.2:1", &[])).await;
+    assert_eq!(full.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(full.header("retry-after"), Some("1"));
+    assert_eq!(
+        full.json()["detail"],
+        "the rate limiter is tracking as many clients as it can; try again later"
+    );
+    // The client already tracked keeps being served.
+    assert_eq!(
+        h.send(request("/", "192.0.2.1:1", &[])).await.status,
+        StatusCode::OK
+    );
+}
