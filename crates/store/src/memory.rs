@@ -645,6 +645,105 @@ impl MemoryStore {
         }
     }
 
+    /// A batch whose items all have different `(rule, key)`: peek every item in place, then, if
+    /// all admit, consume every item in place. No state is copied; the shards stay locked
+    /// throughout, so the second pass sees exactly the states the first one judged.
+    fn run_distinct(
+        &self,
+        items: &[CheckItem<'_>],
+        fps: &[Fingerprint],
+        guard_index: &[usize],
+        guards: &mut [MutexGuard<'_, Shard>],
+        now: Timestamp,
+        commit: bool,
+    ) -> BatchDecision {
+        let mut peeks = Vec::with_capacity(items.len());
+        let mut held = Vec::with_capacity(items.len());
+        let mut expired = 0;
+        for ((item, fp), &g) in items.iter().zip(fps).zip(guard_index) {
+            match guards[g]
+                .tables
+                .decide_held(item.policy, fp, now, item.cost, false)
+            {
+                Held::Live(d) => {
+                    peeks.push(d);
+                    held.push(true);
+                }
+                Held::Absent { expired: e } => {
+                    expired += usize::from(e);
+                    let mut fresh = item.policy.initial_state();
+                    peeks.push(item.policy.decide(&mut fresh, now, item.cost, false));
+                    held.push(false);
+                }
+            }
+        }
+        self.count_expired(expired);
+        let allowed = peeks.iter().all(|d| d.allowed);
+        if !allowed || !commit {
+            return BatchDecision {
+                allowed,
+                decisions: peeks,
+                store_full: None,
+            };
+        }
+
+        let is_new = |i: usize| !held[i] && items[i].cost > 0;
+        let new_keys = (0..items.len()).filter(|&i| is_new(i)).count();
+        let full = !self.reserve(new_keys, now, guards.iter_mut().map(|g| &mut **g));
+        if full {
+            self.count_full(new_keys);
+            if self.config.on_full == OnFull::Reject {
+                let decisions = (0..items.len())
+                    .map(|i| {
+                        if is_new(i) {
+                            self.full_denial(items[i].policy)
+                        } else {
+                            peeks[i]
+                        }
+                    })
+                    .collect();
+                return BatchDecision {
+                    allowed: false,
+                    decisions,
+                    store_full: Some(OnFull::Reject),
+                };
+            }
+        }
+
+        let mut decisions = Vec::with_capacity(items.len());
+        for (i, ((item, &fp), &g)) in items.iter().zip(fps).zip(guard_index).enumerate() {
+            if item.cost == 0 {
+                decisions.push(peeks[i]);
+                continue;
+            }
+            let shard = &mut guards[g];
+            if held[i] {
+                if let Held::Live(d) =
+                    shard
+                        .tables
+                        .decide_held(item.policy, &fp, now, item.cost, true)
+                {
+                    decisions.push(d);
+                    continue;
+                }
+                // Unreachable: the entry was live a moment ago under the same lock. Should
+                // it ever happen, deciding as a fresh key below is the safe fallback.
+                debug_assert!(false, "a live entry vanished under its shard lock");
+            }
+            let mut state = item.policy.initial_state();
+            let d = item.policy.decide(&mut state, now, item.cost, true);
+            if !full {
+                Self::save(shard, fp, None, d.reset_after, state, now);
+            }
+            decisions.push(d);
+        }
+        BatchDecision {
+            allowed: true,
+            decisions,
+            store_full: full.then_some(OnFull::AdmitUntracked),
+        }
+    }
+
     /// The whole batch algorithm: validate, lock, decide on working copies, then (for a check
     /// whose every item admitted) make room for new keys and write everything back.
     fn run(
@@ -683,6 +782,12 @@ impl MemoryStore {
                 .binary_search(&self.shard_of(fp))
                 .expect("every item's shard is locked")
         };
+
+        let distinct = fps.iter().enumerate().all(|(i, fp)| !fps[..i].contains(fp));
+        if distinct {
+            let guard_index: Vec<usize> = fps.iter().map(|&fp| guard_of(fp)).collect();
+            return Ok(self.run_distinct(items, &fps, &guard_index, &mut guards, now, commit));
+        }
 
         // Phase 1: decide every item on working copies. Items sharing (rule, key) share a slot
         // and see each other's tentative consumption, in order.
