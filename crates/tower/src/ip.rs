@@ -87,18 +87,7 @@ impl ClientIpConfig {
 
     /// `ip` (canonicalised) masked to the configured prefix.
     pub fn group(&self, ip: IpAddr) -> IpNet {
-        match canonical(ip) {
-            IpAddr::V4(v4) => IpNet::V4(
-                Ipv4Net::new(v4, self.ipv4_prefix.min(32))
-                    .expect("prefix clamped to 32")
-                    .trunc(),
-            ),
-            IpAddr::V6(v6) => IpNet::V6(
-                Ipv6Net::new(v6, self.ipv6_prefix.min(128))
-                    .expect("prefix clamped to 128")
-                    .trunc(),
-            ),
-        }
+        group(ip, self.ipv4_prefix, self.ipv6_prefix)
     }
 
     /// Walks the forwarding header from the right past trusted hops. `None` when the header is
@@ -130,6 +119,22 @@ impl ClientIpConfig {
             }
         }
         client
+    }
+}
+
+/// `ip` (canonicalised) masked to `/ipv4_prefix` or `/ipv6_prefix` (clamped to 32 and 128).
+pub fn group(ip: IpAddr, ipv4_prefix: u8, ipv6_prefix: u8) -> IpNet {
+    match canonical(ip) {
+        IpAddr::V4(v4) => IpNet::V4(
+            Ipv4Net::new(v4, ipv4_prefix.min(32))
+                .expect("prefix clamped to 32")
+                .trunc(),
+        ),
+        IpAddr::V6(v6) => IpNet::V6(
+            Ipv6Net::new(v6, ipv6_prefix.min(128))
+                .expect("prefix clamped to 128")
+                .trunc(),
+        ),
     }
 }
 

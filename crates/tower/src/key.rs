@@ -64,6 +64,15 @@ pub enum KeySource {
     /// `2001:db8:1:2::/64`. Absent when the peer address is unknown (no [`crate::PeerAddr`] or
     /// `ConnectInfo<SocketAddr>` extension). The last resort: many clients may share one NAT.
     ClientIp,
+    /// The client IP (found as for [`KeySource::ClientIp`]) grouped by these prefixes instead
+    /// of the rule set's: e.g. an extra, looser limit per IPv6 /48 against clients that rotate
+    /// addresses inside their allocation. Tag `net`, value e.g. `2001:db8:1::/48`.
+    ClientNet {
+        /// IPv4 prefix length (0..=32).
+        ipv4_prefix: u8,
+        /// IPv6 prefix length (0..=128).
+        ipv6_prefix: u8,
+    },
     /// The request method. Tag `method`.
     Method,
     /// The request path, without the query. Tag `path`.
@@ -87,8 +96,11 @@ pub struct KeyContext<'a> {
     pub uri: &'a http::Uri,
     /// Request headers.
     pub headers: &'a http::HeaderMap,
-    /// The resolved client address, already grouped by prefix (see [`crate::ip`]).
+    /// The resolved client address, already grouped by the rule set's prefixes (see
+    /// [`crate::ip`]).
     pub client_ip: Option<ipnet::IpNet>,
+    /// The resolved client address, not grouped (IPv4-mapped IPv6 already made IPv4).
+    pub client_addr: Option<std::net::IpAddr>,
 }
 
 impl KeySource {
@@ -120,6 +132,16 @@ impl KeySource {
                 "ip".to_string(),
                 cx.client_ip
                     .map(|net| crate::ip::format_net(net).into_bytes()),
+            ),
+            KeySource::ClientNet {
+                ipv4_prefix,
+                ipv6_prefix,
+            } => (
+                "net".to_string(),
+                cx.client_addr.map(|addr| {
+                    crate::ip::format_net(crate::ip::group(addr, *ipv4_prefix, *ipv6_prefix))
+                        .into_bytes()
+                }),
             ),
             KeySource::Method => (
                 "method".to_string(),
@@ -158,7 +180,7 @@ impl KeySource {
     /// only when needed.
     pub fn uses_client_ip(&self) -> bool {
         match self {
-            KeySource::ClientIp => true,
+            KeySource::ClientIp | KeySource::ClientNet { .. } => true,
             KeySource::All(s) | KeySource::FirstOf(s) => s.iter().any(KeySource::uses_client_ip),
             _ => false,
         }

@@ -184,6 +184,7 @@ impl<S: Store> RateLimiter<S> {
     ) -> Plan {
         let rules = self.rules.load_full();
         let mut checks = Vec::new();
+        let mut client_addr = None;
         let mut client_ip = None;
         let mut client_ip_resolved = false;
         for (index, rule) in rules.rules.iter().enumerate() {
@@ -192,14 +193,16 @@ impl<S: Store> RateLimiter<S> {
             }
             if rule.key.uses_client_ip() && !client_ip_resolved {
                 client_ip_resolved = true;
-                client_ip = crate::ip::peer_addr(extensions)
-                    .map(|peer| rules.client_ip.client_net(peer.ip(), headers));
+                client_addr = crate::ip::peer_addr(extensions)
+                    .map(|peer| rules.client_ip.client_ip(peer.ip(), headers));
+                client_ip = client_addr.map(|addr| rules.client_ip.group(addr));
             }
             let cx = KeyContext {
                 method,
                 uri,
                 headers,
                 client_ip,
+                client_addr,
             };
             match rule.key.key(&cx) {
                 Some(key) => checks.push(PlannedCheck {

@@ -361,3 +361,42 @@ async fn a_full_store_says_so_instead_of_blaming_the_client() {
         StatusCode::OK
     );
 }
+
+#[tokio::test]
+async fn a_wider_ipv6_limit_catches_address_rotation_inside_a_48() {
+    let per_48 = Rule::new(
+        "per-48",
+        gcra("2/h"),
+        KeySource::ClientNet {
+            ipv4_prefix: 24,
+            ipv6_prefix: 48,
+        },
+    );
+    let h = harness(RuleSet::new(vec![per_ip("1/h"), per_48]));
+    // Three different /64s inside one /48: each passes per-ip (/64), the /48 admits two.
+    let statuses = [
+        h.send(request("/", "[2001:db8:1:1::1]:1", &[]))
+            .await
+            .status,
+        h.send(request("/", "[2001:db8:1:2::1]:1", &[]))
+            .await
+            .status,
+        h.send(request("/", "[2001:db8:1:3::1]:1", &[]))
+            .await
+            .status,
+    ];
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    assert_eq!(
+        h.send(request("/", "[2001:db8:2:1::1]:1", &[]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+}
