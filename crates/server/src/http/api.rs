@@ -273,11 +273,16 @@ async fn decide(
             .iter()
             .map(|&i| check_item(config, &items[i]))
             .collect();
+        // Same histogram as the middleware's: the store batch round trip.
+        #[allow(clippy::disallowed_methods)]
+        let started = std::time::Instant::now();
         let result = if consume {
             store.check(&batch).await
         } else {
             store.peek(&batch).await
         };
+        metrics::histogram!("floodgate_decision_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
         match result {
             Ok(decided) => {
                 admitted = decided.allowed;
