@@ -353,6 +353,66 @@ limit = "3/min"
     assert_eq!((status, &body["remaining"]), (200, &json!(1)));
 }
 
+#[tokio::test]
+async fn shadow_rules_count_but_never_deny_and_a_full_store_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("shadow.toml");
+    std::fs::write(
+        &config,
+        r#"
+[[rules]]
+name = "enforced"
+limit = "5/min"
+
+[[rules]]
+name = "trial"
+limit = "1/min"
+shadow = true
+"#,
+    )
+    .unwrap();
+    let fg = Floodgate::start(&["--config", config.to_str().unwrap()]);
+    let c = client();
+    let both = |key: &str| {
+        json!({"descriptors": [
+            {"rule": "enforced", "key": key},
+            {"rule": "trial", "key": key},
+        ]})
+    };
+    let (status, _, body) = post_json(&c, &fg.url("/v1/check"), &both("k")).await;
+    assert_eq!(status, 200, "{body}");
+    // The shadow rule would deny the second request; it is reported, never enforced, and never
+    // shown in the headers.
+    let (status, headers, body) = post_json(&c, &fg.url("/v1/check"), &both("k")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decisions"][1]["shadow"], true);
+    assert_eq!(body["decisions"][1]["allowed"], false);
+    assert_eq!(headers["ratelimit"], "\"enforced\";r=3;t=24");
+    assert_eq!(
+        metric(
+            &c,
+            &fg,
+            "floodgate_decisions_total{rule=\"trial\",outcome=\"shadow_denied\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+
+    // A store full of live keys refuses a new key (on_full = "reject") and the answer says why.
+    std::fs::write(
+        &config,
+        "[store]\nmax_keys = 1\non_full = \"reject\"\n\n[[rules]]\nname = \"enforced\"\nlimit = \"5/min\"\n",
+    )
+    .unwrap();
+    let full = Floodgate::start(&["--config", config.to_str().unwrap()]);
+    let (status, _, _) = post_json(&c, &full.url("/v1/check"), &check("enforced", "first")).await;
+    assert_eq!(status, 200);
+    let (status, _, body) =
+        post_json(&c, &full.url("/v1/check"), &check("enforced", "newcomer")).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["store_full"], "reject");
+}
+
 const RELOAD_V1: &str = r#"
 [[rules]]
 name = "kept"

@@ -752,7 +752,8 @@ fn parse_method(text: &str) -> Result<Method, String> {
 
 /// `key = "SOURCE"`, `key = "SOURCE | SOURCE"` (the first present one) or
 /// `key = ["SOURCE", "SOURCE"]` (all together), where SOURCE is one of `client_ip`,
-/// `user:HEADER`, `api_key:HEADER`, `header:HEADER`, `method`, `path`, `route`, `global`.
+/// `user:HEADER`, `api_key:HEADER`, `header:HEADER`, `client_net:V4/V6` (the client address
+/// grouped by these prefix lengths), `method`, `path`, `route`, `global`.
 fn parse_key_value(value: &toml::Value) -> Result<KeySource, String> {
     match value {
         toml::Value::String(text) => parse_key(text),
@@ -817,10 +818,28 @@ fn parse_key_source(text: &str) -> Result<KeySource, String> {
             Some(("user", h)) => KeySource::User { header: header(h)? },
             Some(("api_key", h)) => KeySource::ApiKey { header: header(h)? },
             Some(("header", h)) => KeySource::Header { name: header(h)? },
+            Some(("client_net", prefixes)) => {
+                let parsed = prefixes.split_once('/').and_then(|(v4, v6)| {
+                    let v4: u8 = v4.trim().parse().ok().filter(|&p| p <= 32)?;
+                    let v6: u8 = v6.trim().parse().ok().filter(|&p| p <= 128)?;
+                    Some((v4, v6))
+                });
+                let (ipv4_prefix, ipv6_prefix) = parsed.ok_or_else(|| {
+                    format!(
+                        "invalid prefixes in key source {text:?}: expected \
+                         client_net:IPV4_PREFIX/IPV6_PREFIX, e.g. client_net:24/48"
+                    )
+                })?;
+                KeySource::ClientNet {
+                    ipv4_prefix,
+                    ipv6_prefix,
+                }
+            }
             _ => {
                 return Err(format!(
                     "unknown key source {text:?}; expected client_ip, user:HEADER, \
-                     api_key:HEADER, header:HEADER, method, path, route or global"
+                     api_key:HEADER, header:HEADER, client_net:V4/V6, method, path, route or \
+                     global"
                 ))
             }
         },
@@ -838,6 +857,10 @@ pub fn describe_key(key: &KeySource) -> String {
         KeySource::Path => "path".into(),
         KeySource::Route => "route".into(),
         KeySource::Constant(_) => "global".into(),
+        KeySource::ClientNet {
+            ipv4_prefix,
+            ipv6_prefix,
+        } => format!("client_net:{ipv4_prefix}/{ipv6_prefix}"),
         KeySource::FirstOf(chain) => chain
             .iter()
             .map(describe_key)

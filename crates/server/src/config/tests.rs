@@ -231,6 +231,37 @@ fn numeric_and_text_limits_mean_the_same_quota() {
 }
 
 #[test]
+fn client_net_keys_take_both_prefixes() {
+    let c = parse(
+        "f",
+        "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = \"client_net:24/48\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.rules[0].key,
+        KeySource::ClientNet {
+            ipv4_prefix: 24,
+            ipv6_prefix: 48
+        }
+    );
+    assert_eq!(describe_key(&c.rules[0].key), "client_net:24/48");
+    for bad in [
+        "client_net:24",
+        "client_net:33/48",
+        "client_net:24/129",
+        "client_net:x/y",
+    ] {
+        let e = err(&format!(
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = \"{bad}\"\n"
+        ));
+        assert!(
+            e.starts_with("rules.toml:4: rules[0].key: invalid prefixes"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn redis_store_is_rejected_clearly_for_now() {
     let e = err("[store]\nkind = \"redis\"\n");
     assert_eq!(

@@ -95,11 +95,11 @@ async fn handle(state: &AppState, body: Result<Bytes, BytesRejection>, consume: 
         Ok(items) => items,
         Err(response) => return response,
     };
-    let outcomes = match decide(state, &config, &items, consume).await {
-        Ok(outcomes) => outcomes,
+    let decided = match decide(state, &config, &items, consume).await {
+        Ok(decided) => decided,
         Err(response) => return response,
     };
-    answer(&items, &outcomes, consume)
+    answer(&items, &decided, consume)
 }
 
 /// Reads a JSON body of at most [`MAX_BODY_BYTES`]; errors name the field at fault.
@@ -255,8 +255,9 @@ async fn decide(
     config: &Config,
     items: &[Item],
     consume: bool,
-) -> Result<Vec<Option<RuleOutcome>>, Response> {
+) -> Result<Decided, Response> {
     let store = state.limiter.store();
+    let mut store_full = None;
     let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; items.len()];
     let outcome = |item: &Item, decision: Decision| RuleOutcome {
         rule: config.rules[item.rule].name.as_str().into(),
@@ -286,6 +287,7 @@ async fn decide(
         match result {
             Ok(decided) => {
                 admitted = decided.allowed;
+                store_full = decided.store_full;
                 for (&i, decision) in enforcing.iter().zip(decided.decisions) {
                     if consume {
                         count(
@@ -330,7 +332,17 @@ async fn decide(
             }
         }
     }
-    Ok(outcomes)
+    Ok(Decided {
+        outcomes,
+        store_full,
+    })
+}
+
+/// What [`decide`] found: one outcome per item (in item order), and whether a new key met a
+/// full store.
+struct Decided {
+    outcomes: Vec<Option<RuleOutcome>>,
+    store_full: Option<floodgate_store::OnFull>,
 }
 
 fn check_item<'a>(config: &'a Config, item: &'a Item) -> CheckItem<'a> {
@@ -391,7 +403,8 @@ fn decision_json(d: &Decision) -> serde_json::Value {
     })
 }
 
-fn answer(items: &[Item], outcomes: &[Option<RuleOutcome>], consume: bool) -> Response {
+fn answer(items: &[Item], result: &Decided, consume: bool) -> Response {
+    let outcomes = &result.outcomes;
     let decided: Vec<RuleOutcome> = outcomes.iter().flatten().cloned().collect();
     let allowed = decided
         .iter()
@@ -427,6 +440,11 @@ fn answer(items: &[Item], outcomes: &[Option<RuleOutcome>], consume: bool) -> Re
         })
         .collect::<Vec<_>>()
         .into();
+    if let Some(full) = result.store_full {
+        // The store was full of live keys: the denial (or untracked admission) is not the
+        // key's own doing. See `[store] on_full`.
+        body["store_full"] = full.as_str().into();
+    }
     let status = if allowed || !consume {
         StatusCode::OK
     } else {
