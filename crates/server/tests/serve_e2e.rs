@@ -354,6 +354,48 @@ limit = "3/min"
 }
 
 #[tokio::test]
+async fn per_user_and_per_ip_rules_on_forward_auth_are_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("user-ip.toml");
+    std::fs::write(
+        &config,
+        r#"
+[[rules]]
+name = "per-ip"
+limit = "3/min"
+key = "client_ip"
+
+[[rules]]
+name = "per-user"
+limit = "2/min"
+key = "user:x-user-id"
+"#,
+    )
+    .unwrap();
+    let fg = Floodgate::start(&["--config", config.to_str().unwrap()]);
+    let c = client();
+    let as_user = |user: &'static str| {
+        c.get(fg.url("/v1/forward-auth"))
+            .header("x-user-id", user)
+            .send()
+    };
+    assert_eq!(as_user("alice").await.unwrap().status(), 200);
+    let r = as_user("alice").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["ratelimit"],
+        "\"per-ip\";r=1;t=40, \"per-user\";r=0;t=60"
+    );
+    // per-user denies alice's third request; per-ip must not be charged for it ...
+    let (status, _, body) = split(as_user("alice").await.unwrap()).await;
+    assert_eq!((status, &body["rule"]), (429, &json!("per-user")));
+    // ... so bob, from the same address, still gets the address's last unit, and carol none.
+    assert_eq!(as_user("bob").await.unwrap().status(), 200);
+    let (status, _, body) = split(as_user("carol").await.unwrap()).await;
+    assert_eq!((status, &body["rule"]), (429, &json!("per-ip")));
+}
+
+#[tokio::test]
 async fn shadow_rules_count_but_never_deny_and_a_full_store_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("shadow.toml");
