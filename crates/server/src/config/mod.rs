@@ -30,6 +30,7 @@ use std::path::Path;
 
 use floodgate_core::{AlgorithmKind, Policy, Quota};
 use floodgate_store::OnFull;
+pub use floodgate_tower::FailureMode;
 use floodgate_tower::key::KeySource;
 use http::{HeaderName, HeaderValue, Method, Uri};
 use ipnet::IpNet;
@@ -120,15 +121,6 @@ impl Default for StoreConfig {
     }
 }
 
-/// `failure_mode`: what a rule answers when its store fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureMode {
-    /// `"open"` (default): admit, log and count the store error.
-    Open,
-    /// `"closed"`: deny (503 problem+json), log and count the store error.
-    Closed,
-}
-
 /// `[rules.match]`: which requests a rule applies to (all given conditions must hold; an empty
 /// match applies to every request).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -183,7 +175,8 @@ pub struct RuleConfig {
     pub cost: CostConfig,
     /// Shadow mode: decide and count, report in metrics and logs, but never deny.
     pub shadow: bool,
-    /// What to answer when the store fails.
+    /// What to answer when the store fails: `"open"` (default: admit, count `error_open`) or
+    /// `"closed"` (503, count `error_closed`).
     pub failure_mode: FailureMode,
 }
 

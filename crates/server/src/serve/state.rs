@@ -195,8 +195,5 @@ fn tower_rule(r: &RuleConfig) -> Rule {
         .with_matcher(matcher)
         .with_cost(cost)
         .with_shadow(r.shadow)
-        .with_failure_mode(match r.failure_mode {
-            config::FailureMode::Open => floodgate_tower::FailureMode::Open,
-            config::FailureMode::Closed => floodgate_tower::FailureMode::Closed,
-        })
+        .with_failure_mode(r.failure_mode)
 }
