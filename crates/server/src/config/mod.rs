@@ -30,8 +30,8 @@ use std::path::Path;
 
 use floodgate_core::{AlgorithmKind, Policy, Quota};
 use floodgate_store::OnFull;
-pub use floodgate_tower::FailureMode;
 use floodgate_tower::key::KeySource;
+pub use floodgate_tower::FailureMode;
 use http::{HeaderName, HeaderValue, Method, Uri};
 use ipnet::IpNet;
 use toml::Spanned;
