@@ -357,3 +357,62 @@ fn state_identity_changes_with_algorithm_or_quota_only() {
     assert_ne!(id(&a), id(&c));
     assert_ne!(id(&a), id(&d));
 }
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    const VALID: &str = r#"[server]
+listen = "127.0.0.1:9000"
+trusted_proxies = ["10.0.0.0/8"]
+[store]
+max_keys = 50
+[[rules]]
+name = "a"
+limit = "10/10s burst 20"
+key = ["header:x-api-key", "user:x-user | client_ip"]
+cost_header = "x-cost"
+[rules.match]
+path_prefix = "/api"
+methods = ["GET"]
+[[rules.route_costs]]
+path_prefix = "/api/search"
+cost = 5
+"#;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+        /// Arbitrary text never panics the parser, and every error names the file and a line
+        /// inside the document.
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+            if let Err(errors) = parse("f.toml", &text) {
+                for e in errors.0 {
+                    prop_assert_eq!(&e.file, "f.toml");
+                    prop_assert!(e.line >= 1 && e.line <= text.lines().count().max(1) + 1, "{}", e);
+                }
+            }
+        }
+
+        /// A valid document with one byte replaced, removed or duplicated: no panic; an error
+        /// always names a line within the document.
+        #[test]
+        fn mutated_valid_config_never_panics(at in 0..VALID.len(), byte in any::<u8>(), op in 0..3u8) {
+            let mut bytes = VALID.as_bytes().to_vec();
+            match op {
+                0 => bytes[at] = byte,
+                1 => { bytes.remove(at); }
+                _ => bytes.insert(at, bytes[at]),
+            }
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            if let Err(errors) = parse("f.toml", &text) {
+                prop_assert!(!errors.0.is_empty());
+                for e in errors.0 {
+                    prop_assert!(e.line >= 1 && e.line <= text.lines().count() + 1, "{}", e);
+                    prop_assert!(!e.field.is_empty());
+                }
+            }
+        }
+    }
+}

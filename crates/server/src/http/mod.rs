@@ -23,6 +23,8 @@ mod admin;
 mod api;
 mod forward_auth;
 mod ops;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
