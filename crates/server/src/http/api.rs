@@ -360,8 +360,10 @@ fn count(rule: &str, outcome: &'static str) {
         .increment(1);
 }
 
-/// A store failure: 503 when an enforcing rule fails closed, else an admitted answer is not
-/// possible to compute honestly, so the failure-open answer is a 200 without decisions.
+/// A store failure, handled like the middleware does: 503 when an enforcing rule fails closed;
+/// otherwise admitted (200, `"degraded": true`, no decisions, since none could be computed).
+/// Counted in `floodgate_store_errors_total{kind}` and `floodgate_decisions_total` as
+/// `error_open` / `error_closed`.
 fn store_failure(
     config: &Config,
     items: &[Item],
@@ -382,6 +384,18 @@ fn store_failure(
         .iter()
         .any(|&i| config.rules[items[i].rule].failure_mode == FailureMode::Closed);
     tracing::warn!(%error, fail_closed = closed, "rate-limit store failed");
+    let kind = match error {
+        StoreError::Unavailable { .. } => "unavailable",
+        StoreError::Timeout { .. } => "timeout",
+        _ => "other",
+    };
+    metrics::counter!("floodgate_store_errors_total", "kind" => kind).increment(1);
+    for &i in enforcing {
+        count(
+            &config.rules[items[i].rule].name,
+            if closed { "error_closed" } else { "error_open" },
+        );
+    }
     if closed {
         super::from_tower(floodgate_tower::response::service_unavailable(1))
     } else {
@@ -455,4 +469,51 @@ fn answer(items: &[Item], result: &Decided, consume: bool) -> Response {
         apply_headers(response.headers_mut(), &decided);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(mode: &str) -> Config {
+        crate::config::parse(
+            "t",
+            &format!("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nfailure_mode = \"{mode}\"\n"),
+        )
+        .unwrap()
+    }
+
+    fn item() -> Item {
+        Item {
+            rule: 0,
+            raw_key: "k".into(),
+            key: client_key("k"),
+            cost: 1,
+        }
+    }
+
+    #[test]
+    fn store_failures_follow_the_failure_mode() {
+        let down = StoreError::Unavailable {
+            reason: "test".into(),
+        };
+        let r = store_failure(&config("closed"), &[item()], &[0], &down);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()["retry-after"], "1");
+        let r = store_failure(&config("open"), &[item()], &[0], &down);
+        assert_eq!(r.status(), StatusCode::OK);
+        let too_big = StoreError::InsufficientCapacity {
+            rule: "a".into(),
+            cost: 5,
+            capacity: 1,
+        };
+        let r = store_failure(&config("open"), &[item()], &[0], &too_big);
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn client_keys_are_namespaced_and_escaped() {
+        assert_eq!(client_key("alice"), "key=alice");
+        assert_eq!(client_key("a|b=c"), "key=a%7Cb%3Dc");
+    }
 }
