@@ -52,6 +52,11 @@ use std::path::{Path, PathBuf};
 use floodgate_core::{AlgorithmKind, CheckError, Decision, Policy, Quota, State, Timestamp};
 use serde::Deserialize;
 
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "redis")]
+pub use crate::redis::RedisBackend;
+
 /// The key a step uses when it names none.
 pub const DEFAULT_KEY: &str = "k";
 

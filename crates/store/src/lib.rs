@@ -34,7 +34,10 @@ use std::sync::Arc;
 use floodgate_core::{Decision, Policy};
 
 pub mod error;
+pub mod fallback;
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 pub use error::StoreError;
 pub use memory::{MemoryStore, MemoryStoreConfig, StoreStats};

@@ -1,0 +1,83 @@
+-- sliding_window.lua: the sliding window counter, docs/spec/sliding_window.md ("Estimate and
+-- admission", "Decision", "Exact retry_after"). A library file (no KEYS/ARGV of its own).
+--
+-- State: a hash {window_start, count, previous_count}; a missing key is (0, 0, 0).
+-- decide(s, p, now, cost, consume) -> allowed, remaining, reset_after, retry_after (-1 = none),
+--   mark (the window written). Every product is <= limit x period <= 2^51 (Quota + new()).
+-- refund(s, p, now, cost, mark): gives back `cost` units consumed in window `mark`.
+
+local sliding_window = {}
+
+function sliding_window.load(key)
+  local window_start, count, previous = hash_load(key, 'window_start', 'count', 'previous_count')
+  return {
+    window_start = window_start or 0,
+    count = count or 0,
+    previous_count = previous or 0,
+    exists = window_start ~= nil,
+  }
+end
+
+function sliding_window.save(key, s, ttl)
+  redis.call('HSET', key, 'window_start', s.window_start, 'count', s.count,
+    'previous_count', s.previous_count)
+  if ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
+function sliding_window.decide(s, p, now, cost, consume)
+  local limit, period = p.limit, p.period
+  now = max(now, s.window_start)
+  local elapsed = fmod(now, period)
+  local window = now - elapsed
+  local previous, count = 0, 0
+  local d = window - s.window_start
+  if d == 0 then
+    previous, count = s.previous_count, s.count
+  elseif d == period then
+    previous, count = s.count, 0
+  end
+  local overlap = period - 1 - elapsed
+  local weight = previous * overlap
+  local room = limit - count - cost -- may be negative
+  local allowed = (cost == 0) or (room >= 0 and weight <= room * period)
+  local count_after = count
+  if allowed and consume and cost > 0 then
+    s.window_start = window
+    s.count = count + cost
+    s.previous_count = previous
+    count_after = count + cost
+  end
+  local remaining = max(max(limit - count_after, 0) - cdiv(weight, period), 0)
+  local reset_after = 0
+  if count_after > 0 then
+    reset_after = period + overlap
+  elseif previous > 0 then
+    reset_after = overlap
+  end
+  local retry_after = -1
+  if not allowed then
+    if room >= 0 then
+      -- later in this window (previous > 0 here, else it was allowed)
+      retry_after = overlap - fdiv(room * period, previous)
+    else
+      -- in the next window (count >= 1 here, since count + cost > limit >= cost)
+      local first = max(period - 1 - fdiv((limit - cost) * period, count), 0)
+      retry_after = period - elapsed + first
+    end
+  end
+  return allowed, remaining, reset_after, retry_after, window
+end
+
+function sliding_window.refund(s, p, now, cost, mark)
+  if s.window_start == mark then
+    s.count = max(s.count - cost, 0)
+  elseif s.window_start == mark + p.period then
+    -- the window rolled once since: our units are the previous window's count now
+    s.previous_count = max(s.previous_count - cost, 0)
+  else
+    return false
+  end
+  return true
+end

@@ -1,0 +1,147 @@
+//! [`FallbackStore`]: the `local` failure mode. When the shared store (Redis) fails, decide in
+//! an in-process [`MemoryStore`] with each limit divided by the number of instances, instead of
+//! admitting everything (`open`) or nothing (`closed`).
+//!
+//! With `N` instances behind a balanced load balancer, each enforcing `limit / N` locally, the
+//! fleet admits about `limit` in total while Redis is down; with skewed balancing it admits
+//! less than `limit` for the busy key (never more than `limit` overall). The local state is not
+//! copied back to Redis when it recovers, so a key may get up to one extra allowance around
+//! the switch (as rate-limiter-flexible's insurance limiter documents). Every degraded decision
+//! is counted in `floodgate_store_degraded_total{mode="local"}`.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use floodgate_core::{AlgorithmKind, ManualClock, Policy};
+//! use floodgate_store::{CheckItem, MemoryStore, Store, fallback::FallbackStore};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let clock = Arc::new(ManualClock::new(1_700_000_000_000_000));
+//! // Any primary store; a MemoryStore here, a RedisStore in production.
+//! let store = FallbackStore::new(MemoryStore::with_clock(clock.clone()), 4, clock);
+//! let policy = Policy::new(AlgorithmKind::FixedWindow, "100/10s".parse().unwrap()).unwrap();
+//! let item = CheckItem { rule: "r", policy: &policy, key: "k", cost: 1 };
+//! assert!(store.check(&[item]).await.unwrap().allowed);
+//! # });
+//! ```
+
+use std::sync::Arc;
+
+use floodgate_core::{Clock, Decision, Policy, Quota};
+
+use crate::{BatchDecision, CheckItem, MemoryStore, Store, StoreError};
+
+/// A [`Store`] that asks `primary` and, when it fails with [`StoreError::Unavailable`] or
+/// [`StoreError::Timeout`], decides locally with every limit divided by `instances`.
+#[derive(Debug)]
+pub struct FallbackStore<S> {
+    primary: S,
+    local: MemoryStore,
+    instances: u64,
+}
+
+impl<S: Store> FallbackStore<S> {
+    /// Wraps `primary`; the local store reads `clock`. `instances` (at least 1) is the number of
+    /// processes sharing the limits.
+    pub fn new(primary: S, instances: u64, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            primary,
+            local: MemoryStore::with_clock(clock),
+            instances: instances.max(1),
+        }
+    }
+
+    /// The primary store.
+    pub fn primary(&self) -> &S {
+        &self.primary
+    }
+
+    /// The local store used while the primary fails.
+    pub fn local(&self) -> &MemoryStore {
+        &self.local
+    }
+
+    /// `policy` with its limit and burst divided by the instance count (at least 1 each), or the
+    /// policy unchanged when the divided quota is not exact.
+    pub fn local_policy(&self, policy: &Policy) -> Policy {
+        let q = policy.quota();
+        let n = self.instances;
+        Quota::with_burst((q.limit() / n).max(1), q.period(), (q.burst() / n).max(1))
+            .and_then(|quota| Policy::new(policy.kind(), quota))
+            .unwrap_or_else(|_| policy.clone())
+    }
+
+    fn degraded(
+        &self,
+        items: &[CheckItem<'_>],
+        error: StoreError,
+        commit: bool,
+    ) -> Result<BatchDecision, StoreError> {
+        if !matches!(
+            error,
+            StoreError::Unavailable { .. } | StoreError::Timeout { .. }
+        ) {
+            return Err(error);
+        }
+        let policies: Vec<Policy> = items.iter().map(|i| self.local_policy(i.policy)).collect();
+        let local_items: Vec<CheckItem<'_>> = items
+            .iter()
+            .zip(&policies)
+            .map(|(i, p)| CheckItem { policy: p, ..*i })
+            .collect();
+        let result = if commit {
+            self.local.check_now(&local_items)
+        } else {
+            self.local.peek_now(&local_items)
+        };
+        match result {
+            Ok(d) => {
+                metrics::counter!("floodgate_store_degraded_total", "mode" => "local").increment(1);
+                Ok(d)
+            }
+            // A cost above the divided capacity cannot be decided locally: report the
+            // primary's failure and let the caller's failure mode apply.
+            Err(_) => Err(error),
+        }
+    }
+}
+
+impl<S: Store> Store for FallbackStore<S> {
+    async fn check(&self, items: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
+        match self.primary.check(items).await {
+            Err(e) => self.degraded(items, e, true),
+            ok => ok,
+        }
+    }
+
+    async fn peek(&self, items: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
+        match self.primary.peek(items).await {
+            Err(e) => self.degraded(items, e, false),
+            ok => ok,
+        }
+    }
+
+    async fn reset(&self, rule: &str, key: &str) -> Result<bool, StoreError> {
+        let local = self.local.reset_key(rule, key);
+        Ok(self.primary.reset(rule, key).await? || local)
+    }
+
+    async fn inspect(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> Result<Decision, StoreError> {
+        match self.primary.inspect(rule, policy, key).await {
+            Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. }) => {
+                metrics::counter!("floodgate_store_degraded_total", "mode" => "local").increment(1);
+                Ok(self.local.inspect_at(
+                    rule,
+                    &self.local_policy(policy),
+                    key,
+                    self.local.clock().now(),
+                ))
+            }
+            other => other,
+        }
+    }
+}

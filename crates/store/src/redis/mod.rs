@@ -1,0 +1,782 @@
+//! [`RedisStore`]: state in Redis or Redis Cluster, so that many Floodgate processes share one
+//! limit exactly (feature `redis`).
+//!
+//! # How a batch is decided
+//! Every algorithm is a Lua script implementing the integer formulas of `docs/spec/` (files in
+//! `crates/store/lua/`, assembled by [`scripts`]). A batch of [`CheckItem`]s becomes one
+//! `EVALSHA` of the batch script per *slot group*: the script reads every state, decides the
+//! items in order on Lua tables (an item sees earlier same-key items' tentative consumption),
+//! and writes back only if every item admits, each key with `PEXPIRE ceil(reset_after / 1000)`
+//! ms. Lua scripts run atomically in Redis, so concurrent processes never lose an update and a
+//! batch is never half-charged. No key is ever written without a TTL.
+//!
+//! - **Standalone Redis**: the whole batch is one script, one round trip, atomic.
+//! - **Redis Cluster**: keys are grouped by slot (see [`keys`] for the hash tag that makes a key's
+//!   slot depend only on `(rule, key)`). One group is one script, atomic, as above. A batch whose
+//!   keys span several slots uses the **cross-slot protocol**: all groups are sent at once as
+//!   checks; if every group admits, the batch is admitted. If any group denies (or fails), every
+//!   group that did commit is *refunded* by the refund script (`lua/refund.lua`, which documents
+//!   the exact refund per algorithm; each is exact: the state ends as if the refunded units had
+//!   never been consumed), and the batch is denied with every item's peek decision. The window
+//!   of imprecision: between a group's commit and its refund (one round trip, about 0.1 ms on a
+//!   LAN), other requests on those keys see the tentative consumption and may be denied; if the
+//!   refund itself fails (Redis unreachable), the units stay consumed until the key expires.
+//!   Both err towards denying: the protocol never admits more than the limit.
+//!
+//! # Time
+//! By default ([`TimeSource::Server`]) the script reads Redis' own clock (`TIME`), so processes
+//! with skewed clocks still agree on every window and refill. [`TimeSource::Caller`] passes the
+//! store's [`Clock`] instead (tests, `simulate`); [`RedisStore::check_at`] passes any time.
+//!
+//! # Failures
+//! Every call is bounded by [`RedisStoreConfig::timeout`] ([`StoreError::Timeout`]); other
+//! failures are [`StoreError::Unavailable`]. Connections are multiplexed (concurrent calls are
+//! pipelined on one connection) and re-established in the background after a loss. After
+//! [`RedisStoreConfig::breaker_failures`] consecutive failures a circuit breaker fails every call
+//! at once for [`RedisStoreConfig::breaker_cool_down`], then lets one probe through; decisions
+//! return to Redis on the first successful probe. What a failed call means for the request
+//! (open, closed, or the local fallback of [`FallbackStore`](crate::fallback::FallbackStore)) is
+//! the caller's policy. A call that timed out may still have been applied by Redis.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate_core::{AlgorithmKind, Clock, Decision, Policy, Timestamp};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{FromRedisValue, RedisError, Value};
+use tokio::sync::OnceCell;
+
+use crate::{BatchDecision, CheckItem, Store, StoreError};
+
+mod breaker;
+pub mod keys;
+pub mod scripts;
+pub mod testing;
+
+use breaker::Breaker;
+
+/// Where the Redis data lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One Redis server: `redis://host:port/db` (also `rediss://`, `redis+unix://`).
+    Standalone(String),
+    /// A Redis Cluster, given by one or more of its nodes (`redis://host:port` each).
+    Cluster(Vec<String>),
+}
+
+/// Which clock decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeSource {
+    /// Redis' `TIME` inside the script: one clock for every process (the default).
+    #[default]
+    Server,
+    /// The store's [`Clock`], passed to the script (tests, simulations).
+    Caller,
+}
+
+/// Settings of a [`RedisStore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisStoreConfig {
+    /// The server or cluster.
+    pub target: RedisTarget,
+    /// Prepended to every key name. Default `"fg:"`.
+    pub prefix: String,
+    /// Longest wait for one store call (all its round trips). Default 10 ms: well under Envoy's
+    /// 20 ms rate-limit-service timeout, and about 100 loopback round trips.
+    pub timeout: Duration,
+    /// Longest wait for a (re)connection attempt. Default 250 ms.
+    pub connect_timeout: Duration,
+    /// Which clock decides. Default [`TimeSource::Server`].
+    pub time_source: TimeSource,
+    /// Added to every key's TTL. Default 0. A longer TTL never changes a decision (a state at
+    /// or after its `reset_after` decides like a fresh one); tests whose caller clock does not
+    /// follow real time set it so that keys do not expire in real time while still in use.
+    pub ttl_extra: Duration,
+    /// Consecutive failures that open the circuit breaker. Default 5.
+    pub breaker_failures: u32,
+    /// How long an open breaker fails fast before letting one probe through. Default 1 s.
+    pub breaker_cool_down: Duration,
+}
+
+impl RedisStoreConfig {
+    /// Defaults for one Redis server at `url`.
+    pub fn standalone(url: impl Into<String>) -> Self {
+        Self::with_target(RedisTarget::Standalone(url.into()))
+    }
+
+    /// Defaults for a Redis Cluster reachable through `nodes`.
+    pub fn cluster<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> Self {
+        Self::with_target(RedisTarget::Cluster(
+            nodes.into_iter().map(Into::into).collect(),
+        ))
+    }
+
+    fn with_target(target: RedisTarget) -> Self {
+        Self {
+            target,
+            prefix: "fg:".into(),
+            timeout: Duration::from_millis(10),
+            connect_timeout: Duration::from_millis(250),
+            time_source: TimeSource::Server,
+            ttl_extra: Duration::ZERO,
+            breaker_failures: 5,
+            breaker_cool_down: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The connection: multiplexed (one TCP connection pipelines every concurrent call) and
+/// self-healing.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(Arc<ClusterLink>),
+}
+
+/// A cluster connection made on first use, so that the store can be built while the cluster is
+/// down (it connects once the cluster answers).
+struct ClusterLink {
+    client: ClusterClient,
+    conn: OnceCell<ClusterConnection>,
+}
+
+impl Conn {
+    async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, RedisError> {
+        match self {
+            Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Conn::Cluster(link) => cmd.query_async(&mut link.connection().await?).await,
+        }
+    }
+
+    /// `EVALSHA`; on `NOSCRIPT` (cache emptied by a restart, failover or `SCRIPT FLUSH`)
+    /// `EVAL` with the full source, which cannot answer `NOSCRIPT` and caches the script again.
+    /// So no caller ever sees `NOSCRIPT`, even when the cache is flushed again between a
+    /// `SCRIPT LOAD` and the retry (which defeats a load-then-`EVALSHA` retry).
+    async fn invoke<T: FromRedisValue>(&self, call: &ScriptCall<'_>) -> Result<T, RedisError> {
+        match self.query(&call.command(false)).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                metrics::counter!("floodgate_store_redis_script_reloads_total").increment(1);
+                self.query(&call.command(true)).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// One script call: the script, its KEYS and its ARGV.
+struct ScriptCall<'a> {
+    script: &'a redis::Script,
+    source: &'static str,
+    keys: &'a [String],
+    args: Vec<u64>,
+    /// ARGV[1]: `now`, or `None` for the server clock (sent as an empty string).
+    now: Option<Timestamp>,
+}
+
+impl ScriptCall<'_> {
+    fn command(&self, full_source: bool) -> redis::Cmd {
+        let mut cmd = if full_source {
+            let mut c = redis::cmd("EVAL");
+            c.arg(self.source);
+            c
+        } else {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(self.script.get_hash());
+            c
+        };
+        cmd.arg(self.keys.len()).arg(self.keys);
+        match self.now {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        cmd.arg(&self.args);
+        cmd
+    }
+}
+
+impl ClusterLink {
+    async fn connection(&self) -> Result<ClusterConnection, RedisError> {
+        self.conn
+            .get_or_try_init(|| self.client.get_async_connection())
+            .await
+            .cloned()
+    }
+}
+
+/// The Redis / Redis Cluster [`Store`]. See the [module docs](self).
+pub struct RedisStore {
+    conn: Conn,
+    config: RedisStoreConfig,
+    clock: Arc<dyn Clock>,
+    breaker: Breaker,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("config", &self.config)
+            .field("breaker_open", &self.breaker.is_open())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`RedisStore::startup_check`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerCheck {
+    /// `maxmemory-policy` of each node that answered (one for standalone Redis).
+    pub maxmemory_policies: Vec<String>,
+    /// `true` when some node may evict limiter keys (see [`policy_may_evict`]).
+    pub may_evict: bool,
+}
+
+/// Whether Redis' `maxmemory-policy` may evict limiter keys when memory runs out.
+///
+/// Only `noeviction` is safe: then a full Redis refuses writes (an error, handled by the failure
+/// mode) instead of silently deleting a counter, which would reset a limited key
+/// (over-admission with no error). `allkeys-*` evict any key. `volatile-*` evict keys that
+/// have a TTL, and every Floodgate key has one, so they evict ours too.
+pub fn policy_may_evict(policy: &str) -> bool {
+    !policy.eq_ignore_ascii_case("noeviction")
+}
+
+/// One slot group of a batch: the keys it touches and the batch items it decides.
+struct Group {
+    /// Distinct key names, in first-use order.
+    keys: Vec<String>,
+    /// Batch indices of the items in this group, in batch order.
+    items: Vec<usize>,
+    /// For each entry of `items`: its key's 1-based index into `keys` (Lua's KEYS[i]).
+    key_index: Vec<usize>,
+}
+
+/// One item's answer from the batch script.
+#[derive(Debug, Clone, Copy)]
+struct ItemReply {
+    peek: Decision,
+    consumed: Decision,
+    mark: u64,
+}
+
+/// One group's answer from the batch script.
+struct GroupReply {
+    all_allowed: bool,
+    items: Vec<ItemReply>,
+}
+
+impl RedisStore {
+    /// A store for `config`, reading time (for [`TimeSource::Caller`] and the circuit breaker)
+    /// from `clock`. Connects lazily: building the store never waits for Redis, and a store
+    /// built while Redis is down starts working once Redis answers. Must be called inside a
+    /// Tokio runtime.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when a URL cannot be parsed.
+    pub fn new(config: RedisStoreConfig, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        let conn = match &config.target {
+            RedisTarget::Standalone(url) => {
+                let client = redis::Client::open(url.as_str()).map_err(unavailable)?;
+                let manager_config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(config.connect_timeout))
+                    .set_response_timeout(Some(config.timeout.max(Duration::from_millis(1))))
+                    // Reconnect quickly and keep trying: a restarted Redis is picked up within
+                    // a second.
+                    .set_min_delay(Duration::from_millis(10))
+                    .set_max_delay(Duration::from_millis(500))
+                    .set_number_of_retries(usize::MAX >> 1);
+                Conn::Single(
+                    ConnectionManager::new_lazy_with_config(client, manager_config)
+                        .map_err(unavailable)?,
+                )
+            }
+            RedisTarget::Cluster(nodes) => {
+                let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+                    .connection_timeout(config.connect_timeout)
+                    .response_timeout(config.timeout.max(Duration::from_millis(1)))
+                    .retries(2)
+                    .build()
+                    .map_err(unavailable)?;
+                Conn::Cluster(Arc::new(ClusterLink {
+                    client,
+                    conn: OnceCell::new(),
+                }))
+            }
+        };
+        let breaker = Breaker::new(
+            config.breaker_failures,
+            u64::try_from(config.breaker_cool_down.as_micros()).unwrap_or(u64::MAX),
+        );
+        Ok(Self {
+            conn,
+            config,
+            clock,
+            breaker,
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &RedisStoreConfig {
+        &self.config
+    }
+
+    /// `true` for a Redis Cluster target.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.config.target, RedisTarget::Cluster(_))
+    }
+
+    /// The Redis key holding `(rule, key)`'s state under algorithm `kind` (see [`keys`]).
+    pub fn key_name(&self, rule: &str, key: &str, kind: AlgorithmKind) -> String {
+        keys::state_key(&self.config.prefix, rule, key, kind)
+    }
+
+    /// [`Store::check`] at a caller-supplied `now` (microseconds since the epoch), whatever the
+    /// configured [`TimeSource`].
+    ///
+    /// # Errors
+    /// As [`Store::check`].
+    pub async fn check_at(
+        &self,
+        items: &[CheckItem<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, StoreError> {
+        self.run(items, Some(now), true).await
+    }
+
+    /// [`Store::peek`] at a caller-supplied `now`.
+    ///
+    /// # Errors
+    /// As [`Store::peek`].
+    pub async fn peek_at(
+        &self,
+        items: &[CheckItem<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, StoreError> {
+        self.run(items, Some(now), false).await
+    }
+
+    /// `PING`, bounded by the timeout (readiness probes).
+    ///
+    /// # Errors
+    /// [`StoreError::Timeout`] / [`StoreError::Unavailable`].
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.guarded(async {
+            let _: String = self.conn.query(&redis::cmd("PING")).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Checks the server once at startup: reads `maxmemory-policy` (every master in a cluster)
+    /// and logs a warning when it may evict limiter keys (see [`policy_may_evict`]). Waits up to
+    /// `connect_timeout + timeout`, not only `timeout`.
+    ///
+    /// # Errors
+    /// [`StoreError::Timeout`] / [`StoreError::Unavailable`] when Redis cannot be asked.
+    pub async fn startup_check(&self) -> Result<ServerCheck, StoreError> {
+        let wait = self.config.connect_timeout + self.config.timeout;
+        let reply: Value = tokio::time::timeout(
+            wait,
+            self.conn
+                .query(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy")),
+        )
+        .await
+        .map_err(|_| StoreError::Timeout {
+            after_ms: duration_ms(wait),
+        })?
+        .map_err(to_store_error)?;
+        let mut maxmemory_policies = Vec::new();
+        collect_policies(&reply, &mut maxmemory_policies);
+        let may_evict = maxmemory_policies.iter().any(|p| policy_may_evict(p));
+        if may_evict {
+            tracing::warn!(
+                policies = ?maxmemory_policies,
+                "redis maxmemory-policy may evict rate-limit keys when memory is full: an evicted \
+                 counter silently resets a limited key. Use a dedicated Redis with \
+                 maxmemory-policy noeviction"
+            );
+        }
+        Ok(ServerCheck {
+            maxmemory_policies,
+            may_evict,
+        })
+    }
+
+    /// Runs `fut` (one store operation, possibly several round trips) through the circuit
+    /// breaker and the timeout, mapping errors.
+    async fn guarded<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, StoreError> {
+        let permit = self.breaker.permit(&*self.clock).inspect_err(|_| {
+            metrics::counter!("floodgate_store_redis_errors_total", "reason" => "circuit_open")
+                .increment(1);
+        })?;
+        let result = match tokio::time::timeout(self.config.timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(to_store_error(e)),
+            Err(_) => Err(StoreError::Timeout {
+                after_ms: duration_ms(self.config.timeout),
+            }),
+        };
+        if let Err(e) = &result {
+            let reason = if matches!(e, StoreError::Timeout { .. }) {
+                "timeout"
+            } else {
+                "unavailable"
+            };
+            metrics::counter!("floodgate_store_redis_errors_total", "reason" => reason)
+                .increment(1);
+        }
+        self.breaker.record(permit, result.is_ok(), &*self.clock);
+        result
+    }
+
+    fn now_arg(&self, now: Option<Timestamp>) -> Option<Timestamp> {
+        now.or(match self.config.time_source {
+            TimeSource::Server => None,
+            TimeSource::Caller => Some(self.clock.now()),
+        })
+    }
+
+    /// Splits a batch into slot groups (one group on standalone Redis).
+    fn groups(&self, items: &[CheckItem<'_>]) -> Vec<Group> {
+        let cluster = self.is_cluster();
+        let mut groups: Vec<(u16, Group)> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let digest = keys::digest(item.rule, item.key);
+            let slot = if cluster {
+                keys::slot(digest.as_bytes())
+            } else {
+                0
+            };
+            let name = keys::state_key_with_digest(
+                &self.config.prefix,
+                &digest,
+                item.rule,
+                item.key,
+                item.policy.kind(),
+            );
+            let g = match groups.iter().position(|(s, _)| *s == slot) {
+                Some(g) => g,
+                None => {
+                    groups.push((
+                        slot,
+                        Group {
+                            keys: Vec::new(),
+                            items: Vec::new(),
+                            key_index: Vec::new(),
+                        },
+                    ));
+                    groups.len() - 1
+                }
+            };
+            let group = &mut groups[g].1;
+            let k = match group.keys.iter().position(|k| *k == name) {
+                Some(k) => k,
+                None => {
+                    group.keys.push(name);
+                    group.keys.len() - 1
+                }
+            };
+            group.items.push(i);
+            group.key_index.push(k + 1);
+        }
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+
+    async fn run(
+        &self,
+        items: &[CheckItem<'_>],
+        now: Option<Timestamp>,
+        commit: bool,
+    ) -> Result<BatchDecision, StoreError> {
+        for item in items {
+            let capacity = item.policy.capacity();
+            if item.cost > capacity {
+                return Err(StoreError::InsufficientCapacity {
+                    rule: item.rule.to_string(),
+                    cost: item.cost,
+                    capacity,
+                });
+            }
+        }
+        if items.is_empty() {
+            return Ok(BatchDecision {
+                allowed: true,
+                decisions: Vec::new(),
+                store_full: None,
+            });
+        }
+        let now = self.now_arg(now);
+        let groups = self.groups(items);
+        self.guarded(self.decide_groups(items, &groups, now, commit))
+            .await
+    }
+
+    /// The batch protocol of the module docs: one script per group, all sent at once; refunds
+    /// when a multi-group check is not admitted everywhere.
+    async fn decide_groups(
+        &self,
+        items: &[CheckItem<'_>],
+        groups: &[Group],
+        now: Option<Timestamp>,
+        commit: bool,
+    ) -> Result<BatchDecision, RedisError> {
+        let replies = futures_util::future::join_all(
+            groups.iter().map(|g| self.run_group(items, g, now, commit)),
+        )
+        .await;
+        let all_allowed = replies
+            .iter()
+            .all(|r| matches!(r, Ok(reply) if reply.all_allowed));
+        if groups.len() > 1 && commit && !all_allowed {
+            // Cross-slot batch not admitted everywhere: refund the groups that committed.
+            let committed: Vec<(&Group, &GroupReply)> = groups
+                .iter()
+                .zip(&replies)
+                .filter_map(|(g, r)| match r {
+                    Ok(reply) if reply.all_allowed => Some((g, reply)),
+                    _ => None,
+                })
+                .collect();
+            if !committed.is_empty() {
+                metrics::counter!("floodgate_store_redis_refunds_total")
+                    .increment(committed.len() as u64);
+                let refunds = futures_util::future::join_all(
+                    committed
+                        .iter()
+                        .map(|(g, reply)| self.refund_group(items, g, reply, now)),
+                )
+                .await;
+                for r in refunds {
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "redis store: refund of a cross-slot batch failed; \
+                            its units stay consumed until the keys expire");
+                    }
+                }
+            }
+        }
+        let mut decisions = vec![None; items.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            let reply = reply?;
+            for (&i, r) in group.items.iter().zip(reply.items) {
+                decisions[i] = Some(if all_allowed && commit {
+                    r.consumed
+                } else {
+                    r.peek
+                });
+            }
+        }
+        Ok(BatchDecision {
+            allowed: all_allowed,
+            decisions: decisions
+                .into_iter()
+                .map(|d| d.expect("every item belongs to one group"))
+                .collect(),
+            store_full: None,
+        })
+    }
+
+    async fn run_group(
+        &self,
+        items: &[CheckItem<'_>],
+        group: &Group,
+        now: Option<Timestamp>,
+        commit: bool,
+    ) -> Result<GroupReply, RedisError> {
+        let mut args = Vec::with_capacity(2 + 8 * group.items.len());
+        args.push(u64::from(commit));
+        args.push(duration_ms(self.config.ttl_extra));
+        for (&i, &k) in group.items.iter().zip(&group.key_index) {
+            push_item_args(&mut args, k, &items[i]);
+        }
+        let call = ScriptCall {
+            script: &scripts::BATCH,
+            source: scripts::BATCH_SOURCE,
+            keys: &group.keys,
+            args,
+            now,
+        };
+        let reply: Vec<i64> = self.conn.invoke(&call).await?;
+        parse_group_reply(&reply, group, items)
+    }
+
+    async fn refund_group(
+        &self,
+        items: &[CheckItem<'_>],
+        group: &Group,
+        reply: &GroupReply,
+        now: Option<Timestamp>,
+    ) -> Result<i64, RedisError> {
+        let mut args = Vec::with_capacity(9 * group.items.len());
+        for ((&i, &k), r) in group.items.iter().zip(&group.key_index).zip(&reply.items) {
+            // Only what was consumed is refunded (cost 0 consumed nothing).
+            let cost = if r.peek.allowed { items[i].cost } else { 0 };
+            push_item_args(&mut args, k, &CheckItem { cost, ..items[i] });
+            args.push(r.mark);
+        }
+        let call = ScriptCall {
+            script: &scripts::REFUND,
+            source: scripts::REFUND_SOURCE,
+            keys: &group.keys,
+            args,
+            now,
+        };
+        self.conn.invoke(&call).await
+    }
+}
+
+/// The 8 per-item arguments of `batch.lua` (and the first 8 of `refund.lua`).
+fn push_item_args(args: &mut Vec<u64>, key_index: usize, item: &CheckItem<'_>) {
+    let quota = item.policy.quota();
+    let (num, den) = quota.emission_interval();
+    args.extend([
+        key_index as u64,
+        u64::from(scripts::algorithm_code(item.policy.kind())),
+        quota.limit(),
+        quota.period(),
+        quota.burst(),
+        num,
+        den,
+        item.cost,
+    ]);
+}
+
+fn parse_group_reply(
+    reply: &[i64],
+    group: &Group,
+    items: &[CheckItem<'_>],
+) -> Result<GroupReply, RedisError> {
+    const PER_ITEM: usize = 9;
+    if reply.len() != 2 + PER_ITEM * group.items.len() {
+        return Err(RedisError::from((
+            redis::ErrorKind::Parse,
+            "unexpected reply length from the batch script",
+        )));
+    }
+    let decision = |limit: u64, v: &[i64]| Decision {
+        allowed: v[0] == 1,
+        limit,
+        remaining: v[1].max(0) as u64,
+        reset_after: v[2].max(0) as u64,
+        retry_after: (v[3] >= 0).then_some(v[3] as u64),
+    };
+    let items = group
+        .items
+        .iter()
+        .enumerate()
+        .map(|(j, &i)| {
+            let v = &reply[2 + j * PER_ITEM..2 + (j + 1) * PER_ITEM];
+            let limit = items[i].policy.capacity();
+            ItemReply {
+                peek: decision(limit, &v[0..4]),
+                consumed: decision(limit, &v[4..8]),
+                mark: v[8].max(0) as u64,
+            }
+        })
+        .collect();
+    Ok(GroupReply {
+        all_allowed: reply[0] == 1,
+        items,
+    })
+}
+
+fn collect_policies(v: &Value, out: &mut Vec<String>) {
+    // CONFIG GET answers [name, value] (RESP2) or {name: value} (RESP3); a cluster may answer
+    // per node. Collect every value that is not the parameter's own name.
+    match v {
+        Value::BulkString(b) => {
+            let s = String::from_utf8_lossy(b).into_owned();
+            if s != "maxmemory-policy" {
+                out.push(s);
+            }
+        }
+        Value::SimpleString(s) if s != "maxmemory-policy" => out.push(s.clone()),
+        Value::Array(vs) | Value::Set(vs) => vs.iter().for_each(|v| collect_policies(v, out)),
+        Value::Map(kvs) => kvs.iter().for_each(|(_, v)| collect_policies(v, out)),
+        _ => {}
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn unavailable(e: RedisError) -> StoreError {
+    StoreError::Unavailable {
+        reason: e.to_string(),
+    }
+}
+
+fn to_store_error(e: RedisError) -> StoreError {
+    if e.is_timeout() {
+        StoreError::Timeout { after_ms: 0 }
+    } else {
+        unavailable(e)
+    }
+}
+
+impl Store for RedisStore {
+    fn check(
+        &self,
+        items: &[CheckItem<'_>],
+    ) -> impl std::future::Future<Output = Result<BatchDecision, StoreError>> + Send {
+        self.run(items, None, true)
+    }
+
+    fn peek(
+        &self,
+        items: &[CheckItem<'_>],
+    ) -> impl std::future::Future<Output = Result<BatchDecision, StoreError>> + Send {
+        self.run(items, None, false)
+    }
+
+    fn reset(
+        &self,
+        rule: &str,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send {
+        // Every algorithm's key of (rule, key): one DEL, one slot (the tag is the same).
+        let digest = keys::digest(rule, key);
+        let mut cmd = redis::cmd("DEL");
+        for kind in AlgorithmKind::ALL {
+            cmd.arg(keys::state_key_with_digest(
+                &self.config.prefix,
+                &digest,
+                rule,
+                key,
+                kind,
+            ));
+        }
+        async move {
+            self.guarded(async {
+                let deleted: u64 = self.conn.query(&cmd).await?;
+                Ok(deleted > 0)
+            })
+            .await
+        }
+    }
+
+    fn inspect(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<Decision, StoreError>> + Send {
+        let rule = rule.to_string();
+        let key = key.to_string();
+        let policy = policy.clone();
+        async move {
+            let item = CheckItem {
+                rule: &rule,
+                policy: &policy,
+                key: &key,
+                cost: 0,
+            };
+            let batch = self.run(&[item], None, false).await?;
+            Ok(batch.decisions[0])
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Throw-away Redis servers and clusters for tests, benchmarks and examples.
+//!
+//! Every test starts its own `redis-server` on a free `127.0.0.1` port, in its own temporary
+//! folder, with persistence off (`--save '' --appendonly no`), and kills it when the handle is
+//! dropped: no test assumes a server is already running. [`RedisCluster`] makes a 3-master
+//! cluster with `redis-cli --cluster create`. Readiness is awaited by polling, bounded (10 s).
+//! When `redis-server` is not installed, starting fails with a message naming `scripts/test`,
+//! which installs it.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// How long a server or cluster may take to become ready.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+/// Poll interval while waiting.
+const POLL: Duration = Duration::from_millis(20);
+
+static DIR_COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A `redis-server` process owned by the test; killed (and its folder removed) on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    cluster: bool,
+    child: Option<Child>,
+}
+
+/// Waits `POLL` between readiness probes of an external process (the one place tests wait on
+/// real time: a server we started is not driven by our clock).
+#[allow(clippy::disallowed_methods)]
+fn pause() {
+    std::thread::sleep(POLL);
+}
+
+fn missing_binary(name: &str, e: io::Error) -> io::Error {
+    if e.kind() != io::ErrorKind::NotFound {
+        return e;
+    }
+    io::Error::new(
+        e.kind(),
+        format!(
+            "cannot run {name}: {e}. The Redis store tests need redis-server and redis-cli on \
+             PATH; scripts/test installs them (Debian packages redis-server, redis-tools)"
+        ),
+    )
+}
+
+/// A free TCP port on 127.0.0.1 (bind to port 0 and release it). For cluster nodes the bus port
+/// (`port + 10000`) must be free and valid too.
+fn free_port(cluster: bool) -> io::Result<u16> {
+    for _ in 0..100 {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if !cluster {
+            return Ok(port);
+        }
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(io::Error::other("no free port pair for a cluster node"))
+}
+
+/// Sends one inline command and returns the raw reply (enough for PING / CLUSTER INFO).
+fn raw_command(port: u16, command: &str) -> io::Result<String> {
+    let mut s =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))?;
+    s.set_read_timeout(Some(Duration::from_millis(500)))?;
+    s.write_all(format!("{command}\r\n").as_bytes())?;
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+fn wait_until(what: &str, mut ready: impl FnMut() -> bool) -> io::Result<()> {
+    let tries = READY_WITHIN.as_millis() / POLL.as_millis();
+    for _ in 0..tries {
+        if ready() {
+            return Ok(());
+        }
+        pause();
+    }
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("{what} not ready within {READY_WITHIN:?}"),
+    ))
+}
+
+impl RedisServer {
+    /// Starts a standalone server on a free port and waits until it answers `PING`.
+    ///
+    /// # Errors
+    /// When `redis-server` is missing (the message names `scripts/test`), cannot start, or does
+    /// not become ready within 10 s.
+    pub fn start() -> io::Result<Self> {
+        Self::start_with(false, &[])
+    }
+
+    /// Like [`RedisServer::start`] with extra `redis-server` arguments (e.g.
+    /// `["--maxmemory-policy", "allkeys-lru"]`).
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn start_with_args(args: &[&str]) -> io::Result<Self> {
+        Self::start_with(false, args)
+    }
+
+    fn start_with(cluster: bool, args: &[&str]) -> io::Result<Self> {
+        let port = free_port(cluster)?;
+        let dir = std::env::temp_dir().join(format!(
+            "floodgate-redis-{}-{}-{port}",
+            std::process::id(),
+            DIR_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let mut server = Self {
+            port,
+            dir,
+            cluster,
+            child: None,
+        };
+        server.spawn(args)?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self, extra: &[&str]) -> io::Result<()> {
+        // Fail early with a clear message when redis-server is not installed.
+        Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .map_err(|e| missing_binary("redis-server", e))?;
+        let port = self.port.to_string();
+        let dir = self.dir.to_string_lossy().into_owned();
+        let mut args: Vec<&str> = vec!["--port", &port, "--bind", "127.0.0.1", "--save", ""];
+        args.extend([
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--dir",
+            &dir,
+        ]);
+        if self.cluster {
+            args.extend([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ]);
+            args.extend(["--cluster-node-timeout", "2000"]);
+        }
+        args.extend(extra);
+        // A watchdog shell owns the server and kills it when its stdin (a pipe from this
+        // process) closes: on drop, and also when the test process dies without running
+        // destructors (a panic in a static, a killed test binary), so no server outlives it.
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(r#"redis-server "$@" >/dev/null 2>&1 & r=$!; read _; kill -9 $r; wait $r"#)
+            .arg("sh")
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| missing_binary("sh", e))?;
+        self.child = Some(child);
+        let p = self.port;
+        wait_until(&format!("redis-server on port {p}"), || {
+            raw_command(p, "PING").is_ok_and(|r| r.starts_with("+PONG"))
+        })
+    }
+
+    /// The TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Kills the process (SIGKILL) and waits for it to exit. The port stays reserved for
+    /// [`RedisServer::restart`].
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Closing the watchdog's stdin makes it SIGKILL the server and reap it.
+            drop(child.stdin.take());
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (after [`RedisServer::kill`]), empty.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.kill();
+        self.spawn(&[])
+    }
+
+    /// Runs `redis-cli -p <port> <args>` and returns its standard output, trimmed.
+    ///
+    /// # Errors
+    /// When redis-cli is missing or exits with an error.
+    pub fn cli(&self, args: &[&str]) -> io::Result<String> {
+        cli(self.port, args)
+    }
+}
+
+fn cli(port: u16, args: &[&str]) -> io::Result<String> {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| missing_binary("redis-cli", e))?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "redis-cli {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A 3-master Redis Cluster (no replicas) of [`RedisServer`]s, all killed on drop.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled servers, joins them with
+    /// `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`, and waits until every
+    /// node reports `cluster_state:ok`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`], or when the cluster does not form within 10 s.
+    pub fn start() -> io::Result<Self> {
+        let nodes = (0..3)
+            .map(|_| RedisServer::start_with(true, &[]))
+            .collect::<io::Result<Vec<_>>>()?;
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let mut args = vec!["--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        cli(nodes[0].port, &args)?;
+        for n in &nodes {
+            let p = n.port;
+            wait_until(&format!("cluster node {p}"), || {
+                raw_command(p, "CLUSTER INFO").is_ok_and(|r| r.contains("cluster_state:ok"))
+            })?;
+        }
+        Ok(Self { nodes })
+    }
+
+    /// The nodes' URLs, for [`RedisStoreConfig::cluster`](super::RedisStoreConfig::cluster).
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+}

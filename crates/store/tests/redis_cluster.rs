@@ -1,0 +1,195 @@
+//! RedisStore on a 3-master Redis Cluster started by the test: hostile `{...}` keys never cause
+//! CROSSSLOT and never steer the slot; batches across slots are all-or-nothing through the
+//! refund protocol, exactly, for every algorithm.
+#![cfg(feature = "redis")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate_core::{AlgorithmKind, ManualClock, Policy};
+use floodgate_store::redis::testing::RedisCluster;
+use floodgate_store::redis::{keys, RedisStore, RedisStoreConfig, TimeSource};
+use floodgate_store::{CheckItem, Store};
+
+const T0: u64 = 1_700_000_000_000_000;
+
+fn store(cluster: &RedisCluster) -> RedisStore {
+    let mut config = RedisStoreConfig::cluster(cluster.urls());
+    config.time_source = TimeSource::Caller;
+    config.timeout = Duration::from_secs(2);
+    // The frozen caller clock never expires a key in caller time; keep them in real time too.
+    config.ttl_extra = Duration::from_secs(3600);
+    RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap()
+}
+
+const HOSTILE: &[&str] = &[
+    "{victim}",
+    "}{",
+    "{}",
+    "{",
+    "}",
+    "{{a}}",
+    "a{b}c",
+    "{user1000}.following",
+    "}}{{",
+    "{}{x}",
+    "x{}",
+    "\u{0}{\u{0}}",
+    "{fg:}",
+    "fg:{0000000000000000}",
+];
+
+#[test]
+fn hostile_braces_cause_no_crossslot_and_keep_our_slot() {
+    let cluster = RedisCluster::start().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = store(&cluster);
+        let policies: Vec<Policy> = AlgorithmKind::ALL
+            .iter()
+            .map(|&k| Policy::new(k, "1000/min".parse().unwrap()).unwrap())
+            .collect();
+        let mut values: Vec<String> = HOSTILE.iter().map(|s| s.to_string()).collect();
+        for i in 0..200 {
+            values.push(format!("{{user{i}}}"));
+            values.push(format!("}}{i}{{"));
+        }
+        for (n, v) in values.iter().enumerate() {
+            // One batch: six rules (six slots, mostly), the same hostile key twice.
+            let rules: Vec<String> = (0..6).map(|r| format!("rule{{{r}}}")).collect();
+            let batch: Vec<CheckItem<'_>> = (0..6)
+                .map(|r| CheckItem {
+                    rule: &rules[r],
+                    policy: &policies[r],
+                    key: v,
+                    cost: 1,
+                })
+                .chain(std::iter::once(CheckItem {
+                    rule: &rules[0],
+                    policy: &policies[0],
+                    key: v,
+                    cost: 1,
+                }))
+                .collect();
+            let d = store
+                .check(&batch)
+                .await
+                .unwrap_or_else(|e| panic!("value #{n} {v:?}: {e}"));
+            assert!(d.allowed, "value {v:?}");
+            // The same (rule, key) twice in one batch: the second item saw the first.
+            assert_eq!(d.decisions[6].remaining, d.decisions[0].remaining - 1);
+        }
+        // The slot Redis computes for a stored key is the slot of our digest tag.
+        let node = &cluster.nodes()[0];
+        // (redis-cli takes no NUL in an argument; that value is covered by the batches above.)
+        for v in HOSTILE.iter().filter(|v| !v.contains('\0')) {
+            let name = store.key_name("rule{0}", v, AlgorithmKind::FixedWindow);
+            let slot: u16 = node
+                .cli(&["CLUSTER", "KEYSLOT", &name])
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(
+                slot,
+                keys::slot(keys::digest("rule{0}", v).as_bytes()),
+                "{v:?}"
+            );
+            assert_eq!(slot, keys::slot(name.as_bytes()));
+        }
+    });
+}
+
+#[test]
+fn cross_slot_batches_are_all_or_nothing_with_exact_refunds() {
+    let cluster = RedisCluster::start().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = store(&cluster);
+        for kind in AlgorithmKind::ALL {
+            let roomy = Policy::new(kind, "5/h".parse().unwrap()).unwrap();
+            let tight = Policy::new(kind, "3/h".parse().unwrap()).unwrap();
+            let (a, b) = (format!("a-{kind}"), format!("b-{kind}"));
+            // Find a key whose two rules live in different slots.
+            let key = (0..)
+                .map(|i| format!("user={i}"))
+                .find(|k| {
+                    keys::slot(keys::digest(&a, k).as_bytes())
+                        != keys::slot(keys::digest(&b, k).as_bytes())
+                })
+                .unwrap();
+            let batch = [
+                CheckItem {
+                    rule: &a,
+                    policy: &roomy,
+                    key: &key,
+                    cost: 1,
+                },
+                CheckItem {
+                    rule: &b,
+                    policy: &tight,
+                    key: &key,
+                    cost: 1,
+                },
+            ];
+            for i in 0..3 {
+                let d = store.check(&batch).await.unwrap();
+                assert!(d.allowed, "{kind} #{i}");
+                assert_eq!(d.decisions[0].remaining, 4 - i);
+            }
+            // The tight rule denies: nothing is charged to either rule.
+            for _ in 0..3 {
+                let d = store.check(&batch).await.unwrap();
+                assert!(!d.allowed, "{kind}");
+                assert_eq!(
+                    d.decisions[0].allowed, true,
+                    "{kind}: roomy would admit on its own"
+                );
+                assert_eq!(d.decisions[0].remaining, 2, "{kind}: reports the peek");
+                assert!(!d.decisions[1].allowed);
+                assert!(d.decisions[1].retry_after.is_some());
+            }
+            let roomy_now = store.inspect(&a, &roomy, &key).await.unwrap();
+            assert_eq!(
+                roomy_now.remaining, 2,
+                "{kind}: the refund gave back every unit"
+            );
+            // Larger costs across slots refund exactly too.
+            let heavy = [
+                CheckItem {
+                    rule: &a,
+                    policy: &roomy,
+                    key: &key,
+                    cost: 2,
+                },
+                CheckItem {
+                    rule: &b,
+                    policy: &tight,
+                    key: &key,
+                    cost: 1,
+                },
+            ];
+            assert!(!store.check(&heavy).await.unwrap().allowed);
+            assert_eq!(
+                store.inspect(&a, &roomy, &key).await.unwrap().remaining,
+                2,
+                "{kind}"
+            );
+            // Peeks across slots consume nothing.
+            let d = store
+                .peek(&[CheckItem {
+                    cost: 2,
+                    ..heavy[0]
+                }])
+                .await
+                .unwrap();
+            assert!(d.allowed);
+            assert_eq!(store.inspect(&a, &roomy, &key).await.unwrap().remaining, 2);
+        }
+    });
+}

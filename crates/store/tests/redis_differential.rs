@@ -1,0 +1,279 @@
+//! The Redis scripts decide exactly like the Rust reference: random (time, key, cost, peek)
+//! sequences through `floodgate-core` and through `RedisStore` (caller-supplied time) give
+//! identical decisions for every algorithm; random multi-item batches give identical
+//! `BatchDecision`s on `MemoryStore` and `RedisStore`.
+#![cfg(feature = "redis")]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate_core::{AlgorithmKind, ManualClock, Policy, Quota, State};
+use floodgate_store::redis::testing::RedisServer;
+use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
+use floodgate_store::{CheckItem, MemoryStore, StoreError};
+use proptest::prelude::*;
+
+const T0: u64 = 1_700_000_000_000_000;
+
+/// One server, runtime and store per test function (dropped, and the server killed, at its end).
+struct Harness {
+    _server: RedisServer,
+    rt: tokio::runtime::Runtime,
+    store: RedisStore,
+}
+
+fn harness() -> Harness {
+    let server = RedisServer::start().expect("start redis-server");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut config = RedisStoreConfig::standalone(server.url());
+    config.time_source = TimeSource::Caller;
+    // Caller time does not follow real time: keep keys for the whole run.
+    config.ttl_extra = Duration::from_secs(3600);
+    config.timeout = Duration::from_secs(5);
+    let store = {
+        let _guard = rt.enter();
+        RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap()
+    };
+    Harness {
+        _server: server,
+        rt,
+        store,
+    }
+}
+
+/// A fresh rule name per case, so cases never share keys.
+fn fresh_rule() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("rule{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+const QUOTAS: &[&str] = &[
+    "1/s",
+    "3/s",
+    "7/s",
+    "10/10s",
+    "3/20s burst 5",
+    "5/s burst 2",
+    "100/min",
+    "1000/h",
+    "2/ms",
+];
+
+#[derive(Debug, Clone)]
+struct Req {
+    dt: i64,
+    key: usize,
+    cost: u64,
+    peek: bool,
+}
+
+fn requests(max_cost: u64) -> impl Strategy<Value = Vec<Req>> {
+    prop::collection::vec(
+        (
+            // mostly forward, sometimes backwards, sometimes a long idle gap
+            prop_oneof![
+                6 => 0i64..400_000,
+                1 => -300_000i64..0,
+                1 => 0i64..30_000_000,
+            ],
+            0usize..2,
+            0..=max_cost + 1,
+            prop::bool::weighted(0.2),
+        )
+            .prop_map(|(dt, key, cost, peek)| Req {
+                dt,
+                key,
+                cost,
+                peek,
+            }),
+        1..40,
+    )
+}
+
+fn run_against_core(
+    h: &Harness,
+    kind: AlgorithmKind,
+    quota: &str,
+    reqs: &[Req],
+) -> Result<(), TestCaseError> {
+    let quota: Quota = quota.parse().unwrap();
+    let Ok(policy) = Policy::new(kind, quota) else {
+        return Ok(()); // e.g. a sliding window quota that is not exact
+    };
+    let rule = fresh_rule();
+    let mut states: HashMap<usize, State> = HashMap::new();
+    let mut now = T0 as i64;
+    for (n, r) in reqs.iter().enumerate() {
+        now += r.dt;
+        let key = ["a", "b"][r.key];
+        let state = states
+            .entry(r.key)
+            .or_insert_with(|| policy.initial_state());
+        let want = if r.peek {
+            policy.peek(state, now as u64, r.cost)
+        } else {
+            policy.check(state, now as u64, r.cost)
+        };
+        let item = CheckItem {
+            rule: &rule,
+            policy: &policy,
+            key,
+            cost: r.cost,
+        };
+        let got = h.rt.block_on(async {
+            if r.peek {
+                h.store.peek_at(&[item], now as u64).await
+            } else {
+                h.store.check_at(&[item], now as u64).await
+            }
+        });
+        match (want, got) {
+            (Ok(w), Ok(g)) => {
+                prop_assert_eq!(g.decisions.len(), 1);
+                prop_assert_eq!(
+                    w,
+                    g.decisions[0],
+                    "{} {} request #{}: {:?}",
+                    kind,
+                    quota,
+                    n + 1,
+                    r
+                );
+                prop_assert_eq!(w.allowed, g.allowed);
+            }
+            (Err(_), Err(StoreError::InsufficientCapacity { .. })) => {}
+            (w, g) => prop_assert!(false, "request #{}: core {:?}, redis {:?}", n + 1, w, g),
+        }
+    }
+    Ok(())
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 48,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+macro_rules! differential {
+    ($name:ident, $kind:expr) => {
+        #[test]
+        fn $name() {
+            let h = harness();
+            let mut runner = proptest::test_runner::TestRunner::new(config());
+            runner
+                .run(&(0..QUOTAS.len(), requests(6)), |(q, reqs)| {
+                    run_against_core(&h, $kind, QUOTAS[q], &reqs)
+                })
+                .unwrap();
+        }
+    };
+}
+
+differential!(fixed_window_matches_core, AlgorithmKind::FixedWindow);
+differential!(sliding_log_matches_core, AlgorithmKind::SlidingLog);
+differential!(sliding_window_matches_core, AlgorithmKind::SlidingWindow);
+differential!(token_bucket_matches_core, AlgorithmKind::TokenBucket);
+differential!(leaky_bucket_matches_core, AlgorithmKind::LeakyBucket);
+differential!(gcra_matches_core, AlgorithmKind::Gcra);
+
+#[test]
+fn sliding_log_with_large_costs_spills_records_like_the_core() {
+    let h = harness();
+    // Costs above 2^19 - 1 take several 8-byte records; same-microsecond requests merge.
+    let policy = Policy::new(AlgorithmKind::SlidingLog, "2000000/s".parse().unwrap()).unwrap();
+    let rule = fresh_rule();
+    let mut state = policy.initial_state();
+    for (dt, cost) in [
+        (0, 600_000),
+        (0, 600_000),
+        (10, 524_287),
+        (999_999, 300_000),
+        (1_000_000, 1_000_000),
+        (1_000_010, 1_000_000),
+    ] {
+        let now = T0 + dt;
+        let want = policy.check(&mut state, now, cost).unwrap();
+        let item = CheckItem {
+            rule: &rule,
+            policy: &policy,
+            key: "k",
+            cost,
+        };
+        let got = h.rt.block_on(h.store.check_at(&[item], now)).unwrap();
+        assert_eq!(got.decisions[0], want, "at +{dt} cost {cost}");
+    }
+}
+
+/// One random batch item: which rule (0..3), which key (0..2), cost.
+/// A step of a batch run: time advance, items `(rule, key, cost)`, peek.
+type BatchStep = (u64, Vec<(usize, usize, u64)>, bool);
+
+fn batches() -> impl Strategy<Value = Vec<BatchStep>> {
+    prop::collection::vec(
+        (
+            0u64..300_000,
+            prop::collection::vec((0usize..3, 0usize..2, 0u64..4), 1..5),
+            prop::bool::weighted(0.2),
+        ),
+        1..25,
+    )
+}
+
+/// Multi-item batches (same-key items see each other's tentative consumption; all or nothing)
+/// decide identically on the memory store and on Redis, with time moving forward.
+#[test]
+fn batches_match_the_memory_store() {
+    let h = harness();
+    let strategy = (
+        prop::collection::vec(0usize..6, 3),
+        prop::collection::vec(0..QUOTAS.len(), 3),
+        batches(),
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(config());
+    runner
+        .run(&strategy, |(kinds, q, steps)| {
+            let policies: Vec<Policy> = (0..3)
+                .map(|i| {
+                    let quota: Quota = QUOTAS[q[i]].parse().unwrap();
+                    Policy::new(AlgorithmKind::ALL[kinds[i]], quota)
+                        .unwrap_or_else(|_| Policy::new(AlgorithmKind::Gcra, quota).unwrap())
+                })
+                .collect();
+            let rules: Vec<String> = (0..3).map(|_| fresh_rule()).collect();
+            let memory = MemoryStore::with_clock(Arc::new(ManualClock::new(T0)));
+            let mut now = T0;
+            for (n, (dt, items, peek)) in steps.iter().enumerate() {
+                now += dt;
+                let batch: Vec<CheckItem<'_>> = items
+                    .iter()
+                    .map(|&(r, k, cost)| CheckItem {
+                        rule: &rules[r],
+                        policy: &policies[r],
+                        key: ["a", "b"][k],
+                        cost: cost.min(policies[r].capacity()),
+                    })
+                    .collect();
+                let (want, got) = if *peek {
+                    (
+                        memory.peek_at(&batch, now),
+                        h.rt.block_on(h.store.peek_at(&batch, now)),
+                    )
+                } else {
+                    (
+                        memory.check_at(&batch, now),
+                        h.rt.block_on(h.store.check_at(&batch, now)),
+                    )
+                };
+                prop_assert_eq!(want, got, "batch #{}", n + 1);
+            }
+            Ok(())
+        })
+        .unwrap();
+}

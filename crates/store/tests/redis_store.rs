@@ -1,0 +1,463 @@
+//! RedisStore behaviour against real redis-server processes started by each test: TTLs on every
+//! key, server time, exact limits under concurrency, SCRIPT FLUSH under load, Redis killed and
+//! restarted, the circuit breaker, the maxmemory-policy check, the local fallback.
+#![cfg(feature = "redis")]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate_core::{AlgorithmKind, Clock, ManualClock, Policy, SystemClock};
+use floodgate_store::fallback::FallbackStore;
+use floodgate_store::redis::testing::RedisServer;
+use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
+use floodgate_store::{CheckItem, Store, StoreError};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+const T0: u64 = 1_700_000_000_000_000;
+
+fn policy(kind: AlgorithmKind, quota: &str) -> Policy {
+    Policy::new(kind, quota.parse().unwrap()).unwrap()
+}
+
+fn item<'a>(rule: &'a str, policy: &'a Policy, key: &'a str, cost: u64) -> CheckItem<'a> {
+    CheckItem {
+        rule,
+        policy,
+        key,
+        cost,
+    }
+}
+
+/// Defaults with a generous timeout, for tests that are not about timeouts (the 10 ms default
+/// can expire on a busy 2-core machine, e.g. while the first call connects).
+fn slow_ok(server: &RedisServer) -> RedisStoreConfig {
+    let mut config = RedisStoreConfig::standalone(server.url());
+    config.timeout = Duration::from_secs(2);
+    config
+}
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn all_keys(con: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(con).await.unwrap();
+    keys.sort();
+    keys
+}
+
+#[tokio::test]
+async fn every_written_key_has_a_ttl_equal_to_reset_after() {
+    let server = RedisServer::start().unwrap();
+    let store = RedisStore::new(slow_ok(&server), Arc::new(SystemClock)).unwrap();
+    let mut con = raw(&server).await;
+    for kind in AlgorithmKind::ALL {
+        let p = policy(kind, "10/20s");
+        let d = store
+            .check(&[item("ttl", &p, "user=alice", 3)])
+            .await
+            .unwrap();
+        assert!(d.allowed, "{kind}");
+        let name = store.key_name("ttl", "user=alice", kind);
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&name)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let expected_ms = d.decisions[0].reset_after.div_ceil(1000) as i64;
+        assert!(pttl > 0, "{kind}: {name} has PTTL {pttl}");
+        // PTTL counts down from ceil(reset_after / 1000) ms set a moment ago.
+        assert!(
+            pttl <= expected_ms && pttl > expected_ms - 1000,
+            "{kind}: PTTL {pttl} ms, reset_after {} us",
+            d.decisions[0].reset_after
+        );
+        let kind_of: String = redis::cmd("TYPE")
+            .arg(&name)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let want = if kind == AlgorithmKind::SlidingLog {
+            "string"
+        } else {
+            "hash"
+        };
+        assert_eq!(kind_of, want, "{kind}");
+    }
+    // Denials and peeks write nothing: still exactly six keys, every one with a TTL.
+    let p = policy(AlgorithmKind::FixedWindow, "1/h");
+    assert!(
+        store
+            .check(&[item("deny", &p, "k", 1)])
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        !store
+            .check(&[item("deny", &p, "k", 1)])
+            .await
+            .unwrap()
+            .allowed
+    );
+    store.peek(&[item("peek-only", &p, "k", 1)]).await.unwrap();
+    let keys = all_keys(&mut con).await;
+    assert_eq!(keys.len(), 7, "{keys:?}");
+    for k in keys {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&k)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(pttl > 0, "{k} has no TTL ({pttl})");
+    }
+}
+
+#[tokio::test]
+async fn server_time_decides_and_retry_after_is_consistent() {
+    let server = RedisServer::start().unwrap();
+    // The store's own clock is far in the past: with TimeSource::Server it must not matter.
+    let store = RedisStore::new(slow_ok(&server), Arc::new(ManualClock::new(1))).unwrap();
+    let p = policy(AlgorithmKind::Gcra, "2/10s");
+    let i = item("server-time", &p, "k", 1);
+    assert!(store.check(&[i]).await.unwrap().allowed);
+    assert!(store.check(&[i]).await.unwrap().allowed);
+    let denied = store.check(&[i]).await.unwrap();
+    assert!(!denied.allowed);
+    let retry = denied.decisions[0].retry_after.unwrap();
+    // One unit refills every 5 s; a few ms passed at most.
+    assert!(retry > 4_000_000 && retry <= 5_000_000, "{retry}");
+    // The state holds a server-clock TAT (about now + 10 s), not one near the store's clock.
+    let mut con = raw(&server).await;
+    let tat: u64 = redis::cmd("HGET")
+        .arg(store.key_name("server-time", "k", AlgorithmKind::Gcra))
+        .arg("tat")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let now = SystemClock.now();
+    assert!(
+        tat > now + 9_000_000 && tat <= now + 10_000_000,
+        "tat {tat}, now {now}"
+    );
+}
+
+#[tokio::test]
+async fn reset_and_inspect() {
+    let server = RedisServer::start().unwrap();
+    let mut config = RedisStoreConfig::standalone(server.url());
+    config.time_source = TimeSource::Caller;
+    config.prefix = "test:".into();
+    let store = RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap();
+    let p = policy(AlgorithmKind::TokenBucket, "5/s");
+    store.check(&[item("r", &p, "k", 4)]).await.unwrap();
+    let seen = store.inspect("r", &p, "k").await.unwrap();
+    assert_eq!(
+        (seen.allowed, seen.remaining, seen.reset_after),
+        (true, 1, 800_000)
+    );
+    assert!(store
+        .key_name("r", "k", AlgorithmKind::TokenBucket)
+        .starts_with("test:{"));
+    assert!(store.reset("r", "k").await.unwrap());
+    assert!(!store.reset("r", "k").await.unwrap());
+    assert_eq!(store.inspect("r", &p, "k").await.unwrap().remaining, 5);
+}
+
+#[test]
+fn concurrent_processes_admit_exactly_the_capacity() {
+    // Four stores (four multiplexed connections, like four service processes) and 200
+    // concurrent clients sending 2,000 requests at one key, at one frozen caller time.
+    let server = RedisServer::start().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let clock = Arc::new(ManualClock::new(T0));
+        let stores: Vec<Arc<RedisStore>> = (0..4)
+            .map(|_| {
+                let mut config = RedisStoreConfig::standalone(server.url());
+                config.time_source = TimeSource::Caller;
+                config.timeout = Duration::from_secs(5);
+                Arc::new(RedisStore::new(config, clock.clone()).unwrap())
+            })
+            .collect();
+        for kind in AlgorithmKind::ALL {
+            let p = Arc::new(policy(kind, "100/10s"));
+            let admitted = Arc::new(AtomicU64::new(0));
+            let mut tasks = Vec::new();
+            for client in 0..200 {
+                let store = stores[client % 4].clone();
+                let (p, admitted) = (p.clone(), admitted.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..10 {
+                        let d = store.check(&[item("hot", &p, "k", 1)]).await.unwrap();
+                        if d.allowed {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+            assert_eq!(admitted.load(Ordering::Relaxed), 100, "{kind}");
+        }
+    });
+}
+
+#[test]
+fn script_flush_under_load_costs_no_client_error() {
+    let server = RedisServer::start().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut config = RedisStoreConfig::standalone(server.url());
+        config.timeout = Duration::from_secs(2);
+        let store = Arc::new(RedisStore::new(config, Arc::new(SystemClock)).unwrap());
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ok = Arc::new(AtomicU64::new(0));
+        let attempts = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for c in 0..16 {
+            let (store, done, ok) = (store.clone(), done.clone(), ok.clone());
+            let attempts = attempts.clone();
+            tasks.push(tokio::spawn(async move {
+                let p = policy(AlgorithmKind::ALL[c % 6], "1000000/s");
+                let key = format!("client{c}");
+                let mut errors = Vec::new();
+                while !done.load(Ordering::Relaxed) {
+                    let result = store.check(&[item("flush", &p, &key, 1)]).await;
+                    attempts.fetch_add(1, Ordering::Relaxed);
+                    match result {
+                        Ok(_) => {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            errors.push(e);
+                            // A failing store may answer at once: let the flusher run.
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                }
+                errors
+            }));
+        }
+        let mut con = raw(&server).await;
+        let mut flushes = 0;
+        while flushes < 50 {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            flushes += 1;
+            // Let a round of checks run between flushes.
+            let seen = attempts.load(Ordering::Relaxed);
+            while attempts.load(Ordering::Relaxed) < seen + 16 {
+                tokio::task::yield_now().await;
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+        let mut errors = Vec::new();
+        for t in tasks {
+            errors.extend(t.await.unwrap());
+        }
+        assert!(
+            errors.is_empty(),
+            "{} errors, first: {:?}",
+            errors.len(),
+            errors.first()
+        );
+        assert!(ok.load(Ordering::Relaxed) > 100, "too few checks ran");
+    });
+}
+
+#[test]
+fn redis_killed_and_restarted_errors_are_bounded_and_recovery_is_automatic() {
+    let mut server = RedisServer::start().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // Decisions use Redis' clock; the breaker uses this manual clock so the test controls
+        // its cool-down.
+        let breaker_clock = Arc::new(ManualClock::new(T0));
+        let mut config = RedisStoreConfig::standalone(server.url());
+        // Above the 10 ms default so that a busy 2-core test machine does not time out
+        // while Redis is up; still a bound to check while it is down.
+        config.timeout = Duration::from_millis(100);
+        let cool_down = config.breaker_cool_down;
+        let timeout = config.timeout;
+        let store = RedisStore::new(config, breaker_clock.clone()).unwrap();
+        // Connect first (the lazy connection is made by the first call).
+        store.startup_check().await.unwrap();
+        let p = policy(AlgorithmKind::FixedWindow, "1000/s");
+        let i = item("kill", &p, "k", 1);
+        assert!(store.check(&[i]).await.unwrap().allowed);
+
+        server.kill();
+        let mut errors = Vec::new();
+        for _ in 0..8 {
+            let started = tokio::time::Instant::now();
+            let e = store.check(&[i]).await.unwrap_err();
+            let waited = started.elapsed();
+            // Bounded by the timeout (plus scheduling slack on a busy 2-core machine).
+            assert!(
+                waited < timeout + Duration::from_millis(200),
+                "{waited:?} for {e}"
+            );
+            assert!(
+                matches!(
+                    e,
+                    StoreError::Unavailable { .. } | StoreError::Timeout { .. }
+                ),
+                "{e}"
+            );
+            errors.push(e);
+        }
+        // After 5 consecutive failures the breaker fails fast.
+        let last = errors.last().unwrap().to_string();
+        assert!(last.contains("circuit breaker"), "{last}");
+
+        server.restart().unwrap();
+        // Each cool-down lets one probe through; the connection comes back by itself.
+        let mut recovered = false;
+        for _ in 0..100 {
+            breaker_clock.advance(cool_down.as_micros() as u64);
+            if store.check(&[i]).await.is_ok() {
+                recovered = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(recovered, "no recovery within about 5 s of the restart");
+        // Closed again: the next checks go to Redis and succeed.
+        for _ in 0..3 {
+            assert!(store.check(&[i]).await.unwrap().allowed);
+        }
+    });
+}
+
+#[test]
+fn a_store_built_while_redis_is_down_starts_working_when_it_comes_up() {
+    let mut server = RedisServer::start().unwrap();
+    server.kill();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = RedisStore::new(slow_ok(&server), clock.clone()).unwrap();
+        assert!(store.ping().await.is_err());
+        server.restart().unwrap();
+        let mut up = false;
+        for _ in 0..100 {
+            clock.advance(2_000_000);
+            if store.ping().await.is_ok() {
+                up = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(up);
+    });
+}
+
+#[tokio::test]
+async fn startup_check_warns_about_evicting_policies() {
+    let safe = RedisServer::start().unwrap();
+    let store = RedisStore::new(slow_ok(&safe), Arc::new(SystemClock)).unwrap();
+    let check = store.startup_check().await.unwrap();
+    assert_eq!(check.maxmemory_policies, ["noeviction"]);
+    assert!(!check.may_evict);
+
+    for policy in ["allkeys-lru", "volatile-ttl"] {
+        let risky = RedisServer::start_with_args(&["--maxmemory-policy", policy]).unwrap();
+        let store = RedisStore::new(slow_ok(&risky), Arc::new(SystemClock)).unwrap();
+        let check = store.startup_check().await.unwrap();
+        assert_eq!(check.maxmemory_policies, [policy]);
+        assert!(check.may_evict, "{policy}");
+    }
+}
+
+#[test]
+fn local_fallback_divides_the_limit_and_counts_degraded_decisions() {
+    let mut server = RedisServer::start().unwrap();
+    server.kill();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let admitted = metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let clock = Arc::new(ManualClock::new(T0));
+                let redis =
+                    RedisStore::new(RedisStoreConfig::standalone(server.url()), clock.clone())
+                        .unwrap();
+                let store = FallbackStore::new(redis, 4, clock);
+                let p = policy(AlgorithmKind::FixedWindow, "100/10s");
+                let mut admitted = 0;
+                for _ in 0..40 {
+                    let d = store.check(&[item("fb", &p, "k", 1)]).await.unwrap();
+                    admitted += u64::from(d.allowed);
+                }
+                admitted
+            })
+    });
+    // 100 / 4 instances = 25 locally.
+    assert_eq!(admitted, 25);
+    let degraded: u64 = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            key.key().name() == "floodgate_store_degraded_total"
+                && key
+                    .key()
+                    .labels()
+                    .any(|l| l.key() == "mode" && l.value() == "local")
+        })
+        .map(|(.., v)| match v {
+            DebugValue::Counter(n) => n,
+            other => panic!("{other:?}"),
+        })
+        .sum();
+    assert_eq!(degraded, 40);
+}
+
+#[tokio::test]
+async fn insufficient_capacity_is_raised_before_redis_is_asked() {
+    // No server at all: the error must come from validation, not from a connection attempt.
+    let store = RedisStore::new(
+        RedisStoreConfig::standalone("redis://127.0.0.1:1"),
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    let p = policy(AlgorithmKind::Gcra, "5/s");
+    let e = store.check(&[item("r", &p, "k", 6)]).await.unwrap_err();
+    assert_eq!(
+        e,
+        StoreError::InsufficientCapacity {
+            rule: "r".into(),
+            cost: 6,
+            capacity: 5
+        }
+    );
+}
