@@ -34,6 +34,7 @@
 
 pub mod algorithm;
 pub mod decision;
+mod div;
 pub mod error;
 pub mod fast_clock;
 pub mod quota;

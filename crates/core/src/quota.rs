@@ -133,6 +133,7 @@ impl Quota {
     }
 
     /// Units admitted per period.
+    #[inline]
     pub fn limit(&self) -> u64 {
         self.limit
     }
@@ -143,6 +144,7 @@ impl Quota {
     }
 
     /// The most units the bucket algorithms admit at once from a fresh state.
+    #[inline]
     pub fn burst(&self) -> u64 {
         self.burst
     }

@@ -29,6 +29,7 @@
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
 use crate::decision::Decision;
+use crate::div::Divisor;
 use crate::error::QuotaError;
 use crate::quota::Quota;
 use crate::time::Timestamp;
@@ -47,6 +48,15 @@ pub struct Gcra {
     tau_us: u64,
     /// `tau % ticks_per_us`: the fraction of a microsecond beyond `tau_us`, in ticks.
     tau_rem: u64,
+    /// `interval` and `ticks_per_us` as multiply-and-shift divisors: the three divisions of a
+    /// decision were most of its cost.
+    interval_div: Divisor,
+    ticks_div: Divisor,
+    /// `interval` as whole microseconds plus ticks (`interval / ticks_per_us`,
+    /// `interval % ticks_per_us`): a cost-1 admission adds it to the arrival time without a
+    /// division.
+    interval_us: u64,
+    interval_rem: u64,
 }
 
 /// GCRA state of one key: the theoretical arrival time `tat + tat_ticks / denominator` us.
@@ -61,6 +71,7 @@ pub struct GcraState {
 impl Gcra {
     /// The earliest time consistent with `state`, in whole microseconds: `tat - tau` rounded up
     /// (0 for a fresh state). No request can have been admitted before it.
+    #[inline]
     fn earliest(&self, state: GcraState) -> Timestamp {
         // tat + tat_ticks/d - (tau_us + tau_rem/d), rounded up, without forming tat x d.
         let whole = state.tat.saturating_sub(self.tau_us);
@@ -73,6 +84,7 @@ impl Gcra {
 
     /// Ticks from `now` up to `tat` (0 when `tat <= now`). Callers guarantee
     /// `now >= earliest(state)`, so the result is at most `tau` (< 2^53).
+    #[inline]
     fn ticks_after(&self, state: GcraState, now: Timestamp) -> u64 {
         if state.tat < now {
             0
@@ -97,6 +109,10 @@ impl Algorithm for Gcra {
             tau,
             tau_us: tau / ticks_per_us,
             tau_rem: tau % ticks_per_us,
+            interval_div: Divisor::new(interval),
+            ticks_div: Divisor::new(ticks_per_us),
+            interval_us: interval / ticks_per_us,
+            interval_rem: interval % ticks_per_us,
         })
     }
 
@@ -104,6 +120,7 @@ impl Algorithm for Gcra {
         &self.quota
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.quota.burst()
     }
@@ -112,6 +129,8 @@ impl Algorithm for Gcra {
         GcraState::default()
     }
 
+    // Inlined so that a caller reading only `allowed` pays for nothing else.
+    #[inline]
     fn decide(&self, state: &mut GcraState, now: Timestamp, cost: u64, consume: bool) -> Decision {
         // A stale `now` is raised to tat - tau (rounded up), the earliest time consistent with
         // the state: no request was admitted before it. This keeps every product below 2^53,
@@ -121,9 +140,29 @@ impl Algorithm for Gcra {
         let new_ahead = ahead + cost * self.interval; // <= 2 tau
         let allowed = new_ahead <= self.tau;
         let ahead_after = if allowed && consume {
-            // Saturating only matters for a `now` within 2^51 us of u64::MAX: never panic.
-            state.tat = now.saturating_add(new_ahead / self.ticks_per_us);
-            state.tat_ticks = new_ahead % self.ticks_per_us;
+            if cost == 1 {
+                // The usual request. The same result as the general branch, as a mixed-radix
+                // addition: new tat = max(tat, now) + T, so the next check does not wait for a
+                // division (the loop-carried dependency is what a check costs).
+                let (base, base_ticks) = if state.tat >= now {
+                    (state.tat, state.tat_ticks)
+                } else {
+                    (now, 0)
+                };
+                let ticks = base_ticks + self.interval_rem;
+                let carry = ticks >= self.ticks_per_us;
+                state.tat = base.saturating_add(self.interval_us + u64::from(carry));
+                state.tat_ticks = if carry {
+                    ticks - self.ticks_per_us
+                } else {
+                    ticks
+                };
+            } else {
+                // Saturating only matters for a `now` within 2^51 us of u64::MAX: never panic.
+                let (whole, ticks) = self.ticks_div.div_rem(new_ahead);
+                state.tat = now.saturating_add(whole);
+                state.tat_ticks = ticks;
+            }
             new_ahead
         } else {
             ahead
@@ -131,9 +170,9 @@ impl Algorithm for Gcra {
         Decision {
             allowed,
             limit: self.quota.burst(),
-            remaining: (self.tau - ahead_after) / self.interval,
-            reset_after: ahead_after.div_ceil(self.ticks_per_us),
-            retry_after: (!allowed).then(|| (new_ahead - self.tau).div_ceil(self.ticks_per_us)),
+            remaining: self.interval_div.div(self.tau - ahead_after),
+            reset_after: self.ticks_div.div_ceil(ahead_after),
+            retry_after: (!allowed).then(|| self.ticks_div.div_ceil(new_ahead - self.tau)),
         }
     }
 }
@@ -141,6 +180,38 @@ impl Algorithm for Gcra {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The cost-1 mixed-radix update gives exactly the state of the general formula
+        /// `tat = now + new_ahead / d`, `tat_ticks = new_ahead % d`, including after stale and
+        /// jumping clocks.
+        #[test]
+        fn cost_one_update_matches_the_general_formula(
+            limit in 1u64..5_000,
+            period in 1u64..10_000_000,
+            burst in 1u64..50,
+            steps in proptest::collection::vec((0u64..3_000_000, any::<bool>()), 1..200),
+        ) {
+            let gcra = Gcra::new(Quota::with_burst(limit, period, burst).unwrap()).unwrap();
+            let mut state = gcra.initial_state();
+            let mut now = 1_700_000_000_000_000u64;
+            for (delta, back) in steps {
+                now = if back { now - delta / 4 } else { now + delta % (period + 2) };
+                let before = state;
+                let clamped = now.max(gcra.earliest(before));
+                let new_ahead = gcra.ticks_after(before, clamped) + gcra.interval;
+                let d = gcra.check(&mut state, now, 1).unwrap();
+                prop_assert_eq!(d.allowed, new_ahead <= gcra.tau);
+                if d.allowed {
+                    prop_assert_eq!(state.tat, clamped + new_ahead / gcra.ticks_per_us);
+                    prop_assert_eq!(state.tat_ticks, new_ahead % gcra.ticks_per_us);
+                } else {
+                    prop_assert_eq!(state, before);
+                }
+            }
+        }
+    }
 
     /// Regression: the stale-`now` clamp used `tat - floor(tau)` us, up to one microsecond
     /// before the earliest consistent time, so `ahead` could exceed `tau` and a peek of cost 0

@@ -94,6 +94,7 @@ impl Algorithm for LeakyBucket {
         &self.quota
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.quota.burst()
     }
@@ -102,6 +103,8 @@ impl Algorithm for LeakyBucket {
         LeakyBucketState::default()
     }
 
+    // Inlined so that a caller reading only `allowed` pays for nothing else.
+    #[inline]
     fn decide(
         &self,
         state: &mut LeakyBucketState,

@@ -84,6 +84,7 @@ pub trait Algorithm: Clone + fmt::Debug + Send + Sync + 'static {
     ///
     /// # Errors
     /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`; `state` is unchanged.
+    #[inline]
     fn check(
         &self,
         state: &mut Self::State,
@@ -107,6 +108,7 @@ pub trait Algorithm: Clone + fmt::Debug + Send + Sync + 'static {
     ///
     /// # Errors
     /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`.
+    #[inline]
     fn validate_cost(&self, cost: u64) -> Result<(), CheckError> {
         validate_cost(cost, self.capacity())
     }
@@ -299,6 +301,7 @@ impl Policy {
 }
 
 /// `Ok(())` when `cost <= capacity`, else [`CheckError::InsufficientCapacity`].
+#[inline]
 fn validate_cost(cost: u64, capacity: u64) -> Result<(), CheckError> {
     if cost > capacity {
         Err(CheckError::InsufficientCapacity { cost, capacity })

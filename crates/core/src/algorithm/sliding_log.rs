@@ -197,6 +197,7 @@ impl Algorithm for SlidingLog {
         &self.quota
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.quota.limit()
     }

@@ -109,6 +109,7 @@ impl Algorithm for SlidingWindow {
         &self.quota
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.quota.limit()
     }
@@ -117,6 +118,8 @@ impl Algorithm for SlidingWindow {
         SlidingWindowState::default()
     }
 
+    // Inlined so that a caller reading only `allowed` pays for nothing else.
+    #[inline]
     fn decide(
         &self,
         state: &mut SlidingWindowState,
