@@ -32,6 +32,7 @@ use floodgate_core::{AlgorithmKind, Policy, Quota};
 use floodgate_store::OnFull;
 use floodgate_tower::key::KeySource;
 pub use floodgate_tower::FailureMode;
+use floodgate_tower::ForwardedHeader;
 use http::{HeaderName, HeaderValue, Method, Uri};
 use ipnet::IpNet;
 use toml::Spanned;
@@ -89,7 +90,7 @@ pub struct Config {
 
 /// `[server]`: settings read once at start (a reload that changes them is logged and ignored,
 /// except `admin_token` and `trusted_proxies`, which take effect).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
     /// Address to listen on; `--listen` overrides it.
     pub listen: Option<SocketAddr>,
@@ -99,6 +100,24 @@ pub struct ServerConfig {
     pub trusted_proxies: Vec<IpNet>,
     /// Reverse-proxy upstream (`http://host:port`); `--upstream` overrides it.
     pub upstream: Option<Uri>,
+    /// The header trusted proxies set: `"x-forwarded-for"` (default) or `"forwarded"` (RFC 7239).
+    pub forwarded_header: ForwardedHeader,
+    /// IPv6 clients are counted per prefix of this length (default 64, what one subscriber
+    /// usually holds).
+    pub ipv6_prefix: u8,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            admin_token: None,
+            trusted_proxies: Vec::new(),
+            upstream: None,
+            forwarded_header: ForwardedHeader::XForwardedFor,
+            ipv6_prefix: 64,
+        }
+    }
 }
 
 /// `[store]`. Only `kind = "memory"` exists today.
@@ -337,6 +356,30 @@ impl Validator<'_> {
             match parse_net(p.get_ref()) {
                 Ok(net) => out.trusted_proxies.push(net),
                 Err(msg) => self.push(p, format!("server.trusted_proxies[{i}]"), msg),
+            }
+        }
+        if let Some(h) = &s.forwarded_header {
+            match h.get_ref().to_ascii_lowercase().as_str() {
+                "x-forwarded-for" => out.forwarded_header = ForwardedHeader::XForwardedFor,
+                "forwarded" => out.forwarded_header = ForwardedHeader::Forwarded,
+                _ => self.push(
+                    h,
+                    "server.forwarded_header".into(),
+                    format!(
+                        "unknown header {:?}; expected \"x-forwarded-for\" or \"forwarded\"",
+                        h.get_ref()
+                    ),
+                ),
+            }
+        }
+        if let Some(p) = &s.ipv6_prefix {
+            match u8::try_from(*p.get_ref()) {
+                Ok(len) if len <= 128 => out.ipv6_prefix = len,
+                _ => self.push(
+                    p,
+                    "server.ipv6_prefix".into(),
+                    format!("must be between 0 and 128, got {}", p.get_ref()),
+                ),
             }
         }
         if let Some(up) = &s.upstream {

@@ -25,6 +25,8 @@ pub(crate) struct RawServer {
     #[serde(default)]
     pub trusted_proxies: Vec<Spanned<String>>,
     pub upstream: Option<Spanned<String>>,
+    pub forwarded_header: Option<Spanned<String>>,
+    pub ipv6_prefix: Option<Spanned<i64>>,
 }
 
 /// `[store]`.

@@ -27,6 +27,8 @@ listen = "127.0.0.1:9000"
 admin_token = "0123456789abcdef"
 trusted_proxies = ["10.0.0.0/8", "::1", "127.0.0.1"]
 upstream = "http://127.0.0.1:3000"
+forwarded_header = "Forwarded"
+ipv6_prefix = 56
 
 [store]
 kind = "memory"
@@ -64,6 +66,11 @@ algorithm = "sliding-window"
     assert_eq!(c.server.listen, Some("127.0.0.1:9000".parse().unwrap()));
     assert_eq!(c.server.trusted_proxies.len(), 3);
     assert_eq!(c.server.trusted_proxies[1].to_string(), "::1/128");
+    assert_eq!(
+        c.server.forwarded_header,
+        floodgate_tower::ForwardedHeader::Forwarded
+    );
+    assert_eq!(c.server.ipv6_prefix, 56);
     assert_eq!(c.store.max_keys, 50);
     assert_eq!(c.store.on_full, OnFull::AdmitUntracked);
     let r = &c.rules[0];
@@ -295,6 +302,14 @@ fn other_semantic_errors_name_their_fields() {
             "rules.toml:2: server.upstream: ",
         ),
         ("[store]\nmax_keys = 0\n", "rules.toml:2: store.max_keys: "),
+        (
+            "[server]\nipv6_prefix = 129\n",
+            "rules.toml:2: server.ipv6_prefix: ",
+        ),
+        (
+            "[server]\nforwarded_header = \"x-real-ip\"\n",
+            "rules.toml:2: server.forwarded_header: unknown header",
+        ),
         (
             "[store]\non_full = \"panic\"\n",
             "rules.toml:2: store.on_full: ",

@@ -172,6 +172,8 @@ pub fn rule_set(config: &Config) -> RuleSet {
     let rules = config.rules.iter().map(tower_rule).collect();
     RuleSet::new(rules).with_client_ip(ClientIpConfig {
         trusted_proxies: config.server.trusted_proxies.clone(),
+        header: config.server.forwarded_header,
+        ipv6_prefix: config.server.ipv6_prefix,
         ..ClientIpConfig::default()
     })
 }
