@@ -82,3 +82,50 @@ fn unknown_algorithm_is_a_usage_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown algorithm"));
 }
+
+#[test]
+fn http_cases_answer_2xx_through_real_serve_processes() {
+    let out = floodgate(&[
+        "bench",
+        "--what",
+        "http",
+        "--requests",
+        "200",
+        "--http-seconds",
+        "5",
+        "--connections",
+        "2",
+        "--algorithms",
+        "gcra",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let rows = report["sections"][0]["rows"].as_array().unwrap().clone();
+    let names: Vec<&str> = rows.iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "upstream alone (ceiling)",
+            "proxy, no rule",
+            "proxy, gcra per client IP",
+            "POST /v1/check, gcra, 1,000 keys"
+        ]
+    );
+    for r in &rows {
+        assert!(r[1].as_u64().unwrap() > 0, "some requests completed: {r}");
+        assert_eq!(r[2], 0, "every request admitted: {r}");
+    }
+}
+
+#[test]
+fn redis_without_the_store_says_so() {
+    let out = floodgate(&["bench", "--what", "redis"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("redis"));
+}
