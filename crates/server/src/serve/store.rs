@@ -22,6 +22,9 @@ pub fn state_id(name: &str, policy: &Policy) -> String {
     format!("{name}|{}|{}", policy.kind(), policy.quota())
 }
 
+/// The cached state id of one rule name: the algorithm and quota it was made for, and the id.
+type CachedId = (AlgorithmKind, Quota, Arc<str>);
+
 /// A [`MemoryStore`] whose `rule` argument is namespaced by algorithm and quota (see the
 /// [module docs](self)). [`Store::reset`] takes the state id (see [`state_id`]), since it has no
 /// policy to derive it from.
@@ -29,7 +32,7 @@ pub fn state_id(name: &str, policy: &Policy) -> String {
 pub struct VersionedStore {
     inner: Arc<MemoryStore>,
     /// Name -> (algorithm, quota, state id), so the id is formatted once per rule version.
-    ids: RwLock<HashMap<String, (AlgorithmKind, Quota, Arc<str>)>>,
+    ids: RwLock<HashMap<String, CachedId>>,
 }
 
 impl VersionedStore {
