@@ -114,6 +114,7 @@ impl SlidingLogState {
     }
 
     /// The words unpacked as `(timestamp, cost)`, oldest first.
+    #[inline]
     fn words(&self) -> impl Iterator<Item = (Timestamp, u64)> + '_ {
         let mut t = self.oldest;
         self.entries.iter().enumerate().map(move |(i, &word)| {
@@ -125,6 +126,7 @@ impl SlidingLogState {
     }
 
     /// Drops the words that expired at `now`, keeping `oldest` and `total` in step.
+    #[inline]
     fn prune(&mut self, now: Timestamp, period: Micros) {
         let mut kept_from = None;
         let mut expired_cost = 0;
@@ -149,6 +151,7 @@ impl SlidingLogState {
 
     /// Appends `cost` units at `now >= newest`; the caller pruned first, so `now - newest` is
     /// below the period and fits the 45-bit gap.
+    #[inline]
     fn push(&mut self, now: Timestamp, mut cost: u64) {
         let mut gap = if self.entries.is_empty() {
             self.oldest = now;
@@ -206,6 +209,8 @@ impl Algorithm for SlidingLog {
         SlidingLogState::default()
     }
 
+    // Inlined so that a caller reading only `allowed` pays for nothing else.
+    #[inline]
     fn decide(
         &self,
         state: &mut SlidingLogState,
@@ -219,12 +224,19 @@ impl Algorithm for SlidingLog {
         let expired = |&(t, _): &(Timestamp, u64)| now - t >= period;
         // Live entries are a suffix of the log: sum the (usually short) expired prefix and
         // subtract it from the total instead of summing the whole log.
-        let live = state.total
-            - state
-                .words()
-                .take_while(expired)
-                .map(|(_, c)| c)
-                .sum::<u64>();
+        // Most checks find the oldest word still live: then nothing has expired, the whole
+        // total is live and there is nothing to prune.
+        let none_expired = !state.entries.is_empty() && now - state.oldest < period;
+        let live = if none_expired {
+            state.total
+        } else {
+            state.total
+                - state
+                    .words()
+                    .take_while(expired)
+                    .map(|(_, c)| c)
+                    .sum::<u64>()
+        };
         let allowed = cost <= limit.saturating_sub(live);
         let retry_after = (!allowed).then(|| {
             // The oldest live entries expire first; wait for the one that frees `excess`.
@@ -241,7 +253,9 @@ impl Algorithm for SlidingLog {
             period - (now - t)
         });
         let live_after = if allowed && consume && cost > 0 {
-            state.prune(now, period);
+            if !none_expired {
+                state.prune(now, period);
+            }
             state.push(now, cost);
             live + cost
         } else {
