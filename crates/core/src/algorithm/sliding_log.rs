@@ -241,16 +241,27 @@ impl Algorithm for SlidingLog {
         let retry_after = (!allowed).then(|| {
             // The oldest live entries expire first; wait for the one that frees `excess`.
             let excess = live + cost - limit;
+            if none_expired
+                && state
+                    .entries
+                    .front()
+                    .is_some_and(|&w| w & WORD_COST >= excess)
+            {
+                // The usual denial: the oldest word alone frees enough.
+                return period - (now - state.oldest);
+            }
             let mut freed = 0;
-            let (t, _) = state
+            // cost <= limit, so expiring every live entry frees enough and `find` always
+            // succeeds; the fallback (a whole period) is unreachable, and unlike a panic it lets
+            // a caller that reads only `allowed` skip this scan entirely.
+            state
                 .words()
                 .skip_while(expired)
                 .find(|&(_, c)| {
                     freed += c;
                     freed >= excess
                 })
-                .expect("cost <= limit, so expiring every live entry frees enough");
-            period - (now - t)
+                .map_or(period, |(t, _)| period - (now - t))
         });
         let live_after = if allowed && consume && cost > 0 {
             if !none_expired {
