@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! <prefix>{<digest>}<algo>:<rule>:<key>
-//! fg:{4f1c0a9e3b27d6e8}gcra:per-user:user=alice
+//! fg:{4f1c0a9e3b27d6e8}gc:per-user:user=alice
 //! ```
 //!
 //! - `<digest>`: the first 8 bytes of SHA-256 over `len(rule) as u64 (LE) || rule || key`, as
@@ -13,7 +13,7 @@
 //!   brace, so whatever `{`, `}`, `{}` or `}{` the user-supplied rule or key contains can neither
 //!   choose the slot nor split one decision's key across slots. Attacker-chosen keys spread
 //!   evenly over the 16,384 slots (the digest is uniform).
-//! - `<algo>`: `fw`, `sl`, `sw`, `tb`, `lb` or `gcra`, so that changing a rule's algorithm
+//! - `<algo>`: `fw`, `sl`, `sw`, `tb`, `lb` or `gc`, so that changing a rule's algorithm
 //!   starts from fresh state instead of misreading another algorithm's fields (the sliding log
 //!   is a string, the others hashes). [`Store::reset`](crate::Store::reset) deletes all six.
 //! - `<rule>:<key>`: the names in clear, for operators (`SCAN MATCH fg:*`). The digest already
@@ -32,7 +32,7 @@ pub fn algorithm_tag(kind: AlgorithmKind) -> &'static str {
         AlgorithmKind::SlidingWindow => "sw",
         AlgorithmKind::TokenBucket => "tb",
         AlgorithmKind::LeakyBucket => "lb",
-        AlgorithmKind::Gcra => "gcra",
+        AlgorithmKind::Gcra => "gc",
     }
 }
 
@@ -127,7 +127,7 @@ mod tests {
     fn hostile_braces_never_steer_the_slot() {
         let d = digest("r", "{victim}");
         let name = state_key("fg:", "r", "{victim}", AlgorithmKind::Gcra);
-        assert!(name.starts_with(&format!("fg:{{{d}}}gcra:r:")));
+        assert!(name.starts_with(&format!("fg:{{{d}}}gc:r:")));
         assert_eq!(slot(name.as_bytes()), slot(d.as_bytes()));
         for kind in AlgorithmKind::ALL {
             let other = state_key("fg:", "r", "{victim}", kind);

@@ -592,9 +592,16 @@ impl RedisStore {
         for (&i, &k) in group.items.iter().zip(&group.key_index) {
             push_item_args(&mut args, k, &items[i]);
         }
+        let first = items[group.items[0]].policy.kind();
+        let single = group
+            .items
+            .iter()
+            .all(|&i| items[i].policy.kind() == first)
+            .then_some(first);
+        let (script, source) = scripts::batch_script(single);
         let call = ScriptCall {
-            script: &scripts::BATCH,
-            source: scripts::BATCH_SOURCE,
+            script,
+            source,
             keys: &group.keys,
             args,
             now,

