@@ -124,8 +124,46 @@ fn http_cases_answer_2xx_through_real_serve_processes() {
 }
 
 #[test]
-fn redis_without_the_store_says_so() {
+fn redis_without_a_store_url_says_so() {
     let out = floodgate(&["bench", "--what", "redis"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("redis"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--store redis://"));
+}
+
+#[test]
+fn redis_measures_throughput_and_memory_usage_on_a_real_server() {
+    let server = floodgate_store::redis::testing::RedisServer::start().expect("redis-server");
+    let out = floodgate(&[
+        "bench",
+        "--what",
+        "redis",
+        "--store",
+        &server.url(),
+        "--requests",
+        "300",
+        "--http-seconds",
+        "5",
+        "--algorithms",
+        "gcra,sliding_log",
+        "--limit",
+        "20",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let section = &report["sections"][0];
+    let rows = section["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        assert!(r[1].as_f64().unwrap() > 0.0, "sequential checks/s: {r}");
+        assert!(r[3].as_f64().unwrap() > 0.0, "concurrent checks/s: {r}");
+        assert!(r[5].as_i64().unwrap() > 0, "MEMORY USAGE: {r}");
+    }
+    let notes = section["notes"].to_string();
+    assert!(notes.contains("Sliding log holding 20 requests"), "{notes}");
 }

@@ -7,7 +7,9 @@
 //! - `--what memory`: bytes per key at `--keys` keys (default 1M) for each algorithm, the sliding
 //!   log at `--limit` remembered requests, and the "1M users" projection beside the source
 //!   documents' figures ([`memory`]).
-//! - `--what redis`: decisions per second through the Redis store ([`redis`]).
+//! - `--what redis`: decisions per second through the Redis store at `--store redis://...`, one
+//!   sequential client and 64 concurrent ones, `MEMORY USAGE` per key, and `redis-benchmark`
+//!   beside when installed ([`redis`]).
 //! - `--what http`: throughput and latency of `floodgate serve` from a built-in, bounded,
 //!   loopback-only load generator ([`http`]).
 
@@ -112,11 +114,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
 
-    /// http: most requests per case (each case also stops after --http-seconds).
+    /// http and redis: most requests per case (each case also stops after --http-seconds).
     #[arg(long, default_value_t = 200_000)]
     pub requests: u64,
 
-    /// http: most seconds per case.
+    /// http and redis: most seconds per case.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     pub http_seconds: f64,
 
