@@ -59,6 +59,50 @@ pub struct CheckItem<'a> {
     pub cost: u64,
 }
 
+/// Rejects a batch that can never be admitted, before any state is touched.
+///
+/// Items naming the same `(rule, key)` share one state and are consumed together, so what must
+/// fit is the *sum* of their costs: two items of cost 6 on one key of a capacity-10 policy ask
+/// for 12 units at once, which no amount of waiting can grant (a denial with a `retry_after`
+/// would be a lie). Costs are summed per `(rule, key)` (saturating at `u64::MAX`) and compared
+/// with the capacity of that group's policy ([`Policy::capacity`]: the burst or the limit); if
+/// items of one group carry different policies, the smallest capacity applies. Groups are
+/// checked in order of their first item. `O(n²)` in the batch length, without allocation;
+/// batches are a handful of items.
+///
+/// Every [`Store`] implementation calls this first in `check` and `peek`.
+///
+/// # Errors
+/// [`StoreError::InsufficientCapacity`] for the first group whose summed cost exceeds its
+/// capacity, carrying the rule name, the summed `cost` and the `capacity`.
+pub fn validate_batch(items: &[CheckItem<'_>]) -> Result<(), StoreError> {
+    for (i, item) in items.iter().enumerate() {
+        let same = |other: &&CheckItem<'_>| other.rule == item.rule && other.key == item.key;
+        // Only the first item of a group does the work, so every group is reported once.
+        if items[..i].iter().any(|o| same(&o)) {
+            continue;
+        }
+        let (cost, capacity) =
+            items[i..]
+                .iter()
+                .filter(same)
+                .fold((0u64, u64::MAX), |(cost, capacity), o| {
+                    (
+                        cost.saturating_add(o.cost),
+                        capacity.min(o.policy.capacity()),
+                    )
+                });
+        if cost > capacity {
+            return Err(StoreError::InsufficientCapacity {
+                rule: item.rule.to_string(),
+                cost,
+                capacity,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The answer to a check (or peek) batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchDecision {
@@ -145,8 +189,9 @@ pub trait Store: Send + Sync + 'static {
     /// Checks every item and, when all admit, consumes all of them; otherwise consumes nothing.
     ///
     /// # Errors
-    /// [`StoreError::InsufficientCapacity`] when some item's `cost` exceeds its policy's
-    /// capacity (raised before any state is touched); [`StoreError::Unavailable`] /
+    /// [`StoreError::InsufficientCapacity`] when the summed cost of the items naming one
+    /// `(rule, key)` exceeds its policy's capacity (see [`validate_batch`]; raised before any
+    /// state is touched); [`StoreError::Unavailable`] /
     /// [`StoreError::Timeout`] from remote stores.
     fn check(
         &self,
@@ -213,5 +258,79 @@ impl<S: Store> Store for Arc<S> {
         key: &str,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         (**self).inspect(rule, policy, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate_core::AlgorithmKind;
+
+    fn policy(quota: &str) -> Policy {
+        Policy::new(AlgorithmKind::FixedWindow, quota.parse().unwrap()).unwrap()
+    }
+
+    fn item<'a>(rule: &'a str, policy: &'a Policy, key: &'a str, cost: u64) -> CheckItem<'a> {
+        CheckItem {
+            rule,
+            policy,
+            key,
+            cost,
+        }
+    }
+
+    #[test]
+    fn validate_batch_sums_costs_per_rule_and_key() {
+        let ten = policy("10/min");
+        let five = policy("5/min");
+        assert_eq!(validate_batch(&[]), Ok(()));
+        assert_eq!(validate_batch(&[item("r", &ten, "k", 10)]), Ok(()));
+        // 6 + 4 = 10 fits exactly; 6 + 6 = 12 never can.
+        assert_eq!(
+            validate_batch(&[item("r", &ten, "k", 6), item("r", &ten, "k", 4)]),
+            Ok(())
+        );
+        let err = validate_batch(&[
+            item("r", &ten, "other", 9),
+            item("r", &ten, "k", 6),
+            item("s", &ten, "k", 9),
+            item("r", &ten, "k", 6),
+        ]);
+        assert_eq!(
+            err,
+            Err(StoreError::InsufficientCapacity {
+                rule: "r".into(),
+                cost: 12,
+                capacity: 10,
+            })
+        );
+        // A single item above capacity, as before.
+        assert_eq!(
+            validate_batch(&[item("r", &five, "k", 6)]),
+            Err(StoreError::InsufficientCapacity {
+                rule: "r".into(),
+                cost: 6,
+                capacity: 5,
+            })
+        );
+        // Mixed policies on one (rule, key): the smaller capacity applies.
+        assert_eq!(
+            validate_batch(&[item("r", &ten, "k", 3), item("r", &five, "k", 3)]),
+            Err(StoreError::InsufficientCapacity {
+                rule: "r".into(),
+                cost: 6,
+                capacity: 5,
+            })
+        );
+        // Sums saturate instead of wrapping round to a small number.
+        let huge = policy("1000/min");
+        assert_eq!(
+            validate_batch(&[item("r", &huge, "k", u64::MAX), item("r", &huge, "k", 2)]),
+            Err(StoreError::InsufficientCapacity {
+                rule: "r".into(),
+                cost: u64::MAX,
+                capacity: 1000,
+            })
+        );
     }
 }

@@ -380,7 +380,8 @@ impl MemoryStore {
     /// [`Store::check`] at the clock's current time, synchronously.
     ///
     /// # Errors
-    /// [`StoreError::InsufficientCapacity`] when an item's cost exceeds its policy's capacity.
+    /// [`StoreError::InsufficientCapacity`] when the summed cost of one `(rule, key)` exceeds
+    /// its policy's capacity (see [`crate::validate_batch`]).
     pub fn check_now(&self, items: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
         self.check_at(items, self.clock.now())
     }
@@ -388,7 +389,8 @@ impl MemoryStore {
     /// [`Store::check`] at a caller-supplied `now` (microseconds since the epoch).
     ///
     /// # Errors
-    /// [`StoreError::InsufficientCapacity`] when an item's cost exceeds its policy's capacity.
+    /// [`StoreError::InsufficientCapacity`] when the summed cost of one `(rule, key)` exceeds
+    /// its policy's capacity (see [`crate::validate_batch`]).
     pub fn check_at(
         &self,
         items: &[CheckItem<'_>],
@@ -400,7 +402,8 @@ impl MemoryStore {
     /// [`Store::peek`] at the clock's current time, synchronously.
     ///
     /// # Errors
-    /// [`StoreError::InsufficientCapacity`] when an item's cost exceeds its policy's capacity.
+    /// [`StoreError::InsufficientCapacity`] when the summed cost of one `(rule, key)` exceeds
+    /// its policy's capacity (see [`crate::validate_batch`]).
     pub fn peek_now(&self, items: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
         self.peek_at(items, self.clock.now())
     }
@@ -408,7 +411,8 @@ impl MemoryStore {
     /// [`Store::peek`] at a caller-supplied `now`.
     ///
     /// # Errors
-    /// [`StoreError::InsufficientCapacity`] when an item's cost exceeds its policy's capacity.
+    /// [`StoreError::InsufficientCapacity`] when the summed cost of one `(rule, key)` exceeds
+    /// its policy's capacity (see [`crate::validate_batch`]).
     pub fn peek_at(
         &self,
         items: &[CheckItem<'_>],
@@ -752,16 +756,8 @@ impl MemoryStore {
         now: Timestamp,
         commit: bool,
     ) -> Result<BatchDecision, StoreError> {
-        for item in items {
-            let capacity = item.policy.capacity();
-            if item.cost > capacity {
-                return Err(StoreError::InsufficientCapacity {
-                    rule: item.rule.to_string(),
-                    cost: item.cost,
-                    capacity,
-                });
-            }
-        }
+        // Summed per (rule, key): repeated items of one key must fit together.
+        crate::validate_batch(items)?;
         if let [item] = items {
             return Ok(self.run_single(item, now, commit));
         }

@@ -55,7 +55,10 @@ fn a_denial_by_one_item_consumes_nothing_in_the_others() {
 #[test]
 fn repeated_items_in_one_batch_see_each_other() {
     let (_clock, store) = store();
-    let p = gcra("1/h");
+    // Capacity 2 with one unit already used: the pair fits the capacity (so it is not an
+    // InsufficientCapacity error) but not the current allowance.
+    let p = gcra("2/h");
+    assert!(store.check_now(&[item("r", &p, "k", 1)]).unwrap().allowed);
     let twice = [item("r", &p, "k", 1), item("r", &p, "k", 1)];
     let d = store.check_now(&twice).unwrap();
     assert!(!d.allowed);
@@ -118,6 +121,56 @@ fn cost_above_capacity_is_an_error_and_touches_nothing() {
     assert!(
         store
             .check_now(&[item("small", &small, "k", 10)])
+            .unwrap()
+            .allowed
+    );
+}
+
+#[test]
+fn repeated_key_whose_summed_cost_exceeds_capacity_is_insufficient_capacity() {
+    // Walkthrough case: two descriptors of cost 6 on one key of a capacity-10 policy. Each fits
+    // alone, together they never can; the answer must be an error, not a 429 whose
+    // Retry-After promises an admission that never comes.
+    let (clock, store) = store();
+    let ten = gcra("10/s");
+    let other = gcra("1/h");
+    let batch = [
+        item("other", &other, "k", 1),
+        item("per-user", &ten, "u", 6),
+        item("per-user", &ten, "u", 6),
+    ];
+    let expected = StoreError::InsufficientCapacity {
+        rule: "per-user".into(),
+        cost: 12,
+        capacity: 10,
+    };
+    assert_eq!(store.check_now(&batch).unwrap_err(), expected);
+    assert_eq!(store.peek_now(&batch).unwrap_err(), expected);
+    // Nothing was touched: no key stored, and the full capacity is still there.
+    assert_eq!(store.stats().keys, 0);
+    clock.advance(0);
+    let fit = store
+        .check_now(&[
+            item("per-user", &ten, "u", 6),
+            item("per-user", &ten, "u", 4),
+        ])
+        .unwrap();
+    assert!(fit.allowed);
+    assert_eq!(fit.decisions[1].remaining, 0);
+    // The same costs on two different keys, or under two rules, are independent.
+    let (_clock, store) = self::store();
+    assert!(
+        store
+            .check_now(&[
+                item("per-user", &ten, "u", 6),
+                item("per-user", &ten, "v", 6)
+            ])
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        store
+            .check_now(&[item("a", &ten, "u", 6), item("b", &ten, "u", 6)])
             .unwrap()
             .allowed
     );

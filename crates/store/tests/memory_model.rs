@@ -47,6 +47,17 @@ fn ops(rules: usize) -> impl Strategy<Value = Vec<Op>> {
     proptest::collection::vec(op, 1..80)
 }
 
+/// Whether the reference rejects `items` outright: some `(rule, key)`'s summed cost exceeds its
+/// policy's capacity, so no waiting could ever admit the batch.
+fn model_impossible(policies: &[(String, Policy)], items: &[(usize, usize, u64)]) -> bool {
+    let mut sums: HashMap<(usize, usize), u64> = HashMap::new();
+    for &(r, k, cost) in items {
+        *sums.entry((r, k)).or_default() += cost;
+    }
+    sums.iter()
+        .any(|(&(r, _), &sum)| sum > policies[r].1.capacity())
+}
+
 /// The reference: decide in order on copies; keep them only if every item admitted.
 fn model_batch(
     model: &mut HashMap<(usize, usize), State>,
@@ -97,6 +108,10 @@ proptest! {
                     let batch: Vec<CheckItem<'_>> = items.iter().map(|&(r, k, cost)| CheckItem {
                         rule: &policies[r].0, policy: &policies[r].1, key: keys[k], cost,
                     }).collect();
+                    if model_impossible(&policies, &items) {
+                        prop_assert!(store.check_now(&batch).is_err(), "{:?}", items);
+                        continue;
+                    }
                     let got = store.check_now(&batch).unwrap();
                     let (allowed, decisions) = model_batch(&mut model, &policies, &items, clock.now_for_test(), true);
                     prop_assert_eq!(got.allowed, allowed, "{:?}", items);
@@ -106,6 +121,10 @@ proptest! {
                     let batch: Vec<CheckItem<'_>> = items.iter().map(|&(r, k, cost)| CheckItem {
                         rule: &policies[r].0, policy: &policies[r].1, key: keys[k], cost,
                     }).collect();
+                    if model_impossible(&policies, &items) {
+                        prop_assert!(store.peek_now(&batch).is_err(), "{:?}", items);
+                        continue;
+                    }
                     let got = store.peek_now(&batch).unwrap();
                     let (allowed, decisions) = model_batch(&mut model, &policies, &items, clock.now_for_test(), false);
                     prop_assert_eq!(got.allowed, allowed);
