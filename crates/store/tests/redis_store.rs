@@ -461,3 +461,69 @@ async fn insufficient_capacity_is_raised_before_redis_is_asked() {
         }
     );
 }
+
+#[test]
+fn a_frozen_redis_times_out_opens_the_breaker_and_recovers_after_cont() {
+    // kill -STOP: the TCP connection stays up but nothing answers (the F2 fault).
+    let server = RedisServer::start().unwrap();
+    let info = server.cli(&["INFO", "server"]).unwrap();
+    let pid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let breaker_clock = Arc::new(ManualClock::new(T0));
+        let mut config = RedisStoreConfig::standalone(server.url());
+        config.timeout = Duration::from_millis(50);
+        let cool_down = config.breaker_cool_down;
+        let store = RedisStore::new(config, breaker_clock.clone()).unwrap();
+        store.startup_check().await.unwrap();
+        let p = policy(AlgorithmKind::Gcra, "1000/s");
+        let i = item("stop", &p, "k", 1);
+        assert!(store.check(&[i]).await.unwrap().allowed);
+
+        signal("-STOP");
+        for n in 0..5 {
+            let e = store.check(&[i]).await.unwrap_err();
+            assert!(matches!(e, StoreError::Timeout { .. }), "#{n}: {e}");
+        }
+        // Open: the next calls fail at once, without waiting for the frozen server.
+        let started = tokio::time::Instant::now();
+        for _ in 0..100 {
+            let e = store.check(&[i]).await.unwrap_err();
+            assert!(e.to_string().contains("circuit breaker"), "{e}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(50),
+            "fail-fast took {:?}",
+            started.elapsed()
+        );
+
+        signal("-CONT");
+        let mut recovered = false;
+        for _ in 0..100 {
+            breaker_clock.advance(cool_down.as_micros() as u64);
+            if store.check(&[i]).await.is_ok() {
+                recovered = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(recovered, "no recovery after SIGCONT");
+    });
+}

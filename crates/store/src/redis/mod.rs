@@ -492,16 +492,7 @@ impl RedisStore {
         now: Option<Timestamp>,
         commit: bool,
     ) -> Result<BatchDecision, StoreError> {
-        for item in items {
-            let capacity = item.policy.capacity();
-            if item.cost > capacity {
-                return Err(StoreError::InsufficientCapacity {
-                    rule: item.rule.to_string(),
-                    cost: item.cost,
-                    capacity,
-                });
-            }
-        }
+        crate::validate_batch(items)?;
         if items.is_empty() {
             return Ok(BatchDecision {
                 allowed: true,
