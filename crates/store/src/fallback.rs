@@ -30,13 +30,29 @@ use floodgate_core::{Clock, Decision, Policy, Quota};
 
 use crate::{BatchDecision, CheckItem, MemoryStore, Store, StoreError};
 
+/// Which rules fall back to the local store (see [`FallbackStore::only_rules`]).
+type RulePredicate = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// A [`Store`] that asks `primary` and, when it fails with [`StoreError::Unavailable`] or
 /// [`StoreError::Timeout`], decides locally with every limit divided by `instances`.
-#[derive(Debug)]
 pub struct FallbackStore<S> {
     primary: S,
     local: MemoryStore,
     instances: u64,
+    /// `None`: every rule falls back. `Some(p)`: a failed batch falls back only when `p` holds
+    /// for every item's rule; otherwise the primary's error is returned (and the caller's
+    /// open/closed failure mode applies).
+    only: Option<RulePredicate>,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for FallbackStore<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FallbackStore")
+            .field("primary", &self.primary)
+            .field("instances", &self.instances)
+            .field("every_rule", &self.only.is_none())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S: Store> FallbackStore<S> {
@@ -47,7 +63,16 @@ impl<S: Store> FallbackStore<S> {
             primary,
             local: MemoryStore::with_clock(clock),
             instances: instances.max(1),
+            only: None,
         }
+    }
+
+    /// Falls back only for batches whose every item's rule satisfies `is_local` (the rules
+    /// configured with failure mode `local`); a failed batch with any other rule returns the
+    /// primary's error, so that rule's open/closed mode applies to the request.
+    pub fn only_rules(mut self, is_local: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.only = Some(Arc::new(is_local));
+        self
     }
 
     /// The primary store.
@@ -81,6 +106,11 @@ impl<S: Store> FallbackStore<S> {
             StoreError::Unavailable { .. } | StoreError::Timeout { .. }
         ) {
             return Err(error);
+        }
+        if let Some(is_local) = &self.only {
+            if !items.iter().all(|i| is_local(i.rule)) {
+                return Err(error);
+            }
         }
         let policies: Vec<Policy> = items.iter().map(|i| self.local_policy(i.policy)).collect();
         let local_items: Vec<CheckItem<'_>> = items
@@ -132,7 +162,9 @@ impl<S: Store> Store for FallbackStore<S> {
         key: &str,
     ) -> Result<Decision, StoreError> {
         match self.primary.inspect(rule, policy, key).await {
-            Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. }) => {
+            Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. })
+                if self.only.as_ref().is_none_or(|is_local| is_local(rule)) =>
+            {
                 metrics::counter!("floodgate_store_degraded_total", "mode" => "local").increment(1);
                 Ok(self.local.inspect_at(
                     rule,

@@ -527,3 +527,35 @@ fn a_frozen_redis_times_out_opens_the_breaker_and_recovers_after_cont() {
         assert!(recovered, "no recovery after SIGCONT");
     });
 }
+
+#[tokio::test]
+async fn local_fallback_can_be_limited_to_some_rules() {
+    let mut server = RedisServer::start().unwrap();
+    server.kill();
+    let clock = Arc::new(ManualClock::new(T0));
+    let redis = RedisStore::new(RedisStoreConfig::standalone(server.url()), clock.clone()).unwrap();
+    let store = FallbackStore::new(redis, 2, clock).only_rules(|rule| rule == "local-rule");
+    let p = policy(AlgorithmKind::TokenBucket, "10/s");
+    let local = item("local-rule", &p, "k", 1);
+    let open = item("open-rule", &p, "k", 1);
+    // Only local rules: decided locally with 10 / 2 = 5.
+    let d = store.check(&[local]).await.unwrap();
+    assert_eq!(
+        (d.allowed, d.decisions[0].limit, d.decisions[0].remaining),
+        (true, 5, 4)
+    );
+    // Any other rule in the batch: the primary's error, for the caller's failure mode.
+    assert!(matches!(
+        store.check(&[local, open]).await,
+        Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. })
+    ));
+    assert!(store.inspect("open-rule", &p, "k").await.is_err());
+    assert_eq!(
+        store
+            .inspect("local-rule", &p, "k")
+            .await
+            .unwrap()
+            .remaining,
+        4
+    );
+}
