@@ -146,8 +146,8 @@ fn cross_slot_batches_are_all_or_nothing_with_exact_refunds() {
             for _ in 0..3 {
                 let d = store.check(&batch).await.unwrap();
                 assert!(!d.allowed, "{kind}");
-                assert_eq!(
-                    d.decisions[0].allowed, true,
+                assert!(
+                    d.decisions[0].allowed,
                     "{kind}: roomy would admit on its own"
                 );
                 assert_eq!(d.decisions[0].remaining, 2, "{kind}: reports the peek");
