@@ -75,9 +75,11 @@ pub enum KeySource {
     },
     /// The request method. Tag `method`.
     Method,
-    /// The request path, without the query. Tag `path`.
+    /// The request path, without the query, in canonical form
+    /// ([`crate::path::canonical_path`]: percent-decoded once, repeated `/` collapsed, `.` and
+    /// `..` resolved), so every spelling of one path shares one counter. Tag `path`.
     Path,
-    /// The method and path together (`GET /v1/items`). Tag `route`.
+    /// The method and canonical path together (`GET /v1/items`). Tag `route`.
     Route,
     /// The same value for every request: one global counter per rule. Tag `const`.
     Constant(String),
@@ -147,11 +149,15 @@ impl KeySource {
                 "method".to_string(),
                 Some(cx.method.as_str().as_bytes().to_vec()),
             ),
-            KeySource::Path => ("path".to_string(), Some(cx.uri.path().as_bytes().to_vec())),
-            KeySource::Route => (
-                "route".to_string(),
-                Some(format!("{} {}", cx.method, cx.uri.path()).into_bytes()),
+            KeySource::Path => (
+                "path".to_string(),
+                Some(crate::path::canonical_path(cx.uri.path()).into_owned()),
             ),
+            KeySource::Route => ("route".to_string(), {
+                let mut route = format!("{} ", cx.method).into_bytes();
+                route.extend_from_slice(&crate::path::canonical_path(cx.uri.path()));
+                Some(route)
+            }),
             KeySource::Constant(value) => ("const".to_string(), Some(value.as_bytes().to_vec())),
             KeySource::All(sources) => {
                 let mark = out.len();

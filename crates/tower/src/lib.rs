@@ -12,7 +12,9 @@
 //!   `429`, `Retry-After`, `RateLimit-Policy` / `RateLimit` headers and a problem+json body from
 //!   [`response`], the one module that maps decisions to HTTP.
 //! - Client IPs come from the socket peer unless it is a trusted proxy ([`ip`]); keys are
-//!   encoded injectively and safely ([`key`]).
+//!   encoded injectively and safely ([`key`]). Path prefixes and path/route keys use the
+//!   canonical path ([`path`]: percent-decoded, `//` collapsed, `.`/`..` resolved), so a path
+//!   cannot dodge a rule by being spelled differently; the request is forwarded unchanged.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -51,6 +53,7 @@ pub mod ip;
 pub mod key;
 pub mod layer;
 pub mod limiter;
+pub mod path;
 pub mod response;
 pub mod rule;
 pub mod service;

@@ -8,6 +8,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
 use crate::ip::ClientIpConfig;
 use crate::key::KeySource;
+use crate::path::canonical_path;
 
 /// One rate-limit rule.
 #[derive(Debug, Clone)]
@@ -75,6 +76,11 @@ impl Rule {
 pub struct Matcher {
     /// Path prefix, matched on whole segments: `/api` matches `/api` and `/api/x`, not
     /// `/apix`; a prefix ending in `/` matches anything below it.
+    ///
+    /// Both the request path and the prefix are compared in their canonical form
+    /// ([`crate::path::canonical_path`]: percent-decoded once, repeated `/` collapsed, `.` and
+    /// `..` resolved), so `/x/../api/a`, `/%61pi/a`, `//api/a` and `/api%2Fa` all match `/api`.
+    /// The canonical form is only used for matching; the request is passed on unchanged.
     pub path_prefix: Option<String>,
     /// Methods; empty = any.
     pub methods: Vec<Method>,
@@ -106,7 +112,8 @@ impl Matcher {
             return false;
         }
         if let Some(prefix) = &self.path_prefix {
-            if !path_matches(prefix, uri.path()) {
+            let path = canonical_path(uri.path());
+            if !path_matches(&canonical_path(prefix), &path) {
                 return false;
             }
         }
@@ -130,9 +137,11 @@ impl Matcher {
     }
 }
 
-fn path_matches(prefix: &str, path: &str) -> bool {
+/// Whole-segment prefix comparison of two canonical paths (bytes, since decoding may produce
+/// any octet).
+fn path_matches(prefix: &[u8], path: &[u8]) -> bool {
     match path.strip_prefix(prefix) {
-        Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
+        Some(rest) => prefix.ends_with(b"/") || rest.is_empty() || rest.starts_with(b"/"),
         None => false,
     }
 }
@@ -229,12 +238,12 @@ mod tests {
 
     #[test]
     fn path_prefix_matches_whole_segments() {
-        assert!(path_matches("/api", "/api"));
-        assert!(path_matches("/api", "/api/items"));
-        assert!(!path_matches("/api", "/apix"));
-        assert!(path_matches("/api/", "/api/x"));
-        assert!(path_matches("/", "/anything"));
-        assert!(!path_matches("/api", "/"));
+        assert!(path_matches(b"/api", b"/api"));
+        assert!(path_matches(b"/api", b"/api/items"));
+        assert!(!path_matches(b"/api", b"/apix"));
+        assert!(path_matches(b"/api/", b"/api/x"));
+        assert!(path_matches(b"/", b"/anything"));
+        assert!(!path_matches(b"/api", b"/"));
     }
 
     #[test]
