@@ -193,3 +193,123 @@ fn cross_slot_batches_are_all_or_nothing_with_exact_refunds() {
         }
     });
 }
+
+#[test]
+fn resharding_under_load_keeps_counts_and_almost_never_errs() {
+    // 1,000 slots move from the first master to the second while 8 clients check 500 keys
+    // (limit 20 each, frozen caller time): MOVED/ASK/TRYAGAIN are followed by the client, the
+    // keys' state moves with them, so no key ever admits more than its limit.
+    let cluster = RedisCluster::start().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let ids: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| n.cli(&["CLUSTER", "MYID"]).unwrap())
+        .collect();
+    let first = format!("127.0.0.1:{}", cluster.nodes()[0].port());
+    rt.block_on(async {
+        let store = Arc::new(store(&cluster));
+        let policy =
+            Arc::new(Policy::new(AlgorithmKind::SlidingLog, "20/h".parse().unwrap()).unwrap());
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for c in 0..8u64 {
+            let (store, policy, done) = (store.clone(), policy.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                let (mut admitted, mut requests, mut errors) = (vec![0u64; 500], 0u64, Vec::new());
+                let mut during = 0u64;
+                let mut n = c;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) || requests < 2_000 {
+                    if !done.load(std::sync::atomic::Ordering::Relaxed) {
+                        during += 1;
+                    }
+                    n = n
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let k = ((n >> 33) % 500) as usize;
+                    let key = format!("user{{{k}}}");
+                    requests += 1;
+                    match store
+                        .check(&[CheckItem {
+                            rule: "reshard",
+                            policy: &policy,
+                            key: &key,
+                            cost: 1,
+                        }])
+                        .await
+                    {
+                        Ok(d) => admitted[k] += u64::from(d.allowed),
+                        Err(e) => errors.push(e.to_string()),
+                    }
+                }
+                (admitted, requests, errors, during)
+            }));
+        }
+        let reshard = tokio::task::spawn_blocking({
+            let (from, to) = (ids[0].clone(), ids[1].clone());
+            move || {
+                std::process::Command::new("redis-cli")
+                    .args(["--cluster", "reshard", &first, "--cluster-from", &from])
+                    .args([
+                        "--cluster-to",
+                        &to,
+                        "--cluster-slots",
+                        "1000",
+                        "--cluster-yes",
+                    ])
+                    .output()
+                    .unwrap()
+            }
+        });
+        let out = reshard.await.unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (mut admitted, mut requests, mut errors) = (vec![0u64; 500], 0, Vec::new());
+        let mut during = 0;
+        for t in tasks {
+            let (a, r, e, d) = t.await.unwrap();
+            during += d;
+            for (total, x) in admitted.iter_mut().zip(a) {
+                *total += x;
+            }
+            requests += r;
+            errors.extend(e);
+        }
+        assert!(
+            errors.iter().all(|e| !e.contains("CROSSSLOT")),
+            "{errors:?}"
+        );
+        assert!(
+            errors.len() as u64 * 1000 <= requests,
+            "{} errors in {requests} requests: {:?}",
+            errors.len(),
+            errors.first()
+        );
+        assert!(
+            admitted.iter().all(|&a| a <= 20),
+            "a key admitted more than its limit"
+        );
+        // Afterwards every key still holds exactly what it admitted.
+        for k in [0usize, 1, 250, 499] {
+            let key = format!("user{{{k}}}");
+            let d = store.inspect("reshard", &policy, &key).await.unwrap();
+            assert_eq!(d.remaining, 20 - admitted[k], "key {k}");
+        }
+        assert!(
+            during > 1_000,
+            "only {during} requests ran during the reshard"
+        );
+        eprintln!(
+            "reshard: {requests} requests ({during} during the reshard), {} errors",
+            errors.len()
+        );
+    });
+}
