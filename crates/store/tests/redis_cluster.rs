@@ -313,3 +313,11 @@ fn resharding_under_load_keeps_counts_and_almost_never_errs() {
         );
     });
 }
+
+#[tokio::test]
+async fn startup_check_asks_every_master() {
+    let cluster = RedisCluster::start().unwrap();
+    let check = store(&cluster).startup_check().await.unwrap();
+    assert_eq!(check.maxmemory_policies, ["noeviction"; 3]);
+    assert!(!check.may_evict);
+}

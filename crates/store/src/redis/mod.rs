@@ -151,6 +151,23 @@ impl Conn {
         }
     }
 
+    /// `cmd` on every master of a cluster (a map of node to reply), or on the one server.
+    async fn query_all_masters(&self, cmd: &redis::Cmd) -> Result<Value, RedisError> {
+        match self {
+            Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Conn::Cluster(link) => {
+                use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+                link.connection()
+                    .await?
+                    .route_command(
+                        cmd.clone(),
+                        RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+                    )
+                    .await
+            }
+        }
+    }
+
     /// `EVALSHA`; on `NOSCRIPT` (cache emptied by a restart, failover or `SCRIPT FLUSH`)
     /// `EVAL` with the full source, which cannot answer `NOSCRIPT` and caches the script again.
     /// So no caller ever sees `NOSCRIPT`, even when the cache is flushed again between a
@@ -379,7 +396,7 @@ impl RedisStore {
         let reply: Value = tokio::time::timeout(
             wait,
             self.conn
-                .query(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy")),
+                .query_all_masters(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy")),
         )
         .await
         .map_err(|_| StoreError::Timeout {
