@@ -51,11 +51,13 @@ use tokio::sync::OnceCell;
 
 use crate::{BatchDecision, CheckItem, Store, StoreError};
 
+mod any;
 mod breaker;
 pub mod keys;
 pub mod scripts;
 pub mod testing;
 
+pub use any::AnyStore;
 use breaker::Breaker;
 
 /// Where the Redis data lives.

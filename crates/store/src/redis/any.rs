@@ -1,0 +1,114 @@
+//! [`AnyStore`]: the store chosen at run time (configuration, command line), as one closed enum
+//! so that services stay generic over nothing and pay no dynamic dispatch.
+
+use std::sync::Arc;
+
+use floodgate_core::{Decision, Policy};
+
+use super::RedisStore;
+use crate::fallback::FallbackStore;
+use crate::{BatchDecision, CheckItem, MemoryStore, Store, StoreError};
+
+/// One of the stores, picked at run time. Cheap to clone (an `Arc`).
+#[derive(Debug, Clone)]
+pub enum AnyStore {
+    /// The in-process store: one authority per process.
+    Memory(Arc<MemoryStore>),
+    /// Redis or Redis Cluster: one authority for every process sharing it.
+    Redis(Arc<RedisStore>),
+    /// Redis, falling back to a local store with divided limits when Redis fails.
+    RedisWithFallback(Arc<FallbackStore<RedisStore>>),
+}
+
+impl AnyStore {
+    /// The memory store, when this is one (for housekeeping such as sweeps and stats).
+    pub fn memory(&self) -> Option<&Arc<MemoryStore>> {
+        match self {
+            AnyStore::Memory(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The Redis store, when this is one (with or without fallback).
+    pub fn redis(&self) -> Option<&RedisStore> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(r) => Some(r),
+            AnyStore::RedisWithFallback(f) => Some(f.primary()),
+        }
+    }
+
+    /// `"memory"` or `"redis"`, for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AnyStore::Memory(_) => "memory",
+            AnyStore::Redis(_) | AnyStore::RedisWithFallback(_) => "redis",
+        }
+    }
+}
+
+impl Store for AnyStore {
+    async fn check(&self, items: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.check_now(items),
+            AnyStore::Redis(s) => s.check(items).await,
+            AnyStore::RedisWithFallback(s) => s.check(items).await,
+        }
+    }
+
+    async fn peek(&self, items: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.peek_now(items),
+            AnyStore::Redis(s) => s.peek(items).await,
+            AnyStore::RedisWithFallback(s) => s.peek(items).await,
+        }
+    }
+
+    async fn reset(&self, rule: &str, key: &str) -> Result<bool, StoreError> {
+        match self {
+            AnyStore::Memory(s) => Ok(s.reset_key(rule, key)),
+            AnyStore::Redis(s) => s.reset(rule, key).await,
+            AnyStore::RedisWithFallback(s) => s.reset(rule, key).await,
+        }
+    }
+
+    async fn inspect(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> Result<Decision, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.inspect(rule, policy, key).await,
+            AnyStore::Redis(s) => s.inspect(rule, policy, key).await,
+            AnyStore::RedisWithFallback(s) => s.inspect(rule, policy, key).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate_core::{AlgorithmKind, ManualClock};
+
+    #[tokio::test]
+    async fn the_memory_variant_decides_like_the_memory_store() {
+        let store = AnyStore::Memory(Arc::new(MemoryStore::with_clock(Arc::new(
+            ManualClock::new(1_700_000_000_000_000),
+        ))));
+        assert_eq!(store.kind(), "memory");
+        assert!(store.redis().is_none());
+        let p = Policy::new(AlgorithmKind::FixedWindow, "1/h".parse().unwrap()).unwrap();
+        let item = CheckItem {
+            rule: "r",
+            policy: &p,
+            key: "k",
+            cost: 1,
+        };
+        assert!(store.check(&[item]).await.unwrap().allowed);
+        assert!(!store.check(&[item]).await.unwrap().allowed);
+        assert_eq!(store.inspect("r", &p, "k").await.unwrap().remaining, 0);
+        assert!(store.reset("r", "k").await.unwrap());
+        assert!(store.peek(&[item]).await.unwrap().allowed);
+    }
+}
