@@ -82,6 +82,30 @@ fn hostile_braces_cause_no_crossslot_and_keep_our_slot() {
             // The same (rule, key) twice in one batch: the second item saw the first.
             assert_eq!(d.decisions[6].remaining, d.decisions[0].remaining - 1);
         }
+        // Every key on every node has a TTL.
+        let mut total = 0;
+        for node in cluster.nodes() {
+            let mut con = redis::Client::open(node.url())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+                .arg("*")
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            for k in &keys {
+                let pttl: i64 = redis::cmd("PTTL")
+                    .arg(k)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                assert!(pttl > 0, "{} has PTTL {pttl}", String::from_utf8_lossy(k));
+            }
+            total += keys.len();
+        }
+        assert_eq!(total, values.len() * 6, "one key per (rule, value)");
         // The slot Redis computes for a stored key is the slot of our digest tag.
         let node = &cluster.nodes()[0];
         // (redis-cli takes no NUL in an argument; that value is covered by the batches above.)
