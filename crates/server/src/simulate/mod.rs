@@ -136,6 +136,12 @@ pub struct Args {
     #[arg(long, value_parser = parse_duration, help_heading = "Traffic")]
     pub duration: Option<Micros>,
 
+    /// Refuse to generate more requests than this (counted before generating anything). Every
+    /// request costs about 0.5 KB of memory with all six algorithms (more with --format json),
+    /// so the default keeps a run to about half a gigabyte.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUESTS, help_heading = "Traffic")]
+    pub max_requests: u64,
+
     /// The rate-limit key of the scenario's requests.
     #[arg(long, default_value = "client", help_heading = "Traffic")]
     pub key: String,
@@ -153,6 +159,26 @@ pub struct Args {
     /// the traffic spans under 10 s; wider to keep at most 80 columns].
     #[arg(long, value_parser = parse_duration, help_heading = "Output")]
     pub column: Option<Micros>,
+}
+
+/// Default of `--max-requests`: the most requests one simulation generates or replays.
+///
+/// Each request is kept once as traffic (about 90 bytes) and once per algorithm as an outcome
+/// (about 70 bytes), so one million requests through all six algorithms take about half a
+/// gigabyte. Without a bound, `--limit 1000000000000/1us` or `--rate 100000000/1us` asked for
+/// trillions of requests and ran until memory ran out.
+pub const DEFAULT_MAX_REQUESTS: u64 = 1_000_000;
+
+/// Refuses traffic of `count` requests when it is above `max` (`--max-requests`).
+fn check_request_count(count: u128, max: u64, what: &str) -> anyhow::Result<()> {
+    if count > u128::from(max) {
+        bail!(
+            "{what} would generate {count} requests, more than --max-requests {max}; \
+             lower the limit, --rate, --requests or --duration, or raise --max-requests \
+             (each request takes about 0.5 KB of memory with all six algorithms)"
+        );
+    }
+    Ok(())
 }
 
 /// The built-in traffic patterns.
@@ -298,8 +324,18 @@ pub fn build_traffic(args: &Args, quota: &Quota) -> anyhow::Result<Traffic> {
         }
     }
     if let Some(path) = &args.trace {
-        return Ok(trace::read_trace(path)?);
+        // A trace is already in memory as text; its size is the file's, not generated.
+        let traffic = trace::read_trace(path)?;
+        check_request_count(
+            traffic.requests.len() as u128,
+            args.max_requests,
+            "the trace",
+        )?;
+        return Ok(traffic);
     }
+    // Every scenario's size is computed arithmetically and checked before anything is
+    // generated.
+    let max = args.max_requests;
     let traffic = match scenario {
         ScenarioName::Boundary => {
             let mut b = Boundary::for_quota(quota);
@@ -319,6 +355,7 @@ pub fn build_traffic(args: &Args, quota: &Quota) -> anyhow::Result<Traffic> {
             if args.duration.is_some() {
                 bail!("--duration does not apply to --scenario boundary (it covers two periods)");
             }
+            check_request_count(b.count(), max, "--scenario boundary")?;
             b.traffic()
         }
         ScenarioName::CalmSpike => {
@@ -329,6 +366,7 @@ pub fn build_traffic(args: &Args, quota: &Quota) -> anyhow::Result<Traffic> {
             c.every = args.every.unwrap_or(c.every);
             c.duration = args.duration.unwrap_or(c.duration);
             c.key.clone_from(&args.key);
+            check_request_count(c.count(), max, "--scenario calm-spike")?;
             c.traffic()
         }
         ScenarioName::Flood => {
@@ -341,6 +379,7 @@ pub fn build_traffic(args: &Args, quota: &Quota) -> anyhow::Result<Traffic> {
             }
             f.duration = args.duration.unwrap_or(f.duration);
             f.key.clone_from(&args.key);
+            check_request_count(f.count(), max, "--scenario flood")?;
             f.traffic()
         }
     };
@@ -384,6 +423,14 @@ pub fn build_report(args: &Args) -> anyhow::Result<Report> {
     });
     if let Some(burst) = args.burst {
         quota = quota.burst_of(burst).context("invalid --burst")?;
+    }
+    if args.balance != Balance::RoundRobin && args.instances == 1 {
+        // With one instance every request goes to it: the flag would silently change nothing.
+        bail!(
+            "--balance needs --instances > 1: with one instance every request goes to it, so \
+             --balance {} changes nothing",
+            args.balance.as_str()
+        );
     }
     let setup = Setup {
         instances: args.instances,
@@ -496,6 +543,61 @@ mod tests {
         assert_eq!(report.traffic.requests[200].t_us, 1_010_000);
         let report = build_report(&args("--preset redis-boundary -a gcra --requests 3")).unwrap();
         assert_eq!(report.traffic.requests.len(), 6);
+    }
+
+    #[test]
+    fn runaway_traffic_is_refused_before_generating_naming_max_requests() {
+        // The walkthrough: 2 x 10^12 requests (boundary at the limit) grew memory until it ran
+        // out, and 10^8 per microsecond for 10 s never finished. Both must fail at once.
+        for (line, count) in [
+            ("--limit 1000000000000/1us", "2000000000000"),
+            ("--scenario flood --rate 100000000/1us", "1000000000000000"),
+            (
+                "--scenario calm-spike --every 1us --duration 1h",
+                "3600000015",
+            ),
+        ] {
+            let err = format!("{:#}", build_report(&args(line)).unwrap_err());
+            assert!(err.contains("--max-requests 1000000"), "{line}: {err}");
+            assert!(
+                err.contains(&format!("generate {count} requests")),
+                "{line}: {err}"
+            );
+        }
+        // The bound is inclusive and can be moved: 20 requests fit 20, not 19.
+        let line = "--scenario boundary --requests 10 --max-requests 20";
+        assert_eq!(
+            build_report(&args(line)).unwrap().traffic.requests.len(),
+            20
+        );
+        let err = build_report(&args("--scenario boundary --requests 10 --max-requests 19"));
+        assert!(format!("{:#}", err.unwrap_err()).contains("generate 20 requests"));
+        // A trace is checked too.
+        let dir = std::env::temp_dir().join(format!("floodgate-max-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("t.csv");
+        std::fs::write(&file, "0,a\n1,a\n2,a\n").unwrap();
+        let trace = |max: u64| {
+            build_report(&args(&format!(
+                "--trace {} --max-requests {max}",
+                file.display()
+            )))
+        };
+        assert_eq!(trace(3).unwrap().traffic.requests.len(), 3);
+        assert!(format!("{:#}", trace(2).unwrap_err()).contains("--max-requests 2"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn balance_skewed_with_one_instance_is_an_error() {
+        let err = build_report(&args("--counter split --balance skewed")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("--balance needs --instances > 1"),
+            "{err:#}"
+        );
+        assert!(build_report(&args("--counter split --balance skewed --instances 2")).is_ok());
+        // The default balance with one instance stays fine.
+        assert!(build_report(&args("--counter split")).is_ok());
     }
 
     #[test]

@@ -103,6 +103,12 @@ impl Boundary {
         }
     }
 
+    /// How many requests [`Boundary::traffic`] generates (`2 x requests`), computed without
+    /// generating them, so a bound can be checked first.
+    pub fn count(&self) -> u128 {
+        2 * u128::from(self.requests)
+    }
+
     /// The requests of both bursts; the charts cover two periods.
     ///
     /// # Errors
@@ -192,6 +198,18 @@ impl CalmSpike {
         }
     }
 
+    /// How many requests [`CalmSpike::traffic`] generates: `ceil(duration / every)` calm ones
+    /// (at `0, every, 2 x every ...` below `duration`) plus the spike's `requests`, computed
+    /// without generating them. With `every == 0` (which `traffic` refuses) only the spike is
+    /// counted.
+    pub fn count(&self) -> u128 {
+        let calm = match self.every {
+            0 => 0,
+            every => u128::from(self.duration.div_ceil(every)),
+        };
+        calm + u128::from(self.requests)
+    }
+
     /// The calm requests and the spike.
     ///
     /// # Errors
@@ -209,7 +227,11 @@ impl CalmSpike {
                 cost: 1,
                 source: "calm",
             });
-            t += self.every;
+            // A duration near u64::MAX must end the loop, not overflow.
+            match t.checked_add(self.every) {
+                Some(next) => t = next,
+                None => break,
+            }
         }
         burst(
             &mut requests,
@@ -261,6 +283,19 @@ impl Flood {
             duration: quota.period(),
             key: "client".to_string(),
         }
+    }
+
+    /// How many requests [`Flood::traffic`] generates, computed without generating them.
+    ///
+    /// Request `i` arrives at `floor(i x per / units)`, which is below `duration` exactly when
+    /// `i x per < duration x units` (an integer's floor is below an integer bound iff the value
+    /// is), so the count is `ceil(duration x units / per)`, exact in `u128`. A rate that
+    /// `traffic` refuses (0 units or a 0 period) counts 0.
+    pub fn count(&self) -> u128 {
+        if self.units == 0 || self.per == 0 {
+            return 0;
+        }
+        (u128::from(self.duration) * u128::from(self.units)).div_ceil(u128::from(self.per))
     }
 
     /// The flood's requests.
@@ -426,6 +461,65 @@ mod tests {
         assert_eq!(parse_rate("50/10s"), Ok((50, 10_000_000)));
         assert!(parse_rate("0/s").is_err());
         assert!(parse_rate("5").is_err());
+    }
+
+    #[test]
+    fn counts_equal_the_generated_traffic() {
+        // Hand-checked: flood 3 per 10 us for 7 us arrives at 0, 3 and 6 us (ceil(21/10) = 3);
+        // calm every 4 us for 9 us at 0, 4, 8 (ceil(9/4) = 3) plus a spike of 2.
+        let flood = Flood {
+            units: 3,
+            per: 10,
+            duration: 7,
+            key: "k".into(),
+        };
+        assert_eq!(flood.count(), 3);
+        let calm = CalmSpike {
+            every: 4,
+            duration: 9,
+            requests: 2,
+            at: 1,
+            spread: 0,
+            key: "k".into(),
+        };
+        assert_eq!(calm.count(), 5);
+        for units in 1..=12 {
+            for per in 1..=12 {
+                for duration in 0..=30 {
+                    let f = Flood {
+                        units,
+                        per,
+                        duration,
+                        key: "k".into(),
+                    };
+                    let n = f.traffic().unwrap().requests.len() as u128;
+                    assert_eq!(f.count(), n, "{units}/{per} for {duration}");
+                    let c = CalmSpike {
+                        every: per,
+                        duration,
+                        requests: units,
+                        at: 3,
+                        spread: 5,
+                        key: "k".into(),
+                    };
+                    assert_eq!(c.count(), c.traffic().unwrap().requests.len() as u128);
+                }
+            }
+        }
+        let b = Boundary::for_quota(&quota("7/s"));
+        assert_eq!(b.count(), b.traffic().unwrap().requests.len() as u128);
+        // The walkthrough's runaway cases count without generating anything.
+        let huge = Flood {
+            units: 100_000_000,
+            per: 1,
+            duration: 10_000_000,
+            key: "k".into(),
+        };
+        assert_eq!(huge.count(), 1_000_000_000_000_000);
+        assert_eq!(
+            Boundary::for_quota(&quota("1000000000000/1us")).count(),
+            2_000_000_000_000
+        );
     }
 
     #[test]
