@@ -345,3 +345,88 @@ async fn startup_check_asks_every_master() {
     assert_eq!(check.maxmemory_policies, ["noeviction"; 3]);
     assert!(!check.may_evict);
 }
+
+/// Random multi-rule batches (mostly across slots, so through the refund protocol) decide
+/// exactly like the memory store, step after step, with time moving forward: a denied
+/// cross-slot batch leaves every key as if it had never been tried.
+#[test]
+fn cross_slot_batches_match_the_memory_store() {
+    use floodgate_core::Quota;
+    use floodgate_store::MemoryStore;
+    use proptest::prelude::*;
+
+    const QUOTAS: &[&str] = &[
+        "1/s",
+        "3/s",
+        "7/s",
+        "10/10s",
+        "3/20s burst 5",
+        "5/s burst 2",
+    ];
+    let cluster = RedisCluster::start().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = {
+        let _guard = rt.enter();
+        store(&cluster)
+    };
+    let case = std::sync::atomic::AtomicU64::new(0);
+    let strategy = (
+        prop::collection::vec(0usize..6, 3),
+        prop::collection::vec(0..QUOTAS.len(), 3),
+        prop::collection::vec(
+            (
+                0u64..400_000,
+                prop::collection::vec((0usize..3, 0usize..2, 0u64..4), 1..5),
+                prop::bool::weighted(0.2),
+            ),
+            1..25,
+        ),
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 40,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&strategy, |(kinds, q, steps)| {
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let policies: Vec<Policy> = (0..3)
+                .map(|i| {
+                    let quota: Quota = QUOTAS[q[i]].parse().unwrap();
+                    Policy::new(AlgorithmKind::ALL[kinds[i]], quota).unwrap()
+                })
+                .collect();
+            let rules: Vec<String> = (0..3).map(|i| format!("case{n}-rule{i}")).collect();
+            let memory = MemoryStore::with_clock(Arc::new(ManualClock::new(T0)));
+            let mut now = T0;
+            for (s, (dt, items, peek)) in steps.iter().enumerate() {
+                now += dt;
+                let batch: Vec<CheckItem<'_>> = items
+                    .iter()
+                    .map(|&(r, k, cost)| CheckItem {
+                        rule: &rules[r],
+                        policy: &policies[r],
+                        key: ["a", "b"][k],
+                        cost: cost.min(policies[r].capacity()),
+                    })
+                    .collect();
+                let (want, got) = if *peek {
+                    (
+                        memory.peek_at(&batch, now),
+                        rt.block_on(store.peek_at(&batch, now)),
+                    )
+                } else {
+                    (
+                        memory.check_at(&batch, now),
+                        rt.block_on(store.check_at(&batch, now)),
+                    )
+                };
+                prop_assert_eq!(want, got, "step #{}", s + 1);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
