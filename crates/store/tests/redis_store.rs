@@ -559,3 +559,49 @@ async fn local_fallback_can_be_limited_to_some_rules() {
         4
     );
 }
+
+#[test]
+fn processes_with_skewed_clocks_agree_on_server_time() {
+    // Four stores whose own clocks are 5 s behind, 2 s behind, 2 s ahead and 5 s ahead: with
+    // the server clock (the default) they still share one exact sliding log.
+    let server = RedisServer::start().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let now = SystemClock.now();
+        let stores: Vec<Arc<RedisStore>> = [-5_000_000i64, -2_000_000, 2_000_000, 5_000_000]
+            .into_iter()
+            .map(|skew| {
+                let clock = Arc::new(ManualClock::new(now.saturating_add_signed(skew)));
+                Arc::new(RedisStore::new(slow_ok(&server), clock).unwrap())
+            })
+            .collect();
+        let p = Arc::new(policy(AlgorithmKind::SlidingLog, "100/10s"));
+        let admitted = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for client in 0..200 {
+            let store = stores[client % 4].clone();
+            let (p, admitted) = (p.clone(), admitted.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    if store
+                        .check(&[item("skew", &p, "k", 1)])
+                        .await
+                        .unwrap()
+                        .allowed
+                    {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // Exact as long as the run takes less than the 10 s window (it takes well under 1 s).
+        assert_eq!(admitted.load(Ordering::Relaxed), 100);
+    });
+}
