@@ -605,3 +605,58 @@ fn processes_with_skewed_clocks_agree_on_server_time() {
         assert_eq!(admitted.load(Ordering::Relaxed), 100);
     });
 }
+
+#[tokio::test]
+async fn a_full_sliding_log_at_the_largest_limit_stays_fast_in_redis() {
+    // The server caps the sliding log at 10,000; a full log of 10,000 distinct timestamps is
+    // 80 KB. No script call on it may take 10 ms (SLOWLOG threshold).
+    let server = RedisServer::start_with_args(&["--slowlog-log-slower-than", "10000"]).unwrap();
+    let mut config = slow_ok(&server);
+    config.time_source = TimeSource::Caller;
+    config.ttl_extra = Duration::from_secs(3600);
+    let store = RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap();
+    let p = policy(AlgorithmKind::SlidingLog, "10000/h");
+    for i in 0..10_000u64 {
+        let d = store
+            .check_at(&[item("big", &p, "k", 1)], T0 + i)
+            .await
+            .unwrap();
+        assert!(d.allowed);
+    }
+    // Worst cases: a denial of the whole capacity walks every entry; admissions after entries
+    // expire rewrite the log.
+    let denied = store
+        .check_at(&[item("big", &p, "k", 10_000)], T0 + 20_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        denied.decisions[0].retry_after,
+        Some(3_600_000_000 - 20_000 + 9_999)
+    );
+    for i in 0..100u64 {
+        // By `at`, the entries at T0 .. T0 + 5i + 4 have expired: room for 5 more each time.
+        let at = T0 + 3_600_000_000 + 4 + i * 5;
+        assert!(
+            store
+                .check_at(&[item("big", &p, "k", 5)], at)
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    let mut con = raw(&server).await;
+    let slow: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(10)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(slow.is_empty(), "slow calls: {slow:?}");
+    let bytes: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(store.key_name("big", "k", AlgorithmKind::SlidingLog))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(bytes < 100_000, "{bytes} B");
+}
