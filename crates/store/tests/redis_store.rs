@@ -660,3 +660,43 @@ async fn a_full_sliding_log_at_the_largest_limit_stays_fast_in_redis() {
         .unwrap();
     assert!(bytes < 100_000, "{bytes} B");
 }
+
+#[tokio::test]
+async fn a_full_redis_with_noeviction_refuses_with_an_error_and_evicts_nothing() {
+    let server =
+        RedisServer::start_with_args(&["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"])
+            .unwrap();
+    let store = RedisStore::new(slow_ok(&server), Arc::new(SystemClock)).unwrap();
+    let p = policy(AlgorithmKind::Gcra, "10/h");
+    let mut written = 0u64;
+    let error = loop {
+        let key = format!("user={written}");
+        match store.check(&[item("oom", &p, &key, 1)]).await {
+            Ok(d) => {
+                assert!(d.allowed);
+                written += 1;
+            }
+            Err(e) => break e,
+        }
+        assert!(written < 1_000_000, "never ran out of memory");
+    };
+    assert!(
+        matches!(&error, StoreError::Unavailable { reason } if reason.contains("OOM")),
+        "{error}"
+    );
+    // A two-key batch is refused as a whole, before it runs: nothing half-written.
+    let pair = [item("oom", &p, "new-a", 1), item("oom-2", &p, "new-b", 1)];
+    assert!(store.check(&pair).await.is_err());
+    // Nothing was evicted: every admitted key is still there, each with a TTL.
+    let mut con = raw(&server).await;
+    let keys = all_keys(&mut con).await;
+    assert_eq!(keys.len() as u64, written);
+    for k in keys.iter().step_by(97) {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(k)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(pttl > 0, "{k}");
+    }
+}

@@ -10,10 +10,21 @@ use std::sync::LazyLock;
 
 use floodgate_core::AlgorithmKind;
 
+/// The first line of every script. A script with a shebang (Redis 7+) is refused *before* it
+/// runs when Redis is over `maxmemory` (no `allow-oom` flag), instead of failing at its first
+/// write: so a multi-key batch can never be half-written by an out-of-memory error. It also
+/// makes Redis insist that every key is declared in `KEYS` and in one cluster slot, as ours are.
+macro_rules! shebang {
+    () => {
+        "#!lua\n"
+    };
+}
+
 /// `common.lua` and the six algorithm files, in the order the drivers expect.
 macro_rules! library {
     () => {
         concat!(
+            shebang!(),
             include_str!("../../lua/common.lua"),
             "\n",
             include_str!("../../lua/fixed_window.lua"),
@@ -39,6 +50,7 @@ macro_rules! library {
 macro_rules! single {
     ($file:literal, $stubs:literal) => {
         concat!(
+            shebang!(),
             include_str!("../../lua/common.lua"),
             "\n",
             $stubs,
