@@ -404,7 +404,7 @@ impl RedisStore {
         .map_err(|_| StoreError::Timeout {
             after_ms: duration_ms(wait),
         })?
-        .map_err(to_store_error)?;
+        .map_err(|e| to_store_error(e, wait))?;
         let mut maxmemory_policies = Vec::new();
         collect_policies(&reply, &mut maxmemory_policies);
         let may_evict = maxmemory_policies.iter().any(|p| policy_may_evict(p));
@@ -434,7 +434,7 @@ impl RedisStore {
         })?;
         let result = match tokio::time::timeout(self.config.timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(to_store_error(e)),
+            Ok(Err(e)) => Err(to_store_error(e, self.config.timeout)),
             Err(_) => Err(StoreError::Timeout {
                 after_ms: duration_ms(self.config.timeout),
             }),
@@ -727,9 +727,12 @@ fn unavailable(e: RedisError) -> StoreError {
     }
 }
 
-fn to_store_error(e: RedisError) -> StoreError {
+/// The client's own response timeout (set to the same bound) reports as a timeout too.
+fn to_store_error(e: RedisError, timeout: Duration) -> StoreError {
     if e.is_timeout() {
-        StoreError::Timeout { after_ms: 0 }
+        StoreError::Timeout {
+            after_ms: duration_ms(timeout),
+        }
     } else {
         unavailable(e)
     }
