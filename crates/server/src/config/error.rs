@@ -7,15 +7,17 @@ use std::ops::Range;
 /// `rules.toml:12: rules[1].limit: invalid quota "10/fortnight": unknown period unit ...`.
 ///
 /// `line` is 1-based; it is 0 only when the problem concerns the file as a whole (it cannot be
-/// read). `field` is the dotted path from the document root with 0-based array indexes
-/// (`rules[1].match.methods[0]`), or `.` for the whole document.
+/// read), and is then left out: `rules.toml: cannot read: No such file or directory ...`.
+/// `field` is the dotted path from the document root with 0-based array indexes
+/// (`rules[1].match.methods[0]`), or empty when no field is at fault (a TOML syntax error:
+/// `rules.toml:2: invalid TOML: ...`); an empty field is left out too.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// The file name as given on the command line, or `<embedded default>`.
     pub file: String,
     /// 1-based line of the offending value (0: the file itself).
     pub line: usize,
-    /// Dotted path of the offending field, e.g. `rules[0].cost`.
+    /// Dotted path of the offending field, e.g. `rules[0].cost`; empty when none is at fault.
     pub field: String,
     /// What is wrong and, where possible, what would be right.
     pub message: String,
@@ -23,11 +25,14 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}: {}: {}",
-            self.file, self.line, self.field, self.message
-        )
+        write!(f, "{}", self.file)?;
+        if self.line > 0 {
+            write!(f, ":{}", self.line)?;
+        }
+        if !self.field.is_empty() {
+            write!(f, ": {}", self.field)?;
+        }
+        write!(f, ": {}", self.message)
     }
 }
 
@@ -106,5 +111,12 @@ mod tests {
         assert_eq!(s.line_of(10_000), 4);
         let e = s.error(6..7, "b", "bad");
         assert_eq!(e.to_string(), "f.toml:2: b: bad");
+        let e = s.error(6..7, "", "invalid TOML: bad");
+        assert_eq!(e.to_string(), "f.toml:2: invalid TOML: bad");
+        let e = ConfigError {
+            line: 0,
+            ..s.error(0..0, "", "cannot read: gone")
+        };
+        assert_eq!(e.to_string(), "f.toml: cannot read: gone");
     }
 }

@@ -222,8 +222,8 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
         ConfigErrors(vec![ConfigError {
             file: file.clone(),
             line: 0,
-            field: ".".into(),
-            message: format!("cannot read the file: {e}"),
+            field: String::new(),
+            message: format!("cannot read: {e}"),
         }])
     })?;
     parse(&file, &text)
@@ -285,7 +285,7 @@ fn deserialize(src: &Source<'_>, text: &str) -> Result<RawConfig, ConfigError> {
     let de = toml::Deserializer::parse(text).map_err(|e| {
         src.error(
             e.span().unwrap_or(0..0),
-            ".",
+            "",
             format!("invalid TOML: {}", e.message()),
         )
     })?;
@@ -304,14 +304,10 @@ fn deserialize(src: &Source<'_>, text: &str) -> Result<RawConfig, ConfigError> {
 fn clean_path(path: &str) -> String {
     let cleaned: Vec<&str> = path
         .split('.')
-        .filter(|seg| !seg.starts_with("$__serde_spanned"))
+        .filter(|seg| !seg.is_empty() && !seg.starts_with("$__serde_spanned"))
         .collect();
-    let joined = cleaned.join(".");
-    if joined.is_empty() {
-        ".".into()
-    } else {
-        joined
-    }
+    // An empty path (the document as a whole) names no field.
+    cleaned.join(".")
 }
 
 struct Validator<'a> {

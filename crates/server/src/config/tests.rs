@@ -155,7 +155,7 @@ fn wrong_types_and_missing_fields_name_the_field() {
 #[test]
 fn syntax_errors_give_the_line() {
     let e = err("[server]\nlisten = \n");
-    assert!(e.starts_with("rules.toml:2: .: invalid TOML: "), "{e}");
+    assert!(e.starts_with("rules.toml:2: invalid TOML: "), "{e}");
 }
 
 #[test]
@@ -425,9 +425,40 @@ cost = 5
                 prop_assert!(!errors.0.is_empty());
                 for e in errors.0 {
                     prop_assert!(e.line >= 1 && e.line <= text.lines().count() + 1, "{}", e);
-                    prop_assert!(!e.field.is_empty());
+                    // Only a syntax error names no field.
+                    prop_assert!(
+                        !e.field.is_empty() || e.message.starts_with("invalid TOML: "),
+                        "{}",
+                        e
+                    );
                 }
             }
         }
     }
+}
+
+/// Every ```toml block of the README is a complete, valid configuration, so the documented
+/// example cannot drift from what `check-config` accepts.
+#[test]
+fn every_toml_block_of_the_readme_is_a_valid_configuration() {
+    let readme = include_str!("../../../../README.md");
+    let mut blocks = 0;
+    let mut lines = readme.lines().enumerate();
+    while let Some((start, line)) = lines.next() {
+        if line.trim_end() != "```toml" {
+            continue;
+        }
+        let body: Vec<&str> = lines
+            .by_ref()
+            .map(|(_, l)| l)
+            .take_while(|l| l.trim_end() != "```")
+            .collect();
+        // Blank lines in place of the text before the block, so errors give README lines.
+        let text = "\n".repeat(start + 1) + &body.join("\n") + "\n";
+        if let Err(e) = parse("README.md", &text) {
+            panic!("{e}");
+        }
+        blocks += 1;
+    }
+    assert!(blocks >= 1, "no ```toml block found in the README");
 }
