@@ -7,34 +7,41 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use floodgate_store::Store;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use serde::Deserialize;
 use serde_json::json;
 
-use super::{invalid, problem, MAX_KEY_BYTES};
+use super::{invalid, problem, QueryParams, MAX_KEY_BYTES};
 use crate::serve::AppState;
 
-#[derive(Debug, Deserialize)]
-pub(super) struct KeyQuery {
-    #[serde(default)]
-    encoded: bool,
+/// Longest accepted `?encoded=true` store key, in bytes: a client key of [`MAX_KEY_BYTES`]
+/// percent-escaped in full (3 bytes per byte) plus its `key=` prefix.
+const MAX_ENCODED_KEY_BYTES: usize = MAX_KEY_BYTES * 3 + 4;
+
+/// The `(rule, key)` path parameters, or a 400 problem naming `path` (e.g. a `%FF` that does
+/// not decode to UTF-8).
+fn path_params(
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<(String, String), Response> {
+    path.map(|Path(p)| p)
+        .map_err(|e| invalid(StatusCode::BAD_REQUEST, "path", e.body_text()))
 }
 
 /// `GET /v1/keys/{rule}/{key}`: the key's standing (a cost-0 peek).
 pub(super) async fn inspect(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((rule, key)): Path<(String, String)>,
-    Query(q): Query<KeyQuery>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: QueryParams,
 ) -> Response {
     if let Err(denied) = authorize(&state, &headers) {
         return denied;
     }
-    let (config, index, store_key) = match locate(&state, &rule, &key, q.encoded) {
+    let (config, index, store_key, key) = match located(&state, path, &query) {
         Ok(found) => found,
         Err(response) => return response,
     };
@@ -70,13 +77,13 @@ pub(super) async fn inspect(
 pub(super) async fn reset(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((rule, key)): Path<(String, String)>,
-    Query(q): Query<KeyQuery>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: QueryParams,
 ) -> Response {
     if let Err(denied) = authorize(&state, &headers) {
         return denied;
     }
-    let (config, index, store_key) = match locate(&state, &rule, &key, q.encoded) {
+    let (config, index, store_key, key) = match located(&state, path, &query) {
         Ok(found) => found,
         Err(response) => return response,
     };
@@ -98,21 +105,43 @@ pub(super) async fn reset(
     }
 }
 
-type Located = (Arc<crate::config::Config>, usize, String);
+/// The configuration in force, the rule's index in it, the store key, and the key as given.
+type Located = (Arc<crate::config::Config>, usize, String, String);
 
-fn locate(state: &AppState, rule: &str, key: &str, encoded: bool) -> Result<Located, Response> {
+/// Validates the path and query of an admin request and finds the rule.
+fn located(
+    state: &AppState,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: &QueryParams,
+) -> Result<Located, Response> {
+    let (rule, key) = path_params(path)?;
+    let encoded = query.bool("encoded")?.unwrap_or(false);
+    let (config, index, store_key) = locate(state, &rule, &key, encoded)?;
+    Ok((config, index, store_key, key))
+}
+
+/// The rule named `rule` and the store key for `key`: a client key (as given to `/v1/check`,
+/// 1 to [`MAX_KEY_BYTES`] bytes), or with `encoded` a store key as the request paths derive
+/// it (1 to [`MAX_ENCODED_KEY_BYTES`] bytes).
+fn locate(
+    state: &AppState,
+    rule: &str,
+    key: &str,
+    encoded: bool,
+) -> Result<(Arc<crate::config::Config>, usize, String), Response> {
     let Some((config, index)) = state.rule(rule) else {
-        return Err(invalid(
-            StatusCode::NOT_FOUND,
-            "rule",
-            format!("unknown rule {rule:?}"),
-        ));
+        return Err(super::unknown_rule("rule", rule));
     };
-    if key.is_empty() || key.len() > MAX_KEY_BYTES * 3 {
+    let max = if encoded {
+        MAX_ENCODED_KEY_BYTES
+    } else {
+        MAX_KEY_BYTES
+    };
+    if key.is_empty() || key.len() > max {
         return Err(invalid(
             StatusCode::BAD_REQUEST,
             "key",
-            format!("must be between 1 and {MAX_KEY_BYTES} bytes long"),
+            format!("must be between 1 and {max} bytes long"),
         ));
     }
     let store_key = if encoded {
@@ -138,7 +167,7 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
     let given = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer_token);
     match given {
         None => {
             let mut r = problem(
@@ -165,6 +194,15 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` value. The scheme is case-insensitive
+/// (RFC 9110 section 11.1; RFC 6750 names it `Bearer`), and spaces around the token are
+/// ignored.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// Compares without an early exit on the first differing byte, so response time does not tell
 /// how much of a guessed token was right.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -176,7 +214,18 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::{bearer_token, constant_time_eq};
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER   abc  "), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
+    }
 
     #[test]
     fn token_comparison() {

@@ -17,34 +17,28 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
 use floodgate_tower::PeerAddr;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 
 use crate::serve::AppState;
 
-/// Query parameters of the forward-auth endpoint.
-#[derive(Debug, serde::Deserialize)]
-pub(super) struct ForwardAuthQuery {
-    /// Status of a denial: 429 (default) or 403. nginx's `auth_request` treats every status
-    /// but 2xx, 401 and 403 as an error (500), so its snippet asks for 403 and maps it back to
-    /// 429 with `error_page`.
-    deny_status: Option<u16>,
-}
-
-/// The handler.
+/// The handler. Query parameter `deny_status`: the status of a denial, 429 (default) or 403.
+/// nginx's `auth_request` treats every status but 2xx, 401 and 403 as an error (500), so its
+/// snippet asks for 403 and maps it back to 429 with `error_page`.
 pub(super) async fn forward_auth(
     State(state): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Query(query): Query<ForwardAuthQuery>,
+    query: super::QueryParams,
     method: Method,
     mut headers: HeaderMap,
 ) -> Response {
-    let deny_status = match query.deny_status {
-        None | Some(429) => StatusCode::TOO_MANY_REQUESTS,
-        Some(403) => StatusCode::FORBIDDEN,
-        Some(other) => {
+    let deny_status = match query.u16("deny_status") {
+        Err(problem) => return problem,
+        Ok(None | Some(429)) => StatusCode::TOO_MANY_REQUESTS,
+        Ok(Some(403)) => StatusCode::FORBIDDEN,
+        Ok(Some(other)) => {
             return super::invalid(
                 StatusCode::BAD_REQUEST,
                 "deny_status",
@@ -59,11 +53,12 @@ pub(super) async fn forward_auth(
     let plan = state.limiter.plan(&method, &uri, &headers, &extensions);
     let verdict = state.limiter.evaluate(plan).await;
     match verdict.response() {
-        Some(mut denied) => {
+        Some(denied) => {
             if denied.status() == StatusCode::TOO_MANY_REQUESTS {
-                *denied.status_mut() = deny_status;
+                super::from_tower(with_status(denied, deny_status))
+            } else {
+                super::from_tower(denied)
             }
-            super::from_tower(denied)
         }
         None => {
             let mut response = StatusCode::OK.into_response();
@@ -71,6 +66,26 @@ pub(super) async fn forward_auth(
             response
         }
     }
+}
+
+/// `response` with `status`, also in its problem+json body's `status` member, which RFC 9457
+/// (section 3.1.4) wants equal to the HTTP status. A body that is not a JSON object is kept.
+fn with_status(
+    response: http::Response<bytes::Bytes>,
+    status: StatusCode,
+) -> http::Response<bytes::Bytes> {
+    let (mut parts, body) = response.into_parts();
+    parts.status = status;
+    let body = match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(mut problem) if problem.is_object() => {
+            problem["status"] = status.as_u16().into();
+            problem.to_string().into()
+        }
+        _ => body,
+    };
+    // The length changed; the server computes it again from the body.
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    http::Response::from_parts(parts, body)
 }
 
 /// The original method and URI from the forwarding headers; also points `Host` at the
@@ -128,6 +143,28 @@ mod tests {
         assert_eq!(m, Method::POST);
         assert_eq!(u, "/api/search?q=1");
         assert_eq!(h["host"], "api.example.com");
+    }
+
+    #[test]
+    fn a_denial_sent_as_403_says_403_in_its_body_too() {
+        let denied = http::Response::builder()
+            .status(StatusCode::TOO_MANY_REQUESTS)
+            .header("content-type", "application/problem+json")
+            .header("retry-after", "3")
+            .header("content-length", "43")
+            .body(bytes::Bytes::from_static(
+                br#"{"status":429,"title":"Too Many Requests"}"#,
+            ))
+            .unwrap();
+        let r = with_status(denied, StatusCode::FORBIDDEN);
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert_eq!(r.headers()["retry-after"], "3");
+        assert!(r.headers().get("content-length").is_none());
+        let body: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"status": 403, "title": "Too Many Requests"})
+        );
     }
 
     #[test]

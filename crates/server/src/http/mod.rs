@@ -12,8 +12,10 @@
 //! | `POST /v1/debug/clock/advance` | TEST ONLY, with `--manual-clock`: move time |
 //!
 //! Every error is `application/problem+json` (RFC 9457) with `type`, `title`, `status`,
-//! `detail` and, for bad input, the `field` at fault; bad input is rejected before any state is
-//! touched.
+//! `detail` and, for bad input, the `field` at fault (a body field, a query parameter, `path` or
+//! `method`); bad input is rejected before any state is touched. A method a route does not
+//! support is a 405 problem with the `Allow` header; query parameters are read by
+//! [`QueryParams`], which names the parameter at fault.
 
 // Handlers return `Result<_, Response>` so that `?` can short-circuit with a finished error
 // answer; the error path is the rare one and a response is moved once, so boxing buys nothing.
@@ -29,10 +31,11 @@ mod tests;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Query};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
 use crate::serve::AppState;
@@ -48,6 +51,16 @@ pub const MAX_DESCRIPTORS: usize = 16;
 
 /// Problem type of a malformed or out-of-range API request.
 pub const PROBLEM_INVALID_REQUEST: &str = "urn:floodgate:problem:invalid-request";
+
+/// Problem type of a request naming a rule that is not configured (404 on the admin API).
+pub const PROBLEM_UNKNOWN_RULE: &str = "urn:floodgate:problem:unknown-rule";
+
+/// Problem type of a method an endpoint does not support (405, with `Allow`).
+pub const PROBLEM_METHOD_NOT_ALLOWED: &str = "urn:floodgate:problem:method-not-allowed";
+
+/// The `reason` labels of `floodgate_requests_rejected_total`, all exported from startup.
+pub const REJECTION_REASONS: &[&str] =
+    &["invalid", "too_large", "unknown_rule", "method_not_allowed"];
 
 /// The API router (everything but the reverse proxy).
 pub fn router(state: Arc<AppState>) -> Router {
@@ -69,6 +82,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         router = router.route("/v1/debug/clock/advance", post(ops::advance_clock));
     }
     router
+        // After every route: it applies to the routes registered so far. axum adds `Allow`.
+        .method_not_allowed_fallback(ops::method_not_allowed)
         .fallback(ops::not_found)
         // The body limit is checked again while reading (see `api::read_json`) so that the
         // answer is a problem+json 413 rather than axum's plain text.
@@ -101,14 +116,46 @@ pub fn problem(
     response
 }
 
-/// A 400 (or `status`) problem naming the request `field` at fault. Counted in
-/// `floodgate_requests_rejected_total{reason}`.
+/// A 400 (or `status`, e.g. 413) problem naming the request `field` at fault. Counted in
+/// `floodgate_requests_rejected_total{reason}` (`too_large` for a 413, else `invalid`).
 pub fn invalid(status: StatusCode, field: &str, detail: impl Into<String>) -> Response {
     let reason = match status {
         StatusCode::PAYLOAD_TOO_LARGE => "too_large",
-        StatusCode::NOT_FOUND => "unknown_rule",
         _ => "invalid",
     };
+    rejected(
+        status,
+        reason,
+        PROBLEM_INVALID_REQUEST,
+        "invalid request",
+        field,
+        detail,
+    )
+}
+
+/// A 404 problem: the rule named by `field` is not configured. Counted in
+/// `floodgate_requests_rejected_total{reason="unknown_rule"}`.
+pub fn unknown_rule(field: &str, rule: &str) -> Response {
+    rejected(
+        StatusCode::NOT_FOUND,
+        "unknown_rule",
+        PROBLEM_UNKNOWN_RULE,
+        "unknown rule",
+        field,
+        format!("no rule named {rule:?} is configured"),
+    )
+}
+
+/// A rejected request: counted under `reason`, answered as a problem naming `field`, whose
+/// `detail` starts with `field: `.
+fn rejected(
+    status: StatusCode,
+    reason: &'static str,
+    kind: &str,
+    title: &str,
+    field: &str,
+    detail: impl Into<String>,
+) -> Response {
     metrics::counter!("floodgate_requests_rejected_total", "reason" => reason).increment(1);
     let detail = detail.into();
     let detail = if field.is_empty() {
@@ -116,13 +163,83 @@ pub fn invalid(status: StatusCode, field: &str, detail: impl Into<String>) -> Re
     } else {
         format!("{field}: {detail}")
     };
-    problem(
-        status,
-        PROBLEM_INVALID_REQUEST,
-        "invalid request",
-        detail,
-        Some(("field", field.into())),
-    )
+    problem(status, kind, title, detail, Some(("field", field.into())))
+}
+
+/// The query parameters of a request, as decoded `(name, value)` pairs, with typed getters
+/// whose errors are 400 problems naming the parameter (axum's `Query<T>` answers a bad value
+/// with a plain-text 400 that names nothing). Unknown parameters are ignored, since proxies
+/// may add their own.
+#[derive(Debug, Clone, Default)]
+pub struct QueryParams(Vec<(String, String)>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Response> {
+        match Query::<Vec<(String, String)>>::try_from_uri(&parts.uri) {
+            Ok(Query(pairs)) => Ok(Self(pairs)),
+            Err(e) => Err(invalid(StatusCode::BAD_REQUEST, "query", e.body_text())),
+        }
+    }
+}
+
+impl QueryParams {
+    /// The value of parameter `name`: `None` when absent; a 400 naming it when given twice.
+    ///
+    /// # Errors
+    /// A problem response when `name` appears more than once.
+    pub fn get(&self, name: &str) -> Result<Option<&str>, Response> {
+        let mut found = self
+            .0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str());
+        let first = found.next();
+        if found.next().is_some() {
+            return Err(invalid(
+                StatusCode::BAD_REQUEST,
+                name,
+                "given more than once",
+            ));
+        }
+        Ok(first)
+    }
+
+    /// A boolean parameter: `true` or `false` (`None` when absent).
+    ///
+    /// # Errors
+    /// A 400 naming `name` for any other value, or when it is given twice.
+    pub fn bool(&self, name: &str) -> Result<Option<bool>, Response> {
+        match self.get(name)? {
+            None => Ok(None),
+            Some("true") => Ok(Some(true)),
+            Some("false") => Ok(Some(false)),
+            Some(other) => Err(invalid(
+                StatusCode::BAD_REQUEST,
+                name,
+                format!("must be true or false, got {other:?}"),
+            )),
+        }
+    }
+
+    /// A `u16` parameter (`None` when absent).
+    ///
+    /// # Errors
+    /// A 400 naming `name` when the value is not a whole number from 0 to 65535, or when it is
+    /// given twice.
+    pub fn u16(&self, name: &str) -> Result<Option<u16>, Response> {
+        match self.get(name)? {
+            None => Ok(None),
+            Some(text) => text.parse().map(Some).map_err(|_| {
+                invalid(
+                    StatusCode::BAD_REQUEST,
+                    name,
+                    format!("must be a whole number, got {text:?}"),
+                )
+            }),
+        }
+    }
 }
 
 /// Converts a floodgate-tower response (bytes body) into an axum response.

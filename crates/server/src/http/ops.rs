@@ -1,5 +1,5 @@
-//! Operations endpoints: `/metrics`, `/healthz`, `/readyz`, the not-found answer, and the
-//! test-only clock control.
+//! Operations endpoints: `/metrics`, `/healthz`, `/readyz`, the not-found and
+//! method-not-allowed answers, and the test-only clock control.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -61,6 +61,23 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         StatusCode::OK
     };
     (status, Json(body)).into_response()
+}
+
+/// A route that exists but not for this method: 405 problem+json naming the `method` field
+/// (axum adds the `Allow` header with the methods the route does support).
+pub(super) async fn method_not_allowed(method: http::Method, uri: http::Uri) -> Response {
+    metrics::counter!("floodgate_requests_rejected_total", "reason" => "method_not_allowed")
+        .increment(1);
+    problem(
+        StatusCode::METHOD_NOT_ALLOWED,
+        super::PROBLEM_METHOD_NOT_ALLOWED,
+        "Method Not Allowed",
+        format!(
+            "method: {method} is not allowed on {}; the Allow header lists the methods that are",
+            uri.path()
+        ),
+        Some(("field", "method".into())),
+    )
 }
 
 /// Any other path.
