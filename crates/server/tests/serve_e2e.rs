@@ -267,6 +267,11 @@ path_prefix = "/api"
         .unwrap();
     assert_eq!(r.status(), 403);
     assert_eq!(r.headers()["retry-after"], "30");
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(
+        problem["status"], 403,
+        "the body's status matches the HTTP status"
+    );
     // nginx auth_request style: X-Original-URI.
     let r = c
         .get(fg.url("/v1/forward-auth"))
@@ -453,6 +458,36 @@ shadow = true
         post_json(&c, &full.url("/v1/check"), &check("enforced", "newcomer")).await;
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["store_full"], "reject");
+    assert!(
+        body["detail"].as_str().unwrap().contains("max_keys"),
+        "{body}"
+    );
+    // Counted apart from the keys' own denials.
+    let outcome =
+        |o: &str| format!("floodgate_decisions_total{{rule=\"enforced\",outcome=\"{o}\"}}");
+    assert_eq!(metric(&c, &full, &outcome("store_full")).await, Some(1.0));
+    assert_eq!(metric(&c, &full, &outcome("denied")).await, None);
+    assert_eq!(
+        metric(&c, &full, "floodgate_store_full_total{action=\"reject\"}").await,
+        Some(1.0)
+    );
+}
+
+#[tokio::test]
+async fn store_and_rejection_metrics_are_exported_from_the_start() {
+    let fg = Floodgate::start(&[]);
+    let c = client();
+    for series in [
+        "floodgate_store_full_total{action=\"reject\"}",
+        "floodgate_store_full_total{action=\"admit_untracked\"}",
+        "floodgate_store_expirations_total",
+        "floodgate_store_evictions_total",
+        "floodgate_store_errors_total{kind=\"timeout\"}",
+        "floodgate_requests_rejected_total{reason=\"method_not_allowed\"}",
+        "floodgate_config_reloads_total{result=\"error\"}",
+    ] {
+        assert_eq!(metric(&c, &fg, series).await, Some(0.0), "{series}");
+    }
 }
 
 const RELOAD_V1: &str = r#"
@@ -718,7 +753,7 @@ async fn admin_api_needs_a_token_and_resets_keys() {
     )
     .await;
     assert_eq!(body["remaining"], 9);
-    let (status, _, _) = split(
+    let (status, headers, body) = split(
         c.get(fg.url("/v1/keys/nope/alice"))
             .bearer_auth(token)
             .send()
@@ -727,6 +762,155 @@ async fn admin_api_needs_a_token_and_resets_keys() {
     )
     .await;
     assert_eq!(status, 404);
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert_eq!(
+        (&body["title"], &body["field"], &body["type"]),
+        (
+            &json!("unknown rule"),
+            &json!("rule"),
+            &json!("urn:floodgate:problem:unknown-rule")
+        )
+    );
+    // The scheme is case-insensitive (RFC 9110 section 11.1).
+    let r = c
+        .get(&key_url)
+        .header("authorization", format!("bearer {token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Client keys are limited to 256 bytes here as on /v1/check.
+    let (status, _, body) = split(
+        c.get(fg.url(&format!("/v1/keys/per-client-ip/{}", "k".repeat(257))))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, &body["field"]), (400, &json!("key")), "{body}");
+    let r = c
+        .get(fg.url(&format!("/v1/keys/per-client-ip/{}", "k".repeat(256))))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn an_ipv6_client_key_is_named_with_an_escaped_slash() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("v6.toml");
+    std::fs::write(
+        &config,
+        "[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\nadmin_token = \"test-token-0123456789\"\n\n\
+         [[rules]]\nname = \"per-ip\"\nlimit = \"5/min\"\nkey = \"client_ip\"\n",
+    )
+    .unwrap();
+    let fg = Floodgate::start(&["--config", config.to_str().unwrap()]);
+    let c = client();
+    let r = c
+        .get(fg.url("/v1/forward-auth"))
+        .header("x-forwarded-for", "2001:db8::1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The IPv6 client is counted per /64: its key is ip=2001:db8::/64, whose '/' is %2F in a path.
+    let (status, _, body) = split(
+        c.get(fg.url("/v1/keys/per-ip/ip=2001:db8::%2F64?encoded=true"))
+            .bearer_auth("test-token-0123456789")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (&body["store_key"], &body["remaining"]),
+        (&json!("ip=2001:db8::/64"), &json!(4))
+    );
+}
+
+#[tokio::test]
+async fn wrong_methods_and_bad_query_parameters_get_problem_json_naming_the_field() {
+    let token = "test-token-0123456789";
+    let fg = Floodgate::start(&["--admin-token", token]);
+    let c = client();
+    // 405: problem+json naming the method, with Allow kept.
+    for (method, path, allow) in [
+        (reqwest::Method::GET, "/v1/check", "POST"),
+        (
+            reqwest::Method::PUT,
+            "/v1/keys/per-client-ip/alice",
+            "GET,HEAD,DELETE",
+        ),
+        (reqwest::Method::DELETE, "/v1/forward-auth", "GET,HEAD,POST"),
+    ] {
+        let (status, headers, body) = split(
+            c.request(method.clone(), fg.url(path))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 405, "{method} {path}: {body}");
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert_eq!(headers["allow"], allow, "{method} {path}");
+        assert_eq!(
+            (&body["field"], &body["status"]),
+            (&json!("method"), &json!(405))
+        );
+    }
+    // Bad query values: 400 problem+json naming the parameter.
+    for (path, field, detail) in [
+        (
+            "/v1/forward-auth?deny_status=abc",
+            "deny_status",
+            "must be a whole number",
+        ),
+        (
+            "/v1/forward-auth?deny_status=500",
+            "deny_status",
+            "must be 429 or 403",
+        ),
+        (
+            "/v1/forward-auth?deny_status=403&deny_status=429",
+            "deny_status",
+            "more than once",
+        ),
+        (
+            "/v1/keys/per-client-ip/alice?encoded=maybe",
+            "encoded",
+            "true or false",
+        ),
+        ("/v1/keys/per-client-ip/%FF", "path", ""),
+    ] {
+        let (status, headers, body) =
+            split(c.get(fg.url(path)).bearer_auth(token).send().await.unwrap()).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert_eq!(
+            headers["content-type"], "application/problem+json",
+            "{path}"
+        );
+        assert_eq!(body["field"], field, "{path}: {body}");
+        let text = body["detail"].as_str().unwrap();
+        assert!(
+            text.starts_with(&format!("{field}: ")) && text.contains(detail),
+            "{path}: {text}"
+        );
+    }
+    assert_eq!(
+        metric(
+            &c,
+            &fg,
+            "floodgate_requests_rejected_total{reason=\"method_not_allowed\"}"
+        )
+        .await,
+        Some(3.0)
+    );
 }
 
 #[tokio::test]
@@ -797,4 +981,30 @@ fn check_config_names_file_line_and_field() {
     assert!(String::from_utf8(out.stdout)
         .unwrap()
         .contains("per-ip: token_bucket 3/min"));
+
+    // A syntax error names the line, and no field; a missing file names the file and why.
+    std::fs::write(&bad, "[[rules]]\nname = \"a\"\nlimit = \n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .current_dir(dir.path())
+        .args(["check-config", "rules.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.starts_with("rules.toml:3: invalid TOML: "),
+        "{stderr}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .current_dir(dir.path())
+        .args(["check-config", "missing.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.starts_with("missing.toml: cannot read: "),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }

@@ -288,14 +288,18 @@ async fn decide(
             Ok(decided) => {
                 admitted = decided.allowed;
                 store_full = decided.store_full;
+                // A batch refused because the store is full of live keys is not the keys'
+                // own doing: its denials are counted apart, so dashboards do not read them
+                // as clients over their limits.
+                let refused_full = store_full == Some(floodgate_store::OnFull::Reject);
                 for (&i, decision) in enforcing.iter().zip(decided.decisions) {
                     if consume {
                         count(
                             &config.rules[items[i].rule].name,
-                            if decision.allowed {
-                                "allowed"
-                            } else {
-                                "denied"
+                            match (decision.allowed, refused_full) {
+                                (true, _) => "allowed",
+                                (false, true) => "store_full",
+                                (false, false) => "denied",
                             },
                         );
                     }
@@ -458,6 +462,18 @@ fn answer(items: &[Item], result: &Decided, consume: bool) -> Response {
         // The store was full of live keys: the denial (or untracked admission) is not the
         // key's own doing. See `[store] on_full`.
         body["store_full"] = full.as_str().into();
+        body["detail"] = match full {
+            floodgate_store::OnFull::Reject => {
+                "the store holds [store] max_keys live keys and refuses new keys \
+                 (on_full = \"reject\"); this is not the key's own limit, and retry_after is \
+                 only a suggestion: room appears as keys expire"
+            }
+            floodgate_store::OnFull::AdmitUntracked => {
+                "the store holds [store] max_keys live keys; a new key was admitted without \
+                 being counted (on_full = \"admit_untracked\")"
+            }
+        }
+        .into();
     }
     let status = if allowed || !consume {
         StatusCode::OK

@@ -79,19 +79,39 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Seconds between checks of the config file for changes (0: only reload on SIGHUP).
-    #[arg(long, default_value_t = 1, value_name = "SECONDS")]
-    pub watch_interval: u64,
+    /// How often the config file is checked for changes: a duration such as `1s`, `500ms`,
+    /// `2min`, or a bare number of seconds (0: only reload on SIGHUP).
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
+    pub watch_interval: Duration,
 
-    /// Seconds to let in-flight requests finish after SIGTERM/SIGINT.
-    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
-    pub drain_timeout: u64,
+    /// How long in-flight requests may finish after SIGTERM/SIGINT: a duration such as `10s`
+    /// or `500ms`, or a bare number of seconds.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
 
     /// TEST ONLY, never for production: run on a manual clock starting at START_US
     /// (microseconds since the Unix epoch) and enable `POST /v1/debug/clock/advance`, so tests
     /// can move time deterministically instead of sleeping.
     #[arg(long, hide = true, value_name = "START_US")]
     pub manual_clock: Option<u64>,
+}
+
+/// Parses a command-line duration: a bare number of seconds (`10`) or a count with a unit as
+/// in quotas (`500ms`, `1s`, `2min`, `1h`; see [`floodgate_core::quota::parse_period`]).
+///
+/// # Errors
+/// A reason naming the accepted forms when `text` is neither.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse()
+            .map(Duration::from_secs)
+            .map_err(|_| format!("{text:?} is too large"));
+    }
+    floodgate_core::quota::parse_period(text)
+        .map(Duration::from_micros)
+        .map_err(|e| format!("{e}; give e.g. 1s, 500ms, 2min or a number of seconds"))
 }
 
 /// `--log-format`.
@@ -138,7 +158,7 @@ fn initial_config(args: &ServeArgs) -> anyhow::Result<(Config, Option<String>)> 
         Some(path) => {
             let file = path.display().to_string();
             let text = std::fs::read_to_string(path)
-                .with_context(|| format!("{file}:0: .: cannot read the file"))?;
+                .map_err(|e| anyhow::anyhow!("{file}: cannot read: {e}"))?;
             let config = config::parse(&file, &text).map_err(|e| anyhow::anyhow!("{e}"))?;
             Ok((config, Some(text)))
         }
@@ -253,7 +273,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             Arc::clone(&state),
             signals.hup,
             text,
-            Duration::from_secs(args.watch_interval),
+            args.watch_interval,
             shutdown_rx.clone(),
         )),
         tokio::spawn(housekeeping(Arc::clone(&state), shutdown_rx.clone())),
@@ -265,7 +285,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         _ = int.recv() => tracing::info!("SIGINT received"),
     }
     tracing::info!(
-        drain_timeout_s = args.drain_timeout,
+        drain_timeout_ms = u64::try_from(args.drain_timeout.as_millis()).unwrap_or(u64::MAX),
         "shutting down: draining in-flight requests"
     );
     state.shutting_down.store(true, Ordering::SeqCst);
@@ -277,7 +297,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let code = match tokio::time::timeout(Duration::from_secs(args.drain_timeout), drain).await {
+    let code = match tokio::time::timeout(args.drain_timeout, drain).await {
         Ok(()) => {
             tracing::info!("drained; bye");
             ExitCode::SUCCESS
@@ -358,7 +378,7 @@ fn describe_metrics() {
     describe_counter!(
         "floodgate_decisions_total",
         "Rate-limit decisions by rule and outcome (allowed, denied, shadow_allowed, \
-         shadow_denied, skipped, error_open, error_closed, cost_exceeds_capacity)"
+         shadow_denied, skipped, error_open, error_closed, cost_exceeds_capacity, store_full)"
     );
     describe_histogram!(
         "floodgate_decision_duration_seconds",
@@ -395,5 +415,15 @@ fn describe_metrics() {
         metrics::counter!("floodgate_config_reloads_total", "result" => result).increment(0);
     }
     metrics::counter!("floodgate_store_evictions_total").increment(0);
-    metrics::counter!("floodgate_store_errors_total", "kind" => "unavailable").increment(0);
+    metrics::counter!("floodgate_store_expirations_total").increment(0);
+    for action in ["reject", "admit_untracked"] {
+        metrics::counter!("floodgate_store_full_total", "action" => action).increment(0);
+    }
+    for kind in ["unavailable", "timeout", "other"] {
+        metrics::counter!("floodgate_store_errors_total", "kind" => kind).increment(0);
+    }
+    for reason in crate::http::REJECTION_REASONS {
+        metrics::counter!("floodgate_requests_rejected_total", "reason" => *reason).increment(0);
+    }
+    metrics::gauge!("floodgate_store_keys").set(0.0);
 }
