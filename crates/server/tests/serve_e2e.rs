@@ -159,7 +159,8 @@ async fn proxy_streams_bodies_strips_hop_by_hop_headers_and_limits_by_peer() {
         );
         let seen: Value = r.json().await.unwrap();
         assert_eq!(seen["path"], "/api/info?x=1");
-        assert_eq!(seen["x_forwarded_for"], format!("{xff}, 127.0.0.1"));
+        // The peer is not a trusted proxy: the client's X-Forwarded-For is replaced.
+        assert_eq!(seen["x_forwarded_for"], "127.0.0.1");
         assert_eq!(seen["x_secret"], Value::Null, "hop-by-hop header leaked");
     }
     let (status, headers, body) = split(
@@ -209,6 +210,61 @@ async fn proxy_streams_bodies_strips_hop_by_hop_headers_and_limits_by_peer() {
     advance(&c, &fg, 20_000_000).await;
     let r = c.get(fg.proxy_url("/api/info")).send().await.unwrap();
     assert_eq!(r.status(), 200, "admitted again after Retry-After");
+}
+
+#[tokio::test]
+async fn the_proxy_passes_forwarding_headers_only_from_trusted_peers() {
+    let upstream = Upstream::start().await;
+    let c = client();
+    let dir = tempfile::tempdir().unwrap();
+    let trusted = dir.path().join("trusted.toml");
+    std::fs::write(
+        &trusted,
+        "[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n[[rules]]\nname = \"r\"\nlimit = \"5/min\"\n",
+    )
+    .unwrap();
+    let untrusted = Floodgate::start(&["--upstream", &upstream.url]);
+    let trusted = Floodgate::start(&[
+        "--config",
+        trusted.to_str().unwrap(),
+        "--upstream",
+        &upstream.url,
+    ]);
+    let seen = |fg: &Floodgate| {
+        let url = fg.proxy_url("/who");
+        let c = c.clone();
+        async move {
+            c.get(url)
+                .header("host", "app.example")
+                .header("x-forwarded-for", "198.51.100.7")
+                .header("x-forwarded-proto", "https")
+                .header("x-forwarded-host", "admin.internal")
+                .header("x-real-ip", "198.51.100.7")
+                .header("forwarded", "for=198.51.100.7;proto=https")
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    // A client talking to us directly cannot say who it is or how it came.
+    let got = seen(&untrusted).await;
+    assert_eq!(got["x_forwarded_for"], "127.0.0.1");
+    assert_eq!(got["x_forwarded_proto"], "http");
+    assert_eq!(got["x_forwarded_host"], "app.example");
+    assert_eq!(
+        (&got["x_real_ip"], &got["forwarded"]),
+        (&Value::Null, &Value::Null)
+    );
+    // A trusted proxy's headers are passed on, and it is appended to X-Forwarded-For.
+    let got = seen(&trusted).await;
+    assert_eq!(got["x_forwarded_for"], "198.51.100.7, 127.0.0.1");
+    assert_eq!(got["x_forwarded_proto"], "https");
+    assert_eq!(got["x_forwarded_host"], "admin.internal");
+    assert_eq!(got["x_real_ip"], "198.51.100.7");
+    assert_eq!(got["forwarded"], "for=198.51.100.7;proto=https");
 }
 
 #[tokio::test]

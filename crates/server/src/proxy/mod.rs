@@ -4,9 +4,17 @@
 //!
 //! Per RFC 9110 section 7.6.1 the hop-by-hop headers (`Connection` and the headers it names,
 //! `Keep-Alive`, `Proxy-Connection`, `Proxy-Authenticate`, `Proxy-Authorization`, `TE`,
-//! `Trailer`, `Transfer-Encoding`, `Upgrade`) are removed in both directions. The TCP peer is
-//! appended to `X-Forwarded-For`; `X-Forwarded-Host` and `X-Forwarded-Proto` are set when
-//! absent. An unreachable upstream is a 502 problem+json.
+//! `Trailer`, `Transfer-Encoding`, `Upgrade`) are removed in both directions. An unreachable
+//! upstream is a 502 problem+json.
+//!
+//! Forwarding headers tell the upstream who the client is, so a client must not be able to
+//! write them. When the TCP peer is in `[server] trusted_proxies` (a proxy in front of us), the
+//! peer is appended to its `X-Forwarded-For`, and its `X-Forwarded-Host`, `X-Forwarded-Proto`,
+//! `X-Real-IP` and `Forwarded` are passed on (the two `X-Forwarded-*` set from what we saw when
+//! absent). When the peer is not trusted, every client-supplied forwarding header
+//! ([`CLIENT_FORWARDING_HEADERS`]) is dropped and the upstream gets `X-Forwarded-For` = the
+//! peer, `X-Forwarded-Proto` = `http` (the listener speaks plain HTTP) and `X-Forwarded-Host`
+//! = the request's `Host`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,7 +38,22 @@ use crate::serve::AppState;
 struct Proxy {
     upstream: Uri,
     client: Client<HttpConnector, Body>,
+    /// For the trusted proxies in force (they follow reloads).
+    state: Arc<AppState>,
 }
+
+/// Forwarding headers dropped from a request whose peer is not a trusted proxy: a client could
+/// otherwise tell the upstream it is someone else, or came over HTTPS.
+pub const CLIENT_FORWARDING_HEADERS: [&str; 8] = [
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-forwarded-server",
+    "x-real-ip",
+    "forwarded",
+];
 
 /// The proxy router: rate-limit layer around a forwarding handler for every path and method.
 ///
@@ -44,7 +67,11 @@ pub fn router(state: Arc<AppState>) -> Router {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     let client = Client::builder(TokioExecutor::new()).build(connector);
-    let proxy = Proxy { upstream, client };
+    let proxy = Proxy {
+        upstream,
+        client,
+        state: Arc::clone(&state),
+    };
     let costs = Arc::clone(&state);
     Router::new()
         .fallback(forward)
@@ -78,7 +105,16 @@ async fn forward(
     };
     remove_hop_by_hop(&mut parts.headers);
     crate::serve::cost::strip_internal(&mut parts.headers);
-    add_forwarded(&mut parts.headers, peer);
+    let trusted = {
+        let config = proxy.state.config();
+        let ip = floodgate_tower::ip::canonical(peer.ip());
+        config
+            .server
+            .trusted_proxies
+            .iter()
+            .any(|net| net.contains(&ip))
+    };
+    add_forwarded(&mut parts.headers, peer, trusted);
     // The upstream speaks HTTP/1.1 (or h2c through ALPN-less prior knowledge, not used here).
     parts.version = http::Version::HTTP_11;
     let upstream_request = http::Request::from_parts(parts, body);
@@ -138,9 +174,16 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Appends the peer to `X-Forwarded-For` (joining earlier lines into one), and sets
-/// `X-Forwarded-Host` / `X-Forwarded-Proto` when absent.
-fn add_forwarded(headers: &mut HeaderMap, peer: SocketAddr) {
+/// Sets the forwarding headers for the upstream. From a `trusted` peer: appends the peer to
+/// `X-Forwarded-For` (joining earlier lines into one) and sets `X-Forwarded-Host` /
+/// `X-Forwarded-Proto` when absent. From any other peer: first drops every client-supplied
+/// [`CLIENT_FORWARDING_HEADERS`], so the upstream sees only what this proxy saw.
+fn add_forwarded(headers: &mut HeaderMap, peer: SocketAddr, trusted: bool) {
+    if !trusted {
+        for name in CLIENT_FORWARDING_HEADERS {
+            headers.remove(name);
+        }
+    }
     let ip = floodgate_tower::ip::canonical(peer.ip()).to_string();
     let earlier: Vec<String> = headers
         .get_all("x-forwarded-for")
@@ -188,17 +231,54 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_for_is_appended() {
+    fn a_trusted_peer_is_appended_and_its_headers_kept() {
         let mut h = HeaderMap::new();
         h.append("x-forwarded-for", HeaderValue::from_static("198.51.100.1"));
         h.append("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
         h.insert("host", HeaderValue::from_static("example.com"));
-        add_forwarded(&mut h, "[::ffff:127.0.0.1]:5000".parse().unwrap());
+        h.insert("x-real-ip", HeaderValue::from_static("198.51.100.1"));
+        add_forwarded(&mut h, "[::ffff:127.0.0.1]:5000".parse().unwrap(), true);
         assert_eq!(h["x-forwarded-for"], "198.51.100.1, 10.0.0.1, 127.0.0.1");
         assert_eq!(h["x-forwarded-host"], "example.com");
         assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-real-ip"], "198.51.100.1");
         let mut h = HeaderMap::new();
-        add_forwarded(&mut h, "127.0.0.2:1".parse().unwrap());
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        h.insert(
+            "x-forwarded-host",
+            HeaderValue::from_static("public.example"),
+        );
+        add_forwarded(&mut h, "127.0.0.2:1".parse().unwrap(), true);
         assert_eq!(h["x-forwarded-for"], "127.0.0.2");
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(h["x-forwarded-host"], "public.example");
+    }
+
+    #[test]
+    fn an_untrusted_peer_cannot_write_forwarding_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("example.com"));
+        h.insert("x-forwarded-for", HeaderValue::from_static("198.51.100.1"));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        h.insert(
+            "x-forwarded-host",
+            HeaderValue::from_static("admin.internal"),
+        );
+        h.insert("x-forwarded-port", HeaderValue::from_static("443"));
+        h.insert("x-real-ip", HeaderValue::from_static("10.0.0.1"));
+        h.insert(
+            "forwarded",
+            HeaderValue::from_static("for=10.0.0.1;proto=https"),
+        );
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        add_forwarded(&mut h, "203.0.113.5:4000".parse().unwrap(), false);
+        assert_eq!(h["x-forwarded-for"], "203.0.113.5");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "example.com");
+        for gone in ["x-forwarded-port", "x-real-ip", "forwarded"] {
+            assert!(h.get(gone).is_none(), "{gone} passed through");
+        }
+        assert_eq!(h["x-kept"], "1");
+        assert_eq!(h.len(), 5, "{h:?}");
     }
 }
