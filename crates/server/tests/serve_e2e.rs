@@ -983,7 +983,8 @@ async fn sigterm_drains_in_flight_requests_then_exits_cleanly() {
     });
     upstream.arrived.notified().await;
     fg.signal("TERM");
-    // Readiness goes away (503, or the listener is closed) while the request is still open.
+    // Without --shutdown-delay the listeners close at once: readiness goes away (connection
+    // refused) while the request is still open.
     let mut not_ready = false;
     for _ in 0..2_000 {
         match c.get(fg.url("/readyz")).send().await {
@@ -1000,6 +1001,37 @@ async fn sigterm_drains_in_flight_requests_then_exits_cleanly() {
     let logs = fg.logs();
     let (status, text) = answer.unwrap_or_else(|e| panic!("{e}\n{logs}"));
     assert_eq!((status, text.as_str()), (200, "slow done"));
+    let exit = tokio::task::spawn_blocking(move || fg.wait())
+        .await
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
+
+#[tokio::test]
+async fn with_a_shutdown_delay_readyz_is_503_while_still_serving_until_a_second_signal() {
+    let mut fg = Floodgate::start(&["--shutdown-delay", "10min"]);
+    let c = client();
+    let (status, _, body) = split(c.get(fg.url("/readyz")).send().await.unwrap()).await;
+    assert_eq!((status, &body["status"]), (200, &json!("ready")));
+    fg.signal("TERM");
+    // Bounded polling until the signal has been handled.
+    let mut seen = None;
+    for _ in 0..5_000 {
+        let (status, _, body) = split(c.get(fg.url("/readyz")).send().await.unwrap()).await;
+        if status == 503 {
+            seen = Some(body);
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let body = seen.unwrap_or_else(|| panic!("/readyz never answered 503:\n{}", fg.logs()));
+    assert_eq!(body["status"], "shutting_down");
+    // Still serving decisions while load balancers take the instance out.
+    let (status, _, _) =
+        post_json(&c, &fg.url("/v1/check"), &check("per-client-ip", "alice")).await;
+    assert_eq!(status, 200);
+    // A second signal ends the wait: the process exits cleanly long before ten minutes.
+    fg.signal("TERM");
     let exit = tokio::task::spawn_blocking(move || fg.wait())
         .await
         .unwrap();

@@ -11,8 +11,9 @@
 //! valid file replaces the rules atomically; rules whose name, algorithm and quota are
 //! unchanged keep their counters. An invalid file is logged and counted
 //! (`floodgate_config_reloads_total{result="error"}`) and the old rules keep serving.
-//! Shutdown: SIGTERM or SIGINT stops accepting, `/readyz` turns 503, in-flight requests finish
-//! (up to `--drain-timeout`).
+//! Shutdown: on SIGTERM or SIGINT `/readyz` turns 503; the listeners close at once (new
+//! connections are refused), or after `--shutdown-delay` of still serving so load balancers can
+//! notice; then in-flight requests finish (up to `--drain-timeout`).
 
 pub mod cost;
 mod reload;
@@ -84,10 +85,16 @@ pub struct ServeArgs {
     #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
     pub watch_interval: Duration,
 
-    /// How long in-flight requests may finish after SIGTERM/SIGINT: a duration such as `10s`
-    /// or `500ms`, or a bare number of seconds.
+    /// How long in-flight requests may finish after the listeners close: a duration such as
+    /// `10s` or `500ms`, or a bare number of seconds.
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+
+    /// After SIGTERM/SIGINT, keep serving this long with `/readyz` answering 503, so load
+    /// balancers stop sending before the listeners close (a second signal ends the wait).
+    /// Default 0: the listeners close at once.
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
 
     /// TEST ONLY, never for production: run on a manual clock starting at START_US
     /// (microseconds since the Unix epoch) and enable `POST /v1/debug/clock/advance`, so tests
@@ -284,11 +291,25 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         _ = term.recv() => tracing::info!("SIGTERM received"),
         _ = int.recv() => tracing::info!("SIGINT received"),
     }
-    tracing::info!(
-        drain_timeout_ms = u64::try_from(args.drain_timeout.as_millis()).unwrap_or(u64::MAX),
-        "shutting down: draining in-flight requests"
-    );
     state.shutting_down.store(true, Ordering::SeqCst);
+    if !args.shutdown_delay.is_zero() {
+        // Load balancers poll /readyz: give them time to see the 503 and stop sending before
+        // the listeners close. A second signal means "now".
+        tracing::info!(
+            shutdown_delay_ms = millis(args.shutdown_delay),
+            "shutting down: /readyz answers 503; still serving until the delay ends or a second \
+             SIGTERM/SIGINT"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(args.shutdown_delay) => {}
+            _ = term.recv() => tracing::info!("second SIGTERM: closing the listeners now"),
+            _ = int.recv() => tracing::info!("second SIGINT: closing the listeners now"),
+        }
+    }
+    tracing::info!(
+        drain_timeout_ms = millis(args.drain_timeout),
+        "shutting down: listeners closed, draining in-flight requests"
+    );
     let _ = shutdown_tx.send(true);
     let drain = async {
         for server in servers {
@@ -311,6 +332,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         task.abort();
     }
     Ok(code)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
@@ -426,4 +451,24 @@ fn describe_metrics() {
         metrics::counter!("floodgate_requests_rejected_total", "reason" => *reason).increment(0);
     }
     metrics::gauge!("floodgate_store_keys").set(0.0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_seconds_or_counts_with_units() {
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2min"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("1 fortnight")
+            .unwrap_err()
+            .contains("e.g. 1s"));
+        assert!(parse_duration("-1").is_err());
+    }
 }
