@@ -91,6 +91,7 @@ impl Workload {
 
 /// Runs `check(key index)` `iters` times on each of `threads` threads; returns wall time per
 /// check.
+#[allow(clippy::disallowed_methods)] // a benchmark measures elapsed wall time
 fn run<F: Fn(usize) -> bool + Sync>(
     w: &Workload,
     threads: usize,
@@ -134,7 +135,6 @@ fn floodgate_check(store: &MemoryStore, policy: &Policy, key: &str) -> bool {
     store.check_now(&[item]).expect("cost 1 fits").allowed
 }
 
-#[allow(clippy::disallowed_methods)] // criterion's custom timing needs Instant::now
 fn keyed(c: &mut Criterion) {
     let quota = Quota::with_burst(1, 1_000_000, 1_000_000).expect("valid quota");
     let policy = Policy::new(AlgorithmKind::Gcra, quota).expect("fits");
