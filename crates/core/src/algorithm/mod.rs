@@ -226,6 +226,7 @@ macro_rules! dispatch {
             }
 
             /// See [`Algorithm::capacity`].
+            #[inline]
             pub fn capacity(&self) -> u64 {
                 match self {
                     $( Policy::$variant(a) => a.capacity(), )*
@@ -241,6 +242,7 @@ macro_rules! dispatch {
 
             /// See [`Algorithm::decide`]. A `state` of another algorithm (left over after a
             /// configuration change) is replaced by this algorithm's initial state first.
+            #[inline]
             pub fn decide(&self, state: &mut State, now: Timestamp, cost: u64, consume: bool) -> Decision {
                 match self {
                     $( Policy::$variant(a) => {
@@ -272,6 +274,7 @@ impl Policy {
     ///
     /// # Errors
     /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`; `state` is unchanged.
+    #[inline]
     pub fn check(
         &self,
         state: &mut State,
@@ -295,6 +298,7 @@ impl Policy {
     ///
     /// # Errors
     /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`.
+    #[inline]
     pub fn validate_cost(&self, cost: u64) -> Result<(), CheckError> {
         validate_cost(cost, self.capacity())
     }
