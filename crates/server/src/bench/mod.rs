@@ -14,12 +14,11 @@
 //!   loopback-only load generator ([`http`]).
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use floodgate_core::{AlgorithmKind, Clock, CoarseClock, QuantaClock, SystemClock};
+use floodgate_core::{AlgorithmKind, CoarseClock, QuantaClock, SystemClock};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub mod cpu;
@@ -66,14 +65,12 @@ pub enum ClockChoice {
 }
 
 impl ClockChoice {
-    fn build(self) -> (Arc<dyn Clock>, &'static str) {
+    /// The name printed in the table title.
+    fn name(self) -> &'static str {
         match self {
-            ClockChoice::Quanta => (Arc::new(QuantaClock::new()), "quanta (TSC)"),
-            ClockChoice::Coarse => (
-                Arc::new(CoarseClock::new(Duration::from_millis(1))),
-                "coarse 1 ms",
-            ),
-            ClockChoice::System => (Arc::new(SystemClock), "system (SystemTime::now)"),
+            ClockChoice::Quanta => "quanta (TSC)",
+            ClockChoice::Coarse => "coarse 1 ms",
+            ClockChoice::System => "system (SystemTime::now)",
         }
     }
 }
@@ -202,8 +199,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut sections = Vec::new();
     if cpu {
         let time = Duration::from_secs_f64(args.seconds.clamp(0.01, 600.0));
-        let (clock, clock_name) = args.clock.build();
-        sections.push(cpu::run(&kinds, clock, clock_name, time, &progress));
+        let name = args.clock.name();
+        sections.push(match args.clock {
+            ClockChoice::Quanta => cpu::run(&kinds, QuantaClock::new(), name, time, &progress),
+            ClockChoice::Coarse => cpu::run(
+                &kinds,
+                CoarseClock::new(Duration::from_millis(1)),
+                name,
+                time,
+                &progress,
+            ),
+            ClockChoice::System => cpu::run(&kinds, SystemClock, name, time, &progress),
+        });
     }
     if mem {
         sections.push(memory::run(&kinds, args.keys, args.limit, &progress)?);
