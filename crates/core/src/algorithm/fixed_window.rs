@@ -124,28 +124,13 @@ impl Algorithm for FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::test_support::{
+        assert_remaining_and_reset_exact, assert_retry_after_exact, decision, xorshift, T0,
+    };
     use crate::error::CheckError;
-
-    // 2023-11-14T00:00:00Z: a whole day, so every test period below has an edge here.
-    const T0: Timestamp = 1_699_920_000_000_000;
 
     fn window(text: &str) -> FixedWindow {
         FixedWindow::new(text.parse().unwrap()).unwrap()
-    }
-
-    fn decision(
-        allowed: bool,
-        remaining: u64,
-        reset_after: u64,
-        retry_after: Option<u64>,
-    ) -> Decision {
-        Decision {
-            allowed,
-            limit: 3,
-            remaining,
-            reset_after,
-            retry_after,
-        }
     }
 
     #[test]
@@ -156,23 +141,23 @@ mod tests {
         for remaining in [2, 1, 0] {
             assert_eq!(
                 w.check(&mut s, late, 1).unwrap(),
-                decision(true, remaining, 1_000, None)
+                decision(3, true, remaining, 1_000, None)
             );
         }
         assert_eq!(
             w.check(&mut s, late, 1).unwrap(),
-            decision(false, 0, 1_000, Some(1_000))
+            decision(3, false, 0, 1_000, Some(1_000))
         );
         // 1 us before the edge: still the old window.
         assert_eq!(
             w.check(&mut s, T0 + 999_999, 1).unwrap(),
-            decision(false, 0, 1, Some(1))
+            decision(3, false, 0, 1, Some(1))
         );
         // At the edge: a fresh window.
         for remaining in [2, 1, 0] {
             assert_eq!(
                 w.check(&mut s, T0 + 1_000_000, 1).unwrap(),
-                decision(true, remaining, 1_000_000, None)
+                decision(3, true, remaining, 1_000_000, None)
             );
         }
         assert_eq!(
@@ -203,7 +188,7 @@ mod tests {
             let mut s2 = s;
             assert_eq!(
                 w.check(&mut s2, T0 + idle + 5, 3).unwrap(),
-                decision(true, 0, 999_995, None)
+                decision(3, true, 0, 999_995, None)
             );
             assert_eq!(s2.window_start, T0 + idle);
         }
@@ -218,7 +203,7 @@ mod tests {
         // 0.5 s earlier is the previous window; it is read as the state's window start.
         assert_eq!(
             w.check(&mut s, T0 + 500_000, 1).unwrap(),
-            decision(false, 0, 1_000_000, Some(1_000_000))
+            decision(3, false, 0, 1_000_000, Some(1_000_000))
         );
         assert_eq!(s, before);
     }
@@ -245,26 +230,26 @@ mod tests {
         let mut s = w.initial_state();
         assert_eq!(
             w.check(&mut s, T0 + 100, 2).unwrap(),
-            decision(true, 1, 999_900, None)
+            decision(3, true, 1, 999_900, None)
         );
         // Cost 2 does not fit in the 1 remaining; the denial reports the true remaining.
         assert_eq!(
             w.check(&mut s, T0 + 200, 2).unwrap(),
-            decision(false, 1, 999_800, Some(999_800))
+            decision(3, false, 1, 999_800, Some(999_800))
         );
         assert_eq!(
             w.peek(&s, T0 + 300, 1).unwrap(),
-            decision(true, 1, 999_700, None)
+            decision(3, true, 1, 999_700, None)
         );
         assert_eq!(
             w.check(&mut s, T0 + 300, 0).unwrap(),
-            decision(true, 1, 999_700, None)
+            decision(3, true, 1, 999_700, None)
         );
         assert_eq!(s.count, 2);
         // A peek on a fresh key reports the full limit and no reset.
         assert_eq!(
             w.peek(&w.initial_state(), T0, 3).unwrap(),
-            decision(true, 3, 0, None)
+            decision(3, true, 3, 0, None)
         );
     }
 
@@ -289,10 +274,7 @@ mod tests {
             let mut rng = 0x2545_f491_4f6c_dd1d_u64;
             let mut now = 1_000;
             for _ in 0..2_000 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                now += rng % (period + 2);
+                now += xorshift(&mut rng) % (period + 2);
                 let cost = rng % (limit + 1);
                 let before = s;
                 let d = w.check(&mut s, now, cost).unwrap();
@@ -311,28 +293,15 @@ mod tests {
         cost: u64,
         d: &Decision,
     ) {
-        let admits = |t, c| w.peek(before, t, c).unwrap().allowed;
+        let ctx = format!("{before:?} now={now} cost={cost} -> {d:?}");
         if let Some(retry) = d.retry_after {
-            assert!((1..retry).all(|dt| !admits(now + dt, cost)));
-            assert!(admits(now + retry, cost));
+            assert_retry_after_exact(w, before, now, cost, retry, &ctx);
         }
-        let after = if d.allowed && cost > 0 {
-            let mut s = *before;
-            w.check(&mut s, now, cost).unwrap();
-            s
-        } else {
-            *before
-        };
-        let max = (0..=w.capacity())
-            .filter(|&c| w.peek(&after, now, c).unwrap().allowed)
-            .max()
-            .unwrap();
-        assert_eq!(d.remaining, max);
+        let mut after = *before;
+        if d.allowed && cost > 0 {
+            w.check(&mut after, now, cost).unwrap();
+        }
         // reset_after: the first time the whole limit is admissible again.
-        let full = |t| w.peek(&after, t, w.capacity()).unwrap().allowed;
-        if d.reset_after > 0 {
-            assert!(!full(now + d.reset_after - 1));
-        }
-        assert!(full(now + d.reset_after));
+        assert_remaining_and_reset_exact(w, &after, now, d, &ctx);
     }
 }

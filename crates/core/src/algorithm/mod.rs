@@ -315,4 +315,6 @@ fn validate_cost(cost: u64, capacity: u64) -> Result<(), CheckError> {
 }
 
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;

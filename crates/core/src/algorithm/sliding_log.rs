@@ -289,28 +289,13 @@ impl Algorithm for SlidingLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::test_support::{
+        assert_remaining_and_reset_exact, assert_retry_after_exact, decision, xorshift, T0,
+    };
     use crate::error::CheckError;
-
-    const T0: Timestamp = 1_699_920_000_000_000;
 
     fn log(text: &str) -> SlidingLog {
         SlidingLog::new(text.parse().unwrap()).unwrap()
-    }
-
-    fn decision(
-        limit: u64,
-        allowed: bool,
-        remaining: u64,
-        reset_after: u64,
-        retry_after: Option<u64>,
-    ) -> Decision {
-        Decision {
-            allowed,
-            limit,
-            remaining,
-            reset_after,
-            retry_after,
-        }
     }
 
     #[test]
@@ -496,9 +481,7 @@ mod tests {
             let mut now = 1_000 * period;
             let mut denials = 0;
             for _ in 0..3_000 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
+                xorshift(&mut rng);
                 now = match rng % 16 {
                     0 => now - (rng >> 8) % period.min(now),
                     1 => now + 3 * period,
@@ -542,19 +525,8 @@ mod tests {
     ) {
         let ctx = format!("{before:?} now={now} cost={cost} -> {d:?}");
         if let Some(retry) = d.retry_after {
-            let admits = |t| l.peek(before, t, cost).unwrap().allowed;
-            assert!((0..retry).all(|dt| !admits(now + dt)), "{ctx}");
-            assert!(admits(now + retry), "{ctx}");
+            assert_retry_after_exact(l, before, now, cost, retry, &ctx);
         }
-        let max = (1..=l.capacity())
-            .filter(|&c| l.peek(after, now, c).unwrap().allowed)
-            .max()
-            .unwrap_or(0);
-        assert_eq!(d.remaining, max, "{ctx}");
-        let full = |t| l.peek(after, t, l.capacity()).unwrap().allowed;
-        if d.reset_after > 0 {
-            assert!(!full(now + d.reset_after - 1), "{ctx}");
-        }
-        assert!(full(now + d.reset_after), "{ctx}");
+        assert_remaining_and_reset_exact(l, after, now, d, &ctx);
     }
 }

@@ -195,29 +195,13 @@ impl Algorithm for SlidingWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::test_support::{
+        assert_remaining_and_reset_exact, assert_retry_after_exact, decision, xorshift, T0,
+    };
     use crate::error::CheckError;
-
-    // 2023-11-14T00:00:00Z: a whole day, so every test period below has an edge here.
-    const T0: Timestamp = 1_699_920_000_000_000;
 
     fn window(text: &str) -> SlidingWindow {
         SlidingWindow::new(text.parse().unwrap()).unwrap()
-    }
-
-    fn decision(
-        limit: u64,
-        allowed: bool,
-        remaining: u64,
-        reset_after: u64,
-        retry_after: Option<u64>,
-    ) -> Decision {
-        Decision {
-            allowed,
-            limit,
-            remaining,
-            reset_after,
-            retry_after,
-        }
     }
 
     #[test]
@@ -417,9 +401,7 @@ mod tests {
             let mut now = 1_000 * period;
             let mut denials = 0;
             for _ in 0..3_000 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
+                xorshift(&mut rng);
                 // Mostly small steps, sometimes a step back in time.
                 now = match rng % 16 {
                     0 => now - (rng >> 8) % period.min(now),
@@ -446,26 +428,16 @@ mod tests {
         d: &Decision,
     ) {
         let ctx = format!("{before:?} now={now} cost={cost} -> {d:?}");
-        let admits = |t, c| w.peek(before, t, c).unwrap().allowed;
         if let Some(retry) = d.retry_after {
-            let now = now.max(before.window_start);
-            assert!((0..retry).all(|dt| !admits(now + dt, cost)), "{ctx}");
-            assert!(admits(now + retry, cost), "{ctx}");
+            let from = now.max(before.window_start);
+            assert_retry_after_exact(w, before, from, cost, retry, &ctx);
         }
         let mut after = *before;
         if d.allowed && cost > 0 {
             w.check(&mut after, now, cost).unwrap();
         }
-        let max = (1..=w.capacity())
-            .filter(|&c| w.peek(&after, now, c).unwrap().allowed)
-            .max()
-            .unwrap_or(0);
-        assert_eq!(d.remaining, max, "{ctx}");
+        // `decide` reads a stale `now` as the window's start; times count from there.
         let now = now.max(after.window_start);
-        let full = |t| w.peek(&after, t, w.capacity()).unwrap().allowed;
-        if d.reset_after > 0 {
-            assert!(!full(now + d.reset_after - 1), "{ctx}");
-        }
-        assert!(full(now + d.reset_after), "{ctx}");
+        assert_remaining_and_reset_exact(w, &after, now, d, &ctx);
     }
 }
