@@ -110,15 +110,7 @@ cost = 100
 #[tokio::test]
 async fn proxy_streams_bodies_strips_hop_by_hop_headers_and_limits_by_peer() {
     let upstream = Upstream::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("proxy.toml");
-    std::fs::write(&config, PROXY_CONFIG).unwrap();
-    let fg = Floodgate::start(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--upstream",
-        &upstream.url,
-    ]);
+    let fg = Floodgate::with_config(PROXY_CONFIG, &["--upstream", &upstream.url]);
     let c = client();
 
     // Outside /api no rule applies: a 1 MiB body goes there and back unchanged, many times.
@@ -216,20 +208,11 @@ async fn proxy_streams_bodies_strips_hop_by_hop_headers_and_limits_by_peer() {
 async fn the_proxy_passes_forwarding_headers_only_from_trusted_peers() {
     let upstream = Upstream::start().await;
     let c = client();
-    let dir = tempfile::tempdir().unwrap();
-    let trusted = dir.path().join("trusted.toml");
-    std::fs::write(
-        &trusted,
-        "[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n[[rules]]\nname = \"r\"\nlimit = \"5/min\"\n",
-    )
-    .unwrap();
     let untrusted = Floodgate::start(&["--upstream", &upstream.url]);
-    let trusted = Floodgate::start(&[
-        "--config",
-        trusted.to_str().unwrap(),
-        "--upstream",
-        &upstream.url,
-    ]);
+    let trusted = Floodgate::with_config(
+        "[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n[[rules]]\nname = \"r\"\nlimit = \"5/min\"\n",
+        &["--upstream", &upstream.url],
+    );
     let seen = |fg: &Floodgate| {
         let url = fg.proxy_url("/who");
         let c = c.clone();
@@ -269,10 +252,7 @@ async fn the_proxy_passes_forwarding_headers_only_from_trusted_peers() {
 
 #[tokio::test]
 async fn forwarded_for_is_believed_only_from_trusted_proxies() {
-    let dir = tempfile::tempdir().unwrap();
-    let trusted = dir.path().join("trusted.toml");
-    std::fs::write(
-        &trusted,
+    let fg = Floodgate::with_config(
         r#"
 [server]
 trusted_proxies = ["127.0.0.1/32"]
@@ -284,9 +264,8 @@ key = "client_ip"
 [rules.match]
 path_prefix = "/api"
 "#,
-    )
-    .unwrap();
-    let fg = Floodgate::start(&["--config", trusted.to_str().unwrap()]);
+        &[],
+    );
     let c = client();
     let auth = |xff: &'static str, uri: &'static str| {
         c.get(fg.url("/v1/forward-auth"))
@@ -358,10 +337,7 @@ path_prefix = "/api"
 
 #[tokio::test]
 async fn several_rules_admit_all_or_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("multi.toml");
-    std::fs::write(
-        &config,
+    let fg = Floodgate::with_config(
         r#"
 [[rules]]
 name = "per-second"
@@ -371,9 +347,8 @@ limit = "2/s"
 name = "per-minute"
 limit = "3/min"
 "#,
-    )
-    .unwrap();
-    let fg = Floodgate::start(&["--config", config.to_str().unwrap()]);
+        &[],
+    );
     let c = client();
     let both = json!({"descriptors": [
         {"rule": "per-second", "key": "alice"},
@@ -416,10 +391,7 @@ limit = "3/min"
 
 #[tokio::test]
 async fn per_user_and_per_ip_rules_on_forward_auth_are_all_or_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("user-ip.toml");
-    std::fs::write(
-        &config,
+    let fg = Floodgate::with_config(
         r#"
 [[rules]]
 name = "per-ip"
@@ -431,9 +403,8 @@ name = "per-user"
 limit = "2/min"
 key = "user:x-user-id"
 "#,
-    )
-    .unwrap();
-    let fg = Floodgate::start(&["--config", config.to_str().unwrap()]);
+        &[],
+    );
     let c = client();
     let as_user = |user: &'static str| {
         c.get(fg.url("/v1/forward-auth"))
@@ -458,10 +429,7 @@ key = "user:x-user-id"
 
 #[tokio::test]
 async fn shadow_rules_count_but_never_deny_and_a_full_store_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("shadow.toml");
-    std::fs::write(
-        &config,
+    let fg = Floodgate::with_config(
         r#"
 [[rules]]
 name = "enforced"
@@ -472,9 +440,8 @@ name = "trial"
 limit = "1/min"
 shadow = true
 "#,
-    )
-    .unwrap();
-    let fg = Floodgate::start(&["--config", config.to_str().unwrap()]);
+        &[],
+    );
     let c = client();
     let both = |key: &str| {
         json!({"descriptors": [
@@ -502,12 +469,10 @@ shadow = true
     );
 
     // A store full of live keys refuses a new key (on_full = "reject") and the answer says why.
-    std::fs::write(
-        &config,
+    let full = Floodgate::with_config(
         "[store]\nmax_keys = 1\non_full = \"reject\"\n\n[[rules]]\nname = \"enforced\"\nlimit = \"5/min\"\n",
-    )
-    .unwrap();
-    let full = Floodgate::start(&["--config", config.to_str().unwrap()]);
+        &[],
+    );
     let (status, _, _) = post_json(&c, &full.url("/v1/check"), &check("enforced", "first")).await;
     assert_eq!(status, 200);
     let (status, _, body) =
@@ -856,15 +821,11 @@ async fn admin_api_needs_a_token_and_resets_keys() {
 
 #[tokio::test]
 async fn an_ipv6_client_key_is_named_with_an_escaped_slash() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("v6.toml");
-    std::fs::write(
-        &config,
+    let fg = Floodgate::with_config(
         "[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\nadmin_token = \"test-token-0123456789\"\n\n\
          [[rules]]\nname = \"per-ip\"\nlimit = \"5/min\"\nkey = \"client_ip\"\n",
-    )
-    .unwrap();
-    let fg = Floodgate::start(&["--config", config.to_str().unwrap()]);
+        &[],
+    );
     let c = client();
     let r = c
         .get(fg.url("/v1/forward-auth"))

@@ -35,7 +35,22 @@ impl Floodgate {
     /// Starts `floodgate serve --listen 127.0.0.1:0 --manual-clock START_US <args>` and waits
     /// for the "listening" lines on its stdout.
     pub fn start(args: &[&str]) -> Self {
+        Self::spawn(tempfile::tempdir().unwrap(), args)
+    }
+
+    /// Writes `config` (TOML) to a file in the process's own temporary directory and starts it
+    /// as [`Floodgate::start`] with `--config <that file>` followed by `args`.
+    pub fn with_config(config: &str, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("floodgate.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut all = vec!["--config", path.to_str().unwrap()];
+        all.extend_from_slice(args);
+        Self::spawn(dir, &all)
+    }
+
+    /// [`Floodgate::start`] with `dir` as the process's temporary directory (kept until drop).
+    fn spawn(dir: tempfile::TempDir, args: &[&str]) -> Self {
         let log = dir.path().join("floodgate.log");
         let proxy_mode = args.contains(&"--upstream");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_floodgate"));
