@@ -999,6 +999,15 @@ async fn with_a_shutdown_delay_readyz_is_503_while_still_serving_until_a_second_
     assert!(exit.success(), "{exit:?}");
 }
 
+/// Runs `floodgate check-config <file>` in `dir`.
+fn run_check_config(dir: &std::path::Path, file: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .current_dir(dir)
+        .args(["check-config", file])
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn check_config_names_file_line_and_field() {
     let dir = tempfile::tempdir().unwrap();
@@ -1008,11 +1017,7 @@ fn check_config_names_file_line_and_field() {
         "[[rules]]\nname = \"a\"\nlimit = \"10/s\"\n\n[[rules]]\nname = \"a\"\nlimit = \"10/fortnight\"\n",
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
-        .current_dir(dir.path())
-        .args(["check-config", "rules.toml"])
-        .output()
-        .unwrap();
+    let out = run_check_config(dir.path(), "rules.toml");
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(
@@ -1021,11 +1026,7 @@ fn check_config_names_file_line_and_field() {
          rules.toml:7: rules[1].limit: invalid quota \"10/fortnight\": unknown period unit \"fortnight\" (use us, ms, s, min, h or day)\n"
     );
     std::fs::write(&bad, PROXY_CONFIG).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
-        .current_dir(dir.path())
-        .args(["check-config", "rules.toml"])
-        .output()
-        .unwrap();
+    let out = run_check_config(dir.path(), "rules.toml");
     assert!(out.status.success());
     assert!(String::from_utf8(out.stdout)
         .unwrap()
@@ -1033,22 +1034,14 @@ fn check_config_names_file_line_and_field() {
 
     // A syntax error names the line, and no field; a missing file names the file and why.
     std::fs::write(&bad, "[[rules]]\nname = \"a\"\nlimit = \n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
-        .current_dir(dir.path())
-        .args(["check-config", "rules.toml"])
-        .output()
-        .unwrap();
+    let out = run_check_config(dir.path(), "rules.toml");
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
         stderr.starts_with("rules.toml:3: invalid TOML: "),
         "{stderr}"
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
-        .current_dir(dir.path())
-        .args(["check-config", "missing.toml"])
-        .output()
-        .unwrap();
+    let out = run_check_config(dir.path(), "missing.toml");
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
