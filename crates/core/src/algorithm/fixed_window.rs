@@ -125,9 +125,9 @@ impl Algorithm for FixedWindow {
 mod tests {
     use super::*;
     use crate::algorithm::test_support::{
-        assert_remaining_and_reset_exact, assert_retry_after_exact, decision, xorshift, T0,
+        assert_cost_above_capacity_changes_nothing, assert_remaining_and_reset_exact,
+        assert_retry_after_exact, decision, xorshift, T0,
     };
-    use crate::error::CheckError;
 
     fn window(text: &str) -> FixedWindow {
         FixedWindow::new(text.parse().unwrap()).unwrap()
@@ -210,18 +210,7 @@ mod tests {
 
     #[test]
     fn cost_above_capacity_is_an_error_and_changes_nothing() {
-        let w = window("3/s");
-        let mut s = w.initial_state();
-        assert!(w.check(&mut s, T0, 1).unwrap().allowed);
-        let before = s;
-        assert_eq!(
-            w.check(&mut s, T0, 4),
-            Err(CheckError::InsufficientCapacity {
-                cost: 4,
-                capacity: 3
-            })
-        );
-        assert_eq!(s, before);
+        assert_cost_above_capacity_changes_nothing::<FixedWindow>(T0);
     }
 
     #[test]

@@ -290,9 +290,9 @@ impl Algorithm for SlidingLog {
 mod tests {
     use super::*;
     use crate::algorithm::test_support::{
-        assert_remaining_and_reset_exact, assert_retry_after_exact, decision, xorshift, T0,
+        assert_cost_above_capacity_changes_nothing, assert_remaining_and_reset_exact,
+        assert_retry_after_exact, decision, xorshift, T0,
     };
-    use crate::error::CheckError;
 
     fn log(text: &str) -> SlidingLog {
         SlidingLog::new(text.parse().unwrap()).unwrap()
@@ -407,18 +407,7 @@ mod tests {
 
     #[test]
     fn cost_above_capacity_is_an_error_and_changes_nothing() {
-        let l = log("3/s");
-        let mut s = l.initial_state();
-        assert!(l.check(&mut s, T0, 1).unwrap().allowed);
-        let before = s.clone();
-        assert_eq!(
-            l.check(&mut s, T0 + 1, 4),
-            Err(CheckError::InsufficientCapacity {
-                cost: 4,
-                capacity: 3
-            })
-        );
-        assert_eq!(s, before);
+        assert_cost_above_capacity_changes_nothing::<SlidingLog>(T0 + 1);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
+use crate::error::CheckError;
 use crate::time::Timestamp;
 
 /// 2023-11-14T00:00:00Z: a whole day, so every test period used has an edge here.
@@ -71,4 +72,22 @@ pub(crate) fn assert_remaining_and_reset_exact<A: Algorithm>(
         assert!(!full(now + d.reset_after - 1), "{ctx}");
     }
     assert!(full(now + d.reset_after), "{ctx}");
+}
+
+/// Asserts, for the algorithm `A` on the quota `3/s`, that after one unit admitted at [`T0`] a
+/// request of 4 units at `at` is [`CheckError::InsufficientCapacity`] and leaves the state
+/// exactly as it was.
+pub(crate) fn assert_cost_above_capacity_changes_nothing<A: Algorithm>(at: Timestamp) {
+    let a = A::new("3/s".parse().unwrap()).unwrap();
+    let mut s = a.initial_state();
+    assert!(a.check(&mut s, T0, 1).unwrap().allowed);
+    let before = s.clone();
+    assert_eq!(
+        a.check(&mut s, at, 4),
+        Err(CheckError::InsufficientCapacity {
+            cost: 4,
+            capacity: 3
+        })
+    );
+    assert_eq!(s, before);
 }
