@@ -38,10 +38,7 @@ pub(super) async fn inspect(
     path: Result<Path<(String, String)>, PathRejection>,
     query: QueryParams,
 ) -> Response {
-    if let Err(denied) = authorize(&state, &headers) {
-        return denied;
-    }
-    let (config, index, store_key, key) = match located(&state, path, &query) {
+    let (config, index, store_key, key) = match located(&state, &headers, path, &query) {
         Ok(found) => found,
         Err(response) => return response,
     };
@@ -63,13 +60,7 @@ pub(super) async fn inspect(
             "reset_after_us": d.reset_after,
         }))
         .into_response(),
-        Err(e) => problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            floodgate_tower::response::PROBLEM_STORE_UNAVAILABLE,
-            "Service Unavailable",
-            e.to_string(),
-            None,
-        ),
+        Err(e) => store_unavailable(e),
     }
 }
 
@@ -80,10 +71,7 @@ pub(super) async fn reset(
     path: Result<Path<(String, String)>, PathRejection>,
     query: QueryParams,
 ) -> Response {
-    if let Err(denied) = authorize(&state, &headers) {
-        return denied;
-    }
-    let (config, index, store_key, key) = match located(&state, path, &query) {
+    let (config, index, store_key, key) = match located(&state, &headers, path, &query) {
         Ok(found) => found,
         Err(response) => return response,
     };
@@ -95,25 +83,33 @@ pub(super) async fn reset(
             Json(json!({"rule": r.name, "key": key, "store_key": store_key, "existed": existed}))
                 .into_response()
         }
-        Err(e) => problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            floodgate_tower::response::PROBLEM_STORE_UNAVAILABLE,
-            "Service Unavailable",
-            e.to_string(),
-            None,
-        ),
+        Err(e) => store_unavailable(e),
     }
+}
+
+/// The 503 problem for a store that could not answer an admin request.
+fn store_unavailable(e: impl std::fmt::Display) -> Response {
+    problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        floodgate_tower::response::PROBLEM_STORE_UNAVAILABLE,
+        "Service Unavailable",
+        e.to_string(),
+        None,
+    )
 }
 
 /// The configuration in force, the rule's index in it, the store key, and the key as given.
 type Located = (Arc<crate::config::Config>, usize, String, String);
 
-/// Validates the path and query of an admin request and finds the rule.
+/// Authorizes an admin request, validates its path and query and finds the rule: the common
+/// start of [`inspect`] and [`reset`].
 fn located(
     state: &AppState,
+    headers: &HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
     query: &QueryParams,
 ) -> Result<Located, Response> {
+    authorize(state, headers)?;
     let (rule, key) = path_params(path)?;
     let encoded = query.bool("encoded")?.unwrap_or(false);
     let (config, index, store_key) = locate(state, &rule, &key, encoded)?;
