@@ -265,6 +265,20 @@ pub struct Report {
     pub runs: Vec<Run>,
 }
 
+impl Report {
+    /// The most requests (admitted, rejected or impossible) in any one column of any run, at
+    /// least 1: the vertical scale every chart shares, in the table and in the SVG.
+    pub fn chart_scale(&self) -> u64 {
+        self.runs
+            .iter()
+            .flat_map(|r| r.summary.columns.iter())
+            .map(|c| c.admitted + c.rejected + c.impossible)
+            .max()
+            .unwrap_or(0)
+            .max(1)
+    }
+}
+
 /// The 100/s limit of the documents' boundary measurements.
 fn preset_quota() -> Quota {
     Quota::per_second(100).expect("100/s is a valid quota")

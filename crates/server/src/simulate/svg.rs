@@ -81,13 +81,7 @@ pub fn render(report: &Report) -> String {
         LEFT + 392.0,
         y + 10.5,
     );
-    let scale = runs
-        .iter()
-        .flat_map(|r| r.summary.columns.iter())
-        .map(|c| c.admitted + c.rejected + c.impossible)
-        .max()
-        .unwrap_or(0)
-        .max(1);
+    let scale = report.chart_scale();
     for (i, run) in runs.iter().enumerate() {
         let top = TOP + i as f64 * (PANEL_HEIGHT + PANEL_GAP) + 22.0;
         panel(&mut s, report, run, top, scale);

@@ -154,14 +154,7 @@ pub fn render(report: &Report) -> String {
     );
 
     // One chart per algorithm, all on the same vertical scale.
-    let scale = report
-        .runs
-        .iter()
-        .flat_map(|r| r.summary.columns.iter())
-        .map(|c| c.admitted + c.rejected + c.impossible)
-        .max()
-        .unwrap_or(0)
-        .max(1);
+    let scale = report.chart_scale();
     for run in &report.runs {
         out.push('\n');
         chart(&mut out, run, scale, report.quota.period());
