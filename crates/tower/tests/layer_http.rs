@@ -113,35 +113,18 @@ async fn malformed_forwarded_for_falls_back_to_the_peer_never_a_5xx() {
 #[tokio::test]
 async fn ipv6_clients_are_counted_per_64_and_mapped_ipv4_as_ipv4() {
     let h = harness(RuleSet::new(vec![per_ip("1/h")]));
-    assert_eq!(
-        h.send(request("/", "[2001:db8:1:2::1]:1", &[]))
-            .await
-            .status,
-        StatusCode::OK
-    );
+    assert_eq!(h.status("/", "[2001:db8:1:2::1]:1").await, StatusCode::OK);
     // Same /64, different interface id: same counter.
     assert_eq!(
-        h.send(request("/", "[2001:db8:1:2:ffff:ffff:ffff:ffff]:1", &[]))
-            .await
-            .status,
+        h.status("/", "[2001:db8:1:2:ffff:ffff:ffff:ffff]:1").await,
         StatusCode::TOO_MANY_REQUESTS
     );
     // The neighbouring /64 is another client.
-    assert_eq!(
-        h.send(request("/", "[2001:db8:1:3::1]:1", &[]))
-            .await
-            .status,
-        StatusCode::OK
-    );
+    assert_eq!(h.status("/", "[2001:db8:1:3::1]:1").await, StatusCode::OK);
     // ::ffff:192.0.2.1 is 192.0.2.1.
+    assert_eq!(h.status("/", "192.0.2.1:1").await, StatusCode::OK);
     assert_eq!(
-        h.send(request("/", "192.0.2.1:1", &[])).await.status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        h.send(request("/", "[::ffff:192.0.2.1]:1", &[]))
-            .await
-            .status,
+        h.status("/", "[::ffff:192.0.2.1]:1").await,
         StatusCode::TOO_MANY_REQUESTS
     );
 }
@@ -167,23 +150,14 @@ async fn all_matching_rules_are_one_all_or_nothing_batch() {
         assert_eq!(denied.json()["rule"], "per-ip");
     }
     // So two more clients still fit in the global 3, and the fourth does not.
-    assert_eq!(
-        h.send(request("/", "192.0.2.2:1", &[])).await.status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        h.send(request("/", "192.0.2.3:1", &[])).await.status,
-        StatusCode::OK
-    );
+    assert_eq!(h.status("/", "192.0.2.2:1").await, StatusCode::OK);
+    assert_eq!(h.status("/", "192.0.2.3:1").await, StatusCode::OK);
     let denied = h.send(request("/", "192.0.2.4:1", &[])).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(denied.json()["rule"], "global");
     // 192.0.2.4's per-ip allowance was not charged either.
     h.limiter.replace_rules(RuleSet::new(vec![per_ip("1/h")]));
-    assert_eq!(
-        h.send(request("/", "192.0.2.4:1", &[])).await.status,
-        StatusCode::OK
-    );
+    assert_eq!(h.status("/", "192.0.2.4:1").await, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -344,10 +318,7 @@ async fn a_full_store_says_so_instead_of_blaming_the_client() {
     };
     let store = std::sync::Arc::new(MemoryStore::new(config, std::sync::Arc::new(clock.clone())));
     let h = common::with_store(clock, store, RuleSet::new(vec![per_ip("10/h")]));
-    assert_eq!(
-        h.send(request("/", "192.0.2.1:1", &[])).await.status,
-        StatusCode::OK
-    );
+    assert_eq!(h.status("/", "192.0.2.1:1").await, StatusCode::OK);
     let full = h.send(request("/", "192.0.2.2:1", &[])).await;
     assert_eq!(full.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(full.header("retry-after"), Some("1"));
@@ -356,10 +327,7 @@ async fn a_full_store_says_so_instead_of_blaming_the_client() {
         "the rate limiter is tracking as many clients as it can; try again later"
     );
     // The client already tracked keeps being served.
-    assert_eq!(
-        h.send(request("/", "192.0.2.1:1", &[])).await.status,
-        StatusCode::OK
-    );
+    assert_eq!(h.status("/", "192.0.2.1:1").await, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -375,15 +343,9 @@ async fn a_wider_ipv6_limit_catches_address_rotation_inside_a_48() {
     let h = harness(RuleSet::new(vec![per_ip("1/h"), per_48]));
     // Three different /64s inside one /48: each passes per-ip (/64), the /48 admits two.
     let statuses = [
-        h.send(request("/", "[2001:db8:1:1::1]:1", &[]))
-            .await
-            .status,
-        h.send(request("/", "[2001:db8:1:2::1]:1", &[]))
-            .await
-            .status,
-        h.send(request("/", "[2001:db8:1:3::1]:1", &[]))
-            .await
-            .status,
+        h.status("/", "[2001:db8:1:1::1]:1").await,
+        h.status("/", "[2001:db8:1:2::1]:1").await,
+        h.status("/", "[2001:db8:1:3::1]:1").await,
     ];
     assert_eq!(
         statuses,
@@ -393,10 +355,5 @@ async fn a_wider_ipv6_limit_catches_address_rotation_inside_a_48() {
             StatusCode::TOO_MANY_REQUESTS
         ]
     );
-    assert_eq!(
-        h.send(request("/", "[2001:db8:2:1::1]:1", &[]))
-            .await
-            .status,
-        StatusCode::OK
-    );
+    assert_eq!(h.status("/", "[2001:db8:2:1::1]:1").await, StatusCode::OK);
 }

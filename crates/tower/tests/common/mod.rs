@@ -117,6 +117,11 @@ impl<S: Store> Harness<S> {
         }
     }
 
+    /// The status answered to a GET `path` from socket peer `peer` without extra headers.
+    pub async fn status(&self, path: &str, peer: &str) -> StatusCode {
+        self.send(request(path, peer, &[])).await.status
+    }
+
     /// Sends `n` copies of a request and returns how many were answered 200.
     pub async fn admitted(&self, n: usize, make: impl Fn() -> Request<String>) -> usize {
         let mut ok = 0;
