@@ -445,6 +445,21 @@ mod tests {
         text.parse().unwrap()
     }
 
+    /// A flood of `units` requests per `per` us for `duration` us, all on key `k`.
+    fn flood(units: u64, per: Micros, duration: Micros) -> Flood {
+        Flood {
+            units,
+            per,
+            duration,
+            key: "k".into(),
+        }
+    }
+
+    /// The arrival times of `t`'s requests, in order.
+    fn arrival_times(t: Traffic) -> Vec<Micros> {
+        t.requests.iter().map(|r| r.t_us).collect()
+    }
+
     #[test]
     fn durations_parse_exactly() {
         assert_eq!(parse_duration("950ms"), Ok(950_000));
@@ -467,13 +482,7 @@ mod tests {
     fn counts_equal_the_generated_traffic() {
         // Hand-checked: flood 3 per 10 us for 7 us arrives at 0, 3 and 6 us (ceil(21/10) = 3);
         // calm every 4 us for 9 us at 0, 4, 8 (ceil(9/4) = 3) plus a spike of 2.
-        let flood = Flood {
-            units: 3,
-            per: 10,
-            duration: 7,
-            key: "k".into(),
-        };
-        assert_eq!(flood.count(), 3);
+        assert_eq!(flood(3, 10, 7).count(), 3);
         let calm = CalmSpike {
             every: 4,
             duration: 9,
@@ -486,12 +495,7 @@ mod tests {
         for units in 1..=12 {
             for per in 1..=12 {
                 for duration in 0..=30 {
-                    let f = Flood {
-                        units,
-                        per,
-                        duration,
-                        key: "k".into(),
-                    };
+                    let f = flood(units, per, duration);
                     let n = f.traffic().unwrap().requests.len() as u128;
                     assert_eq!(f.count(), n, "{units}/{per} for {duration}");
                     let c = CalmSpike {
@@ -509,12 +513,7 @@ mod tests {
         let b = Boundary::for_quota(&quota("7/s"));
         assert_eq!(b.count(), b.traffic().unwrap().requests.len() as u128);
         // The walkthrough's runaway cases count without generating anything.
-        let huge = Flood {
-            units: 100_000_000,
-            per: 1,
-            duration: 10_000_000,
-            key: "k".into(),
-        };
+        let huge = flood(100_000_000, 1, 10_000_000);
         assert_eq!(huge.count(), 1_000_000_000_000_000);
         assert_eq!(
             Boundary::for_quota(&quota("1000000000000/1us")).count(),
@@ -557,13 +556,7 @@ mod tests {
             edge: 1_000,
             key: "k".into(),
         };
-        let times: Vec<_> = b
-            .traffic()
-            .unwrap()
-            .requests
-            .iter()
-            .map(|r| r.t_us)
-            .collect();
+        let times = arrival_times(b.traffic().unwrap());
         assert_eq!(times, [900, 902, 905, 907, 1_000, 1_002, 1_005, 1_007]);
         let too_early = Boundary { before: 1_001, ..b };
         assert!(too_early.traffic().is_err());
@@ -590,19 +583,8 @@ mod tests {
         assert_eq!(t.requests.len(), 100);
         assert_eq!(t.requests[1].t_us, 100_000);
         assert_eq!(t.requests[99].t_us, 9_900_000);
-        let third = Flood {
-            units: 3,
-            per: 1_000_000,
-            duration: 1_000_000,
-            key: "k".into(),
-        };
-        let times: Vec<_> = third
-            .traffic()
-            .unwrap()
-            .requests
-            .iter()
-            .map(|r| r.t_us)
-            .collect();
+        let third = flood(3, 1_000_000, 1_000_000);
+        let times = arrival_times(third.traffic().unwrap());
         assert_eq!(times, [0, 333_333, 666_666]);
     }
 }
