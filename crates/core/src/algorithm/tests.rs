@@ -18,11 +18,9 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
+use super::test_support::T0;
 use crate::quota::{MAX_EXACT, MAX_PERIOD};
 use crate::{AlgorithmKind, CheckError, Decision, Policy, Quota, QuotaError, State, Timestamp};
-
-/// 2023-11-14T00:00:00Z: a whole number of days, so every window edge used here falls on it.
-const T0: Timestamp = 1_699_920_000_000_000;
 
 /// The largest timestamp the tests use: below 2^53, the integer limit of a Lua double.
 const MAX_TS: Timestamp = (1 << 53) - 1;
@@ -261,6 +259,12 @@ fn big_quota() -> impl Strategy<Value = Quota> {
         prop_oneof![1..=max_burst.min(50), Just(max_burst)]
             .prop_map(move |burst| Quota::with_burst(limit, period, burst).unwrap())
     })
+}
+
+/// Up to 80 random requests for the bucket rate bound, each marked `true` (one in five) when
+/// time steps backwards before it (see [`bucket_rate_bound`]).
+fn moves() -> impl Strategy<Value = Vec<(bool, Op)>> {
+    prop::collection::vec((prop::bool::weighted(0.2), op()), 1..80)
 }
 
 /// Where a run of random traffic starts: the present day, or close to the end of 2^53.
@@ -616,7 +620,7 @@ proptest! {
     #[test]
     fn token_bucket_never_exceeds_burst_plus_rate(
         quota in small_quota(),
-        moves in prop::collection::vec((prop::bool::weighted(0.2), op()), 1..80),
+        moves in moves(),
     ) {
         bucket_rate_bound(AlgorithmKind::TokenBucket, quota, &moves)?;
     }
@@ -624,7 +628,7 @@ proptest! {
     #[test]
     fn leaky_bucket_never_exceeds_burst_plus_rate(
         quota in small_quota(),
-        moves in prop::collection::vec((prop::bool::weighted(0.2), op()), 1..80),
+        moves in moves(),
     ) {
         bucket_rate_bound(AlgorithmKind::LeakyBucket, quota, &moves)?;
     }
@@ -632,7 +636,7 @@ proptest! {
     #[test]
     fn gcra_never_exceeds_burst_plus_rate(
         quota in small_quota(),
-        moves in prop::collection::vec((prop::bool::weighted(0.2), op()), 1..80),
+        moves in moves(),
     ) {
         bucket_rate_bound(AlgorithmKind::Gcra, quota, &moves)?;
     }
