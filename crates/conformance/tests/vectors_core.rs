@@ -3,9 +3,14 @@
 
 use floodgate_conformance::{
     differential, load_dir, run_dir, run_vector, vectors_dir, Backend, BackendFailure, CoreBackend,
-    Reply, Request, Vector,
+    Reply, Report, Request, Vector,
 };
 use floodgate_core::{AlgorithmKind, Policy, Timestamp};
+
+/// The labels of a report's failures, in order (`algorithm/backend/case#step`).
+fn failure_labels(report: &Report) -> Vec<&str> {
+    report.failures.iter().map(|f| f.label.as_str()).collect()
+}
 
 #[test]
 fn every_vector_file_passes_on_the_core() {
@@ -93,9 +98,8 @@ fn a_wrong_backend_is_reported_with_labels() {
     let vector = Vector::parse(TWO_STEPS).unwrap();
     assert!(run_vector(&mut CoreBackend::default(), &vector).is_ok());
     let report = run_vector(&mut OffByOne::default(), &vector);
-    let labels: Vec<&str> = report.failures.iter().map(|f| f.label.as_str()).collect();
     assert_eq!(
-        labels,
+        failure_labels(&report),
         [
             "gcra/off_by_one/burst_then_exact_retry#1",
             "gcra/off_by_one/burst_then_exact_retry#2"
@@ -152,9 +156,8 @@ fn malformed_vectors_are_rejected() {
     )
     .unwrap();
     let report = run_vector(&mut CoreBackend::default(), &vector);
-    let labels: Vec<&str> = report.failures.iter().map(|f| f.label.as_str()).collect();
     assert_eq!(
-        labels,
+        failure_labels(&report),
         [
             "token_bucket/core/bad_step#1",
             "token_bucket/core/bad_step#2",
@@ -236,9 +239,8 @@ fn differential_runs_compare_two_backends_request_by_request() {
         "random",
         &requests,
     );
-    let labels: Vec<&str> = report.failures.iter().map(|f| f.label.as_str()).collect();
     assert_eq!(
-        labels,
+        failure_labels(&report),
         [
             "token_bucket/core-vs-off_by_one/random#1",
             "token_bucket/core-vs-off_by_one/random#2",
