@@ -272,36 +272,29 @@ pub fn run_in_memory(
     column_us: Micros,
     span_us: Micros,
 ) -> Result<Run, SetupError> {
-    let replay = |setup: &Setup| -> Result<Vec<Outcome>, SetupError> {
+    // Replays the traffic on counters laid out by `setup` and summarizes the decisions.
+    let replay = |setup: &Setup| -> Result<(Vec<Outcome>, Summary), SetupError> {
         let mut store = InProcessCounters::new(kind, quota, setup)?;
         let mut balancer = Balancer::new(setup.instances, setup.balance);
-        Ok(simulate(
+        let outcomes = simulate(
             requests,
             &mut store,
             &mut balancer,
             epoch_base(quota.period()),
-        ))
-    };
-    let outcomes = replay(&setup)?;
-    let summary = summarize(
-        requests,
-        &outcomes,
-        &quota,
-        setup.instances,
-        column_us,
-        span_us,
-    );
-    let shared_reference = if setup.instances > 1 && setup.counter != CounterMode::Shared {
-        let shared = setup.shared();
-        let outcomes = replay(&shared)?;
-        let s = summarize(
+        );
+        let summary = summarize(
             requests,
             &outcomes,
             &quota,
-            shared.instances,
+            setup.instances,
             column_us,
             span_us,
         );
+        Ok((outcomes, summary))
+    };
+    let (outcomes, summary) = replay(&setup)?;
+    let shared_reference = if setup.instances > 1 && setup.counter != CounterMode::Shared {
+        let (_, s) = replay(&setup.shared())?;
         Some((s.admitted, s.max_in_period.map_or(0, |p| p.units)))
     } else {
         None
