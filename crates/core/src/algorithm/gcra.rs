@@ -129,8 +129,8 @@ impl Algorithm for Gcra {
         GcraState::default()
     }
 
-    // Inlined so that a caller reading only `allowed` pays for nothing else.
-    #[inline]
+    // Always inlined so that a caller reading only `allowed` pays for nothing else.
+    #[inline(always)]
     fn decide(&self, state: &mut GcraState, now: Timestamp, cost: u64, consume: bool) -> Decision {
         // A stale `now` is raised to tat - tau (rounded up), the earliest time consistent with
         // the state: no request was admitted before it. This keeps every product below 2^53,

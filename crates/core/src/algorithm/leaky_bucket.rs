@@ -103,8 +103,8 @@ impl Algorithm for LeakyBucket {
         LeakyBucketState::default()
     }
 
-    // Inlined so that a caller reading only `allowed` pays for nothing else.
-    #[inline]
+    // Always inlined so that a caller reading only `allowed` pays for nothing else.
+    #[inline(always)]
     fn decide(
         &self,
         state: &mut LeakyBucketState,

@@ -118,8 +118,8 @@ impl Algorithm for SlidingWindow {
         SlidingWindowState::default()
     }
 
-    // Inlined so that a caller reading only `allowed` pays for nothing else.
-    #[inline]
+    // Always inlined so that a caller reading only `allowed` pays for nothing else.
+    #[inline(always)]
     fn decide(
         &self,
         state: &mut SlidingWindowState,
