@@ -216,6 +216,39 @@ macro_rules! tables {
                 }
             }
 
+            /// Decides in place on the entry of `fp` in `policy`'s table, if there is one. An
+            /// expired entry is decided as a fresh key *in its slot* (state reset to the initial
+            /// one): equivalent to dropping it and inserting a fresh one, without the two table
+            /// operations or a change to the key count. Its expiry only grows, so the shard's
+            /// `earliest_expiry` bound stays valid. `None` when `fp` is not held; the flag says
+            /// whether the entry had expired.
+            #[inline]
+            fn decide_reusing(
+                &mut self,
+                policy: &Policy,
+                fp: &Fingerprint,
+                now: Timestamp,
+                cost: u64,
+                consume: bool,
+            ) -> Option<(Decision, bool)> {
+                match policy {
+                    $(Policy::$variant(algorithm) => {
+                        let entry = self.$field.get_mut(fp)?;
+                        let expired = entry.expires_at <= now;
+                        if expired {
+                            entry.state = algorithm.initial_state();
+                        }
+                        let d = algorithm.decide(&mut entry.state, now, cost, consume);
+                        if consume && d.allowed {
+                            // max(): a stale `now` must never shorten a live key's life.
+                            entry.expires_at =
+                                entry.expires_at.max(now.saturating_add(d.reset_after));
+                        }
+                        Some((d, expired))
+                    })*
+                }
+            }
+
             /// Stores `state` in its algorithm's table.
             fn insert(&mut self, fp: Fingerprint, expires_at: Timestamp, state: State) {
                 match state {
@@ -397,6 +430,51 @@ impl MemoryStore {
         now: Timestamp,
     ) -> Result<BatchDecision, StoreError> {
         self.run(items, now, true)
+    }
+
+    /// Checks one item at the clock's current time: the allocation-free fast path for the
+    /// common one-rule request. Same decision and state change as `check_now(&[item])`
+    /// (whose [`BatchDecision`] costs a `Vec`); a new key refused because the store is full is
+    /// the store's full denial (`allowed: false`, `retry_after` of
+    /// [`MemoryStoreConfig::full_retry_after`]), counted in the metrics as usual; use
+    /// [`MemoryStore::check_now`] to tell it apart.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use floodgate_core::{AlgorithmKind, ManualClock, Policy};
+    /// use floodgate_store::{CheckItem, MemoryStore};
+    ///
+    /// let store = MemoryStore::with_clock(Arc::new(ManualClock::new(1_700_000_000_000_000)));
+    /// let policy = Policy::new(AlgorithmKind::Gcra, "1/s".parse().unwrap()).unwrap();
+    /// let item = CheckItem { rule: "per-user", policy: &policy, key: "user=alice", cost: 1 };
+    /// assert!(store.check_one(&item).unwrap().allowed);
+    /// assert_eq!(store.check_one(&item).unwrap().retry_after, Some(1_000_000));
+    /// ```
+    ///
+    /// # Errors
+    /// [`StoreError::InsufficientCapacity`] when `item.cost` exceeds its policy's capacity.
+    pub fn check_one(&self, item: &CheckItem<'_>) -> Result<Decision, StoreError> {
+        self.check_one_at(item, self.clock.now())
+    }
+
+    /// [`MemoryStore::check_one`] at a caller-supplied `now`.
+    ///
+    /// # Errors
+    /// [`StoreError::InsufficientCapacity`] when `item.cost` exceeds its policy's capacity.
+    pub fn check_one_at(
+        &self,
+        item: &CheckItem<'_>,
+        now: Timestamp,
+    ) -> Result<Decision, StoreError> {
+        let capacity = item.policy.capacity();
+        if item.cost > capacity {
+            return Err(StoreError::InsufficientCapacity {
+                rule: item.rule.to_string(),
+                cost: item.cost,
+                capacity,
+            });
+        }
+        Ok(self.single(item, now, true).0)
     }
 
     /// [`Store::peek`] at the clock's current time, synchronously.
@@ -600,25 +678,40 @@ impl MemoryStore {
     /// copies. Equivalent to the general path (for one item, a consuming decision that denies
     /// is its peek, and leaves the state untouched).
     fn run_single(&self, item: &CheckItem<'_>, now: Timestamp, commit: bool) -> BatchDecision {
+        let (decision, store_full) = self.single(item, now, commit);
+        BatchDecision {
+            allowed: decision.allowed,
+            decisions: vec![decision],
+            store_full,
+        }
+    }
+
+    /// The one-item decision behind [`MemoryStore::check_one_at`] and one-item batches: no
+    /// allocation for a held key (an expired one is reused in its slot), one insert for a new
+    /// one. The second value is `Some` when a new key found the store full.
+    fn single(
+        &self,
+        item: &CheckItem<'_>,
+        now: Timestamp,
+        commit: bool,
+    ) -> (Decision, Option<OnFull>) {
         let fp = self.fingerprint(item.rule, item.key);
         let mut shard = self.shards[self.shard_of(fp)].0.lock();
         let consume = commit && item.cost > 0;
-        let expired = match shard
-            .tables
-            .decide_held(item.policy, &fp, now, item.cost, consume)
+        if let Some((decision, expired)) =
+            shard
+                .tables
+                .decide_reusing(item.policy, &fp, now, item.cost, consume)
         {
-            Held::Live(decision) => {
-                drop(shard);
-                return BatchDecision {
-                    allowed: decision.allowed,
-                    decisions: vec![decision],
-                    store_full: None,
-                };
+            drop(shard);
+            if expired {
+                // The old entry expired and a fresh one took its slot: an expiration, though the
+                // key count is unchanged.
+                self.counters.expirations.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("floodgate_store_expirations_total").increment(1);
             }
-            Held::Absent { expired } => expired,
-        };
-        // Before any reservation: the dropped entry no longer counts against the cap.
-        self.count_expired(usize::from(expired));
+            return (decision, None);
+        }
         // A fresh key: decide on the initial state, store it only if something was consumed.
         let mut state = item.policy.initial_state();
         let decision = item.policy.decide(&mut state, now, item.cost, consume);
@@ -626,27 +719,14 @@ impl MemoryStore {
             if !self.reserve(1, now, [&mut *shard]) {
                 drop(shard);
                 self.count_full(1);
-                if self.config.on_full == OnFull::Reject {
-                    return BatchDecision {
-                        allowed: false,
-                        decisions: vec![self.full_denial(item.policy)],
-                        store_full: Some(OnFull::Reject),
-                    };
-                }
-                return BatchDecision {
-                    allowed: true,
-                    decisions: vec![decision],
-                    store_full: Some(OnFull::AdmitUntracked),
+                return match self.config.on_full {
+                    OnFull::Reject => (self.full_denial(item.policy), Some(OnFull::Reject)),
+                    OnFull::AdmitUntracked => (decision, Some(OnFull::AdmitUntracked)),
                 };
             }
             Self::save(&mut shard, fp, None, decision.reset_after, state, now);
         }
-        drop(shard);
-        BatchDecision {
-            allowed: decision.allowed,
-            decisions: vec![decision],
-            store_full: None,
-        }
+        (decision, None)
     }
 
     /// A batch whose items all have different `(rule, key)`: peek every item in place, then, if

@@ -167,7 +167,7 @@ pub fn run<C: Clock + Clone + 'static>(
                 key: key_of(i),
                 cost: 1,
             };
-            store.check_now(&[item]).is_ok_and(|d| d.allowed)
+            store.check_one(&item).is_ok_and(|d| d.allowed)
         };
         progress.step(format!("cpu: {kind} store, 1 thread"));
         let one = ns_per_call(time, check);
@@ -213,7 +213,7 @@ pub fn run<C: Clock + Clone + 'static>(
         "Direct: quota 1,000,000 per ms, burst 1,000,000 (governor: 1e9/s), so every check \
          admits and writes state; the algorithm on caller-owned state (`Policy::check`), while \
          governor's direct limiter is shared (`&self`, one atomic). Store: \
-         `MemoryStore::check_now` with one item over {KEYS} String keys `user:000000`.. in a \
+         `MemoryStore::check_one` (the one-item, allocation-free path) over {KEYS} String keys `user:000000`.. in a \
          fixed uniform random order, quota 1/s with burst 1,000,000 (sliding log: 1,000 per 10 ms), so \
          every check admits and no key expires; governor: its keyed DashMap limiter, same keys \
          and quota. 2 threads share one store; the time is wall time per \

@@ -100,7 +100,7 @@ pub fn probe(target: &str, keys: usize, limit: u64, fill: u64) -> anyhow::Result
                 key: &key,
                 cost: 1,
             };
-            store.check_now(&[item])?;
+            store.check_one(&item)?;
         }
     }
     let rss_after = rss()?;
