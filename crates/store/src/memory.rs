@@ -5,21 +5,24 @@
 //!   `hashbrown` map. A batch locks only the shards its items hash to, in increasing index order
 //!   (so two batches can never deadlock), decides everything, writes back and unlocks: the
 //!   critical section is a few map look-ups and integer decisions, never I/O or an `.await`.
-//! - Map key: a 128-bit fingerprint of `(rule, key)`: SipHash-1-3-128 under a random
-//!   per-process secret, over `len(rule) || rule || key`. It is fixed size whatever the key
-//!   length (no heap allocation per key, no attacker-controlled memory per key), and with a
-//!   secret 128-bit key the chance that two distinct keys share state is about `n^2 / 2^129`
-//!   (10^-26 at a million keys); an attacker who does not know the secret cannot aim at a
-//!   collision. The high 64 bits choose the shard, the low 64 bits are the map's hash (the map
-//!   uses them as they are, no second hash). The price: the store cannot list key names.
-//! - One map per algorithm in each shard, each holding `Entry<S>` = `expires_at` (u64
-//!   microseconds) + that algorithm's own state type `S`. An entry is 16 (fingerprint) + 8 +
-//!   `size_of::<S>()` bytes: **40 bytes** for GCRA, token bucket, leaky bucket and fixed window,
-//!   48 for the sliding window counter, 80 plus the entries' heap buffer for the sliding log
-//!   (checked by a unit test). hashbrown adds one control byte per bucket and keeps its tables
-//!   between 44% and 87.5% full, so at a million keys (about 48% full) a GCRA key costs about
-//!   `41 / 0.48 = 86` bytes. Shrinking further (a 64-bit fingerprint, expiry folded into the
-//!   state) is left for the benchmark work.
+//! - Map key: a 64-bit fingerprint of `(rule, key)`: SipHash-1-3 under a random per-process
+//!   128-bit secret, over `len(rule) || rule || key`. It is fixed size whatever the key length
+//!   (no heap allocation per key, no attacker-controlled memory per key). Two distinct keys
+//!   share state only if their fingerprints collide: about `n^2 / 2^65` for `n` keys held at
+//!   once (3 x 10^-8 at a million keys, 3 x 10^-4 at a hundred million), and an attacker who
+//!   does not know the secret cannot aim at a collision. (A 128-bit fingerprint would make
+//!   that 10^-26, at 8 more bytes per key: about 17 more bytes per key at a million keys.)
+//!   Bits 32 and up choose the shard; the map uses the fingerprint as its hash, as it is. The
+//!   price: the store cannot list key names.
+//! - One map per algorithm in each shard, each holding that algorithm's own state type `S` and
+//!   the time the entry becomes equivalent to a fresh key: stored beside the state
+//!   (`Entry<S>`, 8 bytes), except for GCRA, whose expiry is its arrival time (`GcraSlot`).
+//!   A bucket (fingerprint + entry) is **24 bytes** for GCRA, 32 for the token bucket, leaky
+//!   bucket and fixed window, 40 for the sliding window counter, 72 plus the entries' heap
+//!   buffer for the sliding log (checked by a unit test). hashbrown adds one control byte per
+//!   bucket and keeps its tables between 44% and 87.5% full, so at a million keys (about 48%
+//!   full) a GCRA key costs about `25 / 0.48 = 52` bytes and a token bucket key 69
+//!   (`floodgate bench --what memory` measures it).
 //!
 //! # Expiry and the cap
 //! An entry's `expires_at` is `now + reset_after` of its last consuming decision: from then on
@@ -45,7 +48,7 @@ use floodgate_core::{
 };
 use hashbrown::HashMap;
 use parking_lot::{Mutex, MutexGuard};
-use siphasher::sip128::{Hasher128, SipHasher13};
+use siphasher::sip::SipHasher13;
 
 use crate::{BatchDecision, CheckItem, OnFull, Store, StoreError};
 
@@ -95,19 +98,16 @@ pub struct StoreStats {
     pub full_untracked: u64,
 }
 
-/// The identity of `(rule, key)` inside the store: a keyed 128-bit hash (see the module docs).
+/// The identity of `(rule, key)` inside the store: a keyed 64-bit hash (see the module docs).
+/// Bits 32 and up choose the shard; the map uses the whole value as its hash (its bucket index
+/// comes from the low bits, its control byte from the top 7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Fingerprint {
-    /// Used as the map's hash.
-    lo: u64,
-    /// Chooses the shard.
-    hi: u64,
-}
+struct Fingerprint(u64);
 
 impl Hash for Fingerprint {
     fn hash<H: Hasher>(&self, state: &mut H) {
         // Already a uniformly distributed secret hash: hand it to the map as is.
-        state.write_u64(self.lo);
+        state.write_u64(self.0);
     }
 }
 
@@ -132,23 +132,79 @@ impl Hasher for PassThrough {
     }
 }
 
-/// One key's state and the time from which it is equivalent to a fresh key.
+/// How a table stores one key: its state and the time from which it is equivalent to a fresh
+/// key (microseconds since the epoch; at or after it the entry may be dropped).
+trait Stored {
+    type State;
+    fn new(expires_at: Timestamp, state: Self::State) -> Self;
+    fn expires_at(&self) -> Timestamp;
+    /// Moves the expiry to `expires_at` if that is later (a live key's life never shortens).
+    fn extend(&mut self, expires_at: Timestamp);
+    fn state(&self) -> &Self::State;
+    fn state_mut(&mut self) -> &mut Self::State;
+}
+
+/// A state with its expiry stored beside it.
 #[derive(Debug, Clone)]
 struct Entry<S> {
-    /// Microseconds since the epoch; at or after this time the entry may be dropped.
     expires_at: Timestamp,
     state: S,
 }
 
-type Table<S> = HashMap<Fingerprint, Entry<S>, BuildHasherDefault<PassThrough>>;
+impl<S> Stored for Entry<S> {
+    type State = S;
+    fn new(expires_at: Timestamp, state: S) -> Self {
+        Self { expires_at, state }
+    }
+    fn expires_at(&self) -> Timestamp {
+        self.expires_at
+    }
+    fn extend(&mut self, expires_at: Timestamp) {
+        self.expires_at = self.expires_at.max(expires_at);
+    }
+    fn state(&self) -> &S {
+        &self.state
+    }
+    fn state_mut(&mut self) -> &mut S {
+        &mut self.state
+    }
+}
+
+/// A GCRA state alone: a GCRA key is fresh again exactly at its theoretical arrival time
+/// rounded up to the microsecond (`tat + (tat_ticks > 0)`), which is `now + reset_after` of its
+/// last admission, so the expiry is derived rather than stored (16 bytes instead of 24).
+#[derive(Debug, Clone)]
+struct GcraSlot(GcraState);
+
+impl Stored for GcraSlot {
+    type State = GcraState;
+    fn new(_expires_at: Timestamp, state: GcraState) -> Self {
+        Self(state)
+    }
+    fn expires_at(&self) -> Timestamp {
+        self.0.tat.saturating_add(u64::from(self.0.tat_ticks > 0))
+    }
+    fn extend(&mut self, _expires_at: Timestamp) {
+        // Derived from the state, which the decision has just moved: an admission at `now`
+        // leaves tat + (tat_ticks > 0) = now + reset_after, and tat never moves backwards.
+    }
+    fn state(&self) -> &GcraState {
+        &self.0
+    }
+    fn state_mut(&mut self) -> &mut GcraState {
+        &mut self.0
+    }
+}
+
+type Table<E> = HashMap<Fingerprint, E, BuildHasherDefault<PassThrough>>;
 
 macro_rules! tables {
-    ($($field:ident: $variant:ident($state:ty)),* $(,)?) => {
+    ($($field:ident: $variant:ident($state:ty) in $slot:ty),* $(,)?) => {
         /// One map per algorithm, each holding that algorithm's own state type, so that a GCRA
         /// key costs 16 bytes of state rather than the size of the largest [`State`] variant.
         #[derive(Debug, Default)]
         struct Tables {
-            $($field: Table<$state>,)*
+            $($field: Table<$slot>,)*
         }
 
         impl Tables {
@@ -162,7 +218,7 @@ macro_rules! tables {
                     $(AlgorithmKind::$variant => self
                         .$field
                         .get(fp)
-                        .map(|e| (e.expires_at, State::$variant(e.state.clone()))),)*
+                        .map(|e| (e.expires_at(), State::$variant(e.state().clone()))),)*
                 }
             }
 
@@ -178,7 +234,7 @@ macro_rules! tables {
             /// Removes `fp` from every table; returns how many entries that was and the latest
             /// `expires_at` among them.
             fn remove_all(&mut self, fp: &Fingerprint) -> (usize, Option<Timestamp>) {
-                let removed = [$(self.$field.remove(fp).map(|e| e.expires_at),)*];
+                let removed = [$(self.$field.remove(fp).map(|e| e.expires_at()),)*];
                 (
                     removed.iter().flatten().count(),
                     removed.into_iter().flatten().max(),
@@ -198,12 +254,11 @@ macro_rules! tables {
             ) -> Held {
                 match policy {
                     $(Policy::$variant(algorithm) => match self.$field.get_mut(fp) {
-                        Some(entry) if entry.expires_at > now => {
-                            let d = algorithm.decide(&mut entry.state, now, cost, consume);
+                        Some(entry) if entry.expires_at() > now => {
+                            let d = algorithm.decide(entry.state_mut(), now, cost, consume);
                             if consume && d.allowed {
-                                // max(): a stale `now` must never shorten a live key's life.
-                                entry.expires_at =
-                                    entry.expires_at.max(now.saturating_add(d.reset_after));
+                                // A stale `now` must never shorten a live key's life.
+                                entry.extend(now.saturating_add(d.reset_after));
                             }
                             Held::Live(d)
                         }
@@ -234,15 +289,14 @@ macro_rules! tables {
                 match policy {
                     $(Policy::$variant(algorithm) => {
                         let entry = self.$field.get_mut(fp)?;
-                        let expired = entry.expires_at <= now;
+                        let expired = entry.expires_at() <= now;
                         if expired {
-                            entry.state = algorithm.initial_state();
+                            *entry.state_mut() = algorithm.initial_state();
                         }
-                        let d = algorithm.decide(&mut entry.state, now, cost, consume);
+                        let d = algorithm.decide(entry.state_mut(), now, cost, consume);
                         if consume && d.allowed {
-                            // max(): a stale `now` must never shorten a live key's life.
-                            entry.expires_at =
-                                entry.expires_at.max(now.saturating_add(d.reset_after));
+                            // A stale `now` must never shorten a live key's life.
+                            entry.extend(now.saturating_add(d.reset_after));
                         }
                         Some((d, expired))
                     })*
@@ -253,7 +307,7 @@ macro_rules! tables {
             fn insert(&mut self, fp: Fingerprint, expires_at: Timestamp, state: State) {
                 match state {
                     $(State::$variant(state) => {
-                        self.$field.insert(fp, Entry { expires_at, state });
+                        self.$field.insert(fp, <$slot as Stored>::new(expires_at, state));
                     })*
                 }
             }
@@ -264,9 +318,10 @@ macro_rules! tables {
                 let before = self.len();
                 let mut earliest = Timestamp::MAX;
                 $(self.$field.retain(|_, e| {
-                    let keep = e.expires_at > now;
+                    let expires_at = e.expires_at();
+                    let keep = expires_at > now;
                     if keep {
-                        earliest = earliest.min(e.expires_at);
+                        earliest = earliest.min(expires_at);
                     }
                     keep
                 });)*
@@ -285,12 +340,12 @@ enum Held {
 }
 
 tables! {
-    fixed_window: FixedWindow(FixedWindowState),
-    sliding_log: SlidingLog(SlidingLogState),
-    sliding_window: SlidingWindow(SlidingWindowState),
-    token_bucket: TokenBucket(TokenBucketState),
-    leaky_bucket: LeakyBucket(LeakyBucketState),
-    gcra: Gcra(GcraState),
+    fixed_window: FixedWindow(FixedWindowState) in Entry<FixedWindowState>,
+    sliding_log: SlidingLog(SlidingLogState) in Entry<SlidingLogState>,
+    sliding_window: SlidingWindow(SlidingWindowState) in Entry<SlidingWindowState>,
+    token_bucket: TokenBucket(TokenBucketState) in Entry<TokenBucketState>,
+    leaky_bucket: LeakyBucket(LeakyBucketState) in Entry<LeakyBucketState>,
+    gcra: Gcra(GcraState) in GcraSlot,
 }
 
 #[derive(Debug)]
@@ -561,15 +616,11 @@ impl MemoryStore {
         h.write(&(rule.len() as u64).to_le_bytes());
         h.write(rule.as_bytes());
         h.write(key.as_bytes());
-        let out = h.finish128();
-        Fingerprint {
-            lo: out.h1,
-            hi: out.h2,
-        }
+        Fingerprint(h.finish())
     }
 
     fn shard_of(&self, fp: Fingerprint) -> usize {
-        (fp.hi as usize) & self.shard_mask
+        ((fp.0 >> 32) as usize) & self.shard_mask
     }
 
     /// Accounts for `n` expired entries dropped by a sweep or a touch.
@@ -1022,18 +1073,59 @@ mod tests {
         assert_eq!(store.fingerprint("a", "b"), store.fingerprint("a", "b"));
     }
 
+    /// GCRA stores no expiry: the one derived from its state must be exactly what a stored
+    /// one would be (the latest `now + reset_after` of an admission), for fractional emission
+    /// intervals, bursts, costs above one and stale clocks.
+    #[test]
+    fn gcra_derived_expiry_equals_the_stored_one() {
+        use floodgate_core::{Algorithm, Gcra, Quota};
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |m: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % m
+        };
+        for (limit, period, burst) in [
+            (7, 2, 5),
+            (1, 1_000_000, 1),
+            (3, 1_000_000, 10),
+            (1_000, 60_000_000, 50),
+        ] {
+            let gcra = Gcra::new(Quota::with_burst(limit, period, burst).unwrap()).unwrap();
+            let mut slot = GcraSlot(gcra.initial_state());
+            let mut stored = 0u64;
+            let mut now = 1_700_000_000_000_000u64;
+            for _ in 0..2_000 {
+                now = if next(8) == 0 {
+                    now - next(1_000)
+                } else {
+                    now + next(period / 2 + 2)
+                };
+                let cost = 1 + next(burst);
+                let d = gcra.check(slot.state_mut(), now, cost).unwrap();
+                if d.allowed {
+                    stored = stored.max(now + d.reset_after);
+                }
+                if stored > 0 {
+                    assert_eq!(slot.expires_at(), stored, "{limit}/{period} burst {burst}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn entry_sizes_are_as_documented() {
         // What one hashbrown bucket holds: the key and the value.
-        fn bucket<S>() -> usize {
-            std::mem::size_of::<(Fingerprint, Entry<S>)>()
+        fn bucket<E>() -> usize {
+            std::mem::size_of::<(Fingerprint, E)>()
         }
-        assert_eq!(bucket::<GcraState>(), 40);
-        assert_eq!(bucket::<TokenBucketState>(), 40);
-        assert_eq!(bucket::<LeakyBucketState>(), 40);
-        assert_eq!(bucket::<FixedWindowState>(), 40);
-        assert_eq!(bucket::<SlidingWindowState>(), 48);
-        assert_eq!(bucket::<SlidingLogState>(), 80);
+        assert_eq!(bucket::<GcraSlot>(), 24);
+        assert_eq!(bucket::<Entry<TokenBucketState>>(), 32);
+        assert_eq!(bucket::<Entry<LeakyBucketState>>(), 32);
+        assert_eq!(bucket::<Entry<FixedWindowState>>(), 32);
+        assert_eq!(bucket::<Entry<SlidingWindowState>>(), 40);
+        assert_eq!(bucket::<Entry<SlidingLogState>>(), 72);
     }
 
     #[test]
