@@ -718,3 +718,11 @@ async fn a_full_redis_with_noeviction_refuses_with_an_error_and_evicts_nothing()
         assert!(pttl > 0, "{k}");
     }
 }
+
+#[tokio::test]
+async fn a_prefix_with_braces_is_refused() {
+    let mut config = RedisStoreConfig::standalone("redis://127.0.0.1:1");
+    config.prefix = "fg{x}:".into();
+    let e = RedisStore::new(config, Arc::new(SystemClock)).unwrap_err();
+    assert!(e.to_string().contains("must not contain"), "{e}");
+}

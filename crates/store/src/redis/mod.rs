@@ -84,7 +84,7 @@ pub enum TimeSource {
 pub struct RedisStoreConfig {
     /// The server or cluster.
     pub target: RedisTarget,
-    /// Prepended to every key name. Default `"fg:"`.
+    /// Prepended to every key name. Default `"fg:"`. Must not contain `{` or `}`.
     pub prefix: String,
     /// Longest wait for one store call (all its round trips). Default 10 ms: well under Envoy's
     /// 20 ms rate-limit-service timeout, and about 100 loopback round trips.
@@ -292,8 +292,18 @@ impl RedisStore {
     /// Tokio runtime.
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] when a URL cannot be parsed.
+    /// [`StoreError::Unavailable`] when a URL cannot be parsed, or the prefix contains `{` or
+    /// `}` (the key's own hash tag must be the first braces in its name).
     pub fn new(config: RedisStoreConfig, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        if config.prefix.contains(['{', '}']) {
+            return Err(StoreError::Unavailable {
+                reason: format!(
+                    "redis key prefix {:?} must not contain '{{' or '}}': the key's hash tag \
+                     must come first",
+                    config.prefix
+                ),
+            });
+        }
         let conn = match &config.target {
             RedisTarget::Standalone(url) => {
                 let client = redis::Client::open(url.as_str()).map_err(unavailable)?;
