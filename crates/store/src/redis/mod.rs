@@ -116,7 +116,8 @@ impl RedisStoreConfig {
         ))
     }
 
-    fn with_target(target: RedisTarget) -> Self {
+    /// Defaults for `target`.
+    pub fn with_target(target: RedisTarget) -> Self {
         Self {
             target,
             prefix: "fg:".into(),
