@@ -11,7 +11,7 @@
 //! upstream = "http://127.0.0.1:3000"   # reverse-proxy mode
 //!
 //! [store]
-//! kind = "memory"
+//! kind = "memory"                      # or "redis", with url = "redis://..." (or nodes = [...])
 //! max_keys = 100000
 //!
 //! [[rules]]
@@ -120,15 +120,17 @@ impl Default for ServerConfig {
     }
 }
 
-/// `[store]`. Only `kind = "memory"` exists today.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `[store]`: `kind = "memory"` (the default) or `kind = "redis"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
-    /// Most keys held at once (all rules together).
+    /// Most keys held at once (all rules together; memory store).
     pub max_keys: u64,
     /// What happens when `max_keys` live keys are held and a new key arrives: `"reject"`
     /// (default: deny the new key, so a flood of keys cannot switch limiting off) or
     /// `"admit_untracked"` (admit it without counting).
     pub on_full: OnFull,
+    /// `Some` for `kind = "redis"`.
+    pub redis: Option<RedisConfig>,
 }
 
 impl Default for StoreConfig {
@@ -136,8 +138,30 @@ impl Default for StoreConfig {
         Self {
             max_keys: DEFAULT_MAX_KEYS,
             on_full: OnFull::Reject,
+            redis: None,
         }
     }
+}
+
+/// `[store] kind = "redis"`: where Redis is and how long to wait for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// `url = "redis://host:port/db"` (one server) or `nodes = [...]` (a Redis Cluster).
+    pub target: floodgate_store::redis::RedisTarget,
+    /// `timeout_ms`: longest wait for one store call, 1 to 60,000 ms. Default 10.
+    pub timeout_ms: u64,
+    /// `prefix` of every key (default `"fg:"`, at most 64 bytes, no braces).
+    pub prefix: String,
+}
+
+/// Default `[store] timeout_ms`.
+pub const DEFAULT_REDIS_TIMEOUT_MS: u64 = 10;
+
+/// `true` for the URL schemes the Redis client accepts.
+pub fn is_redis_url(url: &str) -> bool {
+    ["redis://", "rediss://", "redis+unix://", "unix://"]
+        .iter()
+        .any(|scheme| url.starts_with(scheme))
 }
 
 /// `[rules.match]`: which requests a rule applies to (all given conditions must hold; an empty
@@ -390,20 +414,33 @@ impl Validator<'_> {
     fn store(&mut self, raw: &RawConfig) -> StoreConfig {
         let s = &raw.store;
         let mut out = StoreConfig::default();
+        let mut redis = false;
         if let Some(kind) = &s.kind {
             match kind.get_ref().as_str() {
                 "memory" => {}
-                "redis" => self.push(
-                    kind,
-                    "store.kind".into(),
-                    "the redis store is not available in this version yet; use kind = \"memory\""
-                        .into(),
-                ),
+                "redis" => redis = true,
                 other => self.push(
                     kind,
                     "store.kind".into(),
-                    format!("unknown store kind {other:?}; expected \"memory\""),
+                    format!("unknown store kind {other:?}; expected \"memory\" or \"redis\""),
                 ),
+            }
+        }
+        if redis {
+            out.redis = self.redis_store(s);
+        } else {
+            let only_redis = [
+                s.url.as_ref().map(|v| (v.span(), "url")),
+                s.nodes.first().map(|v| (v.span(), "nodes")),
+                s.timeout_ms.as_ref().map(|v| (v.span(), "timeout_ms")),
+                s.prefix.as_ref().map(|v| (v.span(), "prefix")),
+            ];
+            for (span, field) in only_redis.into_iter().flatten() {
+                self.errors.push(self.src.error(
+                    span,
+                    format!("store.{field}"),
+                    "only for kind = \"redis\"",
+                ));
             }
         }
         if let Some(max) = &s.max_keys {
@@ -425,6 +462,79 @@ impl Validator<'_> {
             }
         }
         out
+    }
+
+    /// The `[store]` fields of `kind = "redis"`; `None` when they have errors (pushed).
+    fn redis_store(&mut self, s: &raw::RawStore) -> Option<RedisConfig> {
+        use floodgate_store::redis::RedisTarget;
+        let before = self.errors.len();
+        for url in s.url.iter().chain(&s.nodes) {
+            if !is_redis_url(url.get_ref()) {
+                let field = if s.url.as_ref() == Some(url) {
+                    "store.url"
+                } else {
+                    "store.nodes"
+                };
+                self.push(
+                    url,
+                    field.into(),
+                    format!("{:?} is not a redis:// or rediss:// URL", url.get_ref()),
+                );
+            }
+        }
+        let target = match (&s.url, s.nodes.is_empty()) {
+            (Some(url), true) => Some(RedisTarget::Standalone(url.get_ref().clone())),
+            (None, false) => Some(RedisTarget::Cluster(
+                s.nodes.iter().map(|n| n.get_ref().clone()).collect(),
+            )),
+            (Some(url), false) => {
+                self.push(
+                    url,
+                    "store.url".into(),
+                    "give url (one server) or nodes (a cluster), not both".into(),
+                );
+                None
+            }
+            (None, true) => {
+                let kind = s.kind.as_ref().expect("kind = \"redis\" was given");
+                self.push(
+                    kind,
+                    "store.url".into(),
+                    "kind = \"redis\" needs url = \"redis://host:port\" or nodes = [...]".into(),
+                );
+                None
+            }
+        };
+        let mut timeout_ms = DEFAULT_REDIS_TIMEOUT_MS;
+        if let Some(t) = &s.timeout_ms {
+            match u64::try_from(*t.get_ref()) {
+                Ok(ms @ 1..=60_000) => timeout_ms = ms,
+                _ => self.push(
+                    t,
+                    "store.timeout_ms".into(),
+                    format!("must be 1 to 60000 milliseconds, got {}", t.get_ref()),
+                ),
+            }
+        }
+        let mut prefix = "fg:".to_string();
+        if let Some(p) = &s.prefix {
+            let text = p.get_ref();
+            if text.len() > 64 || text.contains(['{', '}']) {
+                self.push(
+                    p,
+                    "store.prefix".into(),
+                    "at most 64 bytes, without '{' or '}' (the key's own hash tag comes first)"
+                        .into(),
+                );
+            } else {
+                prefix = text.clone();
+            }
+        }
+        (self.errors.len() == before).then(|| RedisConfig {
+            target: target.expect("no error, so a target"),
+            timeout_ms,
+            prefix,
+        })
     }
 
     /// Validates one rule; `None` when it has errors (already pushed).

@@ -36,6 +36,11 @@ pub(crate) struct RawStore {
     pub kind: Option<Spanned<String>>,
     pub max_keys: Option<Spanned<i64>>,
     pub on_full: Option<Spanned<String>>,
+    pub url: Option<Spanned<String>>,
+    #[serde(default)]
+    pub nodes: Vec<Spanned<String>>,
+    pub timeout_ms: Option<Spanned<i64>>,
+    pub prefix: Option<Spanned<String>>,
 }
 
 /// One `[[rules]]` entry.

@@ -269,12 +269,45 @@ fn client_net_keys_take_both_prefixes() {
 }
 
 #[test]
-fn redis_store_is_rejected_clearly_for_now() {
-    let e = err("[store]\nkind = \"redis\"\n");
+fn redis_store_settings_are_read_and_checked() {
+    use floodgate_store::redis::RedisTarget;
+    let c = parse(
+        "rules.toml",
+        "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:6379/0\"\ntimeout_ms = 25\nprefix = \"app1:\"\n",
+    )
+    .unwrap();
+    let r = c.store.redis.unwrap();
     assert_eq!(
-        e,
-        "rules.toml:2: store.kind: the redis store is not available in this version yet; use \
-         kind = \"memory\""
+        r.target,
+        RedisTarget::Standalone("redis://127.0.0.1:6379/0".into())
+    );
+    assert_eq!((r.timeout_ms, r.prefix.as_str()), (25, "app1:"));
+    let c = parse(
+        "rules.toml",
+        "[store]\nkind = \"redis\"\nnodes = [\"redis://10.0.0.1:7000\", \"redis://10.0.0.2:7000\"]\n",
+    )
+    .unwrap();
+    let r = c.store.redis.unwrap();
+    assert!(matches!(r.target, RedisTarget::Cluster(ref n) if n.len() == 2));
+    assert_eq!((r.timeout_ms, r.prefix.as_str()), (10, "fg:"));
+
+    assert_eq!(
+        err("[store]\nkind = \"redis\"\n"),
+        "rules.toml:2: store.url: kind = \"redis\" needs url = \"redis://host:port\" or nodes = [...]"
+    );
+    assert!(err("[store]\nkind = \"redis\"\nurl = \"http://x\"\n")
+        .starts_with("rules.toml:3: store.url: \"http://x\" is not a redis://"));
+    assert!(
+        err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\ntimeout_ms = 0\n")
+            .starts_with("rules.toml:4: store.timeout_ms: must be 1 to 60000")
+    );
+    assert!(
+        err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\nprefix = \"{x}\"\n")
+            .starts_with("rules.toml:4: store.prefix: ")
+    );
+    assert_eq!(
+        err("[store]\nkind = \"memory\"\nurl = \"redis://a\"\n"),
+        "rules.toml:3: store.url: only for kind = \"redis\""
     );
 }
 

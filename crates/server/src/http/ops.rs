@@ -20,7 +20,9 @@ use crate::serve::AppState;
 /// `GET /metrics`: Prometheus text exposition.
 pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     // Refresh the key gauge so a scrape sees the current size.
-    let _ = state.store.stats();
+    if let Some(memory) = state.store.memory() {
+        let _ = memory.stats();
+    }
     let mut response = state.prometheus.render().into_response();
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,

@@ -15,10 +15,10 @@ use crate::serve::AppState;
 fn state() -> Arc<AppState> {
     let config = crate::config::embedded_default();
     let clock = ManualClock::new(1_800_000_000_000_000);
-    let store = Arc::new(MemoryStore::new(
+    let store = floodgate_store::redis::AnyStore::Memory(Arc::new(MemoryStore::new(
         MemoryStoreConfig::default(),
         Arc::new(clock.clone()),
-    ));
+    )));
     let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
         .build_recorder()
         .handle();

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use floodgate_core::{Clock, ManualClock, SystemClock};
+use floodgate_store::redis::{AnyStore, RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{MemoryStore, MemoryStoreConfig};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tokio::net::TcpListener;
@@ -95,6 +96,11 @@ pub struct ServeArgs {
     /// Default 0: the listeners close at once.
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
     pub shutdown_delay: Duration,
+
+    /// Where rate-limit state lives: `memory` (this process only) or a Redis URL
+    /// (`redis://host:port`, shared by every process using it) [default: `[store]`].
+    #[arg(long, value_name = "memory|URL")]
+    pub store: Option<String>,
 
     /// TEST ONLY, never for production: run on a manual clock starting at START_US
     /// (microseconds since the Unix epoch) and enable `POST /v1/debug/clock/advance`, so tests
@@ -202,14 +208,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         None => (Arc::new(SystemClock), None),
     };
-    let store = Arc::new(MemoryStore::new(
-        MemoryStoreConfig {
-            max_keys: usize::try_from(config.store.max_keys).unwrap_or(usize::MAX),
-            on_full: config.store.on_full,
-            ..MemoryStoreConfig::default()
-        },
-        Arc::clone(&clock),
-    ));
+    let store = build_store(
+        &config.store,
+        args.store.as_deref(),
+        &clock,
+        manual_clock.is_some(),
+    )
+    .await?;
 
     let upstream = match &args.upstream {
         Some(text) => {
@@ -379,6 +384,62 @@ impl Signals {
     }
 }
 
+/// The store `[store]` (or `--store`) asks for. A Redis store connects lazily: when Redis is
+/// down at startup the service still starts (its rules' failure modes apply) and uses Redis as
+/// soon as it answers.
+async fn build_store(
+    config: &config::StoreConfig,
+    flag: Option<&str>,
+    clock: &Arc<dyn Clock>,
+    manual_clock: bool,
+) -> anyhow::Result<AnyStore> {
+    let redis = match flag {
+        Some("memory") => None,
+        Some(url) if config::is_redis_url(url) => {
+            let mut redis = RedisStoreConfig::standalone(url);
+            if let Some(r) = &config.redis {
+                redis.timeout = Duration::from_millis(r.timeout_ms);
+                redis.prefix.clone_from(&r.prefix);
+            }
+            Some(redis)
+        }
+        Some(other) => anyhow::bail!("--store: expected memory or a redis:// URL, got {other:?}"),
+        None => config.redis.as_ref().map(|r| {
+            let mut redis = RedisStoreConfig::with_target(r.target.clone());
+            redis.timeout = Duration::from_millis(r.timeout_ms);
+            redis.prefix.clone_from(&r.prefix);
+            redis
+        }),
+    };
+    let Some(mut redis) = redis else {
+        return Ok(AnyStore::Memory(Arc::new(MemoryStore::new(
+            MemoryStoreConfig {
+                max_keys: usize::try_from(config.max_keys).unwrap_or(usize::MAX),
+                on_full: config.on_full,
+                ..MemoryStoreConfig::default()
+            },
+            Arc::clone(clock),
+        ))));
+    };
+    if manual_clock {
+        // Test only: decide on the manual clock, so tests control time on Redis too.
+        redis.time_source = TimeSource::Caller;
+    }
+    let store = RedisStore::new(redis, Arc::clone(clock))
+        .map_err(|e| anyhow::anyhow!("redis store: {e}"))?;
+    match store.startup_check().await {
+        Ok(check) => tracing::info!(
+            maxmemory_policy = ?check.maxmemory_policies,
+            "redis store ready"
+        ),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "redis is not reachable yet; the rules' failure modes apply until it answers"
+        ),
+    }
+    Ok(AnyStore::Redis(Arc::new(store)))
+}
+
 /// Drops expired keys a little at a time and publishes the store's size.
 async fn housekeeping(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -388,11 +449,19 @@ async fn housekeeping(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>)
             _ = tick.tick() => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
-        state.store.sweep(state.clock.now());
+        // Only the memory store needs sweeping: Redis expires keys by their TTL.
+        let Some(memory) = state.store.memory() else {
+            n += 1;
+            if n % 10 == 0 {
+                state.prometheus.run_upkeep();
+            }
+            continue;
+        };
+        memory.sweep(state.clock.now());
         n += 1;
         if n % 10 == 0 {
             // Publishes floodgate_store_keys.
-            let _ = state.store.stats();
+            let _ = memory.stats();
             state.prometheus.run_upkeep();
         }
     }

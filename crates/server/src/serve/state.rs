@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use floodgate_core::{Clock, ManualClock};
-use floodgate_store::MemoryStore;
+use floodgate_store::redis::AnyStore;
 use floodgate_tower::{ClientIpConfig, HeaderMatch, Matcher, RateLimiter, Rule, RuleSet};
 use http::Uri;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -20,8 +20,8 @@ use crate::config::{self, Config, ConfigErrors, RuleConfig};
 pub struct AppState {
     /// Rules + store; its rule set is swapped on reload.
     pub limiter: RateLimiter<VersionedStore>,
-    /// The memory store under `limiter`'s [`VersionedStore`], for housekeeping.
-    pub store: Arc<MemoryStore>,
+    /// The store under `limiter`'s [`VersionedStore`] (memory or Redis), for housekeeping.
+    pub store: AnyStore,
     /// The time source of the store (the system clock, or the test-only manual clock).
     pub clock: Arc<dyn Clock>,
     /// `Some` only with the hidden test-only `--manual-clock` flag.
@@ -45,14 +45,14 @@ impl AppState {
         config: Config,
         config_path: Option<PathBuf>,
         admin_token_override: Option<String>,
-        store: Arc<MemoryStore>,
+        store: AnyStore,
         clock: Arc<dyn Clock>,
         manual_clock: Option<ManualClock>,
         prometheus: PrometheusHandle,
         upstream: Option<Uri>,
     ) -> Self {
         let limiter = RateLimiter::new(
-            Arc::new(VersionedStore::new(Arc::clone(&store))),
+            Arc::new(VersionedStore::new(store.clone())),
             rule_set(&config),
         );
         Self {

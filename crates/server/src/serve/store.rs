@@ -1,5 +1,6 @@
-//! [`VersionedStore`]: the memory store with each rule's state namespaced by its algorithm and
-//! quota, so that a hot reload keeps exactly the counters it should.
+//! [`VersionedStore`]: the store (memory or Redis, an [`AnyStore`]) with each rule's state
+//! namespaced by its algorithm and quota, so that a hot reload keeps exactly the counters it
+//! should.
 //!
 //! Store state is identified by `(rule, key)`. If `rule` were only the rule's name, a reload
 //! that changes a rule's quota (say `5/min` to `6/min`) would reuse the old state under the new
@@ -14,7 +15,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use floodgate_core::{AlgorithmKind, Decision, Policy, Quota};
-use floodgate_store::{BatchDecision, CheckItem, MemoryStore, Store, StoreError};
+use floodgate_store::redis::AnyStore;
+use floodgate_store::{BatchDecision, CheckItem, Store, StoreError};
 use parking_lot::RwLock;
 
 /// The state id of a rule: `name|algorithm|quota`.
@@ -25,19 +27,19 @@ pub fn state_id(name: &str, policy: &Policy) -> String {
 /// The cached state id of one rule name: the algorithm and quota it was made for, and the id.
 type CachedId = (AlgorithmKind, Quota, Arc<str>);
 
-/// A [`MemoryStore`] whose `rule` argument is namespaced by algorithm and quota (see the
+/// A store whose `rule` argument is namespaced by algorithm and quota (see the
 /// [module docs](self)). [`Store::reset`] takes the state id (see [`state_id`]), since it has no
 /// policy to derive it from.
 #[derive(Debug)]
 pub struct VersionedStore {
-    inner: Arc<MemoryStore>,
+    inner: AnyStore,
     /// Name -> (algorithm, quota, state id), so the id is formatted once per rule version.
     ids: RwLock<HashMap<String, CachedId>>,
 }
 
 impl VersionedStore {
     /// Wraps `inner`.
-    pub fn new(inner: Arc<MemoryStore>) -> Self {
+    pub fn new(inner: AnyStore) -> Self {
         Self {
             inner,
             ids: RwLock::new(HashMap::new()),
@@ -58,15 +60,18 @@ impl VersionedStore {
         id
     }
 
-    fn with_ids<T>(&self, items: &[CheckItem<'_>], f: impl FnOnce(&[CheckItem<'_>]) -> T) -> T {
-        let ids: Vec<Arc<str>> = items.iter().map(|i| self.id(i.rule, i.policy)).collect();
-        let mapped: Vec<CheckItem<'_>> = items
-            .iter()
-            .zip(&ids)
-            .map(|(item, id)| CheckItem { rule: id, ..*item })
-            .collect();
-        f(&mapped)
+    fn ids(&self, items: &[CheckItem<'_>]) -> Vec<Arc<str>> {
+        items.iter().map(|i| self.id(i.rule, i.policy)).collect()
     }
+}
+
+/// `items` with each rule replaced by its state id.
+fn mapped<'a>(items: &[CheckItem<'a>], ids: &'a [Arc<str>]) -> Vec<CheckItem<'a>> {
+    items
+        .iter()
+        .zip(ids)
+        .map(|(item, id)| CheckItem { rule: id, ..*item })
+        .collect()
 }
 
 impl Store for VersionedStore {
@@ -74,16 +79,16 @@ impl Store for VersionedStore {
         &self,
         items: &[CheckItem<'_>],
     ) -> impl Future<Output = Result<BatchDecision, StoreError>> + Send {
-        let result = self.with_ids(items, |mapped| self.inner.check_now(mapped));
-        std::future::ready(result)
+        let ids = self.ids(items);
+        async move { self.inner.check(&mapped(items, &ids)).await }
     }
 
     fn peek(
         &self,
         items: &[CheckItem<'_>],
     ) -> impl Future<Output = Result<BatchDecision, StoreError>> + Send {
-        let result = self.with_ids(items, |mapped| self.inner.peek_now(mapped));
-        std::future::ready(result)
+        let ids = self.ids(items);
+        async move { self.inner.peek(&mapped(items, &ids)).await }
     }
 
     fn reset(
@@ -91,7 +96,7 @@ impl Store for VersionedStore {
         rule: &str,
         key: &str,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        std::future::ready(Ok(self.inner.reset_key(rule, key)))
+        self.inner.reset(rule, key)
     }
 
     fn inspect(
@@ -101,8 +106,7 @@ impl Store for VersionedStore {
         key: &str,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         let id = self.id(rule, policy);
-        let now = self.inner.clock().now();
-        std::future::ready(Ok(self.inner.inspect_at(&id, policy, key, now)))
+        async move { self.inner.inspect(&id, policy, key).await }
     }
 }
 
@@ -118,7 +122,9 @@ mod tests {
     #[test]
     fn same_name_new_quota_is_fresh_state_and_old_quota_finds_its_state_again() {
         let clock = ManualClock::new(1_000_000);
-        let store = VersionedStore::new(Arc::new(MemoryStore::with_clock(Arc::new(clock))));
+        let store = VersionedStore::new(AnyStore::Memory(Arc::new(
+            floodgate_store::MemoryStore::with_clock(Arc::new(clock)),
+        )));
         let five = policy("5/min");
         let six = policy("6/min");
         let item = |p| CheckItem {
@@ -148,7 +154,7 @@ mod tests {
         assert!(!block_on(store.reset(&id, "k")).unwrap());
     }
 
-    /// The store's futures are ready at once.
+    /// The memory store's futures are ready at once.
     fn block_on<F: Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
             .build()

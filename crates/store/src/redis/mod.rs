@@ -399,8 +399,9 @@ impl RedisStore {
     }
 
     /// Checks the server once at startup: reads `maxmemory-policy` (every master in a cluster)
-    /// and logs a warning when it may evict limiter keys (see [`policy_may_evict`]). Waits up to
-    /// `connect_timeout + timeout`, not only `timeout`.
+    /// and logs a warning when it may evict limiter keys (see [`policy_may_evict`]), and loads
+    /// the scripts (`SCRIPT LOAD`). Waits up to `connect_timeout + timeout` per command, not
+    /// only `timeout`.
     ///
     /// # Errors
     /// [`StoreError::Timeout`] / [`StoreError::Unavailable`] when Redis cannot be asked.
@@ -416,6 +417,23 @@ impl RedisStore {
             after_ms: duration_ms(wait),
         })?
         .map_err(|e| to_store_error(e, wait))?;
+        // Load every script now, so that the first burst of checks does not all meet NOSCRIPT
+        // and fall back to sending the full source at once.
+        let sources = scripts::BATCH_SINGLE_SOURCES
+            .iter()
+            .chain([&scripts::BATCH_SOURCE, &scripts::REFUND_SOURCE]);
+        for source in sources {
+            let _: Value = tokio::time::timeout(
+                wait,
+                self.conn
+                    .query_all_masters(redis::cmd("SCRIPT").arg("LOAD").arg(*source)),
+            )
+            .await
+            .map_err(|_| StoreError::Timeout {
+                after_ms: duration_ms(wait),
+            })?
+            .map_err(|e| to_store_error(e, wait))?;
+        }
         let mut maxmemory_policies = Vec::new();
         collect_policies(&reply, &mut maxmemory_policies);
         let may_evict = maxmemory_policies.iter().any(|p| policy_may_evict(p));
