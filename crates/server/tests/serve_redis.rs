@@ -95,3 +95,42 @@ async fn four_instances_sharing_redis_admit_exactly_the_limit() {
         .collect();
     assert_eq!(hammer(&separate).await, (400, 1_600));
 }
+
+#[tokio::test]
+async fn with_redis_down_the_local_fallback_enforces_the_divided_limit() {
+    let mut redis = RedisServer::start().unwrap();
+    let url = redis.url();
+    redis.kill();
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        format!(
+            "[store]\nkind = \"redis\"\nurl = \"{url}\"\nfallback = \"local\"\ninstances = 4\n{RULES}"
+        ),
+    )
+    .unwrap();
+    // Starts although Redis is down (a warning, no crash).
+    let fg = Floodgate::start(&["--config", rules.to_str().unwrap()]);
+    let c = client();
+    let (mut ok, mut denied) = (0, 0);
+    for _ in 0..40 {
+        let r = c
+            .post(fg.url("/v1/check"))
+            .json(&json!({"rule": "shared", "key": "hot"}))
+            .send()
+            .await
+            .unwrap();
+        match r.status().as_u16() {
+            200 => ok += 1,
+            429 => denied += 1,
+            other => panic!("status {other}: {}", r.text().await.unwrap()),
+        }
+    }
+    // 100 per 10 s over 4 instances: 25 here.
+    assert_eq!((ok, denied), (25, 15));
+    assert_eq!(
+        serve_support::metric(&c, &fg, "floodgate_store_degraded_total{mode=\"local\"}").await,
+        Some(40.0)
+    );
+}

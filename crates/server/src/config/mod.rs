@@ -152,6 +152,10 @@ pub struct RedisConfig {
     pub timeout_ms: u64,
     /// `prefix` of every key (default `"fg:"`, at most 64 bytes, no braces).
     pub prefix: String,
+    /// `fallback = "local"` with `instances = N`: while Redis fails, decide in this process with
+    /// every limit divided by `N` (`Some(N)`). `None` (`fallback = "none"`, the default): a
+    /// failure follows each rule's `failure_mode`.
+    pub local_fallback_instances: Option<u64>,
 }
 
 /// Default `[store] timeout_ms`.
@@ -434,6 +438,8 @@ impl Validator<'_> {
                 s.nodes.first().map(|v| (v.span(), "nodes")),
                 s.timeout_ms.as_ref().map(|v| (v.span(), "timeout_ms")),
                 s.prefix.as_ref().map(|v| (v.span(), "prefix")),
+                s.fallback.as_ref().map(|v| (v.span(), "fallback")),
+                s.instances.as_ref().map(|v| (v.span(), "instances")),
             ];
             for (span, field) in only_redis.into_iter().flatten() {
                 self.errors.push(self.src.error(
@@ -530,10 +536,49 @@ impl Validator<'_> {
                 prefix = text.clone();
             }
         }
+        let mut local = false;
+        if let Some(f) = &s.fallback {
+            match f.get_ref().as_str() {
+                "none" => {}
+                "local" => local = true,
+                other => self.push(
+                    f,
+                    "store.fallback".into(),
+                    format!("unknown fallback {other:?}; expected \"none\" or \"local\""),
+                ),
+            }
+        }
+        let mut instances = None;
+        match (&s.instances, local) {
+            (Some(n), true) => match u64::try_from(*n.get_ref()) {
+                Ok(v @ 1..=10_000) => instances = Some(v),
+                _ => self.push(
+                    n,
+                    "store.instances".into(),
+                    format!("must be 1 to 10000 processes, got {}", n.get_ref()),
+                ),
+            },
+            (Some(n), false) => self.push(
+                n,
+                "store.instances".into(),
+                "only with fallback = \"local\"".into(),
+            ),
+            (None, true) => {
+                let f = s.fallback.as_ref().expect("fallback was given");
+                self.push(
+                    f,
+                    "store.instances".into(),
+                    "fallback = \"local\" needs instances = N (the processes sharing the limits)"
+                        .into(),
+                );
+            }
+            (None, false) => {}
+        }
         (self.errors.len() == before).then(|| RedisConfig {
             target: target.expect("no error, so a target"),
             timeout_ms,
             prefix,
+            local_fallback_instances: instances,
         })
     }
 

@@ -41,6 +41,8 @@ pub(crate) struct RawStore {
     pub nodes: Vec<Spanned<String>>,
     pub timeout_ms: Option<Spanned<i64>>,
     pub prefix: Option<Spanned<String>>,
+    pub fallback: Option<Spanned<String>>,
+    pub instances: Option<Spanned<i64>>,
 }
 
 /// One `[[rules]]` entry.

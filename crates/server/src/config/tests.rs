@@ -290,6 +290,22 @@ fn redis_store_settings_are_read_and_checked() {
     let r = c.store.redis.unwrap();
     assert!(matches!(r.target, RedisTarget::Cluster(ref n) if n.len() == 2));
     assert_eq!((r.timeout_ms, r.prefix.as_str()), (10, "fg:"));
+    assert_eq!(r.local_fallback_instances, None);
+    let c = parse(
+        "rules.toml",
+        "[store]\nkind = \"redis\"\nurl = \"redis://a\"\nfallback = \"local\"\ninstances = 4\n",
+    )
+    .unwrap();
+    assert_eq!(c.store.redis.unwrap().local_fallback_instances, Some(4));
+    assert_eq!(
+        err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\nfallback = \"local\"\n"),
+        "rules.toml:4: store.instances: fallback = \"local\" needs instances = N (the processes \
+         sharing the limits)"
+    );
+    assert!(
+        err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\ninstances = 4\n")
+            .starts_with("rules.toml:4: store.instances: only with fallback")
+    );
 
     assert_eq!(
         err("[store]\nkind = \"redis\"\n"),

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use floodgate_core::{Clock, ManualClock, SystemClock};
+use floodgate_store::fallback::FallbackStore;
 use floodgate_store::redis::{AnyStore, RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{MemoryStore, MemoryStoreConfig};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
@@ -437,7 +438,26 @@ async fn build_store(
             "redis is not reachable yet; the rules' failure modes apply until it answers"
         ),
     }
-    Ok(AnyStore::Redis(Arc::new(store)))
+    Ok(
+        match config
+            .redis
+            .as_ref()
+            .and_then(|r| r.local_fallback_instances)
+        {
+            Some(instances) => {
+                tracing::info!(
+                    instances,
+                    "while redis fails, limits are enforced locally, divided by the instance count"
+                );
+                AnyStore::RedisWithFallback(Arc::new(FallbackStore::new(
+                    store,
+                    instances,
+                    Arc::clone(clock),
+                )))
+            }
+            None => AnyStore::Redis(Arc::new(store)),
+        },
+    )
 }
 
 /// Drops expired keys a little at a time and publishes the store's size.
