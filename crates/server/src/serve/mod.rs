@@ -517,6 +517,26 @@ fn describe_metrics() {
         "Store failures by kind (unavailable, timeout, other)"
     );
     describe_counter!(
+        "floodgate_store_redis_errors_total",
+        "Redis store calls that failed, by reason (timeout, unavailable, circuit_open)"
+    );
+    describe_gauge!(
+        "floodgate_store_breaker_open",
+        "1 while the Redis circuit breaker fails calls fast, else 0"
+    );
+    describe_counter!(
+        "floodgate_store_redis_refunds_total",
+        "Redis Cluster slot groups refunded because another group of the batch denied"
+    );
+    describe_counter!(
+        "floodgate_store_redis_script_reloads_total",
+        "Scripts resent in full after NOSCRIPT (Redis restart, failover, SCRIPT FLUSH)"
+    );
+    describe_counter!(
+        "floodgate_store_degraded_total",
+        "Decisions made by the local fallback while Redis failed, by mode"
+    );
+    describe_counter!(
         "floodgate_config_reloads_total",
         "Configuration reloads by result (ok, error)"
     );
