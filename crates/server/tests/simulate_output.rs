@@ -113,7 +113,7 @@ fn flags_that_do_not_fit_are_clear_errors() {
             &["--instances", "11", "--counter", "split"][..],
             "cannot split limit 10 over 11 instances",
         ),
-        (&["--store", "redis://127.0.0.1:6379"][..], "not available"),
+        (&["--store", "mongo://127.0.0.1"][..], "unknown store"),
         (&["--limit", "ten/s"][..], "invalid quota"),
         (&["--algorithm", "random"][..], "unknown algorithm"),
     ] {

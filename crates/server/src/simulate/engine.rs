@@ -2,13 +2,14 @@
 //!
 //! [`simulate`] replays requests in time order through a [`Balancer`] and a [`CounterStore`];
 //! [`summarize`] turns the outcomes into totals, per-column counts and the true-rate metric
-//! ([`PeakWindow`]); [`run_in_memory`] does both for one algorithm with in-process counters.
+//! ([`PeakWindow`]); [`run_in_memory`] does both for one algorithm with in-process counters,
+//! [`run_with`] with counters from any [`CounterStore`] factory (e.g. Redis).
 
 use std::collections::HashMap;
 
 use floodgate_core::{AlgorithmKind, CheckError, Decision, Micros, Quota, Timestamp};
 
-use super::setup::{Balancer, CounterMode, CounterStore, InProcessCounters, Setup, SetupError};
+use super::setup::{Balancer, CounterError, CounterMode, CounterStore, InProcessCounters, Setup};
 use super::traffic::Request;
 
 /// The decision for one request of the traffic.
@@ -32,22 +33,30 @@ pub fn epoch_base(period: Micros) -> Timestamp {
 
 /// Replays `requests` (sorted by `t_us`) at `base + t_us`, each through the instance `balancer`
 /// picks, deciding with `store`. Returns one [`Outcome`] per request, in order.
+///
+/// # Errors
+/// The first [`CounterError::Store`]: a store that failed cannot finish the replay.
 pub fn simulate(
     requests: &[Request],
     store: &mut dyn CounterStore,
     balancer: &mut Balancer,
     base: Timestamp,
-) -> Vec<Outcome> {
+) -> anyhow::Result<Vec<Outcome>> {
     requests
         .iter()
         .enumerate()
         .map(|(index, r)| {
             let instance = balancer.pick();
-            Outcome {
+            let result = match store.check(instance, &r.key, base + r.t_us, r.cost) {
+                Ok(decision) => Ok(decision),
+                Err(CounterError::Check(e)) => Err(e),
+                Err(CounterError::Store(e)) => return Err(e),
+            };
+            Ok(Outcome {
                 request: index,
                 instance,
-                result: store.check(instance, &r.key, base + r.t_us, r.cost),
-            }
+                result,
+            })
         })
         .collect()
 }
@@ -263,7 +272,8 @@ pub struct Run {
 /// Runs `kind` on `quota` over `requests` with in-process counters laid out by `setup`.
 ///
 /// # Errors
-/// [`SetupError`] when the setup cannot be built (see [`InProcessCounters::new`]).
+/// [`SetupError`](super::setup::SetupError) when the setup cannot be built (see
+/// [`InProcessCounters::new`]).
 pub fn run_in_memory(
     requests: &[Request],
     kind: AlgorithmKind,
@@ -271,17 +281,37 @@ pub fn run_in_memory(
     setup: Setup,
     column_us: Micros,
     span_us: Micros,
-) -> Result<Run, SetupError> {
+) -> anyhow::Result<Run> {
+    run_with(requests, kind, quota, setup, column_us, span_us, |setup| {
+        Ok(Box::new(InProcessCounters::new(kind, quota, setup)?))
+    })
+}
+
+/// Runs `kind` on `quota` over `requests` with the counters `new_store` builds for a setup:
+/// once for `setup` and, when it has several instances without a shared counter, once more
+/// for [`Setup::shared`] (the exact reference). Every call must return fresh counters.
+///
+/// # Errors
+/// What `new_store` returns, and the first store failure of a replay (see [`simulate`]).
+pub fn run_with(
+    requests: &[Request],
+    kind: AlgorithmKind,
+    quota: Quota,
+    setup: Setup,
+    column_us: Micros,
+    span_us: Micros,
+    mut new_store: impl FnMut(&Setup) -> anyhow::Result<Box<dyn CounterStore>>,
+) -> anyhow::Result<Run> {
     // Replays the traffic on counters laid out by `setup` and summarizes the decisions.
-    let replay = |setup: &Setup| -> Result<(Vec<Outcome>, Summary), SetupError> {
-        let mut store = InProcessCounters::new(kind, quota, setup)?;
+    let mut replay = |setup: &Setup| -> anyhow::Result<(Vec<Outcome>, Summary)> {
+        let mut store = new_store(setup)?;
         let mut balancer = Balancer::new(setup.instances, setup.balance);
         let outcomes = simulate(
             requests,
-            &mut store,
+            store.as_mut(),
             &mut balancer,
             epoch_base(quota.period()),
-        );
+        )?;
         let summary = summarize(
             requests,
             &outcomes,

@@ -22,6 +22,7 @@ use floodgate_core::{AlgorithmKind, Micros, Quota, MICROS_PER_SECOND};
 
 pub mod engine;
 pub mod json;
+pub mod redis;
 pub mod setup;
 pub mod svg;
 pub mod table;
@@ -94,7 +95,9 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Balance::RoundRobin, help_heading = "Setup")]
     pub balance: Balance,
 
-    /// Where the counters live: `memory` (in this process). A Redis store is a later addition.
+    /// Where the counters live: `memory` (in this process) or `redis://HOST:PORT` (a Redis
+    /// server, deciding at the simulated time with the scripts `serve` runs; every run uses
+    /// fresh keys).
     #[arg(long, default_value = "memory", help_heading = "Setup")]
     pub store: StoreSpec,
 
@@ -430,7 +433,6 @@ fn column_width(requested: Option<Micros>, span: Micros) -> Micros {
 /// # Errors
 /// Invalid flags, a bad trace, or a setup the quota cannot be split over.
 pub fn build_report(args: &Args) -> anyhow::Result<Report> {
-    let StoreSpec::Memory = args.store;
     let mut quota = args.limit.unwrap_or_else(|| match args.preset {
         Some(_) => preset_quota(),
         None => "10/10s".parse().expect("10/10s is a valid quota"),
@@ -461,14 +463,29 @@ pub fn build_report(args: &Args) -> anyhow::Result<Report> {
         .kinds()
         .into_iter()
         .map(|kind| {
-            engine::run_in_memory(
-                &traffic.requests,
-                kind,
-                quota,
-                setup,
-                column,
-                traffic.span_us,
-            )
+            match &args.store {
+                StoreSpec::Memory => engine::run_in_memory(
+                    &traffic.requests,
+                    kind,
+                    quota,
+                    setup,
+                    column,
+                    traffic.span_us,
+                ),
+                StoreSpec::Redis(url) => engine::run_with(
+                    &traffic.requests,
+                    kind,
+                    quota,
+                    setup,
+                    column,
+                    traffic.span_us,
+                    |setup| {
+                        Ok(Box::new(redis::RedisCounters::new(
+                            url, kind, quota, setup,
+                        )?))
+                    },
+                ),
+            }
             .with_context(|| format!("cannot run {kind}"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

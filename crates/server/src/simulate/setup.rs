@@ -3,8 +3,9 @@
 //!
 //! [`CounterStore`] is the extension point for "where the counter lives": the simulator talks to
 //! counters only through it. [`InProcessCounters`] keeps them in this process for the three
-//! layouts of [`CounterMode`]; a Redis-backed store (`--store redis://...`) will implement the
-//! same trait with one shared counter per key.
+//! layouts of [`CounterMode`]; [`RedisCounters`](super::redis::RedisCounters)
+//! (`--store redis://...`) keeps the same layouts in Redis. Both lay the counters out with
+//! [`counter_policies`] and [`counter_index`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -146,15 +147,61 @@ pub trait CounterStore {
     /// Checks and, when admitted, consumes `cost` units.
     ///
     /// # Errors
-    /// [`CheckError::InsufficientCapacity`] when `cost` exceeds what the instance's policy can
-    /// ever admit; nothing is consumed.
+    /// [`CounterError::Check`] ([`CheckError::InsufficientCapacity`]) when `cost` exceeds what
+    /// the instance's policy can ever admit; nothing is consumed. [`CounterError::Store`] when
+    /// the store itself failed (e.g. Redis unreachable): the simulation stops.
     fn check(
         &mut self,
         instance: usize,
         key: &str,
         now: Timestamp,
         cost: u64,
-    ) -> Result<Decision, CheckError>;
+    ) -> Result<Decision, CounterError>;
+}
+
+/// Why a [`CounterStore`] gave no decision.
+#[derive(Debug, thiserror::Error)]
+pub enum CounterError {
+    /// The request can never be admitted: an outcome of the simulation, recorded per request.
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// The store failed: the simulation cannot go on.
+    #[error(transparent)]
+    Store(anyhow::Error),
+}
+
+/// The policy of each counter of `setup`, each running `kind` on `quota` (or its split share):
+/// 1 for `shared`, N (the full quota) for `local`, N (the shares of [`split_quota`]) for `split`.
+///
+/// # Errors
+/// [`SetupError`] when the setup has no instances, the split leaves an instance with 0, or
+/// the algorithm rejects the quota.
+pub fn counter_policies(
+    kind: AlgorithmKind,
+    quota: Quota,
+    setup: &Setup,
+) -> Result<Vec<Policy>, SetupError> {
+    let n = setup.instances;
+    if n == 0 {
+        return Err(SetupError::NoInstances);
+    }
+    Ok(match setup.counter {
+        CounterMode::Shared => vec![Policy::new(kind, quota)?],
+        CounterMode::Local => vec![Policy::new(kind, quota)?; n],
+        CounterMode::Split => split_quota(quota, n)?
+            .into_iter()
+            .map(|q| Policy::new(kind, q))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// Which of the [`counter_policies`] decides for `instance` (0-based): 0 for `shared`, the
+/// instance itself for `local` and `split`.
+pub fn counter_index(mode: CounterMode, instance: usize) -> usize {
+    match mode {
+        CounterMode::Shared => 0,
+        CounterMode::Local | CounterMode::Split => instance,
+    }
 }
 
 /// Counters kept in this process, laid out per [`CounterMode`].
@@ -195,21 +242,9 @@ impl InProcessCounters {
     /// [`SetupError`] when the setup has no instances, the split leaves an instance with 0, or
     /// the algorithm rejects the quota.
     pub fn new(kind: AlgorithmKind, quota: Quota, setup: &Setup) -> Result<Self, SetupError> {
-        let n = setup.instances;
-        if n == 0 {
-            return Err(SetupError::NoInstances);
-        }
-        let policies = match setup.counter {
-            CounterMode::Shared => vec![Policy::new(kind, quota)?],
-            CounterMode::Local => vec![Policy::new(kind, quota)?; n],
-            CounterMode::Split => split_quota(quota, n)?
-                .into_iter()
-                .map(|q| Policy::new(kind, q))
-                .collect::<Result<_, _>>()?,
-        };
         Ok(Self {
             mode: setup.counter,
-            policies,
+            policies: counter_policies(kind, quota, setup)?,
             states: HashMap::new(),
         })
     }
@@ -251,11 +286,8 @@ impl CounterStore for InProcessCounters {
         key: &str,
         now: Timestamp,
         cost: u64,
-    ) -> Result<Decision, CheckError> {
-        let counter = match self.mode {
-            CounterMode::Shared => 0,
-            CounterMode::Local | CounterMode::Split => instance,
-        };
+    ) -> Result<Decision, CounterError> {
+        let counter = counter_index(self.mode, instance);
         let policy = &self.policies[counter];
         policy.validate_cost(cost)?;
         // Look up by &str first: no allocation per check once the key is known.
@@ -265,7 +297,7 @@ impl CounterStore for InProcessCounters {
         }
         let counters = self.states.get_mut(key).expect("just inserted");
         let state = counters[counter].get_or_insert_with(|| policy.initial_state());
-        policy.check(state, now, cost)
+        Ok(policy.check(state, now, cost)?)
     }
 }
 
@@ -274,6 +306,9 @@ impl CounterStore for InProcessCounters {
 pub enum StoreSpec {
     /// [`InProcessCounters`] (the default, `memory`).
     Memory,
+    /// [`RedisCounters`](super::redis::RedisCounters) on the Redis server at this URL
+    /// (`redis://host:port[/db]` or `rediss://...`).
+    Redis(String),
 }
 
 impl FromStr for StoreSpec {
@@ -282,12 +317,12 @@ impl FromStr for StoreSpec {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim() {
             "memory" => Ok(StoreSpec::Memory),
-            url if url.starts_with("redis://") || url.starts_with("rediss://") => Err(
-                "a Redis store is not available in `simulate` yet; use `memory` (a shared \
-                 in-process counter, `--counter shared`, gives the same decisions)"
-                    .into(),
-            ),
-            other => Err(format!("unknown store {other:?}; expected `memory`")),
+            url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                Ok(StoreSpec::Redis(url.to_string()))
+            }
+            other => Err(format!(
+                "unknown store {other:?}; expected `memory` or `redis://HOST:PORT`"
+            )),
         }
     }
 }
@@ -296,6 +331,7 @@ impl fmt::Display for StoreSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreSpec::Memory => f.write_str("memory"),
+            StoreSpec::Redis(url) => f.write_str(url),
         }
     }
 }
@@ -350,12 +386,12 @@ mod tests {
     }
 
     #[test]
-    fn store_spec_leaves_room_for_redis() {
+    fn store_spec_parses_memory_and_redis_urls() {
         assert_eq!("memory".parse::<StoreSpec>(), Ok(StoreSpec::Memory));
-        assert!("redis://127.0.0.1:6379"
-            .parse::<StoreSpec>()
-            .unwrap_err()
-            .contains("not available"));
+        assert_eq!(
+            "redis://127.0.0.1:6379".parse::<StoreSpec>(),
+            Ok(StoreSpec::Redis("redis://127.0.0.1:6379".into()))
+        );
         assert!("mongo".parse::<StoreSpec>().is_err());
     }
 
@@ -381,10 +417,10 @@ mod tests {
         assert_eq!(admitted, 2);
         assert!(matches!(
             shared.check(0, "k", now, 3),
-            Err(CheckError::InsufficientCapacity {
+            Err(CounterError::Check(CheckError::InsufficientCapacity {
                 cost: 3,
                 capacity: 2
-            })
+            }))
         ));
     }
 }
