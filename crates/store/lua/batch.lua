@@ -1,6 +1,7 @@
 -- batch.lua: the driver that decides a batch of check items all-or-nothing in ONE script call
 -- (Floodgate's Store::check / Store::peek semantics, crates/store/src/lib.rs). Appended after
--- common.lua and the six algorithm files (Redis scripts cannot include one another).
+-- common.lua, the six algorithm files and driver.lua (Redis scripts cannot include one
+-- another); driver.lua defines ALGORITHMS, now and load_item.
 --
 -- KEYS[i]  the distinct state keys of the batch (all in one cluster slot).
 -- ARGV[1]  now in microseconds since the Unix epoch, or '' to read the server clock (TIME).
@@ -23,14 +24,6 @@
 -- or for a peek, the caller reports the peeks (before each item's own consumption); when
 -- admitted, the decisions after consumption.
 
-local ALGORITHMS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra }
-
-local now
-if ARGV[1] == '' then
-  now = server_now()
-else
-  now = tonumber(ARGV[1])
-end
 local commit = ARGV[2] == '1'
 local extra_ms = tonumber(ARGV[3])
 local n = (#ARGV - 3) / 8
@@ -41,23 +34,7 @@ local reset_of = {} -- key index -> reset_after of the last consuming decision
 local peeks, consumed = {}, {}
 local all = true
 for i = 1, n do
-  local b = 3 + (i - 1) * 8
-  local ki = tonumber(ARGV[b + 1])
-  local a = ALGORITHMS[tonumber(ARGV[b + 2])]
-  local p = {
-    limit = tonumber(ARGV[b + 3]),
-    period = tonumber(ARGV[b + 4]),
-    burst = tonumber(ARGV[b + 5]),
-    num = tonumber(ARGV[b + 6]),
-    den = tonumber(ARGV[b + 7]),
-  }
-  local cost = tonumber(ARGV[b + 8])
-  local s = states[ki]
-  if s == nil then
-    s = a.load(KEYS[ki], p)
-    states[ki] = s
-    algo_of[ki] = a
-  end
+  local ki, a, p, cost, s = load_item(3 + (i - 1) * 8, states, algo_of)
   local allowed, remaining, reset_after, retry_after, mark = a.decide(s, p, now, cost, false)
   peeks[i] = { allowed and 1 or 0, remaining, reset_after, retry_after, mark }
   if allowed and cost > 0 then

@@ -1,6 +1,7 @@
 -- refund.lua: gives back what an admitted batch group consumed, when another group of the same
 -- cross-slot batch denied (the cross-slot protocol of crates/store/src/redis/mod.rs). Appended
--- after common.lua and the six algorithm files.
+-- after common.lua, the six algorithm files and driver.lua (which defines ALGORITHMS, now and
+-- load_item).
 --
 -- KEYS[i]  the distinct state keys of the group (one cluster slot).
 -- ARGV[1]  now in microseconds since the Unix epoch, or '' to read the server clock (TIME).
@@ -16,36 +17,13 @@
 --   gcra            tat -= cost x interval ticks (not before now)
 -- Returns the number of items refunded.
 
-local ALGORITHMS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra }
-
-local now
-if ARGV[1] == '' then
-  now = server_now()
-else
-  now = tonumber(ARGV[1])
-end
 local n = (#ARGV - 1) / 9
 local states, algo_of, dirty = {}, {}, {}
 local refunded = 0
 for i = 1, n do
   local b = 1 + (i - 1) * 9
-  local ki = tonumber(ARGV[b + 1])
-  local a = ALGORITHMS[tonumber(ARGV[b + 2])]
-  local p = {
-    limit = tonumber(ARGV[b + 3]),
-    period = tonumber(ARGV[b + 4]),
-    burst = tonumber(ARGV[b + 5]),
-    num = tonumber(ARGV[b + 6]),
-    den = tonumber(ARGV[b + 7]),
-  }
-  local cost = tonumber(ARGV[b + 8])
+  local ki, a, p, cost, s = load_item(b, states, algo_of)
   local mark = tonumber(ARGV[b + 9])
-  local s = states[ki]
-  if s == nil then
-    s = a.load(KEYS[ki], p)
-    states[ki] = s
-    algo_of[ki] = a
-  end
   if s.exists and cost > 0 and a.refund(s, p, now, cost, mark) then
     dirty[ki] = true
     refunded = refunded + 1
