@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_core::{AlgorithmKind, ManualClock, Policy};
-use floodgate_store::redis::testing::RedisCluster;
+use floodgate_store::redis::testing::{current_thread_runtime, multi_thread_runtime, RedisCluster};
 use floodgate_store::redis::{keys, RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{CheckItem, Store};
 
@@ -42,10 +42,7 @@ const HOSTILE: &[&str] = &[
 #[test]
 fn hostile_braces_cause_no_crossslot_and_keep_our_slot() {
     let cluster = RedisCluster::start().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread_runtime().unwrap();
     rt.block_on(async {
         let store = store(&cluster);
         let policies: Vec<Policy> = AlgorithmKind::ALL
@@ -129,10 +126,7 @@ fn hostile_braces_cause_no_crossslot_and_keep_our_slot() {
 #[test]
 fn cross_slot_batches_are_all_or_nothing_with_exact_refunds() {
     let cluster = RedisCluster::start().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread_runtime().unwrap();
     rt.block_on(async {
         let store = store(&cluster);
         for kind in AlgorithmKind::ALL {
@@ -224,11 +218,7 @@ fn resharding_under_load_keeps_counts_and_almost_never_errs() {
     // (limit 20 each, frozen caller time): MOVED/ASK/TRYAGAIN are followed by the client, the
     // keys' state moves with them, so no key ever admits more than its limit.
     let cluster = RedisCluster::start().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
     let ids: Vec<String> = cluster
         .nodes()
         .iter()
@@ -364,10 +354,7 @@ fn cross_slot_batches_match_the_memory_store() {
         "5/s burst 2",
     ];
     let cluster = RedisCluster::start().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread_runtime().unwrap();
     let store = {
         let _guard = rt.enter();
         store(&cluster)

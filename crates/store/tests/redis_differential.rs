@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_core::{AlgorithmKind, ManualClock, Policy, Quota, State};
-use floodgate_store::redis::testing::RedisServer;
+use floodgate_store::redis::testing::{current_thread_runtime, RedisServer};
 use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{CheckItem, MemoryStore, StoreError};
 use proptest::prelude::*;
@@ -26,10 +26,7 @@ struct Harness {
 
 fn harness() -> Harness {
     let server = RedisServer::start().expect("start redis-server");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread_runtime().unwrap();
     let mut config = RedisStoreConfig::standalone(server.url());
     config.time_source = TimeSource::Caller;
     // Caller time does not follow real time: keep keys for the whole run.

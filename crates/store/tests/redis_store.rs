@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use floodgate_core::{AlgorithmKind, Clock, ManualClock, Policy, SystemClock};
 use floodgate_store::fallback::FallbackStore;
-use floodgate_store::redis::testing::RedisServer;
+use floodgate_store::redis::testing::{current_thread_runtime, multi_thread_runtime, RedisServer};
 use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{CheckItem, Store, StoreError};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -35,6 +35,22 @@ fn slow_ok(server: &RedisServer) -> RedisStoreConfig {
     let mut config = RedisStoreConfig::standalone(server.url());
     config.timeout = Duration::from_secs(2);
     config
+}
+
+/// A store on `server` with call timeout `timeout`, already connected (the lazy connection is
+/// made by the first call, here `startup_check`). Decisions use Redis' clock; the breaker uses
+/// the returned manual clock (at `T0`) so the test controls its cool-down, also returned.
+async fn breaker_store(
+    server: &RedisServer,
+    timeout: Duration,
+) -> (RedisStore, Arc<ManualClock>, Duration) {
+    let breaker_clock = Arc::new(ManualClock::new(T0));
+    let mut config = RedisStoreConfig::standalone(server.url());
+    config.timeout = timeout;
+    let cool_down = config.breaker_cool_down;
+    let store = RedisStore::new(config, breaker_clock.clone()).unwrap();
+    store.startup_check().await.unwrap();
+    (store, breaker_clock, cool_down)
 }
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -174,11 +190,7 @@ fn concurrent_processes_admit_exactly_the_capacity() {
     // Four stores (four multiplexed connections, like four service processes) and 200
     // concurrent clients sending 2,000 requests at one key, at one frozen caller time.
     let server = RedisServer::start().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
     rt.block_on(async {
         let clock = Arc::new(ManualClock::new(T0));
         let stores: Vec<Arc<RedisStore>> = (0..4)
@@ -216,11 +228,7 @@ fn concurrent_processes_admit_exactly_the_capacity() {
 #[test]
 fn script_flush_under_load_costs_no_client_error() {
     let server = RedisServer::start().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
     rt.block_on(async {
         let mut config = RedisStoreConfig::standalone(server.url());
         config.timeout = Duration::from_secs(2);
@@ -286,24 +294,12 @@ fn script_flush_under_load_costs_no_client_error() {
 #[test]
 fn redis_killed_and_restarted_errors_are_bounded_and_recovery_is_automatic() {
     let mut server = RedisServer::start().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
     rt.block_on(async {
-        // Decisions use Redis' clock; the breaker uses this manual clock so the test controls
-        // its cool-down.
-        let breaker_clock = Arc::new(ManualClock::new(T0));
-        let mut config = RedisStoreConfig::standalone(server.url());
         // Above the 10 ms default so that a busy 2-core test machine does not time out
         // while Redis is up; still a bound to check while it is down.
-        config.timeout = Duration::from_millis(100);
-        let cool_down = config.breaker_cool_down;
-        let timeout = config.timeout;
-        let store = RedisStore::new(config, breaker_clock.clone()).unwrap();
-        // Connect first (the lazy connection is made by the first call).
-        store.startup_check().await.unwrap();
+        let timeout = Duration::from_millis(100);
+        let (store, breaker_clock, cool_down) = breaker_store(&server, timeout).await;
         let p = policy(AlgorithmKind::FixedWindow, "1000/s");
         let i = item("kill", &p, "k", 1);
         assert!(store.check(&[i]).await.unwrap().allowed);
@@ -355,11 +351,7 @@ fn redis_killed_and_restarted_errors_are_bounded_and_recovery_is_automatic() {
 fn a_store_built_while_redis_is_down_starts_working_when_it_comes_up() {
     let mut server = RedisServer::start().unwrap();
     server.kill();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = multi_thread_runtime(1).unwrap();
     rt.block_on(async {
         let clock = Arc::new(ManualClock::new(T0));
         let store = RedisStore::new(slow_ok(&server), clock.clone()).unwrap();
@@ -402,24 +394,19 @@ fn local_fallback_divides_the_limit_and_counts_degraded_decisions() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let admitted = metrics::with_local_recorder(&recorder, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async {
-                let clock = Arc::new(ManualClock::new(T0));
-                let redis =
-                    RedisStore::new(RedisStoreConfig::standalone(server.url()), clock.clone())
-                        .unwrap();
-                let store = FallbackStore::new(redis, 4, clock);
-                let p = policy(AlgorithmKind::FixedWindow, "100/10s");
-                let mut admitted = 0;
-                for _ in 0..40 {
-                    let d = store.check(&[item("fb", &p, "k", 1)]).await.unwrap();
-                    admitted += u64::from(d.allowed);
-                }
-                admitted
-            })
+        current_thread_runtime().unwrap().block_on(async {
+            let clock = Arc::new(ManualClock::new(T0));
+            let redis =
+                RedisStore::new(RedisStoreConfig::standalone(server.url()), clock.clone()).unwrap();
+            let store = FallbackStore::new(redis, 4, clock);
+            let p = policy(AlgorithmKind::FixedWindow, "100/10s");
+            let mut admitted = 0;
+            for _ in 0..40 {
+                let d = store.check(&[item("fb", &p, "k", 1)]).await.unwrap();
+                admitted += u64::from(d.allowed);
+            }
+            admitted
+        })
     });
     // 100 / 4 instances = 25 locally.
     assert_eq!(admitted, 25);
@@ -481,18 +468,10 @@ fn a_frozen_redis_times_out_opens_the_breaker_and_recovers_after_cont() {
             .success();
         assert!(ok, "kill {sig} {pid}");
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
     rt.block_on(async {
-        let breaker_clock = Arc::new(ManualClock::new(T0));
-        let mut config = RedisStoreConfig::standalone(server.url());
-        config.timeout = Duration::from_millis(50);
-        let cool_down = config.breaker_cool_down;
-        let store = RedisStore::new(config, breaker_clock.clone()).unwrap();
-        store.startup_check().await.unwrap();
+        let (store, breaker_clock, cool_down) =
+            breaker_store(&server, Duration::from_millis(50)).await;
         let p = policy(AlgorithmKind::Gcra, "1000/s");
         let i = item("stop", &p, "k", 1);
         assert!(store.check(&[i]).await.unwrap().allowed);
@@ -565,11 +544,7 @@ fn processes_with_skewed_clocks_agree_on_server_time() {
     // Four stores whose own clocks are 5 s behind, 2 s behind, 2 s ahead and 5 s ahead: with
     // the server clock (the default) they still share one exact sliding log.
     let server = RedisServer::start().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
     rt.block_on(async {
         let now = SystemClock.now();
         let stores: Vec<Arc<RedisStore>> = [-5_000_000i64, -2_000_000, 2_000_000, 5_000_000]

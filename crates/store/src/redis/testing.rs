@@ -285,3 +285,26 @@ impl RedisCluster {
         &self.nodes
     }
 }
+
+/// A multi-thread Tokio runtime with `workers` worker threads and I/O and time enabled: what
+/// the tests that run many clients at once, or stop their server mid-run, block on.
+///
+/// # Errors
+/// When the runtime cannot be built (no threads or file descriptors left).
+pub fn multi_thread_runtime(workers: usize) -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+}
+
+/// A current-thread Tokio runtime with I/O and time enabled, for tests that drive a store from
+/// synchronous code (proptest bodies, fallback timing).
+///
+/// # Errors
+/// When the runtime cannot be built (no file descriptors left).
+pub fn current_thread_runtime() -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
