@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_core::{AlgorithmKind, ManualClock, Policy};
-use floodgate_store::redis::testing::{current_thread_runtime, multi_thread_runtime, RedisCluster};
+use floodgate_store::redis::testing::{
+    current_thread_runtime, multi_thread_runtime, replay_against_memory, RedisCluster,
+};
 use floodgate_store::redis::{keys, RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{CheckItem, Store};
 
@@ -342,7 +344,6 @@ async fn startup_check_asks_every_master() {
 #[test]
 fn cross_slot_batches_match_the_memory_store() {
     use floodgate_core::Quota;
-    use floodgate_store::MemoryStore;
     use proptest::prelude::*;
 
     const QUOTAS: &[&str] = &[
@@ -387,33 +388,8 @@ fn cross_slot_batches_match_the_memory_store() {
                 })
                 .collect();
             let rules: Vec<String> = (0..3).map(|i| format!("case{n}-rule{i}")).collect();
-            let memory = MemoryStore::with_clock(Arc::new(ManualClock::new(T0)));
-            let mut now = T0;
-            for (s, (dt, items, peek)) in steps.iter().enumerate() {
-                now += dt;
-                let batch: Vec<CheckItem<'_>> = items
-                    .iter()
-                    .map(|&(r, k, cost)| CheckItem {
-                        rule: &rules[r],
-                        policy: &policies[r],
-                        key: ["a", "b"][k],
-                        cost: cost.min(policies[r].capacity()),
-                    })
-                    .collect();
-                let (want, got) = if *peek {
-                    (
-                        memory.peek_at(&batch, now),
-                        rt.block_on(store.peek_at(&batch, now)),
-                    )
-                } else {
-                    (
-                        memory.check_at(&batch, now),
-                        rt.block_on(store.check_at(&batch, now)),
-                    )
-                };
-                prop_assert_eq!(want, got, "step #{}", s + 1);
-            }
-            Ok(())
+            replay_against_memory(&rt, &store, &rules, &policies, T0, &steps)
+                .map_err(TestCaseError::fail)
         })
         .unwrap();
 }

@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_core::{AlgorithmKind, ManualClock, Policy, Quota, State};
-use floodgate_store::redis::testing::{current_thread_runtime, RedisServer};
+use floodgate_store::redis::testing::{
+    current_thread_runtime, replay_against_memory, BatchStep, RedisServer,
+};
 use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
-use floodgate_store::{CheckItem, MemoryStore, StoreError};
+use floodgate_store::{CheckItem, StoreError};
 use proptest::prelude::*;
 
 const T0: u64 = 1_700_000_000_000_000;
@@ -208,10 +210,8 @@ fn sliding_log_with_large_costs_spills_records_like_the_core() {
     }
 }
 
-/// One random batch item: which rule (0..3), which key (0..2), cost.
-/// A step of a batch run: time advance, items `(rule, key, cost)`, peek.
-type BatchStep = (u64, Vec<(usize, usize, u64)>, bool);
-
+/// A random batch run: 1 to 24 [`BatchStep`]s, each advancing time by under 300 ms and holding
+/// 1 to 4 items `(rule 0..3, key 0..2, cost 0..4)`; one step in five is a peek.
 fn batches() -> impl Strategy<Value = Vec<BatchStep>> {
     prop::collection::vec(
         (
@@ -244,33 +244,8 @@ fn batches_match_the_memory_store() {
                 })
                 .collect();
             let rules: Vec<String> = (0..3).map(|_| fresh_rule()).collect();
-            let memory = MemoryStore::with_clock(Arc::new(ManualClock::new(T0)));
-            let mut now = T0;
-            for (n, (dt, items, peek)) in steps.iter().enumerate() {
-                now += dt;
-                let batch: Vec<CheckItem<'_>> = items
-                    .iter()
-                    .map(|&(r, k, cost)| CheckItem {
-                        rule: &rules[r],
-                        policy: &policies[r],
-                        key: ["a", "b"][k],
-                        cost: cost.min(policies[r].capacity()),
-                    })
-                    .collect();
-                let (want, got) = if *peek {
-                    (
-                        memory.peek_at(&batch, now),
-                        h.rt.block_on(h.store.peek_at(&batch, now)),
-                    )
-                } else {
-                    (
-                        memory.check_at(&batch, now),
-                        h.rt.block_on(h.store.check_at(&batch, now)),
-                    )
-                };
-                prop_assert_eq!(want, got, "batch #{}", n + 1);
-            }
-            Ok(())
+            replay_against_memory(&h.rt, &h.store, &rules, &policies, T0, &steps)
+                .map_err(TestCaseError::fail)
         })
         .unwrap();
 }

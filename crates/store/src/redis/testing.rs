@@ -308,3 +308,61 @@ pub fn current_thread_runtime() -> io::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
 }
+
+/// One step of a batch replay ([`replay_against_memory`]): microseconds the caller's clock
+/// advances first, the items as `(rule index, key index, cost)` (key 0 is `"a"`, 1 is `"b"`;
+/// cost is capped at the rule's policy capacity), and whether the batch is a peek (else a check).
+pub type BatchStep = (u64, Vec<(usize, usize, u64)>, bool);
+
+/// Replays `steps` on a fresh [`MemoryStore`](crate::MemoryStore) and on `store` (driven by
+/// `rt`) at the same caller-supplied times, starting at `start` (microseconds since the Unix
+/// epoch), and compares every result (decisions or errors) for equality.
+///
+/// # Errors
+/// The first step (counted from 1) whose results differ, with both results.
+///
+/// # Panics
+/// When a step names a rule index outside `rules` / `policies`, or a key index above 1.
+pub fn replay_against_memory(
+    rt: &tokio::runtime::Runtime,
+    store: &super::RedisStore,
+    rules: &[String],
+    policies: &[floodgate_core::Policy],
+    start: floodgate_core::Timestamp,
+    steps: &[BatchStep],
+) -> Result<(), String> {
+    let memory = crate::MemoryStore::with_clock(std::sync::Arc::new(
+        floodgate_core::ManualClock::new(start),
+    ));
+    let mut now = start;
+    for (n, (dt, items, peek)) in steps.iter().enumerate() {
+        now += dt;
+        let batch: Vec<crate::CheckItem<'_>> = items
+            .iter()
+            .map(|&(r, k, cost)| crate::CheckItem {
+                rule: &rules[r],
+                policy: &policies[r],
+                key: ["a", "b"][k],
+                cost: cost.min(policies[r].capacity()),
+            })
+            .collect();
+        let (want, got) = if *peek {
+            (
+                memory.peek_at(&batch, now),
+                rt.block_on(store.peek_at(&batch, now)),
+            )
+        } else {
+            (
+                memory.check_at(&batch, now),
+                rt.block_on(store.check_at(&batch, now)),
+            )
+        };
+        if want != got {
+            return Err(format!(
+                "step #{}: memory store {want:?} != redis store {got:?}",
+                n + 1
+            ));
+        }
+    }
+    Ok(())
+}
