@@ -53,6 +53,27 @@ async fn breaker_store(
     (store, breaker_clock, cool_down)
 }
 
+/// Whether `store` admits a check of `item` again after its server came back: up to 100 times,
+/// advances the breaker clock by one cool-down (so the open breaker lets one probe through) and
+/// checks, waiting `pause` of real time between attempts (the server is an outside process that
+/// our clock does not drive). True at the first check that succeeds.
+async fn recovers(
+    store: &RedisStore,
+    item: CheckItem<'_>,
+    breaker_clock: &ManualClock,
+    cool_down: Duration,
+    pause: Duration,
+) -> bool {
+    for _ in 0..100 {
+        breaker_clock.advance(cool_down.as_micros() as u64);
+        if store.check(&[item]).await.is_ok() {
+            return true;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    false
+}
+
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(server.url())
         .unwrap()
@@ -330,15 +351,14 @@ fn redis_killed_and_restarted_errors_are_bounded_and_recovery_is_automatic() {
 
         server.restart().unwrap();
         // Each cool-down lets one probe through; the connection comes back by itself.
-        let mut recovered = false;
-        for _ in 0..100 {
-            breaker_clock.advance(cool_down.as_micros() as u64);
-            if store.check(&[i]).await.is_ok() {
-                recovered = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let recovered = recovers(
+            &store,
+            i,
+            &breaker_clock,
+            cool_down,
+            Duration::from_millis(50),
+        )
+        .await;
         assert!(recovered, "no recovery within about 5 s of the restart");
         // Closed again: the next checks go to Redis and succeed.
         for _ in 0..3 {
@@ -494,15 +514,14 @@ fn a_frozen_redis_times_out_opens_the_breaker_and_recovers_after_cont() {
         );
 
         signal("-CONT");
-        let mut recovered = false;
-        for _ in 0..100 {
-            breaker_clock.advance(cool_down.as_micros() as u64);
-            if store.check(&[i]).await.is_ok() {
-                recovered = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let recovered = recovers(
+            &store,
+            i,
+            &breaker_clock,
+            cool_down,
+            Duration::from_millis(20),
+        )
+        .await;
         assert!(recovered, "no recovery after SIGCONT");
     });
 }
