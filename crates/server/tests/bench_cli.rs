@@ -166,4 +166,18 @@ fn redis_measures_throughput_and_memory_usage_on_a_real_server() {
     }
     let notes = section["notes"].to_string();
     assert!(notes.contains("Sliding log holding 20 requests"), "{notes}");
+    // The bench may be pointed at a real server: nothing it writes may outlive it for good.
+    let keyspace = server.cli(&["info", "keyspace"]).expect("INFO keyspace");
+    let field = |name: &str| -> u64 {
+        keyspace
+            .split(|c: char| c == ',' || c == ':' || c.is_whitespace())
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(field("keys") > 0, "the bench wrote keys: {keyspace}");
+    assert_eq!(
+        field("keys"),
+        field("expires"),
+        "every key has a TTL: {keyspace}"
+    );
 }
