@@ -306,7 +306,7 @@ impl<S: Store> RateLimiter<S> {
                             if closed { "error_closed" } else { "error_open" },
                         );
                     }
-                    tracing::warn!(%error, fail_closed = closed, "rate-limit store failed");
+                    log_store_failure(&error, closed);
                     if closed {
                         action = Action::Unavailable;
                     }
@@ -397,4 +397,27 @@ async fn timed<T>(f: impl Future<Output = T>) -> T {
     metrics::histogram!("floodgate_decision_duration_seconds")
         .record(start.elapsed().as_secs_f64());
     out
+}
+
+/// Logs a store failure at `warn` at most once per second per process (the rest at `debug`),
+/// so that a dead Redis under load does not turn every request into a log line. Every failure
+/// is still counted in `floodgate_store_errors_total`.
+pub fn log_store_failure(error: &floodgate_store::StoreError, fail_closed: bool) {
+    use floodgate_core::{Clock, SystemClock};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_WARN_US: AtomicU64 = AtomicU64::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+    let now = SystemClock.now();
+    let last = LAST_WARN_US.load(Ordering::Relaxed);
+    if now.saturating_sub(last) >= 1_000_000
+        && LAST_WARN_US
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
+        tracing::warn!(%error, fail_closed, suppressed, "rate-limit store failed");
+    } else {
+        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%error, fail_closed, "rate-limit store failed");
+    }
 }

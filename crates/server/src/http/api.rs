@@ -387,7 +387,7 @@ fn store_failure(
     let closed = enforcing
         .iter()
         .any(|&i| config.rules[items[i].rule].failure_mode == FailureMode::Closed);
-    tracing::warn!(%error, fail_closed = closed, "rate-limit store failed");
+    floodgate_tower::limiter::log_store_failure(error, closed);
     let kind = match error {
         StoreError::Unavailable { .. } => "unavailable",
         StoreError::Timeout { .. } => "timeout",
