@@ -61,3 +61,24 @@ pub fn by_source(report: &Value, algorithm: &str, source: &str) -> (u64, u64) {
         s["rejected"].as_u64().unwrap(),
     )
 }
+
+/// The hand-checked `--preset clock-boundary --algorithm all` totals (100 at 0.95 s, 100 at
+/// 1.05 s, limit 100/s): (admitted, rejected, most admitted in any 1 s) per algorithm. Shared by
+/// the memory and the Redis runs, which must agree with them exactly.
+pub fn assert_clock_boundary_totals(report: &Value) {
+    let expected = [
+        ("fixed_window", 200, 0, 200),
+        ("sliding_log", 100, 100, 100),
+        ("sliding_window", 105, 95, 105),
+        ("token_bucket", 110, 90, 110),
+        ("leaky_bucket", 110, 90, 110),
+        ("gcra", 110, 90, 110),
+    ];
+    for (algorithm, admitted, rejected, peak) in expected {
+        assert_eq!(
+            totals(report, algorithm),
+            (admitted, rejected, peak),
+            "{algorithm}"
+        );
+    }
+}
