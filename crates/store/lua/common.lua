@@ -48,14 +48,60 @@ local function ttl_ms(reset_after_us, extra_ms)
   return max(cdiv(reset_after_us, 1000), 1) + extra_ms
 end
 
--- Hash-backed states (every algorithm but the sliding log): the fields given, as numbers, or
--- nil for a missing key. `exists` tells a stored state from a fresh one.
-local function hash_load(key, f1, f2, f3)
-  local v
-  if f3 then
-    v = redis.call('HMGET', key, f1, f2, f3)
-  else
-    v = redis.call('HMGET', key, f1, f2)
+-- State values (docs/redis.md, "Values"). Every state but the sliding log is ONE Redis string:
+-- GCRA and the fixed window pack their two numbers into one decimal integer a x m + b
+-- (0 <= b < m), which Redis stores inside the key's object header (encoding "int": a 14-byte
+-- name then costs 56 bytes in all); the other states are decimal numbers joined by ':'.
+local DEC = 1000000000 -- 10^9
+local PACK_MAX = 8388608 -- 2^23: the largest m pack2 takes (keeps every step below 2^53)
+
+-- The decimal text of a x m + b, exactly, or nil when it cannot be packed (m > 2^23, or b
+-- outside 0 <= b < m). 0 <= a < 2^52. a x m may exceed 2^53, so it is formed in base 10^9:
+-- a = ah x 10^9 + al; x = al x m + b < 10^9 x 2^23 + 2^23 < 2^53; the high part
+-- ah x m + floor(x / 10^9) < 2^22 x 2^23 stays exact too. Up to 2^63 - 1 Redis keeps the
+-- result as an integer; above (a rare large m), it is an ordinary string, read back alike.
+local function pack2(a, m, b)
+  if m > PACK_MAX or b < 0 or b >= m then
+    return nil
   end
-  return tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
+  local ah = fdiv(a, DEC)
+  local x = (a - ah * DEC) * m + b
+  local carry = fdiv(x, DEC)
+  local high = ah * m + carry
+  local low = x - carry * DEC
+  if high == 0 then
+    return string.format('%d', low)
+  end
+  return string.format('%d%09d', high, low)
+end
+
+-- (a, b) from pack2's text v for the same m: the last 9 digits and the rest, then a long
+-- division by m in base 10^9 (every step below 2^53 since m <= 2^23).
+local function unpack2(v, m)
+  local n = #v
+  local hi, lo = 0, tonumber(v)
+  if n > 9 then
+    hi = tonumber(string.sub(v, 1, n - 9))
+    lo = tonumber(string.sub(v, n - 8))
+  end
+  local qh = fdiv(hi, m)
+  local x = (hi - qh * m) * DEC + lo
+  local q = fdiv(x, m)
+  return qh * DEC + q, x - q * m
+end
+
+-- The numbers of a ':'-joined value (nil for a missing key).
+local function split2(v)
+  local a, b = string.match(v, '^(%d+):(%d+)$')
+  return tonumber(a), tonumber(b)
+end
+
+-- Writes value v with a TTL of `ttl` ms, or keeping the key's TTL when ttl is nil (refunds:
+-- a refunded state is never older than its TTL). One command either way.
+local function save_value(key, v, ttl)
+  if ttl then
+    redis.call('SET', key, v, 'PX', ttl)
+  else
+    redis.call('SET', key, v, 'KEEPTTL')
+  end
 end

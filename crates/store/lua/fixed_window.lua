@@ -1,23 +1,37 @@
 -- fixed_window.lua: the fixed window counter, docs/spec/fixed_window.md ("Decision", "Writes
 -- and TTL"). A library file: it reads no KEYS/ARGV itself; batch.lua and refund.lua call it.
 --
--- State: a hash {window_start, count} (microseconds, units); a missing key is (0, 0).
+-- State: window_start (us, a multiple of period) and count (units, <= limit), stored as ONE
+-- integer (window_start / period) x (limit + 1) + count (pack2); when that cannot be packed
+-- (limit >= 2^23) as the string '<window_start>:<count>'. A missing key is (0, 0).
 -- decide(s, p, now, cost, consume) -> allowed, remaining, reset_after, retry_after (-1 = none),
 --   mark (the window written, for refunds). p = {limit, period, burst, num, den}.
 -- refund(s, p, now, cost, mark): gives back `cost` units consumed in window `mark`.
 
 local fixed_window = {}
 
-function fixed_window.load(key)
-  local window_start, count = hash_load(key, 'window_start', 'count')
-  return { window_start = window_start or 0, count = count or 0, exists = window_start ~= nil }
+function fixed_window.load(key, p)
+  local s = { window_start = 0, count = 0, period = p.period, m = p.limit + 1, exists = false }
+  local v = redis.call('GET', key)
+  if v then
+    local window_start, count = split2(v)
+    if not window_start then
+      local index
+      index, count = unpack2(v, s.m)
+      window_start = index * s.period
+    end
+    s.window_start, s.count, s.exists = window_start, count, true
+  end
+  return s
 end
 
 function fixed_window.save(key, s, ttl)
-  redis.call('HSET', key, 'window_start', s.window_start, 'count', s.count)
-  if ttl then
-    redis.call('PEXPIRE', key, ttl)
+  local index = fdiv(s.window_start, s.period)
+  local v
+  if index * s.period == s.window_start then
+    v = pack2(index, s.m, s.count)
   end
+  save_value(key, v or string.format('%d:%d', s.window_start, s.count), ttl)
 end
 
 function fixed_window.decide(s, p, now, cost, consume)

@@ -1,7 +1,9 @@
 -- gcra.lua: GCRA (virtual scheduling, ATM Forum TM 4.0 annex C), docs/spec/gcra.md
 -- ("Decision", "Backwards time", "Writes and TTL"). A library file (no KEYS/ARGV of its own).
 --
--- State: a hash {tat (us), tat_ticks (0 <= tat_ticks < den)}; a missing key is (0, 0).
+-- State: tat (us) and tat_ticks (0 <= tat_ticks < den), i.e. the theoretical arrival time
+-- tat x den + tat_ticks in ticks, stored as that ONE integer (pack2 with m = den); when den >
+-- 2^23 as the string '<tat>:<tat_ticks>'. A missing key is (0, 0).
 -- p = {limit, period, burst, num, den}: interval = num ticks per unit, tau = burst x num <= 2^51.
 -- decide(s, p, now, cost, consume) -> allowed, remaining, reset_after, retry_after (-1 = none),
 --   mark (unused, 0).
@@ -9,16 +11,22 @@
 
 local gcra = {}
 
-function gcra.load(key)
-  local tat, tat_ticks = hash_load(key, 'tat', 'tat_ticks')
-  return { tat = tat or 0, tat_ticks = tat_ticks or 0, exists = tat ~= nil }
+function gcra.load(key, p)
+  local v = redis.call('GET', key)
+  if not v then
+    return { tat = 0, tat_ticks = 0, den = p.den, exists = false }
+  end
+  local tat, tat_ticks = split2(v)
+  if not tat then
+    tat, tat_ticks = unpack2(v, p.den)
+  end
+  return { tat = tat, tat_ticks = tat_ticks, den = p.den, exists = true }
 end
 
+-- Packed with the den the state was loaded with (one key, one quota, in practice).
 function gcra.save(key, s, ttl)
-  redis.call('HSET', key, 'tat', s.tat, 'tat_ticks', s.tat_ticks)
-  if ttl then
-    redis.call('PEXPIRE', key, ttl)
-  end
+  save_value(key, pack2(s.tat, s.den, s.tat_ticks)
+    or string.format('%d:%d', s.tat, s.tat_ticks), ttl)
 end
 
 -- tat - tau rounded up to a whole microsecond (0 when negative), without forming tat x den.

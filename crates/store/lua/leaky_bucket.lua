@@ -1,7 +1,8 @@
 -- leaky_bucket.lua: the leaky bucket as a meter, in ticks, docs/spec/leaky_bucket.md
 -- ("Decision", "Writes and TTL"). A library file (no KEYS/ARGV of its own).
 --
--- State: a hash {level (ticks), last_leak (us)}; a missing key is an empty bucket (0, 0).
+-- State: level (ticks) and last_leak (us), stored as the string '<level>:<last_leak>'; a
+-- missing key is an empty bucket (0, 0).
 -- p = {limit, period, burst, num, den}: one unit is `num` ticks, one microsecond drains `den`
 -- ticks, capacity = burst x num <= 2^51.
 -- decide(s, p, now, cost, consume) -> allowed, remaining, reset_after, retry_after (-1 = none),
@@ -11,15 +12,16 @@
 local leaky_bucket = {}
 
 function leaky_bucket.load(key, p)
-  local level, last_leak = hash_load(key, 'level', 'last_leak')
-  return { level = level or 0, last_leak = last_leak or 0, exists = level ~= nil }
+  local v = redis.call('GET', key)
+  if not v then
+    return { level = 0, last_leak = 0, exists = false }
+  end
+  local level, last_leak = split2(v)
+  return { level = level, last_leak = last_leak, exists = true }
 end
 
 function leaky_bucket.save(key, s, ttl)
-  redis.call('HSET', key, 'level', s.level, 'last_leak', s.last_leak)
-  if ttl then
-    redis.call('PEXPIRE', key, ttl)
-  end
+  save_value(key, string.format('%d:%d', s.level, s.last_leak), ttl)
 end
 
 -- Level (ticks) at `now >= last_leak`; elapsed is capped at the drain time before multiplying.

@@ -1,7 +1,8 @@
 -- sliding_window.lua: the sliding window counter, docs/spec/sliding_window.md ("Estimate and
 -- admission", "Decision", "Exact retry_after"). A library file (no KEYS/ARGV of its own).
 --
--- State: a hash {window_start, count, previous_count}; a missing key is (0, 0, 0).
+-- State: window_start, count, previous_count, stored as the string
+-- '<window_start>:<count>:<previous_count>'; a missing key is (0, 0, 0).
 -- decide(s, p, now, cost, consume) -> allowed, remaining, reset_after, retry_after (-1 = none),
 --   mark (the window written). Every product is <= limit x period <= 2^51 (Quota + new()).
 -- refund(s, p, now, cost, mark): gives back `cost` units consumed in window `mark`.
@@ -9,21 +10,21 @@
 local sliding_window = {}
 
 function sliding_window.load(key)
-  local window_start, count, previous = hash_load(key, 'window_start', 'count', 'previous_count')
+  local v = redis.call('GET', key)
+  if not v then
+    return { window_start = 0, count = 0, previous_count = 0, exists = false }
+  end
+  local window_start, count, previous = string.match(v, '^(%d+):(%d+):(%d+)$')
   return {
-    window_start = window_start or 0,
-    count = count or 0,
-    previous_count = previous or 0,
-    exists = window_start ~= nil,
+    window_start = tonumber(window_start),
+    count = tonumber(count),
+    previous_count = tonumber(previous),
+    exists = true,
   }
 end
 
 function sliding_window.save(key, s, ttl)
-  redis.call('HSET', key, 'window_start', s.window_start, 'count', s.count,
-    'previous_count', s.previous_count)
-  if ttl then
-    redis.call('PEXPIRE', key, ttl)
-  end
+  save_value(key, string.format('%d:%d:%d', s.window_start, s.count, s.previous_count), ttl)
 end
 
 function sliding_window.decide(s, p, now, cost, consume)

@@ -1,7 +1,8 @@
 -- token_bucket.lua: the token bucket in ticks, docs/spec/token_bucket.md ("Decision", "Writes
 -- and TTL"). A library file (no KEYS/ARGV of its own).
 --
--- State: a hash {tokens (ticks), last_refill (us)}; a missing key is a full bucket
+-- State: tokens (ticks) and last_refill (us), stored as the string '<tokens>:<last_refill>'
+-- (two numbers: both decide, see docs/redis.md "Values"); a missing key is a full bucket
 -- (capacity, 0). p = {limit, period, burst, num, den}: one token is `num` ticks, one
 -- microsecond refills `den` ticks, capacity = burst x num <= 2^51.
 -- decide(s, p, now, cost, consume) -> allowed, remaining, reset_after, retry_after (-1 = none),
@@ -11,19 +12,16 @@
 local token_bucket = {}
 
 function token_bucket.load(key, p)
-  local tokens, last_refill = hash_load(key, 'tokens', 'last_refill')
-  return {
-    tokens = tokens or p.burst * p.num,
-    last_refill = last_refill or 0,
-    exists = tokens ~= nil,
-  }
+  local v = redis.call('GET', key)
+  if not v then
+    return { tokens = p.burst * p.num, last_refill = 0, exists = false }
+  end
+  local tokens, last_refill = split2(v)
+  return { tokens = tokens, last_refill = last_refill, exists = true }
 end
 
 function token_bucket.save(key, s, ttl)
-  redis.call('HSET', key, 'tokens', s.tokens, 'last_refill', s.last_refill)
-  if ttl then
-    redis.call('PEXPIRE', key, ttl)
-  end
+  save_value(key, string.format('%d:%d', s.tokens, s.last_refill), ttl)
 end
 
 -- Tokens (ticks) at `now >= last_refill`: elapsed time is capped at the fill time BEFORE it is

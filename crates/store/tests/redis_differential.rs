@@ -61,6 +61,11 @@ const QUOTAS: &[&str] = &[
     "100/min",
     "1000/h",
     "2/ms",
+    // Large emission-interval denominators: GCRA's packed tat x den + tat_ticks passes 2^53
+    // (7/s already), then 2^63 (7777/s: stored as a plain string), and den > 2^23 (and a
+    // fixed window limit >= 2^23) takes the '<a>:<b>' fallback.
+    "7777/s",
+    "9999991/10s",
 ];
 
 #[derive(Debug, Clone)]

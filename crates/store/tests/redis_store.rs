@@ -119,12 +119,16 @@ async fn every_written_key_has_a_ttl_equal_to_reset_after() {
             .query_async(&mut con)
             .await
             .unwrap();
-        let want = if kind == AlgorithmKind::SlidingLog {
-            "string"
-        } else {
-            "hash"
-        };
-        assert_eq!(kind_of, want, "{kind}");
+        assert_eq!(kind_of, "string", "{kind}");
+        // GCRA and the fixed window keep one integer, which Redis stores in the object header.
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(&name)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let packed = matches!(kind, AlgorithmKind::Gcra | AlgorithmKind::FixedWindow);
+        assert_eq!(encoding == "int", packed, "{kind}: {encoding}");
     }
     // Denials and peeks write nothing: still exactly six keys, every one with a TTL.
     let p = policy(AlgorithmKind::FixedWindow, "1/h");
@@ -171,9 +175,10 @@ async fn server_time_decides_and_retry_after_is_consistent() {
     assert!(retry > 4_000_000 && retry <= 5_000_000, "{retry}");
     // The state holds a server-clock TAT (about now + 10 s), not one near the store's clock.
     let mut con = raw(&server).await;
-    let tat: u64 = redis::cmd("HGET")
+    // 2/10s: the emission interval is 5 s in lowest terms 5_000_000/1, so the stored integer
+    // tat x den + tat_ticks is tat itself.
+    let tat: u64 = redis::cmd("GET")
         .arg(store.key_name("server-time", "k", AlgorithmKind::Gcra))
-        .arg("tat")
         .query_async(&mut con)
         .await
         .unwrap();
@@ -198,9 +203,8 @@ async fn reset_and_inspect() {
         (seen.allowed, seen.remaining, seen.reset_after),
         (true, 1, 800_000)
     );
-    assert!(store
-        .key_name("r", "k", AlgorithmKind::TokenBucket)
-        .starts_with("test:{"));
+    let name = store.key_name("r", "k", AlgorithmKind::TokenBucket);
+    assert!(name.starts_with("test:") && name.len() == 5 + 11, "{name}");
     assert!(store.reset("r", "k").await.unwrap());
     assert!(!store.reset("r", "k").await.unwrap());
     assert_eq!(store.inspect("r", &p, "k").await.unwrap().remaining, 5);

@@ -84,7 +84,9 @@ pub enum TimeSource {
 pub struct RedisStoreConfig {
     /// The server or cluster.
     pub target: RedisTarget,
-    /// Prepended to every key name. Default `"fg:"`. Must not contain `{` or `}`.
+    /// Prepended to every key name. Default `"fg:"` (3 bytes: the name then has 14 bytes, the
+    /// most that fits Redis' smallest key allocation; see [`keys`]). Must not contain `{` or
+    /// `}` (a hash tag would put every key in one cluster slot).
     pub prefix: String,
     /// Longest wait for one store call (all its round trips). Default 10 ms: well under Envoy's
     /// 20 ms rate-limit-service timeout, and about 100 loopback round trips.
@@ -294,13 +296,13 @@ impl RedisStore {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when a URL cannot be parsed, or the prefix contains `{` or
-    /// `}` (the key's own hash tag must be the first braces in its name).
+    /// `}` (a hash tag would put every key in one cluster slot).
     pub fn new(config: RedisStoreConfig, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
         if config.prefix.contains(['{', '}']) {
             return Err(StoreError::Unavailable {
                 reason: format!(
-                    "redis key prefix {:?} must not contain '{{' or '}}': the key's hash tag \
-                     must come first",
+                    "redis key prefix {:?} must not contain '{{' or '}}': a hash tag in the \
+                     prefix would put every key in one cluster slot",
                     config.prefix
                 ),
             });
@@ -493,19 +495,13 @@ impl RedisStore {
         let cluster = self.is_cluster();
         let mut groups: Vec<(u16, Group)> = Vec::new();
         for (i, item) in items.iter().enumerate() {
-            let digest = keys::digest(item.rule, item.key);
+            let name =
+                keys::state_key(&self.config.prefix, item.rule, item.key, item.policy.kind());
             let slot = if cluster {
-                keys::slot(digest.as_bytes())
+                keys::slot(name.as_bytes())
             } else {
                 0
             };
-            let name = keys::state_key_with_digest(
-                &self.config.prefix,
-                &digest,
-                item.rule,
-                item.key,
-                item.policy.kind(),
-            );
             let g = match groups.iter().position(|(s, _)| *s == slot) {
                 Some(g) => g,
                 None => {
@@ -787,22 +783,34 @@ impl Store for RedisStore {
         rule: &str,
         key: &str,
     ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send {
-        // Every algorithm's key of (rule, key): one DEL, one slot (the tag is the same).
-        let digest = keys::digest(rule, key);
-        let mut cmd = redis::cmd("DEL");
-        for kind in AlgorithmKind::ALL {
-            cmd.arg(keys::state_key_with_digest(
-                &self.config.prefix,
-                &digest,
-                rule,
-                key,
-                kind,
-            ));
-        }
+        // Every algorithm's key of (rule, key). On a cluster the six names lie in (usually)
+        // six slots: one DEL each, since a multi-key DEL across slots is refused (CROSSSLOT).
+        let names: Vec<String> = AlgorithmKind::ALL
+            .iter()
+            .map(|&kind| keys::state_key(&self.config.prefix, rule, key, kind))
+            .collect();
+        tracing::debug!(rule, key, redis_keys = ?names, "redis store: reset");
+        let cmds: Vec<redis::Cmd> = if self.is_cluster() {
+            names
+                .iter()
+                .map(|n| {
+                    let mut c = redis::cmd("DEL");
+                    c.arg(n);
+                    c
+                })
+                .collect()
+        } else {
+            let mut c = redis::cmd("DEL");
+            c.arg(&names);
+            vec![c]
+        };
         async move {
             self.guarded(async {
-                let deleted: u64 = self.conn.query(&cmd).await?;
-                Ok(deleted > 0)
+                let deleted = futures_util::future::try_join_all(
+                    cmds.iter().map(|c| self.conn.query::<u64>(c)),
+                )
+                .await?;
+                Ok(deleted.iter().sum::<u64>() > 0)
             })
             .await
         }
