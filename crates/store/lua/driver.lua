@@ -1,4 +1,4 @@
--- driver.lua: the prologue shared by the two drivers, batch.lua and refund.lua. Appended after
+-- driver.lua: the prologue shared by the drivers, batch.lua, multi.lua and refund.lua. Appended after
 -- common.lua and the algorithm files, right before the driver; reads ARGV[1] and the item
 -- values, which both drivers lay out alike (see their headers).
 
@@ -34,4 +34,41 @@ local function load_item(b, states, algo_of)
     algo_of[ki] = a
   end
   return ki, a, p, cost, s
+end
+
+-- Decides the batch whose n items follow ARGV[b] (8 values each, key indices into KEYS) at
+-- `t`, all-or-nothing: every item in order on Lua tables (an item sees earlier same-key items'
+-- tentative consumption), then, only if every item admits and `commit`, writes each key once
+-- with PEXPIRE = ceil(reset_after / 1000) ms (+ extra_ms) of the last consuming decision on it
+-- (docs/spec/README.md, "Writes and TTL"). Appends to `reply` 9 integers per item: the peek
+-- decision (allowed 1/0, remaining, reset_after, retry_after or -1), the decision after
+-- consumption (the same four; equal to the peek when nothing was consumed), and mark (what a
+-- refund needs). Returns whether every item admitted.
+local function decide_batch(b, n, t, commit, extra_ms, reply)
+  local states = {} -- key index -> state table
+  local algo_of = {} -- key index -> algorithm table
+  local reset_of = {} -- key index -> reset_after of the last consuming decision
+  local all = true
+  local first = #reply
+  for i = 1, n do
+    local ki, a, p, cost, s = load_item(b + (i - 1) * 8, states, algo_of)
+    local allowed, remaining, reset_after, retry_after, mark = a.decide(s, p, t, cost, false)
+    local k = first + (i - 1) * 9
+    reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] =
+      allowed and 1 or 0, remaining, reset_after, retry_after
+    if allowed and cost > 0 then
+      allowed, remaining, reset_after, retry_after, mark = a.decide(s, p, t, cost, true)
+      reset_of[ki] = reset_after
+    elseif not allowed then
+      all = false
+    end
+    reply[k + 5], reply[k + 6], reply[k + 7], reply[k + 8], reply[k + 9] =
+      allowed and 1 or 0, remaining, reset_after, retry_after, mark
+  end
+  if all and commit then
+    for ki, reset_after in pairs(reset_of) do
+      algo_of[ki].save(KEYS[ki], states[ki], ttl_ms(reset_after, extra_ms))
+    end
+  end
+  return all
 end

@@ -724,3 +724,94 @@ async fn a_prefix_with_braces_is_refused() {
     let e = RedisStore::new(config, Arc::new(SystemClock)).unwrap_err();
     assert!(e.to_string().contains("must not contain"), "{e}");
 }
+
+/// `calls` of `INFO commandstats` for `cmd` (e.g. "evalsha"), 0 when never called.
+async fn command_calls(con: &mut redis::aio::MultiplexedConnection, cmd: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(con)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{cmd}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Coalescing on: 60 checks of one key submitted together (one task, so all are queued before
+/// the first call leaves) are decided in one script call, exactly as if one by one: each
+/// algorithm admits exactly its 10, with remaining 9, 8, ... 0 in submission order.
+#[test]
+fn coalesced_checks_decide_exactly_like_sequential_ones_in_one_call() {
+    let server = RedisServer::start().unwrap();
+    let rt = current_thread_runtime().unwrap();
+    rt.block_on(async {
+        let mut config = slow_ok(&server);
+        config.time_source = TimeSource::Caller;
+        config.coalesce = 1;
+        let store = RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap();
+        store.startup_check().await.unwrap();
+        let mut con = raw(&server).await;
+        for kind in AlgorithmKind::ALL {
+            let p = policy(kind, "10/h");
+            let before = command_calls(&mut con, "evalsha").await;
+            let batch = [item("co", &p, "k", 1)];
+            let checks = (0..60).map(|_| store.check_at(&batch, T0));
+            let results = futures_util::future::join_all(checks).await;
+            let calls = command_calls(&mut con, "evalsha").await - before;
+            let remaining: Vec<u64> = results
+                .iter()
+                .map(|r| r.as_ref().unwrap())
+                .filter(|d| d.allowed)
+                .map(|d| d.decisions[0].remaining)
+                .collect();
+            assert_eq!(remaining, (0..10).rev().collect::<Vec<_>>(), "{kind}");
+            // On this one-thread runtime the sending task starts only once the test's task
+            // waits, by which time all 60 are queued: one call carries them all.
+            assert_eq!(calls, 1, "{kind}");
+        }
+    });
+}
+
+/// One bad batch in a coalesced call (its key holds a set: WRONGTYPE) fails alone; the batches
+/// sent with it are decided.
+#[test]
+fn a_failing_batch_does_not_fail_its_coalesced_neighbours() {
+    let server = RedisServer::start().unwrap();
+    let rt = current_thread_runtime().unwrap();
+    rt.block_on(async {
+        let mut config = slow_ok(&server);
+        config.coalesce = 1;
+        let store = RedisStore::new(config, Arc::new(SystemClock)).unwrap();
+        store.startup_check().await.unwrap();
+        let mut con = raw(&server).await;
+        let p = policy(AlgorithmKind::Gcra, "100/s");
+        let _: i64 = redis::cmd("SADD")
+            .arg(store.key_name("bad", "k", AlgorithmKind::Gcra))
+            .arg("x")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let keys: Vec<String> = (0..20).map(|i| format!("user{i}")).collect();
+        let checks = keys.iter().enumerate().map(|(i, k)| {
+            let rule = if i == 7 { "bad" } else { "good" };
+            let key = if i == 7 { "k" } else { k.as_str() };
+            let store = &store;
+            let p = &p;
+            async move { store.check(&[item(rule, p, key, 1)]).await }
+        });
+        let results = futures_util::future::join_all(checks).await;
+        for (i, r) in results.iter().enumerate() {
+            if i == 7 {
+                let e = r.as_ref().unwrap_err();
+                assert!(
+                    matches!(e, StoreError::Unavailable { reason } if reason.contains("WRONGTYPE")),
+                    "{e}"
+                );
+            } else {
+                assert!(r.as_ref().unwrap().allowed, "#{i}: {r:?}");
+            }
+        }
+    });
+}

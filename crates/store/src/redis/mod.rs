@@ -53,6 +53,7 @@ use crate::{BatchDecision, CheckItem, Store, StoreError};
 
 mod any;
 mod breaker;
+mod coalesce;
 pub mod keys;
 pub mod scripts;
 pub mod testing;
@@ -103,6 +104,10 @@ pub struct RedisStoreConfig {
     pub breaker_failures: u32,
     /// How long an open breaker fails fast before letting one probe through. Default 1 s.
     pub breaker_cool_down: Duration,
+    /// Coalescing (standalone Redis): at most this many script calls in flight; checks that
+    /// arrive while all are out wait and then go together in the next call (see the module
+    /// docs). Default 2. `0` turns coalescing off (one script call per batch, all pipelined).
+    pub coalesce: usize,
 }
 
 impl RedisStoreConfig {
@@ -129,6 +134,7 @@ impl RedisStoreConfig {
             ttl_extra: Duration::ZERO,
             breaker_failures: 5,
             breaker_cool_down: Duration::from_secs(1),
+            coalesce: 2,
         }
     }
 }
@@ -231,6 +237,8 @@ impl ClusterLink {
 /// The Redis / Redis Cluster [`Store`]. See the [module docs](self).
 pub struct RedisStore {
     conn: Conn,
+    /// `Some` on standalone Redis with [`RedisStoreConfig::coalesce`] > 0.
+    coalescer: Option<Arc<coalesce::Coalescer>>,
     config: RedisStoreConfig,
     clock: Arc<dyn Clock>,
     breaker: Breaker,
@@ -340,8 +348,16 @@ impl RedisStore {
             config.breaker_failures,
             u64::try_from(config.breaker_cool_down.as_micros()).unwrap_or(u64::MAX),
         );
+        let coalescer = (config.coalesce > 0 && matches!(conn, Conn::Single(_))).then(|| {
+            Arc::new(coalesce::Coalescer::new(
+                conn.clone(),
+                duration_ms(config.ttl_extra),
+                config.coalesce,
+            ))
+        });
         Ok(Self {
             conn,
+            coalescer,
             config,
             clock,
             breaker,
@@ -423,7 +439,12 @@ impl RedisStore {
         // and fall back to sending the full source at once.
         let sources = scripts::BATCH_SINGLE_SOURCES
             .iter()
-            .chain([&scripts::BATCH_SOURCE, &scripts::REFUND_SOURCE]);
+            .chain(&scripts::MULTI_SINGLE_SOURCES)
+            .chain([
+                &scripts::BATCH_SOURCE,
+                &scripts::MULTI_SOURCE,
+                &scripts::REFUND_SOURCE,
+            ]);
         for source in sources {
             let _: Value = tokio::time::timeout(
                 wait,
@@ -545,9 +566,56 @@ impl RedisStore {
             });
         }
         let now = self.now_arg(now);
-        let groups = self.groups(items);
-        self.guarded(self.decide_groups(items, &groups, now, commit))
-            .await
+        let mut groups = self.groups(items);
+        match &self.coalescer {
+            // Standalone: always one group.
+            Some(c) if groups.len() == 1 => {
+                let group = groups.pop().expect("one group");
+                self.guarded(self.decide_coalesced(c, items, group, now, commit))
+                    .await
+            }
+            _ => {
+                self.guarded(self.decide_groups(items, &groups, now, commit))
+                    .await
+            }
+        }
+    }
+
+    /// One batch (one group) through the [`coalesce`] queue.
+    async fn decide_coalesced(
+        &self,
+        coalescer: &Arc<coalesce::Coalescer>,
+        items: &[CheckItem<'_>],
+        group: Group,
+        now: Option<Timestamp>,
+        commit: bool,
+    ) -> Result<BatchDecision, RedisError> {
+        let mut item_args = Vec::with_capacity(8 * group.items.len());
+        for (&i, &k) in group.items.iter().zip(&group.key_index) {
+            push_item_args(&mut item_args, k, &items[i]);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        coalescer.submit(coalesce::Pending {
+            keys: group.keys.clone(),
+            item_args,
+            commit,
+            now,
+            kind: single_kind(items, &group),
+            tx,
+        });
+        let reply = rx.await.map_err(|_| {
+            RedisError::from(std::io::Error::other(
+                "redis store: the coalesced call was dropped",
+            ))
+        })??;
+        let reply = if reply.first() == Some(&-1) {
+            // This batch raised an error inside the coalesced script (nothing of it was
+            // written): run it alone, so that its caller gets its own error.
+            self.run_group(items, &group, now, commit).await?
+        } else {
+            parse_group_reply(&reply, &group, items)?
+        };
+        Ok(assemble(items, &[group], vec![reply], commit))
     }
 
     /// The batch protocol of the module docs: one script per group, all sent at once; refunds
@@ -593,25 +661,8 @@ impl RedisStore {
                 }
             }
         }
-        let mut decisions = vec![None; items.len()];
-        for (group, reply) in groups.iter().zip(replies) {
-            let reply = reply?;
-            for (&i, r) in group.items.iter().zip(reply.items) {
-                decisions[i] = Some(if all_allowed && commit {
-                    r.consumed
-                } else {
-                    r.peek
-                });
-            }
-        }
-        Ok(BatchDecision {
-            allowed: all_allowed,
-            decisions: decisions
-                .into_iter()
-                .map(|d| d.expect("every item belongs to one group"))
-                .collect(),
-            store_full: None,
-        })
+        let replies = replies.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(assemble(items, groups, replies, commit))
     }
 
     async fn run_group(
@@ -627,13 +678,7 @@ impl RedisStore {
         for (&i, &k) in group.items.iter().zip(&group.key_index) {
             push_item_args(&mut args, k, &items[i]);
         }
-        let first = items[group.items[0]].policy.kind();
-        let single = group
-            .items
-            .iter()
-            .all(|&i| items[i].policy.kind() == first)
-            .then_some(first);
-        let (script, source) = scripts::batch_script(single);
+        let (script, source) = scripts::batch_script(single_kind(items, group));
         let call = ScriptCall {
             script,
             source,
@@ -667,6 +712,45 @@ impl RedisStore {
             now,
         };
         self.conn.invoke(&call).await
+    }
+}
+
+/// The one algorithm of every item of `group`, if they share one (a smaller script then).
+fn single_kind(items: &[CheckItem<'_>], group: &Group) -> Option<AlgorithmKind> {
+    let first = items[group.items[0]].policy.kind();
+    group
+        .items
+        .iter()
+        .all(|&i| items[i].policy.kind() == first)
+        .then_some(first)
+}
+
+/// The batch's decision from its groups' replies: admitted when every group admitted; then
+/// each item's decision after consumption (for a check), else each item's peek.
+fn assemble(
+    items: &[CheckItem<'_>],
+    groups: &[Group],
+    replies: Vec<GroupReply>,
+    commit: bool,
+) -> BatchDecision {
+    let all_allowed = replies.iter().all(|r| r.all_allowed);
+    let mut decisions = vec![None; items.len()];
+    for (group, reply) in groups.iter().zip(replies) {
+        for (&i, r) in group.items.iter().zip(reply.items) {
+            decisions[i] = Some(if all_allowed && commit {
+                r.consumed
+            } else {
+                r.peek
+            });
+        }
+    }
+    BatchDecision {
+        allowed: all_allowed,
+        decisions: decisions
+            .into_iter()
+            .map(|d| d.expect("every item belongs to one group"))
+            .collect(),
+        store_full: None,
     }
 }
 

@@ -1,12 +1,13 @@
 //! The Lua scripts, assembled at compile time from `crates/store/lua/*.lua`.
 //!
 //! Redis scripts cannot include one another, so each script sent to Redis is the concatenation
-//! `common.lua` + the six algorithm files + `driver.lua` + a driver (`batch.lua` or
-//! `refund.lua`); `driver.lua` holds what both drivers share (the algorithm table, `now`, item
-//! decoding and state loading). Every file documents its KEYS/ARGV and the spec section it
-//! implements. [`redis::Script`] sends them with `EVALSHA` and, on a `NOSCRIPT` reply (the script
-//! cache is emptied by a restart, a failover or `SCRIPT FLUSH`), loads the script and retries
-//! once, so callers never see `NOSCRIPT`.
+//! `common.lua` + the six algorithm files (or one, and `nil` stubs for the others) +
+//! `driver.lua` + a driver: `batch.lua` (one batch), `multi.lua` (several coalesced batches) or
+//! `refund.lua`. `driver.lua` holds what the drivers share (the algorithm table, `now`, item
+//! decoding, state loading and `decide_batch`). Every file documents its KEYS/ARGV and the spec
+//! section it implements. The store sends them with `EVALSHA` and, on a `NOSCRIPT` reply (the
+//! script cache is emptied by a restart, a failover or `SCRIPT FLUSH`), with `EVAL` and the full
+//! source, so callers never see `NOSCRIPT`.
 
 use std::sync::LazyLock;
 
@@ -62,6 +63,9 @@ macro_rules! driver {
 /// script's time in Redis (18 us -> 14 us per call measured here).
 macro_rules! single {
     ($file:literal, $stubs:literal) => {
+        single!($file, $stubs, "../../lua/batch.lua")
+    };
+    ($file:literal, $stubs:literal, $driver:literal) => {
         concat!(
             shebang!(),
             include_str!("../../lua/common.lua"),
@@ -70,7 +74,7 @@ macro_rules! single {
             "\n",
             include_str!($file),
             "\n",
-            driver!("../../lua/batch.lua"),
+            driver!($driver),
         )
     };
 }
@@ -107,6 +111,44 @@ pub const BATCH_SINGLE_SOURCES: [&str; 6] = [
     ),
 ];
 
+/// The source of the coalescing script for any mix of algorithms (library + `driver.lua` +
+/// `multi.lua`): several independent batches in one call.
+pub const MULTI_SOURCE: &str = concat!(library!(), driver!("../../lua/multi.lua"));
+
+/// The sources of the single-algorithm coalescing scripts, in [`AlgorithmKind::ALL`] order.
+pub const MULTI_SINGLE_SOURCES: [&str; 6] = [
+    single!(
+        "../../lua/fixed_window.lua",
+        "local sliding_log, sliding_window, token_bucket, leaky_bucket, gcra",
+        "../../lua/multi.lua"
+    ),
+    single!(
+        "../../lua/sliding_log.lua",
+        "local fixed_window, sliding_window, token_bucket, leaky_bucket, gcra",
+        "../../lua/multi.lua"
+    ),
+    single!(
+        "../../lua/sliding_window.lua",
+        "local fixed_window, sliding_log, token_bucket, leaky_bucket, gcra",
+        "../../lua/multi.lua"
+    ),
+    single!(
+        "../../lua/token_bucket.lua",
+        "local fixed_window, sliding_log, sliding_window, leaky_bucket, gcra",
+        "../../lua/multi.lua"
+    ),
+    single!(
+        "../../lua/leaky_bucket.lua",
+        "local fixed_window, sliding_log, sliding_window, token_bucket, gcra",
+        "../../lua/multi.lua"
+    ),
+    single!(
+        "../../lua/gcra.lua",
+        "local fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket",
+        "../../lua/multi.lua"
+    ),
+];
+
 /// The source of the refund script (library + `driver.lua` + `refund.lua`).
 pub const REFUND_SOURCE: &str = concat!(library!(), driver!("../../lua/refund.lua"));
 
@@ -128,6 +170,23 @@ pub fn batch_script(kind: Option<AlgorithmKind>) -> (&'static redis::Script, &'s
             (&BATCH_SINGLE[i], BATCH_SINGLE_SOURCES[i])
         }
         None => (&BATCH, BATCH_SOURCE),
+    }
+}
+
+static MULTI: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(MULTI_SOURCE));
+
+static MULTI_SINGLE: LazyLock<[redis::Script; 6]> =
+    LazyLock::new(|| MULTI_SINGLE_SOURCES.map(redis::Script::new));
+
+/// The coalescing script (and its source) for batches whose items all use `kind` (`Some`), or
+/// several algorithms (`None`).
+pub fn multi_script(kind: Option<AlgorithmKind>) -> (&'static redis::Script, &'static str) {
+    match kind {
+        Some(kind) => {
+            let i = usize::from(algorithm_code(kind) - 1);
+            (&MULTI_SINGLE[i], MULTI_SINGLE_SOURCES[i])
+        }
+        None => (&MULTI, MULTI_SOURCE),
     }
 }
 

@@ -1,0 +1,183 @@
+//! Coalescing: the batches that are already waiting for Redis go out together, as ONE call of
+//! the coalescing script (`lua/multi.lua`), which decides each of them all-or-nothing on its
+//! own, in arrival order.
+//!
+//! Why: Redis runs scripts on one core, and a script call has a fixed cost (finding the script,
+//! running its chunk, converting arguments) of about 10 us here, more than deciding one item.
+//! Sending the waiting batches in one call pays it once for all of them.
+//!
+//! How, without adding latency: at most [`RedisStoreConfig::coalesce`](super::RedisStoreConfig)
+//! calls are in flight at once. A batch that finds a free slot is sent at once (a lone request
+//! waits for nothing: no timer, only a task hand-off). A batch that finds every slot taken waits
+//! in a queue; when a call's reply arrives, the task that sent it takes *everything* waiting (up
+//! to [`MAX_BATCHES`]) as its next call. So the busier Redis is, the more decisions each call
+//! carries. Standalone Redis only: a cluster call must stay within one slot.
+//!
+//! Per-request outcomes: each batch gets its own slice of the reply. A batch that raises an
+//! error inside the script (`pcall` in `multi.lua`: nothing of it is written) is marked, and its
+//! caller runs it alone to get its own error; its neighbours are decided normally. A failed call
+//! (connection lost, timeout) fails the batches it carried, as it would have failed them one by
+//! one on the shared connection. Every caller still waits under its own timeout and circuit
+//! breaker (the store's `guarded`); a caller that gave up is dropped from the queue unsent.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use floodgate_core::{AlgorithmKind, Timestamp};
+use parking_lot::Mutex;
+use redis::RedisError;
+use tokio::sync::oneshot;
+
+use super::{scripts, Conn, ScriptCall};
+
+/// Most batches one coalesced call carries.
+pub(crate) const MAX_BATCHES: usize = 256;
+
+/// A batch's reply slice: `[status, 0, then 9 integers per item]` (status 1 admitted, 0 denied,
+/// -1 raised an error in the script), laid out like `batch.lua`'s reply (`[all, now, ...]`).
+pub(crate) type Reply = Result<Vec<i64>, RedisError>;
+
+/// One batch waiting to be sent.
+pub(crate) struct Pending {
+    /// The batch's distinct keys.
+    pub(crate) keys: Vec<String>,
+    /// 8 values per item (`batch.lua`'s layout), key indices 1-based into `keys`.
+    pub(crate) item_args: Vec<u64>,
+    /// `true` for a check, `false` for a peek.
+    pub(crate) commit: bool,
+    /// The caller's time, or `None` for the server clock.
+    pub(crate) now: Option<Timestamp>,
+    /// The one algorithm of every item, if they share one.
+    pub(crate) kind: Option<AlgorithmKind>,
+    /// Where the reply slice goes.
+    pub(crate) tx: oneshot::Sender<Reply>,
+}
+
+struct Queue {
+    waiting: VecDeque<Pending>,
+    in_flight: usize,
+}
+
+/// The queue and its sending tasks (one per call in flight).
+pub(crate) struct Coalescer {
+    conn: Conn,
+    ttl_extra_ms: u64,
+    max_in_flight: usize,
+    queue: Mutex<Queue>,
+}
+
+impl Coalescer {
+    pub(crate) fn new(conn: Conn, ttl_extra_ms: u64, max_in_flight: usize) -> Self {
+        Self {
+            conn,
+            ttl_extra_ms,
+            max_in_flight: max_in_flight.max(1),
+            queue: Mutex::new(Queue {
+                waiting: VecDeque::new(),
+                in_flight: 0,
+            }),
+        }
+    }
+
+    /// Queues `p`; starts a sending task when fewer than `max_in_flight` calls are out.
+    pub(crate) fn submit(self: &Arc<Self>, p: Pending) {
+        let start = {
+            let mut q = self.queue.lock();
+            q.waiting.push_back(p);
+            let start = q.in_flight < self.max_in_flight;
+            if start {
+                q.in_flight += 1;
+            }
+            start
+        };
+        if start {
+            tokio::spawn(Arc::clone(self).drain());
+        }
+    }
+
+    /// Sends everything waiting, call after call, until the queue is empty.
+    async fn drain(self: Arc<Self>) {
+        loop {
+            let batches: Vec<Pending> = {
+                let mut q = self.queue.lock();
+                if q.waiting.is_empty() {
+                    q.in_flight -= 1;
+                    return;
+                }
+                let n = q.waiting.len().min(MAX_BATCHES);
+                q.waiting.drain(..n).collect()
+            };
+            self.send(batches).await;
+        }
+    }
+
+    async fn send(&self, batches: Vec<Pending>) {
+        // A caller that timed out meanwhile no longer waits: do not apply its batch.
+        let batches: Vec<Pending> = batches.into_iter().filter(|p| !p.tx.is_closed()).collect();
+        let Some(first) = batches.first() else {
+            return;
+        };
+        let kind = first
+            .kind
+            .filter(|&k| batches.iter().all(|p| p.kind == Some(k)));
+        let mut keys: Vec<String> = Vec::new();
+        let mut args = vec![self.ttl_extra_ms];
+        let mut server_clock = false;
+        let mut txs = Vec::with_capacity(batches.len());
+        for p in batches {
+            let offset = keys.len() as u64;
+            let n = p.item_args.len() / 8;
+            args.extend([
+                u64::from(p.commit),
+                u64::from(p.now.is_some()),
+                p.now.unwrap_or(0),
+                n as u64,
+            ]);
+            for item in p.item_args.chunks_exact(8) {
+                args.push(item[0] + offset);
+                args.extend_from_slice(&item[1..]);
+            }
+            keys.extend(p.keys);
+            server_clock |= p.now.is_none();
+            txs.push((n, p.tx));
+        }
+        let (script, source) = scripts::multi_script(kind);
+        let call = ScriptCall {
+            script,
+            source,
+            keys: &keys,
+            args,
+            // ARGV[1]: '' makes the script read TIME once; '0' skips it.
+            now: if server_clock { None } else { Some(0) },
+        };
+        match self.conn.invoke::<Vec<i64>>(&call).await {
+            Ok(reply) => {
+                let mut at = 0;
+                for (n, tx) in txs {
+                    let len = 1 + 9 * n;
+                    let slice = match reply.get(at..at + len) {
+                        Some(s) => {
+                            let mut v = Vec::with_capacity(len + 1);
+                            v.push(s[0]);
+                            v.push(0);
+                            v.extend_from_slice(&s[1..]);
+                            Ok(v)
+                        }
+                        None => Err(RedisError::from((
+                            redis::ErrorKind::Parse,
+                            "unexpected reply length from the coalescing script",
+                        ))),
+                    };
+                    at += len;
+                    // The caller may have given up meanwhile; nothing to do then.
+                    let _ = tx.send(slice);
+                }
+            }
+            Err(e) => {
+                for (_, tx) in txs {
+                    let _ = tx.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
