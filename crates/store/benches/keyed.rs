@@ -14,9 +14,13 @@
 //! Quota: 1 per second with a burst of 1,000,000 (GCRA), the same for governor: no key uses
 //! up its burst during a run, so every check admits and writes the key's state, and no key's
 //! state expires between two checks (a key is "heavy but within its burst").
-//! Floodgate's sync fast path is `MemoryStore::check_one` (one item, no allocation).
-//! Clocks: governor's default (quanta, a TSC read per check); Floodgate with `QuantaClock`
-//! (also a TSC read per check) and with `CoarseClock` (1 ms).
+//! Floodgate is measured through two paths: `KeyedLimiter::check` (`floodgate_limiter`, the
+//! handle from `MemoryStore::limiter`, which resolved the rule once) and
+//! `MemoryStore::check_one` (`floodgate_check_one`, which finds the rule's table per check).
+//! Neither allocates.
+//! Clocks: governor's default (quanta, a TSC read per check) and its `QuantaUpkeepClock`
+//! (1 ms, an atomic load); Floodgate with `QuantaClock` (also a TSC read per check) and with
+//! `CoarseClock` (1 ms, an atomic load).
 
 // criterion_group! generates an undocumented `pub fn benches`.
 #![allow(missing_docs)]
@@ -29,6 +33,8 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use floodgate_core::{AlgorithmKind, Clock, CoarseClock, Policy, QuantaClock, Quota};
 use floodgate_store::{CheckItem, MemoryStore, MemoryStoreConfig};
+use governor::clock::QuantaUpkeepClock;
+use governor::state::keyed::DashMapStateStore;
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
 
 const SEQUENCE: usize = 1 << 20;
@@ -167,20 +173,49 @@ fn keyed(c: &mut Criterion) {
                     })
                 });
             }
+            drop(governor);
+            let upkeep = QuantaUpkeepClock::from_interval(Duration::from_millis(1))
+                .expect("upkeep clock thread");
+            let governor: RateLimiter<String, DashMapStateStore<String>, QuantaUpkeepClock> =
+                RateLimiter::dashmap_with_clock(governor_quota, upkeep);
+            for key in &w.keys {
+                assert!(governor.check_key(key).is_ok());
+            }
+            for threads in [1, 2] {
+                g.bench_function(format!("governor/upkeep_clock_1ms/{threads}t"), |b| {
+                    b.iter_custom(|iters| {
+                        run(&w, threads, iters, &|i| {
+                            governor.check_key(&w.keys[i]).is_ok()
+                        })
+                    })
+                });
+            }
+            drop(governor);
 
             for (clock_name, clock) in [("quanta_clock", &quanta), ("coarse_clock_1ms", &coarse)] {
                 let store = memory_store(clock.clone());
+                let limiter = store.limiter("per-user", &policy);
                 for key in &w.keys {
-                    assert!(floodgate_check(&store, &policy, key));
+                    assert!(limiter.check(key, 1).expect("cost 1 fits").allowed);
                 }
                 for threads in [1, 2] {
-                    g.bench_function(format!("floodgate/{clock_name}/{threads}t"), |b| {
+                    g.bench_function(format!("floodgate_limiter/{clock_name}/{threads}t"), |b| {
                         b.iter_custom(|iters| {
                             run(&w, threads, iters, &|i| {
-                                floodgate_check(&store, &policy, &w.keys[i])
+                                limiter.check(&w.keys[i], 1).expect("cost 1 fits").allowed
                             })
                         })
                     });
+                    g.bench_function(
+                        format!("floodgate_check_one/{clock_name}/{threads}t"),
+                        |b| {
+                            b.iter_custom(|iters| {
+                                run(&w, threads, iters, &|i| {
+                                    floodgate_check(&store, &policy, &w.keys[i])
+                                })
+                            })
+                        },
+                    );
                 }
             }
             g.finish();

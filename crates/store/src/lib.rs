@@ -40,7 +40,7 @@ pub mod memory;
 pub mod redis;
 
 pub use error::StoreError;
-pub use memory::{MemoryStore, MemoryStoreConfig, StoreStats};
+pub use memory::{KeyedLimiter, MemoryStore, MemoryStoreConfig, StoreStats};
 
 /// One item of a check batch: charge `cost` units to partition `key` of rule `rule`.
 ///

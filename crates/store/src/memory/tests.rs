@@ -1,0 +1,329 @@
+use super::*;
+use floodgate_core::{
+    Algorithm, AlgorithmKind, FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket,
+    LeakyBucketState, ManualClock, Quota, SlidingLog, SlidingWindow, SlidingWindowState,
+    TokenBucket, TokenBucketState,
+};
+
+const T0: Timestamp = 1_700_000_000_000_000;
+
+fn store(clock: &ManualClock) -> MemoryStore {
+    MemoryStore::with_clock(Arc::new(clock.clone()))
+}
+
+fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut rng = seed;
+    move |m: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % m
+    }
+}
+
+/// For one algorithm: the derived expiry is exactly what a stored one would be (the latest
+/// `now + reset_after` of an admission) while time moves forward, never earlier when the
+/// clock steps back, and at the derived expiry the state decides exactly like a fresh one
+/// (for costs 0, 1 and the capacity, and in the state it leaves).
+fn derived_expiry_is_exact<A: Kind>(alg: &A, seed: u64)
+where
+    A::Slot: Clone,
+{
+    let mut next = xorshift(seed);
+    let e = alg.expiry();
+    let period = alg.quota().period();
+    let cap = alg.capacity();
+    let mut slot = A::new_slot(alg.initial_state(), 0);
+    let mut stored = 0u64;
+    let mut stale_seen = false;
+    let mut now = T0;
+    for step in 0..3_000 {
+        let back = next(8) == 0;
+        stale_seen |= back;
+        now = if back {
+            now - next(1_000)
+        } else {
+            now + next(period / 2 + 2)
+        };
+        let cost = 1 + next(cap);
+        let d = alg.check(A::state_mut(&mut slot), now, cost).unwrap();
+        if d.allowed {
+            stored = stored.max(now + d.reset_after);
+        }
+        if stored == 0 {
+            continue;
+        }
+        let derived = A::expires_at(&e, &slot);
+        if stale_seen {
+            assert!(derived >= stored, "step {step}: {derived} < {stored}");
+        } else {
+            assert_eq!(derived, stored, "step {step}");
+        }
+        // Fresh-equivalence at the derived expiry.
+        for c in [0, 1, cap] {
+            let mut held = A::state(&slot).clone();
+            let mut fresh = alg.initial_state();
+            let (a, b) = (
+                alg.decide(&mut held, derived, c, c > 0),
+                alg.decide(&mut fresh, derived, c, c > 0),
+            );
+            assert_eq!(a, b, "step {step} cost {c}");
+            // And they stay equivalent afterwards.
+            let later = derived + next(period);
+            assert_eq!(
+                alg.decide(&mut held, later, 1, true),
+                alg.decide(&mut fresh, later, 1, true),
+                "step {step} cost {c} later"
+            );
+        }
+    }
+}
+
+#[test]
+fn derived_expiries_are_exact_for_every_algorithm() {
+    for (i, (limit, period, burst)) in [
+        (7, 2, 5),
+        (1, 1_000_000, 1),
+        (3, 1_000_000, 10),
+        (1_000, 60_000_000, 50),
+        (5, 2_000_000, 2),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let quota = Quota::with_burst(limit, period, burst).unwrap();
+        let seed = 0x2545_f491_4f6c_dd1d ^ i as u64;
+        derived_expiry_is_exact(&Gcra::new(quota).unwrap(), seed);
+        derived_expiry_is_exact(&TokenBucket::new(quota).unwrap(), seed);
+        derived_expiry_is_exact(&LeakyBucket::new(quota).unwrap(), seed);
+        derived_expiry_is_exact(&FixedWindow::new(quota).unwrap(), seed);
+        if let Ok(window) = SlidingWindow::new(quota) {
+            derived_expiry_is_exact(&window, seed);
+        }
+    }
+}
+
+#[test]
+fn derived_expiries_hand_checked() {
+    // Token bucket 2/s burst 4: 500,000 us per token; 1 token left at T0 -> full 1.5 s later.
+    let quota = Quota::with_burst(2, 1_000_000, 4).unwrap();
+    let tb = TokenBucket::new(quota).unwrap();
+    let (interval, _) = quota.emission_interval();
+    let s = TokenBucketState {
+        tokens: interval,
+        last_refill: T0,
+    };
+    assert_eq!(TokenBucket::expires_at(&tb.expiry(), &s), T0 + 1_500_000);
+    // Leaky bucket: level of 3 units drains in 1.5 s.
+    let lb = LeakyBucket::new(quota).unwrap();
+    let s = LeakyBucketState {
+        level: 3 * interval,
+        last_leak: T0,
+    };
+    assert_eq!(LeakyBucket::expires_at(&lb.expiry(), &s), T0 + 1_500_000);
+    // Fixed window of 1 s starting at T0: done at T0 + 1 s; an empty one is fresh already.
+    let fw = FixedWindow::new(quota).unwrap();
+    let s = FixedWindowState {
+        window_start: T0,
+        count: 1,
+    };
+    assert_eq!(FixedWindow::expires_at(&fw.expiry(), &s), T0 + 1_000_000);
+    assert_eq!(
+        FixedWindow::expires_at(&fw.expiry(), &FixedWindowState::default()),
+        0
+    );
+    // Sliding window of 1 s: a count weighs until the last microsecond of the next window.
+    let sw = SlidingWindow::new(quota).unwrap();
+    let s = SlidingWindowState {
+        window_start: T0,
+        count: 1,
+        previous_count: 0,
+    };
+    assert_eq!(SlidingWindow::expires_at(&sw.expiry(), &s), T0 + 1_999_999);
+    // GCRA: the arrival time rounded up.
+    let g = Gcra::new(quota).unwrap();
+    let s = GcraState {
+        tat: T0,
+        tat_ticks: 1,
+    };
+    assert_eq!(Gcra::expires_at(&g.expiry(), &s), T0 + 1);
+}
+
+#[test]
+fn bucket_sizes_are_as_documented() {
+    fn bucket<A: Kind>() -> usize {
+        std::mem::size_of::<table::Bucket<A>>()
+    }
+    assert_eq!(bucket::<Gcra>(), 24);
+    assert_eq!(bucket::<TokenBucket>(), 24);
+    assert_eq!(bucket::<LeakyBucket>(), 24);
+    assert_eq!(bucket::<FixedWindow>(), 24);
+    assert_eq!(bucket::<SlidingWindow>(), 32);
+    assert_eq!(bucket::<SlidingLog>(), 72);
+}
+
+#[test]
+fn shards_are_a_power_of_two_no_more_than_max_keys() {
+    let clock = Arc::new(ManualClock::new(0));
+    let cfg = |max_keys, shards| MemoryStoreConfig {
+        max_keys,
+        shards,
+        ..MemoryStoreConfig::default()
+    };
+    assert_eq!(
+        MemoryStore::new(cfg(1000, 60), clock.clone())
+            .config()
+            .shards,
+        64
+    );
+    assert_eq!(
+        MemoryStore::new(cfg(5, 64), clock.clone()).config().shards,
+        4
+    );
+    assert_eq!(MemoryStore::new(cfg(0, 64), clock).config().max_keys, 1);
+}
+
+fn gcra(q: &str) -> Policy {
+    Policy::new(AlgorithmKind::Gcra, q.parse().unwrap()).unwrap()
+}
+
+#[test]
+fn limiter_shares_state_with_check_one_and_counts_keys() {
+    let clock = ManualClock::new(T0);
+    let store = store(&clock);
+    let policy = gcra("2/s");
+    let limiter = store.limiter("per-user", &policy);
+    assert_eq!(limiter.rule(), "per-user");
+    assert_eq!(limiter.policy().kind(), AlgorithmKind::Gcra);
+    let d = limiter.check("alice", 1).unwrap();
+    assert_eq!((d.allowed, d.remaining, d.reset_after), (true, 1, 500_000));
+    let item = CheckItem {
+        rule: "per-user",
+        policy: &policy,
+        key: "alice",
+        cost: 1,
+    };
+    // The second unit through the store's one-item path, the third through the handle.
+    assert!(store.check_one(&item).unwrap().allowed);
+    let d = limiter.check("alice", 1).unwrap();
+    assert_eq!((d.allowed, d.retry_after), (false, Some(500_000)));
+    assert_eq!(store.stats().keys, 1);
+    // A clone is the same limiter.
+    let clone = limiter.clone();
+    clock.advance(500_000);
+    assert!(clone.check("alice", 1).unwrap().allowed);
+    assert!(!limiter.check("alice", 1).unwrap().allowed);
+}
+
+#[test]
+fn limiter_rules_and_policies_never_share_state() {
+    let clock = ManualClock::new(T0);
+    let store = store(&clock);
+    let one = gcra("1/s");
+    let a = store.limiter("a", &one);
+    let b = store.limiter("b", &one);
+    assert!(a.check("k", 1).unwrap().allowed);
+    assert!(!a.check("k", 1).unwrap().allowed);
+    // Same key, another rule: fresh.
+    assert!(b.check("k", 1).unwrap().allowed);
+    // Same rule, another quota or algorithm: fresh, and the old state is untouched.
+    let two = gcra("2/s");
+    assert!(store.limiter("a", &two).check("k", 2).unwrap().allowed);
+    let tb = Policy::new(AlgorithmKind::TokenBucket, "1/s".parse().unwrap()).unwrap();
+    assert!(store.limiter("a", &tb).check("k", 1).unwrap().allowed);
+    assert!(!a.check("k", 1).unwrap().allowed);
+    assert_eq!(store.stats().keys, 4);
+    // reset_key forgets the key under every policy of the rule, and only that rule.
+    assert!(store.reset_key("a", "k"));
+    assert_eq!(store.stats().keys, 1);
+    assert!(a.check("k", 1).unwrap().allowed);
+    assert!(!b.check("k", 1).unwrap().allowed);
+}
+
+#[test]
+fn limiter_peek_reset_and_errors() {
+    let clock = ManualClock::new(T0);
+    let store = store(&clock);
+    let policy = Policy::new(AlgorithmKind::FixedWindow, "3/s".parse().unwrap()).unwrap();
+    let limiter = store.limiter("r", &policy);
+    // A peek of a fresh key stores nothing (and reports the remaining before the cost).
+    let d = limiter.peek_at("k", 2, T0).unwrap();
+    assert_eq!((d.allowed, d.remaining), (true, 3));
+    assert_eq!(store.stats().keys, 0);
+    assert_eq!(limiter.check_at("k", 2, T0).unwrap().remaining, 1);
+    // Peeking at a cost that does not fit: denied until the window ends (T0 is a second edge).
+    let d = limiter.peek_at("k", 2, T0 + 250_000).unwrap();
+    assert_eq!((d.allowed, d.retry_after), (false, Some(750_000)));
+    assert_eq!(limiter.check_at("k", 1, T0 + 250_000).unwrap().remaining, 0);
+    // Cost 0 reports without consuming.
+    let d = limiter.check_at("k", 0, T0 + 250_000).unwrap();
+    assert_eq!((d.allowed, d.remaining, d.reset_after), (true, 0, 750_000));
+    assert_eq!(
+        limiter.check("k", 4),
+        Err(StoreError::InsufficientCapacity {
+            rule: "r".into(),
+            cost: 4,
+            capacity: 3
+        })
+    );
+    assert!(limiter.reset("k"));
+    assert!(!limiter.reset("k"));
+    assert_eq!(store.stats().keys, 0);
+    assert_eq!(limiter.check("k", 3).unwrap().remaining, 0);
+}
+
+#[test]
+fn limiter_respects_the_cap_and_reuses_expired_slots() {
+    let clock = ManualClock::new(T0);
+    let store = MemoryStore::new(
+        MemoryStoreConfig {
+            max_keys: 2,
+            ..MemoryStoreConfig::default()
+        },
+        Arc::new(clock.clone()),
+    );
+    let limiter = store.limiter("r", &gcra("1/s"));
+    assert!(limiter.check("a", 1).unwrap().allowed);
+    assert!(limiter.check("b", 1).unwrap().allowed);
+    let d = limiter.check("c", 1).unwrap();
+    assert_eq!((d.allowed, d.retry_after), (false, Some(1_000_000)));
+    assert_eq!(store.stats().full_rejections, 1);
+    // One second later "a" and "b" have expired: "a" is reused in its slot, and "c" finds
+    // room by evicting the expired "b" of its locked shard, or the sweep frees it.
+    clock.advance(1_000_000);
+    assert!(limiter.check("a", 1).unwrap().allowed);
+    assert_eq!(store.stats().expirations, 1);
+    store.sweep_all(clock.now());
+    assert!(limiter.check("c", 1).unwrap().allowed);
+    assert_eq!(store.stats().keys, 2);
+}
+
+#[test]
+fn batches_lock_shards_of_several_rule_tables() {
+    let clock = ManualClock::new(T0);
+    let store = store(&clock);
+    let one = gcra("1/s");
+    let tb = Policy::new(AlgorithmKind::TokenBucket, "2/s".parse().unwrap()).unwrap();
+    let item = |rule, policy, key| CheckItem {
+        rule,
+        policy,
+        key,
+        cost: 1,
+    };
+    let batch = [
+        item("a", &one, "k"),
+        item("b", &tb, "k"),
+        item("b", &tb, "k"),
+    ];
+    let d = store.check_now(&batch).unwrap();
+    assert!(d.allowed);
+    assert_eq!(
+        d.decisions.iter().map(|d| d.remaining).collect::<Vec<_>>(),
+        [0, 1, 0]
+    );
+    // "a" and "b" are both spent at the same instant: both items deny.
+    let d = store.check_now(&batch[..2]).unwrap();
+    assert!(!d.allowed);
+    assert_eq!(d.denied_items().collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(store.stats().keys, 2);
+}
