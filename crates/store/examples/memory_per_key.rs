@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use floodgate_core::{AlgorithmKind, ManualClock, Policy, Quota};
-use floodgate_store::{CheckItem, MemoryStore, MemoryStoreConfig};
+use floodgate_store::{MemoryStore, MemoryStoreConfig};
 
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -41,18 +41,13 @@ fn main() {
             ..MemoryStoreConfig::default()
         };
         let store = MemoryStore::new(config, Arc::new(clock));
+        let limiter = store.limiter("r", &policy);
         let mut key = String::with_capacity(12);
         for i in 0..n {
             key.clear();
             use std::fmt::Write;
             let _ = write!(key, "user:{i:07}");
-            let item = CheckItem {
-                rule: "r",
-                policy: &policy,
-                key: &key,
-                cost: 1,
-            };
-            assert!(store.check_now(&[item]).unwrap().allowed);
+            assert!(limiter.check(&key, 1).unwrap().allowed);
         }
         let after = rss_bytes();
         assert_eq!(store.stats().keys, n);
@@ -60,6 +55,7 @@ fn main() {
             "{kind:>15}: {n} keys, {:.1} bytes/key",
             (after.saturating_sub(before)) as f64 / n as f64
         );
+        drop(limiter);
         drop(store);
     }
 }

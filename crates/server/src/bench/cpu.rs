@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use floodgate_core::{AlgorithmKind, Clock, Policy, Quota};
-use floodgate_store::{CheckItem, MemoryStore, MemoryStoreConfig};
+use floodgate_store::{MemoryStore, MemoryStoreConfig};
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
 use serde_json::Value;
 
@@ -160,15 +160,9 @@ pub fn run<C: Clock + Clone + 'static>(
             },
             shared.clone(),
         );
-        let check = |i: u64| {
-            let item = CheckItem {
-                rule: "bench",
-                policy: &keyed_policy,
-                key: key_of(i),
-                cost: 1,
-            };
-            store.check_one(&item).is_ok_and(|d| d.allowed)
-        };
+        // The rule resolved once, as a service holding its rules would.
+        let limiter = store.limiter("bench", &keyed_policy);
+        let check = |i: u64| limiter.check(key_of(i), 1).is_ok_and(|d| d.allowed);
         progress.step(format!("cpu: {kind} store, 1 thread"));
         let one = ns_per_call(time, check);
         progress.step(format!("cpu: {kind} store, 2 threads"));
@@ -213,7 +207,8 @@ pub fn run<C: Clock + Clone + 'static>(
         "Direct: quota 1,000,000 per ms, burst 1,000,000 (governor: 1e9/s), so every check \
          admits and writes state; the algorithm on caller-owned state (`Policy::check`), while \
          governor's direct limiter is shared (`&self`, one atomic). Store: \
-         `MemoryStore::check_one` (the one-item, allocation-free path) over {KEYS} String keys `user:000000`.. in a \
+         `KeyedLimiter::check` (from `MemoryStore::limiter`: the rule resolved once; \
+         allocation-free) over {KEYS} String keys `user:000000`.. in a \
          fixed uniform random order, quota 1/s with burst 1,000,000 (sliding log: 1,000 per 10 ms), so \
          every check admits and no key expires; governor: its keyed DashMap limiter, same keys \
          and quota. 2 threads share one store; the time is wall time per \
