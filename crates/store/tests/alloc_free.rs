@@ -1,5 +1,5 @@
-//! `MemoryStore::check_one` allocates nothing for a key it holds (live or expired), counted
-//! with an instrumented global allocator.
+//! `MemoryStore::check_one` and `KeyedLimiter::check` allocate nothing for a key they hold
+//! (live or expired), counted with an instrumented global allocator.
 //!
 //! One `#[test]` only: the allocator counts every thread. Each figure is the fewest
 //! allocations over three consecutive runs of the same loop, so a stray allocation by the test
@@ -54,6 +54,19 @@ fn check_one_allocates_nothing_for_held_keys() {
         // Warm-up: every key is inserted, and a sliding log reaches its steady length.
         round(2_000);
         assert_eq!(allocations(|| round(1_000)), 0, "{kind}: live keys");
+        // The handle decides on the same keys (same rule and policy), allocation-free too.
+        let limiter = store.limiter("per-user", &policy);
+        let handle_round = |n: usize| {
+            for i in 0..n {
+                let allowed = limiter
+                    .check(&keys[i % keys.len()], 1)
+                    .expect("fits")
+                    .allowed;
+                admitted.set(admitted.get() + usize::from(allowed));
+                clock.advance(1_000);
+            }
+        };
+        assert_eq!(allocations(|| handle_round(1_000)), 0, "{kind}: handle");
         // The counter does count: the batch API's answer is a Vec.
         let item = CheckItem {
             rule: "per-user",
@@ -80,6 +93,12 @@ fn check_one_allocates_nothing_for_held_keys() {
                 round(keys.len());
             });
             assert_eq!(n, 0, "{kind}: expired keys reused in place");
+            assert_eq!(store.stats().keys, keys.len(), "{kind}");
+            let n = allocations(|| {
+                clock.advance(3_600_000_000);
+                handle_round(keys.len());
+            });
+            assert_eq!(n, 0, "{kind}: handle, expired keys reused in place");
             assert_eq!(store.stats().keys, keys.len(), "{kind}");
         }
     }
