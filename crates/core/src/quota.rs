@@ -139,6 +139,7 @@ impl Quota {
     }
 
     /// The period (window length) in microseconds.
+    #[inline]
     pub fn period(&self) -> Micros {
         self.period
     }
@@ -152,6 +153,7 @@ impl Quota {
     /// The emission interval `period / limit` as an exact fraction of microseconds:
     /// `(numerator, denominator)` in lowest terms. `denominator` is also the number of ticks per
     /// microsecond in the bucket algorithms.
+    #[inline]
     pub fn emission_interval(&self) -> (u64, u64) {
         (self.interval_numerator, self.interval_denominator)
     }
