@@ -135,15 +135,28 @@ impl Algorithm for Gcra {
         // A stale `now` is raised to tat - tau (rounded up), the earliest time consistent with
         // the state: no request was admitted before it. This keeps every product below 2^53,
         // and `ahead <= tau`, so a peek of cost 0 is always allowed.
-        let now = now.max(self.earliest(*state));
-        let ahead = self.ticks_after(*state, now); // <= tau
+        //
+        // The usual checks need no clamp, and are told apart by comparisons only, so that the
+        // next check's state does not wait for the clamp's arithmetic (the chain from one
+        // state to the next is what a check costs once the clock read is cheap):
+        // - `tat < now`: the bucket is empty; `earliest <= tat + 1 <= now` (tau >= 1 tick).
+        // - `tat - now < tau_us`: `now >= tat - tau_us + 1 >= earliest`.
+        let (now, ahead) = if state.tat < now {
+            (now, 0)
+        } else if state.tat - now < self.tau_us {
+            // (tat - now) x ticks_per_us < tau: no overflow.
+            (now, (state.tat - now) * self.ticks_per_us + state.tat_ticks)
+        } else {
+            let now = now.max(self.earliest(*state));
+            (now, self.ticks_after(*state, now)) // <= tau
+        };
         let new_ahead = ahead + cost * self.interval; // <= 2 tau
         let allowed = new_ahead <= self.tau;
         let ahead_after = if allowed && consume {
             if cost == 1 {
                 // The usual request. The same result as the general branch, as a mixed-radix
                 // addition: new tat = max(tat, now) + T, so the next check does not wait for a
-                // division (the loop-carried dependency is what a check costs).
+                // division.
                 let (base, base_ticks) = if state.tat >= now {
                     (state.tat, state.tat_ticks)
                 } else {
@@ -151,6 +164,7 @@ impl Algorithm for Gcra {
                 };
                 let ticks = base_ticks + self.interval_rem;
                 let carry = ticks >= self.ticks_per_us;
+                // Saturating only matters for a `now` within 2^51 us of u64::MAX: never panic.
                 state.tat = base.saturating_add(self.interval_us + u64::from(carry));
                 state.tat_ticks = if carry {
                     ticks - self.ticks_per_us
@@ -158,7 +172,6 @@ impl Algorithm for Gcra {
                     ticks
                 };
             } else {
-                // Saturating only matters for a `now` within 2^51 us of u64::MAX: never panic.
                 let (whole, ticks) = self.ticks_div.div_rem(new_ahead);
                 state.tat = now.saturating_add(whole);
                 state.tat_ticks = ticks;
