@@ -34,6 +34,7 @@
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
 use crate::decision::Decision;
+use crate::div::Divisor;
 use crate::error::QuotaError;
 use crate::quota::Quota;
 use crate::time::Timestamp;
@@ -43,6 +44,8 @@ use crate::time::Timestamp;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
     quota: Quota,
+    /// `period` as a multiply-and-shift divisor: `now mod period` without a hardware division.
+    period_div: Divisor,
 }
 
 /// Fixed window state of one key. The initial state is all zeros.
@@ -64,7 +67,10 @@ impl Algorithm for FixedWindow {
     /// Never fails: every value it computes is at most `limit` or `period`, both already bounded
     /// by [`Quota`].
     fn new(quota: Quota) -> Result<Self, QuotaError> {
-        Ok(Self { quota })
+        Ok(Self {
+            quota,
+            period_div: Divisor::new(quota.period()),
+        })
     }
 
     fn quota(&self) -> &Quota {
@@ -89,16 +95,27 @@ impl Algorithm for FixedWindow {
         cost: u64,
         consume: bool,
     ) -> Decision {
-        let (limit, period) = (self.quota.limit(), self.quota.period());
+        let (limit, period) = (self.quota.limit(), self.period_div.get());
         // A stale `now` (before the state's window) is read as the window's start: it must never
         // reopen an older window whose count we no longer know.
-        let now = now.max(state.window_start);
-        let elapsed = now % period;
-        let window = now - elapsed;
-        let count = if window == state.window_start {
-            state.count
-        } else {
-            0
+        let since = now.checked_sub(state.window_start);
+        let (elapsed, window, count) = match since {
+            Some(since) if since < period && self.period_div.divides(state.window_start) => {
+                // The usual check: `now` lies in the state's (aligned) window, so its offset is
+                // `since`, with no division, and the next check's state does not wait for one.
+                (since, state.window_start, state.count)
+            }
+            _ => {
+                let now = now.max(state.window_start);
+                let elapsed = self.period_div.rem(now);
+                let window = now - elapsed;
+                let count = if window == state.window_start {
+                    state.count
+                } else {
+                    0
+                };
+                (elapsed, window, count)
+            }
         };
         // `cost <= limit - count` rather than `count + cost <= limit`: no intermediate exceeds
         // `limit` (count can only exceed limit in a hand-made state; saturate then).
