@@ -40,7 +40,16 @@ pub struct QuantaClock {
     start_raw: u64,
     /// Wall-clock microseconds since the epoch at creation.
     start_epoch: Timestamp,
+    /// Microseconds per raw unit as a 0.64 fixed-point fraction, derived once from quanta's own
+    /// calibration: a reading is then one multiply (the high half of a 64 x 64-bit product)
+    /// instead of quanta's scaling to nanoseconds and a division by 1,000. `None` for a raw
+    /// unit longer than a microsecond (no real counter), which takes quanta's path.
+    us_per_raw: Option<u64>,
 }
+
+/// Raw units over which [`QuantaClock`] measures quanta's scale: large enough that the
+/// derived rate is exact to about one part in 10^15.
+const CALIBRATION_SPAN: u64 = 1 << 52;
 
 impl QuantaClock {
     /// Calibrates the counter (the first clock in a process takes a few milliseconds for that;
@@ -49,10 +58,15 @@ impl QuantaClock {
         let clock = quanta::Clock::new();
         let start_raw = clock.raw();
         let start_epoch = SystemClock.now();
+        // quanta's nanoseconds for CALIBRATION_SPAN raw units, as microseconds per raw unit
+        // scaled by 2^64.
+        let nanos = clock.delta_as_nanos(0, CALIBRATION_SPAN);
+        let scaled = (u128::from(nanos) << 64) / (1_000 * u128::from(CALIBRATION_SPAN));
         Self {
             clock,
             start_raw,
             start_epoch,
+            us_per_raw: u64::try_from(scaled).ok().filter(|&m| m > 0),
         }
     }
 }
@@ -74,10 +88,15 @@ impl fmt::Debug for QuantaClock {
 impl Clock for QuantaClock {
     #[inline]
     fn now(&self) -> Timestamp {
-        // delta_as_nanos is 0 for end <= start, so a counter that is not perfectly synchronised
-        // between cores never yields a time before the anchor.
-        let elapsed = self.clock.delta_as_nanos(self.start_raw, self.clock.raw());
-        self.start_epoch + elapsed / 1_000
+        // A raw reading before the anchor counts as the anchor, so a counter that is not
+        // perfectly synchronised between cores never yields a time before it (quanta's
+        // delta_as_nanos does the same).
+        let raw = self.clock.raw().saturating_sub(self.start_raw);
+        let elapsed = match self.us_per_raw {
+            Some(m) => ((u128::from(raw) * u128::from(m)) >> 64) as u64,
+            None => self.clock.delta_as_nanos(0, raw) / 1_000,
+        };
+        self.start_epoch + elapsed
     }
 }
 
