@@ -43,6 +43,7 @@
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
 use crate::decision::Decision;
+use crate::div::Divisor;
 use crate::error::QuotaError;
 use crate::quota::{Quota, MAX_EXACT};
 use crate::time::Timestamp;
@@ -52,6 +53,8 @@ use crate::time::Timestamp;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindow {
     quota: Quota,
+    /// `period` as a multiply-and-shift divisor: `now mod period` without a hardware division.
+    period_div: Divisor,
 }
 
 /// Sliding window counter state of one key. The initial state is all zeros.
@@ -82,6 +85,7 @@ impl SlidingWindow {
 
 /// `max(0, period - 1 - quotient)`: the first elapsed time at which an overlap of
 /// `period - 1 - e` microseconds weighs at most `quotient` whole units.
+#[inline]
 fn overlap_floor(period: u64, quotient: u64) -> u64 {
     (period - 1).saturating_sub(quotient)
 }
@@ -102,7 +106,10 @@ impl Algorithm for SlidingWindow {
                 max: MAX_EXACT,
             });
         }
-        Ok(Self { quota })
+        Ok(Self {
+            quota,
+            period_div: Divisor::new(quota.period()),
+        })
     }
 
     fn quota(&self) -> &Quota {
@@ -127,13 +134,28 @@ impl Algorithm for SlidingWindow {
         cost: u64,
         consume: bool,
     ) -> Decision {
-        let (limit, period) = (self.quota.limit(), self.quota.period());
+        let (limit, period) = (self.quota.limit(), self.period_div.get());
         // A stale `now` (before the state's window) is read as the window's start; within the
         // window an earlier `now` only gives the previous window more weight, never less.
-        let now = now.max(state.window_start);
-        let elapsed = now % period;
-        let window = now - elapsed;
-        let (previous, count) = Self::counts_at(state, window, period);
+        let since = now.checked_sub(state.window_start);
+        let (elapsed, window, previous, count) = match since {
+            // The usual checks: `now` in the state's (aligned) window or the next one. Its offset
+            // then needs no division, and the next check's state does not wait for one.
+            Some(since) if since < 2 * period && self.period_div.divides(state.window_start) => {
+                if since < period {
+                    (since, state.window_start, state.previous_count, state.count)
+                } else {
+                    (since - period, state.window_start + period, state.count, 0)
+                }
+            }
+            _ => {
+                let now = now.max(state.window_start);
+                let elapsed = self.period_div.rem(now);
+                let window = now - elapsed;
+                let (previous, count) = Self::counts_at(state, window, period);
+                (elapsed, window, previous, count)
+            }
+        };
         // The sliding window is the last `period` microseconds, [now - period + 1, now]; it
         // overlaps the previous window in `period - 1 - elapsed` of them (Cloudflare's
         // `period - elapsed` in continuous time). `weight` is the previous count's share,
