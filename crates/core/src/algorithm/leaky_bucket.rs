@@ -67,6 +67,7 @@ impl LeakyBucket {
     /// The level in ticks at `now >= state.last_leak`. Elapsed time is capped at `drain_us`
     /// before multiplying, so the product stays below `capacity_ticks + ticks_per_us` (< 2^53)
     /// however long the key was idle.
+    #[inline]
     fn level_at(&self, state: &LeakyBucketState, now: Timestamp) -> u64 {
         let elapsed = (now - state.last_leak).min(self.drain_us);
         state.level.saturating_sub(elapsed * self.ticks_per_us)

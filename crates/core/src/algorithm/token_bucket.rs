@@ -64,6 +64,7 @@ impl TokenBucket {
     /// Tokens in ticks at `now >= state.last_refill`. Elapsed time is capped at `fill_us` before
     /// multiplying, so the product stays below `capacity_ticks + ticks_per_us` (< 2^53) however
     /// long the key was idle.
+    #[inline]
     fn tokens_at(&self, state: &TokenBucketState, now: Timestamp) -> u64 {
         let elapsed = (now - state.last_refill).min(self.fill_us);
         (state.tokens + elapsed * self.ticks_per_us).min(self.capacity_ticks)
