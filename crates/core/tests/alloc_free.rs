@@ -24,8 +24,9 @@ fn allocations(f: impl FnOnce()) -> usize {
     stats.allocations + stats.reallocations
 }
 
-/// 1,000 checks 1 ms apart against 100/s: the first 100 admit, then one in ten admits; for the
-/// sliding log the queue reaches its steady length during `warm` and is reused after.
+/// Three runs of 1,000 checks 1 ms apart against 100/s: the first 100 admit, then one in ten
+/// admits; for the sliding log the queue reaches its steady length during `warm` and is reused
+/// after.
 fn steady<A: Algorithm>(warm: usize) -> usize {
     let clock = ManualClock::new(1_700_000_000_000_000);
     let alg = A::new(Quota::per_second(100).expect("valid")).expect("fits");
@@ -35,12 +36,20 @@ fn steady<A: Algorithm>(warm: usize) -> usize {
         admitted += usize::from(alg.check(&mut state, clock.now(), 1).expect("fits").allowed);
         clock.advance(1_000);
     }
-    let n = allocations(|| {
-        for _ in 0..1_000 {
-            admitted += usize::from(alg.check(&mut state, clock.now(), 1).expect("fits").allowed);
-            clock.advance(1_000);
-        }
-    });
+    // The fewest over three runs (see the module docs): a stray allocation by another thread
+    // shows in one run at most.
+    let n = (0..3)
+        .map(|_| {
+            allocations(|| {
+                for _ in 0..1_000 {
+                    admitted +=
+                        usize::from(alg.check(&mut state, clock.now(), 1).expect("fits").allowed);
+                    clock.advance(1_000);
+                }
+            })
+        })
+        .min()
+        .expect("three runs");
     assert!(
         admitted >= 100,
         "{}: the quota admitted {admitted}",
