@@ -19,7 +19,9 @@
 //! since the previous entry (45 bits, enough for [`MAX_PERIOD`](crate::quota::MAX_PERIOD)) and
 //! the cost (19 bits), plus a fixed 56 bytes per key (oldest and newest timestamps, total cost,
 //! the `VecDeque` header). Requests at the same microsecond share a word; a cost above
-//! 524,287 takes one more word per 524,287 units.
+//! 524,287 takes one more word per 524,287 units. The queue grows by doubling but never past
+//! `limit` words (every word holds at least one unit and at most `limit` units are kept), so a
+//! full log occupies exactly 8 bytes per word, with no spare capacity.
 //!
 //! ```
 //! use floodgate_core::{Algorithm, Quota, SlidingLog};
@@ -101,7 +103,8 @@ impl SlidingLogState {
     }
 
     /// Bytes this state occupies: the fixed struct (56 bytes on 64-bit targets) plus 8 bytes per
-    /// allocated word (at most twice the words kept, see [`shrink_to_fit`](Self::shrink_to_fit)).
+    /// allocated word (at most twice the words kept, and never more than `limit` words; see
+    /// [`shrink_to_fit`](Self::shrink_to_fit)).
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Self>() + self.entries.capacity() * std::mem::size_of::<u64>()
     }
@@ -125,8 +128,39 @@ impl SlidingLogState {
         })
     }
 
-    /// Drops the words that expired at `now`, keeping `oldest` and `total` in step.
-    #[inline]
+    /// The units still live at `now` (`now >= newest`): the total less the expired prefix.
+    /// Out of line: most checks find the oldest word live and never call it.
+    #[inline(never)]
+    fn live_at(&self, now: Timestamp, period: Micros) -> u64 {
+        self.total
+            - self
+                .words()
+                .take_while(|&(t, _)| now - t >= period)
+                .map(|(_, c)| c)
+                .sum::<u64>()
+    }
+
+    /// Microseconds until enough of the oldest live entries expire to free `excess` units
+    /// (`0 < excess <= live`). Out of line: the usual denial is decided by the caller from the
+    /// oldest word alone.
+    #[inline(never)]
+    fn wait_for(&self, now: Timestamp, period: Micros, excess: u64) -> Micros {
+        let mut freed = 0;
+        // Expiring every live entry frees `live >= excess`, so `find` always succeeds; the
+        // fallback (a whole period) is unreachable, and unlike a panic it lets a caller that
+        // reads only `allowed` skip this scan entirely.
+        self.words()
+            .skip_while(|&(t, _)| now - t >= period)
+            .find(|&(_, c)| {
+                freed += c;
+                freed >= excess
+            })
+            .map_or(period, |(t, _)| period - (now - t))
+    }
+
+    /// Drops the words that expired at `now`, keeping `oldest` and `total` in step. A log that
+    /// expired entirely keeps its buffer for the next word.
+    #[inline(never)]
     fn prune(&mut self, now: Timestamp, period: Micros) {
         let mut kept_from = None;
         let mut expired_cost = 0;
@@ -145,14 +179,35 @@ impl SlidingLogState {
                 self.oldest = t;
                 self.total -= expired_cost;
             }
-            None => *self = Self::default(),
+            None => {
+                self.entries.clear();
+                (self.oldest, self.newest, self.total) = (0, 0, 0);
+            }
         }
     }
 
     /// Appends `cost` units at `now >= newest`; the caller pruned first, so `now - newest` is
-    /// below the period and fits the 45-bit gap.
+    /// below the period and fits the 45-bit gap, and at most `limit` units (so at most `limit`
+    /// words) are kept afterwards.
     #[inline]
-    fn push(&mut self, now: Timestamp, mut cost: u64) {
+    fn push(&mut self, now: Timestamp, cost: u64, limit: u64) {
+        // The usual case under load: another request in the same microsecond, merged into the
+        // last word.
+        if now == self.newest {
+            if let Some(last) = self.entries.back_mut() {
+                if (*last & WORD_COST) + cost <= WORD_COST {
+                    *last += cost;
+                    self.total += cost;
+                    return;
+                }
+            }
+        }
+        self.push_words(now, cost, limit);
+    }
+
+    /// [`push`](Self::push) for a new timestamp, an empty log or a word that overflows.
+    #[inline(never)]
+    fn push_words(&mut self, now: Timestamp, mut cost: u64, limit: u64) {
         let mut gap = if self.entries.is_empty() {
             self.oldest = now;
             0
@@ -170,11 +225,24 @@ impl SlidingLogState {
             }
         }
         while cost > 0 {
+            if self.entries.len() == self.entries.capacity() {
+                self.grow(limit);
+            }
             let chunk = cost.min(WORD_COST);
             self.entries.push_back(gap << COST_BITS | chunk);
             cost -= chunk;
             gap = 0;
         }
+    }
+
+    /// Makes room for one more word: doubles the capacity (at least 4 words) but never past
+    /// `limit` words, which is all a log ever keeps, so a full log has no spare capacity.
+    fn grow(&mut self, limit: u64) {
+        let len = self.entries.len();
+        let cap = self.entries.capacity();
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let target = cap.saturating_mul(2).max(4).min(limit).max(len + 1);
+        self.entries.reserve_exact(target - len);
     }
 }
 
@@ -209,8 +277,9 @@ impl Algorithm for SlidingLog {
         SlidingLogState::default()
     }
 
-    // Inlined so that a caller reading only `allowed` pays for nothing else.
-    #[inline]
+    // Always inlined so that a caller reading only `allowed` pays for nothing else; the rare
+    // paths (expired entries, a long denial scan, a new word) are out of line.
+    #[inline(always)]
     fn decide(
         &self,
         state: &mut SlidingLogState,
@@ -221,21 +290,14 @@ impl Algorithm for SlidingLog {
         let (limit, period) = (self.quota.limit(), self.quota.period());
         // A stale `now` is read as the newest entry's time: it must not expire anything.
         let now = now.max(state.newest);
-        let expired = |&(t, _): &(Timestamp, u64)| now - t >= period;
-        // Live entries are a suffix of the log: sum the (usually short) expired prefix and
-        // subtract it from the total instead of summing the whole log.
-        // Most checks find the oldest word still live: then nothing has expired, the whole
-        // total is live and there is nothing to prune.
+        // Live entries are a suffix of the log. Most checks find the oldest word still live:
+        // then nothing has expired, the whole total is live and there is nothing to prune.
+        // Otherwise the (usually short) expired prefix is summed and subtracted.
         let none_expired = !state.entries.is_empty() && now - state.oldest < period;
-        let live = if none_expired {
+        let live = if none_expired || state.entries.is_empty() {
             state.total
         } else {
-            state.total
-                - state
-                    .words()
-                    .take_while(expired)
-                    .map(|(_, c)| c)
-                    .sum::<u64>()
+            state.live_at(now, period)
         };
         let allowed = cost <= limit.saturating_sub(live);
         let retry_after = (!allowed).then(|| {
@@ -248,26 +310,16 @@ impl Algorithm for SlidingLog {
                     .is_some_and(|&w| w & WORD_COST >= excess)
             {
                 // The usual denial: the oldest word alone frees enough.
-                return period - (now - state.oldest);
+                period - (now - state.oldest)
+            } else {
+                state.wait_for(now, period, excess)
             }
-            let mut freed = 0;
-            // cost <= limit, so expiring every live entry frees enough and `find` always
-            // succeeds; the fallback (a whole period) is unreachable, and unlike a panic it lets
-            // a caller that reads only `allowed` skip this scan entirely.
-            state
-                .words()
-                .skip_while(expired)
-                .find(|&(_, c)| {
-                    freed += c;
-                    freed >= excess
-                })
-                .map_or(period, |(t, _)| period - (now - t))
         });
         let live_after = if allowed && consume && cost > 0 {
             if !none_expired {
                 state.prune(now, period);
             }
-            state.push(now, cost);
+            state.push(now, cost, limit);
             live + cost
         } else {
             live
@@ -454,6 +506,40 @@ mod tests {
         assert_eq!(s.entries().collect::<Vec<_>>(), [(T0, 1), (late, 1)]);
         let d = l.check(&mut s, late, 1).unwrap();
         assert_eq!(d.retry_after, Some(1));
+    }
+
+    /// The queue doubles but stops at `limit` words: a full log has no spare capacity, and
+    /// keeps its buffer (no allocation) once entries start to expire.
+    #[test]
+    fn a_full_log_holds_exactly_limit_words() {
+        let fixed = std::mem::size_of::<SlidingLogState>();
+        for limit in [1u64, 3, 5, 100, 1_000] {
+            let l = log(&format!("{limit}/s"));
+            let mut s = l.initial_state();
+            for i in 0..limit {
+                assert!(l.check(&mut s, T0 + i, 1).unwrap().allowed);
+            }
+            assert!(!l.check(&mut s, T0 + limit, 1).unwrap().allowed);
+            assert_eq!(s.len() as u64, limit);
+            assert_eq!(s.memory_bytes(), fixed + 8 * limit as usize, "limit {limit}");
+            // One period later the oldest words expire one by one; the capacity stays.
+            for i in 0..limit {
+                assert!(l.check(&mut s, T0 + 1_000_000 + i, 1).unwrap().allowed);
+            }
+            assert_eq!(s.memory_bytes(), fixed + 8 * limit as usize, "limit {limit}");
+        }
+        // Capacities on the way: 4, 8, ..., 64, then 100.
+        let l = log("100/s");
+        let mut s = l.initial_state();
+        let mut seen = Vec::new();
+        for i in 0..100 {
+            assert!(l.check(&mut s, T0 + i, 1).unwrap().allowed);
+            let words = (s.memory_bytes() - fixed) / 8;
+            if seen.last() != Some(&words) {
+                seen.push(words);
+            }
+        }
+        assert_eq!(seen, [4, 8, 16, 32, 64, 100]);
     }
 
     /// Brute force on small quotas against a plain list of `(timestamp, cost)`: the same
