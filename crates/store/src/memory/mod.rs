@@ -11,12 +11,14 @@
 //!   without any lock (a linked list of `OnceLock`s); [`MemoryStore::limiter`] resolves the
 //!   rule once and returns a [`KeyedLimiter`] that skips even that.
 //! - A table is `shards` (a power of two, default 64) cache-line-aligned spin locks, each over
-//!   a `hashbrown` table. Taking a lock is one compare-and-swap, releasing it a plain store;
-//!   a waiter spins 128 times, then yields its core (a holder may have been preempted). A
-//!   batch locks only the shards its items hash to, in increasing `(table, shard)` order (so
-//!   two batches can never deadlock), decides everything, writes back and unlocks: the critical
-//!   section is a few map look-ups and integer decisions, never I/O, an allocation other than
-//!   a table growing, or an `.await`.
+//!   an open-addressing table of `(fingerprint, state)` buckets (`probe.rs`: linear probing,
+//!   the fingerprint's low bits are the bucket index and the fingerprint itself is the
+//!   occupancy tag, so a look-up reads one bucket, usually one cache line). Taking a lock is
+//!   one compare-and-swap, releasing it a plain store; a waiter spins 128 times, then yields
+//!   its core (a holder may have been preempted). A batch locks only the shards its items hash
+//!   to, in increasing `(table, shard)` order (so two batches can never deadlock), decides
+//!   everything, writes back and unlocks: the critical section is a few look-ups and integer
+//!   decisions, never I/O, an allocation other than a table growing, or an `.await`.
 //! - Map key: a 64-bit fingerprint of the client key alone (the table already stands for the
 //!   rule): SipHash-1-3 under a random per-process 128-bit secret, computed in one pass
 //!   (`sip.rs`). It is fixed size whatever the key length (no heap allocation per key, no
@@ -25,8 +27,10 @@
 //!   (3 x 10^-8 at a million keys, 3 x 10^-4 at a hundred million), and because SipHash is a
 //!   keyed pseudo-random function, an attacker who does not know the secret cannot aim at a
 //!   collision. (A 128-bit fingerprint would make that 10^-26, at 8 more bytes per key: about
-//!   17 more bytes per key at a million keys.) Bits 32 and up choose the shard; the map uses
-//!   the fingerprint as its hash, as it is. The price: the store cannot list key names.
+//!   17 more bytes per key at a million keys.) Fingerprints 0 and 1 mark empty and deleted
+//!   buckets, so a hash of 0 or 1 is stored as 2 or 3 (two more colliding values in 2^64).
+//!   Bits 32 and up choose the shard, the low bits the bucket. The price: the store cannot
+//!   list key names.
 //! - A bucket is the fingerprint and the state, nothing else, for five algorithms: the time
 //!   from which a state decides exactly like a fresh key is a function of the state and the
 //!   quota (GCRA: its arrival time; token and leaky bucket: the last refill or leak plus the
@@ -34,10 +38,11 @@
 //!   last microsecond of the next window). Only the sliding log stores its expiry (8 bytes).
 //!   A bucket is **24 bytes** for GCRA, the token bucket, leaky bucket and fixed window, 32
 //!   for the sliding window counter, 72 plus the log's heap buffer for the sliding log
-//!   (checked by a unit test). hashbrown adds one control byte per bucket and keeps its tables
-//!   between 44% and 87.5% full, so at a million keys (about 48% full) a key costs about
-//!   `25 / 0.48 = 52` bytes, a sliding window key 69 (`floodgate bench --what memory`
-//!   measures it).
+//!   (checked by a unit test). A table keeps at most 3/4 of its buckets in use and doubles
+//!   past it (so 1/4 to 3/4 are live after its first growth); at a million keys a shard of
+//!   about 15,600 keys has 32,768 buckets (48% full), so a key costs about `24 / 0.48 = 50`
+//!   bytes, a sliding window key 67 (`floodgate bench --what memory` measures 52 and 68 with
+//!   allocator overhead).
 //!
 //! # Expiry and the cap
 //! A key's expiry is the time from which its state decides exactly like a fresh key's, so
@@ -55,6 +60,7 @@
 //! batch has locked are dropped first; expired entries in other shards are reclaimed by the
 //! periodic sweep.
 
+mod probe;
 mod sip;
 mod table;
 
@@ -153,7 +159,7 @@ impl Shared {
 
     #[inline]
     fn fingerprint(&self, key: &str) -> u64 {
-        self.sip.hash(key.as_bytes())
+        probe::tag(self.sip.hash(key.as_bytes()))
     }
 
     /// Accounts for `n` expired entries dropped by a sweep or a touch.

@@ -12,10 +12,11 @@ use floodgate_core::{
     LeakyBucketState, Micros, Policy, SlidingLog, SlidingLogState, SlidingWindow,
     SlidingWindowState, State, Timestamp, TokenBucket, TokenBucketState,
 };
-use hashbrown::HashTable;
 use spinning_top::lock_api;
 use spinning_top::relax::Relax;
 use spinning_top::RawSpinlock;
+
+use super::probe::{FpTable, Vacant};
 
 /// Spin briefly, then give the core away: a critical section is a hash probe and an integer
 /// decision (tens of nanoseconds), so a waiter usually gets the lock within a few spins; if
@@ -46,7 +47,7 @@ pub(crate) type Guard<'a, T> = lock_api::MutexGuard<'a, RawSpinlock<SpinThenYiel
 /// How a table stores one algorithm's state.
 pub(crate) trait Kind: Algorithm {
     /// What a bucket holds beside the fingerprint.
-    type Slot: fmt::Debug + Send + Sync + 'static;
+    type Slot: Vacant + fmt::Debug + Send + Sync + 'static;
     /// Quota-derived constants the expiry needs.
     type Expiry: fmt::Debug + Copy + Send + Sync + 'static;
     /// The constants for this algorithm's quota.
@@ -102,6 +103,43 @@ macro_rules! derived {
             }
         }
     };
+}
+
+impl Vacant for GcraState {
+    fn vacant() -> Self {
+        Self::default()
+    }
+}
+impl Vacant for TokenBucketState {
+    fn vacant() -> Self {
+        Self {
+            tokens: 0,
+            last_refill: 0,
+        }
+    }
+}
+impl Vacant for LeakyBucketState {
+    fn vacant() -> Self {
+        Self::default()
+    }
+}
+impl Vacant for FixedWindowState {
+    fn vacant() -> Self {
+        Self::default()
+    }
+}
+impl Vacant for SlidingWindowState {
+    fn vacant() -> Self {
+        Self::default()
+    }
+}
+impl Vacant for LogSlot {
+    fn vacant() -> Self {
+        Self {
+            expires_at: 0,
+            state: SlidingLogState::default(),
+        }
+    }
 }
 
 /// `(capacity in ticks, ticks per microsecond)` of a bucket algorithm's quota.
@@ -209,13 +247,14 @@ impl Kind for SlidingLog {
     }
 }
 
-/// One bucket: the key's 64-bit fingerprint and its slot.
+/// One bucket: the key's 64-bit fingerprint and its slot (what a unit test measures).
+#[cfg(test)]
 pub(crate) type Bucket<A> = (u64, <A as Kind>::Slot);
 
 /// One lock's worth of a table.
 #[derive(Debug)]
 pub(crate) struct Shard<A: Kind> {
-    map: HashTable<Bucket<A>>,
+    map: FpTable<A::Slot>,
     /// A lower bound on every slot's expiry: while `now` is below it nothing in the shard has
     /// expired and a sweep skips the shard. Valid because an expiry only grows while it lives.
     earliest_expiry: Timestamp,
@@ -254,7 +293,7 @@ impl<A: Kind> Table<A> {
             shards: (0..shards)
                 .map(|_| {
                     Padded(Lock::new(Shard {
-                        map: HashTable::new(),
+                        map: FpTable::new(),
                         earliest_expiry: Timestamp::MAX,
                     }))
                 })
@@ -300,7 +339,7 @@ pub(crate) struct Locked<'a, A: Kind> {
 impl<A: Kind> Locked<'_, A> {
     #[inline]
     fn find_mut(&mut self, fp: u64) -> Option<&mut A::Slot> {
-        self.guard.map.find_mut(fp, |b| b.0 == fp).map(|b| &mut b.1)
+        self.guard.map.find_mut(fp)
     }
 
     /// Decides in place on the slot of `fp`, if there is one. An expired slot is decided as a
@@ -338,21 +377,18 @@ impl<A: Kind> Locked<'_, A> {
         consume: bool,
     ) -> Held {
         let table = self.table;
-        match self.guard.map.find_entry(fp, |b| b.0 == fp) {
-            Ok(mut entry) => {
-                let slot = &mut entry.get_mut().1;
-                if A::expires_at(&table.expiry, slot) > now {
-                    let d = table.alg.decide(A::state_mut(slot), now, cost, consume);
-                    if consume && d.allowed {
-                        A::extend(slot, now.saturating_add(d.reset_after));
-                    }
-                    Held::Live(d)
-                } else {
-                    entry.remove();
-                    Held::Absent { expired: true }
-                }
+        let Some(slot) = self.guard.map.find_mut(fp) else {
+            return Held::Absent { expired: false };
+        };
+        if A::expires_at(&table.expiry, slot) > now {
+            let d = table.alg.decide(A::state_mut(slot), now, cost, consume);
+            if consume && d.allowed {
+                A::extend(slot, now.saturating_add(d.reset_after));
             }
-            Err(_) => Held::Absent { expired: false },
+            Held::Live(d)
+        } else {
+            self.guard.map.remove(fp);
+            Held::Absent { expired: true }
         }
     }
 
@@ -361,7 +397,7 @@ impl<A: Kind> Locked<'_, A> {
         let slot = A::new_slot(state, expires_at);
         let at = A::expires_at(&self.table.expiry, &slot);
         self.guard.earliest_expiry = self.guard.earliest_expiry.min(at);
-        self.guard.map.insert_unique(fp, (fp, slot), |b| b.0);
+        self.guard.map.insert_new(fp, slot);
     }
 
     /// A copy of the live state of `fp` and its expiry; `None` when absent or expired (an
@@ -372,18 +408,15 @@ impl<A: Kind> Locked<'_, A> {
         now: Timestamp,
     ) -> (Option<(A::State, Timestamp)>, bool) {
         let table = self.table;
-        match self.guard.map.find_entry(fp, |b| b.0 == fp) {
-            Ok(entry) => {
-                let slot = &entry.get().1;
-                let at = A::expires_at(&table.expiry, slot);
-                if at > now {
-                    (Some((A::state(slot).clone(), at)), false)
-                } else {
-                    entry.remove();
-                    (None, true)
-                }
-            }
-            Err(_) => (None, false),
+        let Some(slot) = self.guard.map.find(fp) else {
+            return (None, false);
+        };
+        let at = A::expires_at(&table.expiry, slot);
+        if at > now {
+            (Some((A::state(slot).clone(), at)), false)
+        } else {
+            self.guard.map.remove(fp);
+            (None, true)
         }
     }
 
@@ -391,9 +424,9 @@ impl<A: Kind> Locked<'_, A> {
     pub(crate) fn get_live(&self, fp: u64, now: Timestamp) -> Option<A::State> {
         self.guard
             .map
-            .find(fp, |b| b.0 == fp)
-            .filter(|b| A::expires_at(&self.table.expiry, &b.1) > now)
-            .map(|b| A::state(&b.1).clone())
+            .find(fp)
+            .filter(|slot| A::expires_at(&self.table.expiry, slot) > now)
+            .map(|slot| A::state(slot).clone())
     }
 
     /// Writes back a consumed state: into its slot when the key is held, else as a new key.
@@ -412,9 +445,8 @@ impl<A: Kind> Locked<'_, A> {
         let table = self.table;
         self.guard
             .map
-            .find_entry(fp, |b| b.0 == fp)
-            .ok()
-            .map(|e| A::expires_at(&table.expiry, &e.remove().0 .1))
+            .remove(fp)
+            .map(|slot| A::expires_at(&table.expiry, &slot))
     }
 
     /// Drops every slot expired at `now`; returns how many. O(1) when nothing can have expired.
@@ -425,8 +457,8 @@ impl<A: Kind> Locked<'_, A> {
         let expiry = self.table.expiry;
         let before = self.guard.map.len();
         let mut earliest = Timestamp::MAX;
-        self.guard.map.retain(|b| {
-            let at = A::expires_at(&expiry, &b.1);
+        self.guard.map.retain(|slot| {
+            let at = A::expires_at(&expiry, slot);
             let keep = at > now;
             if keep {
                 earliest = earliest.min(at);
