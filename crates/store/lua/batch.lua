@@ -18,8 +18,12 @@
 -- that another slot denied reports the peeks of a group that was committed here (and is then
 -- refunded).
 
+local function item(i, states, algo_of)
+  return load_item(3 + (i - 1) * 8, states, algo_of)
+end
+
 local reply = { 0, now }
-if decide_batch(3, (#ARGV - 3) / 8, now, ARGV[2] == '1', tonumber(ARGV[3]), reply) then
+if decide_batch((#ARGV - 3) / 8, now, ARGV[2] == '1', tonumber(ARGV[3]), reply, item, false) then
   reply[1] = 1
 end
 return reply

@@ -54,15 +54,22 @@ end
 -- name then costs 56 bytes in all); the other states are decimal numbers joined by ':'.
 local DEC = 1000000000 -- 10^9
 local PACK_MAX = 8388608 -- 2^23: the largest m pack2 takes (keeps every step below 2^53)
+local EXACT = 9007199254740992 -- 2^53: below it every integer is an exact double
 
--- The decimal text of a x m + b, exactly, or nil when it cannot be packed (m > 2^23, or b
--- outside 0 <= b < m). 0 <= a < 2^52. a x m may exceed 2^53, so it is formed in base 10^9:
+-- a x m + b exactly (a number below 2^53, else its decimal text), or nil when it cannot be
+-- packed (m > 2^23, or b outside 0 <= b < m). 0 <= a < 2^52. a x m may exceed 2^53, so it is formed in base 10^9:
 -- a = ah x 10^9 + al; x = al x m + b < 10^9 x 2^23 + 2^23 < 2^53; the high part
 -- ah x m + floor(x / 10^9) < 2^22 x 2^23 stays exact too. Up to 2^63 - 1 Redis keeps the
 -- result as an integer; above (a rare large m), it is an ordinary string, read back alike.
 local function pack2(a, m, b)
   if m > PACK_MAX or b < 0 or b >= m then
     return nil
+  end
+  local v = a * m + b
+  if v < EXACT then
+    -- exact (a rounded product would be >= 2^53): Redis writes an integral number as its
+    -- exact decimal digits, and this path formats nothing in Lua
+    return v
   end
   local ah = fdiv(a, DEC)
   local x = (a - ah * DEC) * m + b
@@ -78,6 +85,12 @@ end
 -- (a, b) from pack2's text v for the same m: the last 9 digits and the rest, then a long
 -- division by m in base 10^9 (every step below 2^53 since m <= 2^23).
 local function unpack2(v, m)
+  local x = tonumber(v)
+  if x < EXACT then
+    -- strtod is exact for an integer below 2^53
+    local q = fdiv(x, m)
+    return q, x - q * m
+  end
   local n = #v
   local hi, lo = 0, tonumber(v)
   if n > 9 then
@@ -90,10 +103,13 @@ local function unpack2(v, m)
   return qh * DEC + q, x - q * m
 end
 
--- The numbers of a ':'-joined value (nil for a missing key).
+-- The two numbers of a '<a>:<b>' value, or nil when v holds no ':' (a packed integer).
 local function split2(v)
-  local a, b = string.match(v, '^(%d+):(%d+)$')
-  return tonumber(a), tonumber(b)
+  local colon = string.find(v, ':', 1, true)
+  if not colon then
+    return nil
+  end
+  return tonumber(string.sub(v, 1, colon - 1)), tonumber(string.sub(v, colon + 1))
 end
 
 -- Writes value v with a TTL of `ttl` ms, or keeping the key's TTL when ttl is nil (refunds:

@@ -36,22 +36,24 @@ local function load_item(b, states, algo_of)
   return ki, a, p, cost, s
 end
 
--- Decides the batch whose n items follow ARGV[b] (8 values each, key indices into KEYS) at
--- `t`, all-or-nothing: every item in order on Lua tables (an item sees earlier same-key items'
--- tentative consumption), then, only if every item admits and `commit`, writes each key once
--- with PEXPIRE = ceil(reset_after / 1000) ms (+ extra_ms) of the last consuming decision on it
--- (docs/spec/README.md, "Writes and TTL"). Appends to `reply` 9 integers per item: the peek
--- decision (allowed 1/0, remaining, reset_after, retry_after or -1), the decision after
--- consumption (the same four; equal to the peek when nothing was consumed), and mark (what a
--- refund needs). Returns whether every item admitted.
-local function decide_batch(b, n, t, commit, extra_ms, reply)
+-- Decides a batch of n items at `t`, all-or-nothing: every item in order on Lua tables (an item
+-- sees earlier same-key items' tentative consumption), then, only if every item admits and
+-- `commit`, writes each key once with PEXPIRE = ceil(reset_after / 1000) ms (+ extra_ms) of the
+-- last consuming decision on it (docs/spec/README.md, "Writes and TTL"). `item(i, states,
+-- algo_of)` decodes item i and loads its key's state once (load_item's contract). Appends to
+-- `reply` 9 integers per item: the peek decision (allowed 1/0, remaining, reset_after,
+-- retry_after or -1), the decision after consumption (the same four; equal to the peek when
+-- nothing was consumed), and mark (what a refund needs); with `short`, only the 4 the caller
+-- reports instead: after consumption when every item admitted and `commit`, else the peek.
+-- Returns whether every item admitted.
+local function decide_batch(n, t, commit, extra_ms, reply, item, short)
   local states = {} -- key index -> state table
   local algo_of = {} -- key index -> algorithm table
   local reset_of = {} -- key index -> reset_after of the last consuming decision
   local all = true
   local first = #reply
   for i = 1, n do
-    local ki, a, p, cost, s = load_item(b + (i - 1) * 8, states, algo_of)
+    local ki, a, p, cost, s = item(i, states, algo_of)
     local allowed, remaining, reset_after, retry_after, mark = a.decide(s, p, t, cost, false)
     local k = first + (i - 1) * 9
     reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] =
@@ -68,6 +70,21 @@ local function decide_batch(b, n, t, commit, extra_ms, reply)
   if all and commit then
     for ki, reset_after in pairs(reset_of) do
       algo_of[ki].save(KEYS[ki], states[ki], ttl_ms(reset_after, extra_ms))
+    end
+  end
+  if short then
+    -- Compact in place (each destination lies before its source), then drop the tail.
+    local from = 0
+    if all and commit then
+      from = 4
+    end
+    for i = 1, n do
+      local src, dst = first + (i - 1) * 9 + from, first + (i - 1) * 4
+      reply[dst + 1], reply[dst + 2], reply[dst + 3], reply[dst + 4] =
+        reply[src + 1], reply[src + 2], reply[src + 3], reply[src + 4]
+    end
+    for k = first + 9 * n, first + 4 * n + 1, -1 do
+      reply[k] = nil
     end
   end
   return all

@@ -33,8 +33,9 @@ use super::{scripts, Conn, ScriptCall};
 /// Most batches one coalesced call carries.
 pub(crate) const MAX_BATCHES: usize = 256;
 
-/// A batch's reply slice: `[status, 0, then 9 integers per item]` (status 1 admitted, 0 denied,
-/// -1 raised an error in the script), laid out like `batch.lua`'s reply (`[all, now, ...]`).
+/// A batch's reply slice, laid out like `batch.lua`'s reply (`[all, now, 9 integers per
+/// item]`): status (1 admitted, 0 denied, -1 raised an error in the script), 0, then per item
+/// the reported decision twice and mark 0.
 pub(crate) type Reply = Result<Vec<i64>, RedisError>;
 
 /// One batch waiting to be sent.
@@ -121,26 +122,39 @@ impl Coalescer {
             .kind
             .filter(|&k| batches.iter().all(|p| p.kind == Some(k)));
         let mut keys: Vec<String> = Vec::new();
-        let mut args = vec![self.ttl_extra_ms];
+        // Each distinct policy (algorithm, limit, period, burst, num, den) goes once.
+        let mut policies: Vec<[u64; 6]> = Vec::new();
+        let mut batch_args: Vec<u64> = Vec::new();
         let mut server_clock = false;
         let mut txs = Vec::with_capacity(batches.len());
         for p in batches {
             let offset = keys.len() as u64;
             let n = p.item_args.len() / 8;
-            args.extend([
+            batch_args.extend([
                 u64::from(p.commit),
                 u64::from(p.now.is_some()),
                 p.now.unwrap_or(0),
                 n as u64,
             ]);
             for item in p.item_args.chunks_exact(8) {
-                args.push(item[0] + offset);
-                args.extend_from_slice(&item[1..]);
+                let policy: [u64; 6] = item[1..7].try_into().expect("6 policy values");
+                let index = match policies.iter().position(|q| *q == policy) {
+                    Some(i) => i,
+                    None => {
+                        policies.push(policy);
+                        policies.len() - 1
+                    }
+                };
+                batch_args.extend([item[0] + offset, index as u64 + 1, item[7]]);
             }
             keys.extend(p.keys);
             server_clock |= p.now.is_none();
             txs.push((n, p.tx));
         }
+        let mut args = Vec::with_capacity(2 + 6 * policies.len() + batch_args.len());
+        args.extend([self.ttl_extra_ms, policies.len() as u64]);
+        args.extend(policies.iter().flatten());
+        args.extend(batch_args);
         let (script, source) = scripts::multi_script(kind);
         let call = ScriptCall {
             script,
@@ -154,13 +168,19 @@ impl Coalescer {
             Ok(reply) => {
                 let mut at = 0;
                 for (n, tx) in txs {
-                    let len = 1 + 9 * n;
+                    let len = 1 + 4 * n;
                     let slice = match reply.get(at..at + len) {
                         Some(s) => {
-                            let mut v = Vec::with_capacity(len + 1);
-                            v.push(s[0]);
-                            v.push(0);
-                            v.extend_from_slice(&s[1..]);
+                            // batch.lua's layout: the reported decision as both the peek and
+                            // the decision after consumption (the caller picks by status and
+                            // commit, which select this very one), mark 0 (no refunds here).
+                            let mut v = Vec::with_capacity(2 + 9 * n);
+                            v.extend([s[0], 0]);
+                            for d in s[1..].chunks_exact(4) {
+                                v.extend_from_slice(d);
+                                v.extend_from_slice(d);
+                                v.push(0);
+                            }
                             Ok(v)
                         }
                         None => Err(RedisError::from((
