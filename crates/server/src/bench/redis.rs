@@ -1,10 +1,13 @@
 //! `--what redis`: decisions per second through the Redis store (`--store redis://...`), for
 //! one sequential client and for 64 concurrent clients sharing the store's multiplexed
-//! connection, `MEMORY USAGE` of one key per algorithm, and `redis-benchmark` (when installed)
-//! against the same server for the round-trip and server ceilings.
+//! connection (with coalescing, and without), Redis' own CPU per decision (`INFO
+//! commandstats`), `MEMORY USAGE` of one key per algorithm, and `redis-benchmark` (when
+//! installed) against the same server sending the exact script call of one check: the server's
+//! ceiling for that script, apples to apples.
 //!
-//! The keys go under the prefix `fg-bench:` and expire on their own (every Floodgate key has a
-//! TTL); nothing else on the server is touched.
+//! The keys go under the prefixes `fb:` (the store), `fc:` (the script ceiling) and `fgbench-`
+//! (`SET` for scale) and expire on their own (every key written has a TTL); nothing else on the
+//! server is touched.
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use floodgate_core::{AlgorithmKind, Policy, SystemClock};
-use floodgate_store::redis::{RedisStore, RedisStoreConfig};
+use floodgate_store::redis::{scripts, RedisStore, RedisStoreConfig};
 use floodgate_store::{CheckItem, Store};
 use serde_json::Value;
 
@@ -24,7 +27,7 @@ use super::{BenchArgs, Progress};
 const KEYS: u64 = 100_000;
 
 /// `clients` tasks share up to `total` checks (stopping after `time`); returns decisions per
-/// second and the p99 latency in microseconds.
+/// second, the p99 latency in microseconds and the number of checks made.
 #[allow(clippy::disallowed_methods)] // a benchmark measures elapsed time
 async fn throughput(
     store: &Arc<RedisStore>,
@@ -32,7 +35,7 @@ async fn throughput(
     clients: u64,
     total: u64,
     time: Duration,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<(f64, f64, u64)> {
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -69,7 +72,7 @@ async fn throughput(
     let p99 = all
         .get(((all.len() as f64 - 1.0) * 0.99).round() as usize)
         .map_or(f64::NAN, |&v| v as f64);
-    Ok((all.len() as f64 / elapsed, p99))
+    Ok((all.len() as f64 / elapsed, p99, all.len() as u64))
 }
 
 /// `MEMORY USAGE key SAMPLES 0`.
@@ -86,31 +89,88 @@ async fn memory_usage(
         .await?)
 }
 
-/// `redis-benchmark -q` running `SET fgbench-<random> 1 PX 60000` with `clients` connections
-/// and `pipeline` requests in flight each; `None` when the tool is not installed or fails.
-///
-/// A SET with an expiry costs Redis about what INCR does, and unlike redis-benchmark's built-in
-/// tests it leaves nothing behind: every key it writes expires within a minute (the server may be
-/// a real one).
-fn redis_benchmark(host: &str, port: &str, clients: u32, pipeline: u32) -> Option<f64> {
+/// `(calls, usec)` of `INFO commandstats` for `EVALSHA` (0, 0 before the first call).
+async fn evalsha_stats(con: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<(u64, u64)> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(con)
+        .await?;
+    let Some(line) = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+    else {
+        return Ok((0, 0));
+    };
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((field("calls"), field("usec")))
+}
+
+/// `redis-benchmark -q` with `clients` connections and `pipeline` requests in flight each,
+/// running `command` (`__rand_int__` in it is replaced by a random 12-digit number below
+/// 100,000); requests per second, or `None` when the tool is not installed or fails.
+fn redis_benchmark_command(
+    host: &str,
+    port: &str,
+    clients: u32,
+    pipeline: u32,
+    command: &[String],
+) -> Option<f64> {
     let out = Command::new("redis-benchmark")
         .args(["-h", host, "-p", port, "-q", "-n", "100000", "-r", "100000"])
         .args(["-c", &clients.to_string(), "-P", &pipeline.to_string()])
-        .args(["SET", "fgbench-__rand_int__", "1", "PX", "60000"])
+        .args(command)
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
-    // "SET fgbench-__rand_int__ 1 PX 60000: 90497.73 requests per second, p50=0.295 msec"
-    // (the last line after \r updates).
+    // "<command>: 90497.73 requests per second, p50=0.295 msec" (the last line after \r).
     let line = text
         .rsplit(['\r', '\n'])
         .find(|l| l.contains("requests per second"))?;
-    line.split(':')
-        .nth(1)?
+    line.rsplit_once(": ")?
+        .1
         .split_whitespace()
         .next()?
         .parse()
         .ok()
+}
+
+/// The exact call the store makes for one single-item check of `policy` with Redis' clock:
+/// `EVALSHA <the single-algorithm batch script> 1 <key> '' 1 0 <item>`, the key drawn from
+/// 100,000 names of the store's length. So `redis-benchmark` measures the same script, the same
+/// arguments and the same key spread as the store's calls, without the store.
+fn same_script_command(policy: &Policy) -> Vec<String> {
+    let kind = policy.kind();
+    let quota = policy.quota();
+    let (num, den) = quota.emission_interval();
+    let (script, _) = scripts::batch_script(Some(kind));
+    let mut cmd: Vec<String> = vec![
+        "EVALSHA".into(),
+        script.get_hash().into(),
+        "1".into(),
+        // 3 + 12 characters: one more than the store's 3 + 11.
+        "fc:__rand_int__".into(),
+        String::new(),
+        "1".into(),
+        "0".into(),
+        "1".into(),
+    ];
+    cmd.extend(
+        [
+            u64::from(scripts::algorithm_code(kind)),
+            quota.limit(),
+            quota.period(),
+            quota.burst(),
+            num,
+            den,
+            1,
+        ]
+        .map(|v| v.to_string()),
+    );
+    cmd
 }
 
 /// Measures the Redis store at `--store`.
@@ -144,18 +204,40 @@ pub fn run(
             "64 concurrent clients (checks/s)",
             "64 clients p99 (us)",
             "MEMORY USAGE, 1 key after 1 request (B)",
+            "64 clients, coalescing off (checks/s)",
+            "Redis us per decision, 64 clients (coalescing off)",
+            "decisions per script call, 64 clients",
+            "Redis us per decision, 64 clients",
+            "redis-benchmark, same script, 50 conn x pipeline 16 (calls/s)",
+            "64 clients / redis-benchmark",
         ],
     );
+    let hostport = url
+        .trim_start_matches("redis://")
+        .split('/')
+        .next()
+        .unwrap_or("127.0.0.1:6379")
+        .rsplit('@')
+        .next()
+        .unwrap_or("127.0.0.1:6379")
+        .to_string();
+    let (host, port) = hostport
+        .rsplit_once(':')
+        .unwrap_or((hostport.as_str(), "6379"));
     rt.block_on(async {
         let mut config = RedisStoreConfig::standalone(url.clone());
-        config.prefix = "fg-bench:".into();
+        // As short as the default "fg:", so that MEMORY USAGE is the default name's.
+        config.prefix = "fb:".into();
         config.timeout = Duration::from_secs(1);
         config.connect_timeout = Duration::from_secs(2);
-        let store = Arc::new(RedisStore::new(config, Arc::new(SystemClock))?);
+        let store = Arc::new(RedisStore::new(config.clone(), Arc::new(SystemClock))?);
         store
             .startup_check()
             .await
             .with_context(|| format!("connecting to {url}"))?;
+        config.coalesce = 0;
+        let uncoalesced = Arc::new(RedisStore::new(config, Arc::new(SystemClock))?);
+        uncoalesced.startup_check().await?;
         let mut con = redis::Client::open(url.as_str())?
             .get_multiplexed_async_connection()
             .await?;
@@ -164,8 +246,20 @@ pub fn run(
             // every check is admitted and writes state.
             let policy = Arc::new(Policy::new(kind, "1000/s".parse()?)?);
             progress.step(format!("redis: {kind}"));
-            let (seq, seq_p99) = throughput(&store, &policy, 1, total / 5, time).await?;
-            let (c64, c64_p99) = throughput(&store, &policy, 64, total, time).await?;
+            let (seq, seq_p99, _) = throughput(&store, &policy, 1, total / 5, time).await?;
+            let before = evalsha_stats(&mut con).await?;
+            let (c64, c64_p99, c64_checks) = throughput(&store, &policy, 64, total, time).await?;
+            let after = evalsha_stats(&mut con).await?;
+            let (off, _, _) = throughput(&uncoalesced, &policy, 64, total, time).await?;
+            let after_off = evalsha_stats(&mut con).await?;
+            // With coalescing off one script call is one decision.
+            let off_calls = after_off.0.saturating_sub(after.0);
+            let off_us = after_off.1.saturating_sub(after.1) as f64 / off_calls.max(1) as f64;
+            let per_call = c64_checks as f64 / after.0.saturating_sub(before.0).max(1) as f64;
+            let c64_us = after.1.saturating_sub(before.1) as f64 / c64_checks.max(1) as f64;
+            // The server's ceiling for the very script a single-item check runs, pipelined.
+            let ceiling =
+                redis_benchmark_command(host, port, 50, 16, &same_script_command(&policy));
             let one = Policy::new(kind, "1000/min".parse()?)?;
             let item = CheckItem {
                 rule: "memory",
@@ -183,6 +277,12 @@ pub fn run(
                 num(c64, 0),
                 num(c64_p99, 0),
                 Value::from(bytes),
+                num(off, 0),
+                num(off_us, 1),
+                num(per_call, 1),
+                num(c64_us, 1),
+                ceiling.map_or(Value::Null, |c| num(c, 0)),
+                ceiling.map_or(Value::Null, |c| num(c64 / c, 2)),
             ]);
         }
         if kinds.contains(&AlgorithmKind::SlidingLog) {
@@ -212,18 +312,6 @@ pub fn run(
         anyhow::Ok(())
     })?;
 
-    let hostport = url
-        .trim_start_matches("redis://")
-        .split('/')
-        .next()
-        .unwrap_or("127.0.0.1:6379")
-        .rsplit('@')
-        .next()
-        .unwrap_or("127.0.0.1:6379")
-        .to_string();
-    let (host, port) = hostport
-        .rsplit_once(':')
-        .unwrap_or((hostport.as_str(), "6379"));
     progress.step("redis: redis-benchmark".to_string());
     let peers = [
         ("SET with expiry, 1 connection", 1, 1),
@@ -232,7 +320,10 @@ pub fn run(
     ];
     let mut measured = Vec::new();
     for (name, c, p) in peers {
-        if let Some(rps) = redis_benchmark(host, port, c, p) {
+        let set: Vec<String> = ["SET", "fgbench-__rand_int__", "1", "PX", "60000"]
+            .map(String::from)
+            .into();
+        if let Some(rps) = redis_benchmark_command(host, port, c, p, &set) {
             measured.push(format!("{name}: {rps:.0}/s"));
         }
     }
@@ -240,16 +331,24 @@ pub fn run(
         section.note("redis-benchmark is not installed: no server ceiling measured beside.");
     } else {
         section.note(format!(
-            "redis-benchmark against the same server, same run (100,000 requests of `SET \
-             fgbench-<random> 1 PX 60000` over 100,000 keys, each expiring within a minute): {}.",
+            "redis-benchmark against the same server, same run, for scale (100,000 requests of \
+             `SET fgbench-<random> 1 PX 60000` over 100,000 keys, each expiring within a \
+             minute): {}.",
             measured.join("; ")
         ));
     }
     section.note(format!(
         "Each algorithm: checks on {KEYS} keys `user:NNNNNN` (quota 1000/s, so every check is \
          admitted and writes), at most {} checks (sequential: a fifth of that) or {} s per run. \
-         The 64 clients share the store's one multiplexed connection (concurrent calls are \
-         pipelined). Decisions use Redis' own clock (TIME). The source documents' one-client Lua \
+         The 64 clients share the store's one multiplexed connection: concurrent calls are \
+         pipelined and, with coalescing (the default), the checks waiting while 2 calls are out \
+         go together in one script call (\"decisions per script call\"); \"coalescing off\" is \
+         one call per check. \"Redis us per decision\" is INFO commandstats EVALSHA usec over \
+         the run divided by its checks (Redis' own CPU time in scripts, per decision). The ceiling is redis-benchmark (50 connections, \
+         pipeline 16) sending the exact call of a one-item check: EVALSHA of the same \
+         single-algorithm script, same arguments, keys drawn from 100,000 names; it is the most \
+         this server decides one check per call, without Floodgate. Decisions use Redis' own \
+         clock (TIME). The source documents' one-client Lua \
          figures: fixed window 16,432/s, token bucket 14,699/s, sliding window 14,124/s, sliding \
          log 11,539/s.",
         total,
