@@ -6,13 +6,19 @@
 //! `crates/store/lua/`, assembled by [`scripts`]). A batch of [`CheckItem`]s becomes one
 //! `EVALSHA` of the batch script per *slot group*: the script reads every state, decides the
 //! items in order on Lua tables (an item sees earlier same-key items' tentative consumption),
-//! and writes back only if every item admits, each key with `PEXPIRE ceil(reset_after / 1000)`
-//! ms. Lua scripts run atomically in Redis, so concurrent processes never lose an update and a
-//! batch is never half-charged. No key is ever written without a TTL.
+//! and writes back only if every item admits, each key with a TTL of
+//! `ceil(reset_after / 1000)` ms (one `SET .. PX`; the values are described in `docs/redis.md`,
+//! "Values": one packed integer for GCRA and the fixed window). Lua scripts run atomically in
+//! Redis, so concurrent processes never lose an update and a batch is never half-charged. No
+//! key is ever written without a TTL.
 //!
-//! - **Standalone Redis**: the whole batch is one script, one round trip, atomic.
-//! - **Redis Cluster**: keys are grouped by slot (see [`keys`] for the hash tag that makes a key's
-//!   slot depend only on `(rule, key)`). One group is one script, atomic, as above. A batch whose
+//! - **Standalone Redis**: the whole batch is one script, one round trip, atomic. Batches that
+//!   wait while [`RedisStoreConfig::coalesce`] calls are in flight are *coalesced*: sent
+//!   together as one call of `lua/multi.lua`, each still all-or-nothing on its own (see
+//!   `coalesce.rs`: no timers, per-request errors, timeouts and breaker as before).
+//! - **Redis Cluster**: keys are grouped by slot (key names are short hashes of
+//!   `(rule, algorithm, key)`, see [`keys`]; the slot is CRC16 of the whole name, out of the
+//!   user's reach). One group is one script, atomic, as above. A batch whose
 //!   keys span several slots uses the **cross-slot protocol**: all groups are sent at once as
 //!   checks; if every group admits, the batch is admitted. If any group denies (or fails), every
 //!   group that did commit is *refunded* by the refund script (`lua/refund.lua`, which documents
@@ -374,7 +380,9 @@ impl RedisStore {
         matches!(self.config.target, RedisTarget::Cluster(_))
     }
 
-    /// The Redis key holding `(rule, key)`'s state under algorithm `kind` (see [`keys`]).
+    /// The Redis key holding `(rule, key)`'s state under algorithm `kind` (see [`keys`]): the
+    /// way for an operator to find a key, since names are hashes (`prefix` + 11 base64url
+    /// characters).
     pub fn key_name(&self, rule: &str, key: &str, kind: AlgorithmKind) -> String {
         keys::state_key(&self.config.prefix, rule, key, kind)
     }
