@@ -149,6 +149,8 @@ fn keyed(c: &mut Criterion) {
         .allow_burst(NonZeroU32::new(1_000_000).expect("non-zero"));
     let quanta: Arc<dyn Clock> = Arc::new(QuantaClock::new());
     let coarse: Arc<dyn Clock> = Arc::new(CoarseClock::new(Duration::from_millis(1)));
+    // One upkeep thread per process (governor refuses a second), shared by every case.
+    let upkeep = QuantaUpkeepClock::from_interval(Duration::from_millis(1)).expect("upkeep");
 
     for (n, label) in [(1_000, "1k"), (100_000, "100k"), (1_000_000, "1m")] {
         for distribution in [Distribution::Uniform, Distribution::Zipf] {
@@ -174,10 +176,8 @@ fn keyed(c: &mut Criterion) {
                 });
             }
             drop(governor);
-            let upkeep = QuantaUpkeepClock::from_interval(Duration::from_millis(1))
-                .expect("upkeep clock thread");
             let governor: RateLimiter<String, DashMapStateStore<String>, QuantaUpkeepClock> =
-                RateLimiter::dashmap_with_clock(governor_quota, upkeep);
+                RateLimiter::dashmap_with_clock(governor_quota, upkeep.clone());
             for key in &w.keys {
                 assert!(governor.check_key(key).is_ok());
             }
