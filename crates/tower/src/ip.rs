@@ -152,10 +152,21 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
 /// A grouped client network as written in keys: the bare address for a full-length prefix
 /// (`203.0.113.7`), `address/len` otherwise (`2001:db8:1:2::/64`).
 pub fn format_net(net: IpNet) -> String {
-    if net.prefix_len() == net.max_prefix_len() {
-        net.addr().to_string()
-    } else {
-        net.to_string()
+    match net {
+        // The usual key (one IPv4 client), written without the formatting machinery.
+        IpNet::V4(v4) if v4.prefix_len() == 32 => {
+            let mut out = String::with_capacity(15);
+            let mut digits = itoa::Buffer::new();
+            for (i, octet) in v4.addr().octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                out.push_str(digits.format(octet));
+            }
+            out
+        }
+        _ if net.prefix_len() == net.max_prefix_len() => net.addr().to_string(),
+        _ => net.to_string(),
     }
 }
 
@@ -330,6 +341,17 @@ mod tests {
             cfg.group(ip("2001:db8:1:3::1"))
         );
         assert_eq!(format_net(cfg.group(ip("::ffff:192.0.2.1"))), "192.0.2.1");
+        for text in ["0.0.0.0", "10.0.0.1", "255.255.255.255", "203.0.113.70"] {
+            assert_eq!(format_net(cfg.group(ip(text))), text);
+        }
+        let v4_24 = ClientIpConfig {
+            ipv4_prefix: 24,
+            ..ClientIpConfig::default()
+        };
+        assert_eq!(
+            format_net(v4_24.group(ip("203.0.113.70"))),
+            "203.0.113.0/24"
+        );
         let wide = ClientIpConfig {
             ipv6_prefix: 48,
             ..ClientIpConfig::default()

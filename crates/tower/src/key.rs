@@ -28,6 +28,7 @@
 //! assert!(long.starts_with("api_key=#") && long.len() == "api_key=#".len() + 64);
 //! ```
 
+use std::borrow::Cow;
 use std::fmt::Write;
 
 use http::HeaderName;
@@ -108,57 +109,74 @@ pub struct KeyContext<'a> {
 impl KeySource {
     /// The encoded partition key for a request, or `None` when the source is absent.
     pub fn key(&self, cx: &KeyContext<'_>) -> Option<String> {
-        let mut parts: Vec<(String, Vec<u8>)> = Vec::new();
-        if self.collect(cx, &mut parts) {
-            Some(encode_key(
-                parts.iter().map(|(t, v)| (t.as_str(), v.as_slice())),
-            ))
-        } else {
-            None
+        match self.component(cx) {
+            // One component (the usual rule): encoded at once, nothing collected.
+            Component::Present(tag, value) => Some(encode_key([(tag, &*value)])),
+            Component::Absent => None,
+            Component::Composite => {
+                let mut parts: Vec<(&str, Cow<'_, [u8]>)> = Vec::new();
+                if self.collect(cx, &mut parts) {
+                    Some(encode_key(parts.iter().map(|(t, v)| (*t, &**v))))
+                } else {
+                    None
+                }
+            }
         }
     }
 
-    /// Appends this source's components; false when absent.
-    fn collect(&self, cx: &KeyContext<'_>, out: &mut Vec<(String, Vec<u8>)>) -> bool {
+    /// This source's one `(tag, value)` component, borrowed from the request where it can be.
+    fn component<'s>(&'s self, cx: &KeyContext<'s>) -> Component<'s> {
         let header = |name: &HeaderName| {
             cx.headers
                 .get(name)
-                .map(|v| v.as_bytes().to_vec())
+                .map(|v| Cow::Borrowed(v.as_bytes()))
                 .filter(|v| !v.is_empty())
         };
         let (tag, value) = match self {
-            KeySource::User { header: h } => ("user".to_string(), header(h)),
-            KeySource::ApiKey { header: h } => ("api_key".to_string(), header(h)),
-            KeySource::Header { name } => (name.as_str().to_string(), header(name)),
+            KeySource::User { header: h } => ("user", header(h)),
+            KeySource::ApiKey { header: h } => ("api_key", header(h)),
+            KeySource::Header { name } => (name.as_str(), header(name)),
             KeySource::ClientIp => (
-                "ip".to_string(),
+                "ip",
                 cx.client_ip
-                    .map(|net| crate::ip::format_net(net).into_bytes()),
+                    .map(|net| Cow::Owned(crate::ip::format_net(net).into_bytes())),
             ),
             KeySource::ClientNet {
                 ipv4_prefix,
                 ipv6_prefix,
             } => (
-                "net".to_string(),
+                "net",
                 cx.client_addr.map(|addr| {
-                    crate::ip::format_net(crate::ip::group(addr, *ipv4_prefix, *ipv6_prefix))
-                        .into_bytes()
+                    Cow::Owned(
+                        crate::ip::format_net(crate::ip::group(addr, *ipv4_prefix, *ipv6_prefix))
+                            .into_bytes(),
+                    )
                 }),
             ),
-            KeySource::Method => (
-                "method".to_string(),
-                Some(cx.method.as_str().as_bytes().to_vec()),
-            ),
+            KeySource::Method => ("method", Some(Cow::Borrowed(cx.method.as_str().as_bytes()))),
             KeySource::Path => (
-                "path".to_string(),
-                Some(crate::path::canonical_path(cx.uri.path()).into_owned()),
+                "path",
+                Some(Cow::Owned(
+                    crate::path::canonical_path(cx.uri.path()).into_owned(),
+                )),
             ),
-            KeySource::Route => ("route".to_string(), {
+            KeySource::Route => ("route", {
                 let mut route = format!("{} ", cx.method).into_bytes();
                 route.extend_from_slice(&crate::path::canonical_path(cx.uri.path()));
-                Some(route)
+                Some(Cow::Owned(route))
             }),
-            KeySource::Constant(value) => ("const".to_string(), Some(value.as_bytes().to_vec())),
+            KeySource::Constant(value) => ("const", Some(Cow::Borrowed(value.as_bytes()))),
+            KeySource::All(_) | KeySource::FirstOf(_) => return Component::Composite,
+        };
+        match value {
+            Some(value) => Component::Present(tag, value),
+            None => Component::Absent,
+        }
+    }
+
+    /// Appends this source's components; false when absent.
+    fn collect<'s>(&'s self, cx: &KeyContext<'s>, out: &mut Vec<(&'s str, Cow<'s, [u8]>)>) -> bool {
+        match self {
             KeySource::All(sources) => {
                 let mark = out.len();
                 for source in sources {
@@ -167,18 +185,17 @@ impl KeySource {
                         return false;
                     }
                 }
-                return true;
-            }
-            KeySource::FirstOf(sources) => {
-                return sources.iter().any(|source| source.collect(cx, out));
-            }
-        };
-        match value {
-            Some(value) => {
-                out.push((tag, value));
                 true
             }
-            None => false,
+            KeySource::FirstOf(sources) => sources.iter().any(|source| source.collect(cx, out)),
+            leaf => match leaf.component(cx) {
+                Component::Present(tag, value) => {
+                    out.push((tag, value));
+                    true
+                }
+                // A leaf is never composite.
+                Component::Absent | Component::Composite => false,
+            },
         }
     }
 
@@ -193,11 +210,22 @@ impl KeySource {
     }
 }
 
+/// What one [`KeySource`] gives for a request.
+enum Component<'s> {
+    /// A leaf source's tag and value.
+    Present(&'s str, Cow<'s, [u8]>),
+    /// A leaf source whose value the request lacks.
+    Absent,
+    /// [`KeySource::All`] or [`KeySource::FirstOf`]: collect the parts.
+    Composite,
+}
+
 /// Encodes `(tag, value)` components into one partition key (see the [module docs](self)).
 /// Injective over the sequence of components; the result is printable ASCII without `{`, `}`,
 /// `#` outside digests, and bounded by `components x (2 x 129 + 2)` bytes.
 pub fn encode_key<'a>(components: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
-    let mut out = String::new();
+    // Most keys are short: one allocation instead of a few doublings.
+    let mut out = String::with_capacity(64);
     for (i, (tag, value)) in components.into_iter().enumerate() {
         if i > 0 {
             out.push('|');
@@ -220,11 +248,14 @@ fn encode_component(raw: &[u8], out: &mut String) {
         }
         return;
     }
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in raw {
         if is_safe(b) {
             out.push(char::from(b));
         } else {
-            let _ = write!(out, "%{b:02X}");
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0x0f)]));
         }
     }
 }

@@ -23,6 +23,7 @@
 //! - `floodgate_decision_duration_seconds` (histogram of the store batch round trip).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -31,6 +32,7 @@ use floodgate_store::{CheckItem, OnFull, Store, StoreError};
 use http::{HeaderMap, Request, Response};
 
 use crate::key::KeyContext;
+use crate::metrics::Outcome;
 use crate::response::{self, RuleOutcome};
 use crate::rule::{FailureMode, RuleSet};
 
@@ -210,7 +212,7 @@ impl<S: Store> RateLimiter<S> {
                     key,
                     cost: rule.cost.cost(headers),
                 }),
-                None => count(&rule.name, "skipped"),
+                None => rules.count(index, Outcome::Skipped),
             }
         }
         Plan { rules, checks }
@@ -233,149 +235,161 @@ impl<S: Store> RateLimiter<S> {
         request: &Request<B>,
     ) -> impl Future<Output = Verdict> + Send + 'static {
         let plan = self.plan_request(request);
-        let this = self.clone();
-        async move { this.evaluate(plan).await }
+        // Only the store is needed after planning: one reference count, not two.
+        let store = Arc::clone(&self.store);
+        async move { evaluate(&*store, plan).await }
     }
 
     /// Runs a plan against the store (see the [module docs](self) for the steps).
     pub async fn evaluate(&self, plan: Plan) -> Verdict {
-        let rules = &plan.rules.rules;
-        let (enforcing, shadow): (Vec<&PlannedCheck>, Vec<&PlannedCheck>) =
-            plan.checks.iter().partition(|c| !rules[c.rule].shadow);
-        let mut outcomes = Vec::with_capacity(plan.checks.len());
-        let mut action = Action::Admit;
-        let mut store_error = None;
-        let mut store_full = None;
+        evaluate(&*self.store, plan).await
+    }
+}
 
-        if !enforcing.is_empty() {
-            let items: Vec<CheckItem<'_>> = enforcing
-                .iter()
-                .map(|c| CheckItem {
-                    rule: &rules[c.rule].name,
-                    policy: &rules[c.rule].policy,
-                    key: &c.key,
-                    cost: c.cost,
-                })
-                .collect();
-            let result = timed(self.store.check(&items)).await;
-            match result {
-                Ok(batch) => {
-                    if !batch.allowed {
-                        action = Action::Deny;
-                    }
-                    store_full = batch.store_full;
-                    for (c, decision) in enforcing.iter().zip(batch.decisions) {
-                        let rule = &rules[c.rule];
-                        count(
-                            &rule.name,
-                            if decision.allowed {
-                                "allowed"
-                            } else {
-                                "denied"
-                            },
-                        );
-                        outcomes.push(RuleOutcome {
-                            rule: Arc::clone(&rule.name),
-                            quota: *rule.policy.quota(),
-                            decision,
-                            shadow: false,
-                        });
-                    }
-                }
-                Err(StoreError::InsufficientCapacity {
-                    rule,
-                    cost,
-                    capacity,
-                }) => {
-                    count(&Arc::from(rule.as_str()), "cost_exceeds_capacity");
-                    action = Action::CostExceedsCapacity {
-                        rule,
-                        cost,
-                        capacity,
-                    };
-                }
-                Err(error) => {
-                    count_store_error(&error);
-                    let closed = enforcing
-                        .iter()
-                        .any(|c| rules[c.rule].failure_mode == FailureMode::Closed);
-                    for c in &enforcing {
-                        let rule = &rules[c.rule];
-                        count(
-                            &rule.name,
-                            if closed { "error_closed" } else { "error_open" },
-                        );
-                    }
-                    log_store_failure(&error, closed);
-                    if closed {
-                        action = Action::Unavailable;
-                    }
-                    store_error = Some(error);
-                }
-            }
-        }
+/// [`RateLimiter::evaluate`] with the store.
+pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
+    let set = &*plan.rules;
+    let rules = &set.rules;
+    let enforcing = || plan.checks.iter().filter(|c| !rules[c.rule].shadow);
+    let shadow = plan.checks.iter().filter(|c| rules[c.rule].shadow);
+    let mut outcomes = Vec::with_capacity(plan.checks.len());
+    let mut action = Action::Admit;
+    let mut store_error = None;
+    let mut store_full = None;
 
-        // Shadow rules: charged only when the request really goes through, so that their
-        // counters show what enforcing them would have done.
-        let admitted = action == Action::Admit;
-        for c in shadow {
-            let rule = &rules[c.rule];
-            let item = CheckItem {
-                rule: &rule.name,
-                policy: &rule.policy,
+    if enforcing().next().is_some() {
+        let items: Vec<CheckItem<'_>> = enforcing()
+            .map(|c| CheckItem {
+                rule: &rules[c.rule].name,
+                policy: &rules[c.rule].policy,
                 key: &c.key,
                 cost: c.cost,
-            };
-            let result = if admitted {
-                self.store.check(&[item]).await
-            } else {
-                self.store.peek(&[item]).await
-            };
-            match result {
-                Ok(batch) => {
-                    let decision = batch.decisions[0];
-                    count(
-                        &rule.name,
+            })
+            .collect();
+        // Timed here, not by an async wrapper taking the future as an argument: that would
+        // hold the store's (possibly kilobytes large) future twice, as argument and awaitee.
+        // Latency measurement is the one place that needs a monotonic clock rather than the
+        // limiter's (possibly manual) time source.
+        #[allow(clippy::disallowed_methods)]
+        let started = std::time::Instant::now();
+        let result = store.check(&items).await;
+        set.record_decision_duration(started.elapsed());
+        match result {
+            Ok(batch) => {
+                if !batch.allowed {
+                    action = Action::Deny;
+                }
+                store_full = batch.store_full;
+                for (c, decision) in enforcing().zip(batch.decisions) {
+                    let rule = &rules[c.rule];
+                    set.count(
+                        c.rule,
                         if decision.allowed {
-                            "shadow_allowed"
+                            Outcome::Allowed
                         } else {
-                            "shadow_denied"
+                            Outcome::Denied
                         },
                     );
                     outcomes.push(RuleOutcome {
                         rule: Arc::clone(&rule.name),
                         quota: *rule.policy.quota(),
                         decision,
-                        shadow: true,
+                        shadow: false,
                     });
                 }
-                Err(StoreError::InsufficientCapacity { .. }) => {
-                    count(&rule.name, "cost_exceeds_capacity");
+            }
+            Err(StoreError::InsufficientCapacity {
+                rule,
+                cost,
+                capacity,
+            }) => {
+                // The store names the rule as it knows it, which may not be a rule of
+                // this set: counted through the registry, as it is rare.
+                crate::metrics::counter(&Arc::from(rule.as_str()), Outcome::CostExceedsCapacity)
+                    .increment(1);
+                action = Action::CostExceedsCapacity {
+                    rule,
+                    cost,
+                    capacity,
+                };
+            }
+            Err(error) => {
+                count_store_error(&error);
+                let closed = enforcing().any(|c| rules[c.rule].failure_mode == FailureMode::Closed);
+                for c in enforcing() {
+                    set.count(
+                        c.rule,
+                        if closed {
+                            Outcome::ErrorClosed
+                        } else {
+                            Outcome::ErrorOpen
+                        },
+                    );
                 }
-                Err(error) => {
-                    count_store_error(&error);
-                    count(&rule.name, "error_open");
+                log_store_failure(&error, closed);
+                if closed {
+                    action = Action::Unavailable;
                 }
+                store_error = Some(error);
             }
         }
+    }
 
-        Verdict {
-            action,
-            outcomes,
-            store_error,
-            store_full,
+    // Shadow rules: charged only when the request really goes through, so that their
+    // counters show what enforcing them would have done.
+    let admitted = action == Action::Admit;
+    for c in shadow {
+        let rule = &rules[c.rule];
+        let item = CheckItem {
+            rule: &rule.name,
+            policy: &rule.policy,
+            key: &c.key,
+            cost: c.cost,
+        };
+        let one = [item];
+        // Boxed: a store's future can be kilobytes (a remote store's state machine), and every
+        // await point of this future would otherwise hold its own copy of one, making every
+        // request's future (moved into the service's box) that much larger. Shadow rules are
+        // the rare case; the enforcing batch above is awaited in place.
+        let pending: Pin<Box<dyn Future<Output = _> + Send + '_>> = if admitted {
+            Box::pin(store.check(&one))
+        } else {
+            Box::pin(store.peek(&one))
+        };
+        match pending.await {
+            Ok(batch) => {
+                let decision = batch.decisions[0];
+                set.count(
+                    c.rule,
+                    if decision.allowed {
+                        Outcome::ShadowAllowed
+                    } else {
+                        Outcome::ShadowDenied
+                    },
+                );
+                outcomes.push(RuleOutcome {
+                    rule: Arc::clone(&rule.name),
+                    quota: *rule.policy.quota(),
+                    decision,
+                    shadow: true,
+                });
+            }
+            Err(StoreError::InsufficientCapacity { .. }) => {
+                set.count(c.rule, Outcome::CostExceedsCapacity);
+            }
+            Err(error) => {
+                count_store_error(&error);
+                set.count(c.rule, Outcome::ErrorOpen);
+            }
         }
     }
-}
 
-fn count(rule: &Arc<str>, outcome: &'static str) {
-    // Sharing the rule's Arc<str> as the label value avoids an allocation per decision.
-    metrics::counter!(
-        "floodgate_decisions_total",
-        "rule" => Arc::clone(rule),
-        "outcome" => outcome
-    )
-    .increment(1);
+    Verdict {
+        action,
+        outcomes,
+        store_error,
+        store_full,
+    }
 }
 
 fn count_store_error(error: &StoreError) {
@@ -385,18 +399,6 @@ fn count_store_error(error: &StoreError) {
         _ => "other",
     };
     metrics::counter!("floodgate_store_errors_total", "kind" => kind).increment(1);
-}
-
-/// Awaits `f` and records its duration in `floodgate_decision_duration_seconds`.
-async fn timed<T>(f: impl Future<Output = T>) -> T {
-    // Latency measurement is the one place that needs a monotonic clock rather than the
-    // limiter's (possibly manual) time source.
-    #[allow(clippy::disallowed_methods)]
-    let start = std::time::Instant::now();
-    let out = f.await;
-    metrics::histogram!("floodgate_decision_duration_seconds")
-        .record(start.elapsed().as_secs_f64());
-    out
 }
 
 /// Logs a store failure at `warn` at most once per second per process (the rest at `debug`),

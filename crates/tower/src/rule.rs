@@ -8,6 +8,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
 use crate::ip::ClientIpConfig;
 use crate::key::KeySource;
+use crate::metrics::{MetricCache, Outcome};
 use crate::path::canonical_path;
 
 /// One rate-limit rule.
@@ -214,6 +215,8 @@ pub struct RuleSet {
     pub rules: Vec<Rule>,
     /// Client IP resolution.
     pub client_ip: ClientIpConfig,
+    /// Metric handles, taken on first use (see [`crate::metrics`]).
+    metrics: MetricCache,
 }
 
 impl RuleSet {
@@ -222,7 +225,23 @@ impl RuleSet {
         Self {
             rules,
             client_ip: ClientIpConfig::default(),
+            metrics: MetricCache::default(),
         }
+    }
+
+    /// Adds 1 to `floodgate_decisions_total{rule, outcome}` for rule `index` (a position in
+    /// [`RuleSet::rules`]), through a counter handle kept after its first use.
+    ///
+    /// # Panics
+    /// When `index` is not a position in [`RuleSet::rules`].
+    pub fn count(&self, index: usize, outcome: Outcome) {
+        self.metrics.count(&self.rules, index, outcome);
+    }
+
+    /// Records one store round trip in the `floodgate_decision_duration_seconds` histogram
+    /// (seconds), through a handle kept after its first use.
+    pub fn record_decision_duration(&self, elapsed: std::time::Duration) {
+        self.metrics.record_duration(elapsed);
     }
 
     /// Replaces the client IP settings.

@@ -1,5 +1,6 @@
 //! [`RateLimit`]: the middleware service.
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use floodgate_store::Store;
@@ -64,9 +65,12 @@ where
         // keep a fresh clone in its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let verdict = self.limiter.check_request(&request);
+        let plan = self.limiter.plan_request(&request);
+        let store = Arc::clone(self.limiter.store());
+        // The evaluation future is made inside this one, not captured by it: a captured future
+        // would be held twice (as capture and as awaitee), and a store's future can be large.
         Box::pin(async move {
-            let verdict = verdict.await;
+            let verdict = crate::limiter::evaluate(&*store, plan).await;
             if let Some(response) = verdict.response() {
                 return Ok(response.map(ResponseBody::full));
             }

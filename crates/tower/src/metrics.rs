@@ -1,0 +1,135 @@
+//! Metric handles of a [`RuleSet`](crate::RuleSet), taken once and kept.
+//!
+//! `metrics::counter!("floodgate_decisions_total", "rule" => ..., "outcome" => ...)` builds a
+//! key (an allocated label list), hashes it and looks it up in the recorder's registry on every
+//! call; on the decision path that is more work than the decision itself. A [`RuleSet`](crate::RuleSet) keeps
+//! the handles instead: each `(rule, outcome)` counter is registered the first time it is
+//! counted (exactly when the macro would have registered it, so `/metrics` shows the same series
+//! at the same moments), then reused, as is the `floodgate_decision_duration_seconds` histogram.
+//! Handles come from the recorder in force when the rule set first counts, which is the global
+//! recorder in a server (installed before any request), or the thread's local recorder in
+//! tests, since a rule set is built and used inside one test.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use ::metrics::{Counter, Histogram};
+
+use crate::rule::Rule;
+
+/// The `outcome` label of `floodgate_decisions_total{rule, outcome}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// An enforcing rule admitted the request.
+    Allowed,
+    /// An enforcing rule denied the request.
+    Denied,
+    /// A new key was refused because the store is full of live keys (the decision API).
+    StoreFull,
+    /// A shadow rule would have admitted the request.
+    ShadowAllowed,
+    /// A shadow rule would have denied the request.
+    ShadowDenied,
+    /// The rule's key source was absent from the request.
+    Skipped,
+    /// The store failed and the rule fails open.
+    ErrorOpen,
+    /// The store failed and the rule fails closed.
+    ErrorClosed,
+    /// The request's cost exceeds what the rule can ever admit.
+    CostExceedsCapacity,
+}
+
+impl Outcome {
+    /// Every outcome, in declaration order.
+    pub const ALL: [Outcome; 9] = [
+        Outcome::Allowed,
+        Outcome::Denied,
+        Outcome::StoreFull,
+        Outcome::ShadowAllowed,
+        Outcome::ShadowDenied,
+        Outcome::Skipped,
+        Outcome::ErrorOpen,
+        Outcome::ErrorClosed,
+        Outcome::CostExceedsCapacity,
+    ];
+
+    /// The label value: `allowed`, `denied`, `store_full`, `shadow_allowed`, `shadow_denied`,
+    /// `skipped`, `error_open`, `error_closed` or `cost_exceeds_capacity`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Denied => "denied",
+            Outcome::StoreFull => "store_full",
+            Outcome::ShadowAllowed => "shadow_allowed",
+            Outcome::ShadowDenied => "shadow_denied",
+            Outcome::Skipped => "skipped",
+            Outcome::ErrorOpen => "error_open",
+            Outcome::ErrorClosed => "error_closed",
+            Outcome::CostExceedsCapacity => "cost_exceeds_capacity",
+        }
+    }
+}
+
+/// One rule's counters: the name they were registered for, and one lazily registered counter
+/// per outcome.
+#[derive(Debug)]
+struct RuleCounters {
+    name: Arc<str>,
+    outcomes: [OnceLock<Counter>; Outcome::ALL.len()],
+}
+
+/// The cached handles of one rule set. A clone starts empty (the clone's rules may be changed).
+#[derive(Debug, Default)]
+pub(crate) struct MetricCache {
+    rules: OnceLock<Box<[RuleCounters]>>,
+    duration: OnceLock<Histogram>,
+}
+
+impl Clone for MetricCache {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl MetricCache {
+    /// Adds 1 to `floodgate_decisions_total{rule = rules[index].name, outcome}`.
+    pub(crate) fn count(&self, rules: &[Rule], index: usize, outcome: Outcome) {
+        let cache = self.rules.get_or_init(|| {
+            rules
+                .iter()
+                .map(|r| RuleCounters {
+                    name: Arc::clone(&r.name),
+                    outcomes: Default::default(),
+                })
+                .collect()
+        });
+        let name = &rules[index].name;
+        match cache.get(index) {
+            // The rules of a set in use never change; the pointer check keeps a set whose
+            // public fields were edited after its first count correct anyway.
+            Some(c) if Arc::ptr_eq(&c.name, name) => c.outcomes[outcome as usize]
+                .get_or_init(|| counter(name, outcome))
+                .increment(1),
+            _ => counter(name, outcome).increment(1),
+        }
+    }
+
+    /// Records one store batch round trip in `floodgate_decision_duration_seconds`.
+    pub(crate) fn record_duration(&self, elapsed: Duration) {
+        self.duration
+            .get_or_init(|| ::metrics::histogram!("floodgate_decision_duration_seconds"))
+            .record(elapsed.as_secs_f64());
+    }
+}
+
+/// The counter of `(rule, outcome)` from the recorder in force.
+pub(crate) fn counter(rule: &Arc<str>, outcome: Outcome) -> Counter {
+    // Sharing the rule's Arc<str> as the label value avoids copying the name.
+    ::metrics::counter!(
+        "floodgate_decisions_total",
+        "rule" => Arc::clone(rule),
+        "outcome" => outcome.as_str()
+    )
+}
