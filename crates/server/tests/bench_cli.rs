@@ -111,16 +111,24 @@ fn http_cases_answer_2xx_through_real_serve_processes() {
     assert_eq!(
         names,
         [
-            "upstream alone (ceiling)",
+            "bare axum handler (baseline of /v1/check)",
+            "POST /v1/check, gcra, 1,000 keys",
+            "hello upstream alone (in-process)",
             "proxy, no rule",
             "proxy, gcra per client IP",
-            "POST /v1/check, gcra, 1,000 keys"
         ]
     );
     for r in &rows {
         assert!(r[1].as_u64().unwrap() > 0, "some requests completed: {r}");
         assert_eq!(r[2], 0, "every request admitted: {r}");
+        assert!(r[3].as_f64().unwrap() > 0.0, "a request rate: {r}");
     }
+    // Ratios only where there is a baseline: /v1/check to the bare handler, a rule to no rule.
+    let ratios: Vec<bool> = rows.iter().map(|r| r[5].is_number()).collect();
+    assert_eq!(ratios, [false, true, false, false, true]);
+    // Server CPU per request is measured for the child processes (not the in-process upstream).
+    let cpu: Vec<bool> = rows.iter().map(|r| r[6].is_number()).collect();
+    assert_eq!(cpu, [true, true, false, true, true]);
 }
 
 #[test]

@@ -1,17 +1,29 @@
 //! `--what http`: throughput and latency of `floodgate serve`, driven by a built-in load
 //! generator over loopback.
 //!
-//! Every case starts a fresh `floodgate serve` child process (this same executable) on
-//! `127.0.0.1:0`, reads the address it prints, and runs `--connections` keep-alive HTTP/1.1
-//! connections, each sending its next request as soon as the previous answer is read, until
-//! `--requests` answers or `--http-seconds` have passed, whichever comes first. Latency is
-//! measured per request from the write to the end of the answer.
+//! Every server under test is a `floodgate serve` child process (this same executable) on
+//! `127.0.0.1:0`; the bench reads the address it prints. The load generator (2 tokio workers in
+//! this process) runs `--connections` keep-alive HTTP/1.1 connections in a closed loop: each
+//! sends its next request as soon as the previous answer is read. A run is a warm-up (the
+//! first 10% of `--http-seconds`, at most 0.5 s and `--requests / 5` requests, not counted)
+//! then a measurement of `--requests` answers or `--http-seconds`, whichever comes first.
+//! Latency is measured per request from the write to the end of the answer.
 //!
-//! Cases: the upstream alone (the ceiling: a small in-process hello server), the reverse proxy
-//! with no rule, the proxy with one per-client-IP rule of each algorithm (a quota nothing
-//! reaches, so every request is admitted and forwarded), and the decision endpoint
-//! `POST /v1/check` over 1,000 keys. The load generator, the server and the upstream share
-//! this machine's CPUs.
+//! Cases:
+//! - the baseline: `POST /v1/bench/bare` of a `floodgate serve --bench-baseline` child, a bare
+//!   axum handler behind the same server stack that reads the same body and answers a fixed
+//!   JSON of the same size as a `/v1/check` answer (see [`crate::http::bare`]);
+//! - the decision endpoint `POST /v1/check` over 1,000 keys (GCRA), same body;
+//! - a hello upstream alone (an in-process axum server in this process: the proxies' upstream);
+//! - the reverse proxy with no rule, and with one per-client-IP rule of each algorithm (a
+//!   quota nothing reaches, so every request is admitted and forwarded).
+//!
+//! The cases run in [`ROUNDS`] interleaved rounds (every case once per round, in the order
+//! above), since the machine's CPUs are shared with the load generator and whatever else runs:
+//! the table gives each case's median requests/s with every round's figure, the ratio to its
+//! baseline (the decision endpoint to the bare handler, a proxy rule to the proxy without
+//! rule), and the server's CPU time per request (all its threads, from
+//! `/proc/PID/task/*/schedstat`), which is steadier than requests/s on a busy machine.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -70,7 +82,12 @@ mod tempfile_like {
 
 /// Starts `floodgate serve` with `config` (and `upstream` for the proxy); waits for the
 /// address it prints.
-fn start_server(name: &str, config: &str, upstream: Option<SocketAddr>) -> anyhow::Result<Server> {
+fn start_server(
+    name: &str,
+    config: &str,
+    upstream: Option<SocketAddr>,
+    extra: &[&str],
+) -> anyhow::Result<Server> {
     let file = tempfile_like::TempFile::new(name, config).context("writing the bench config")?;
     let exe = std::env::current_exe().context("finding this executable")?;
     let mut cmd = Command::new(exe);
@@ -78,6 +95,7 @@ fn start_server(name: &str, config: &str, upstream: Option<SocketAddr>) -> anyho
         .arg("--config")
         .arg(&file.0)
         .args(["--listen", "127.0.0.1:0", "--watch-interval", "0"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(up) = upstream {
@@ -118,23 +136,60 @@ fn start_server(name: &str, config: &str, upstream: Option<SocketAddr>) -> anyho
     })
 }
 
-/// Result of one load run.
+/// Result of one measured load run.
 struct Load {
     requests: u64,
     errors: u64,
     elapsed: Duration,
-    /// Sorted latencies in microseconds.
+    /// Latencies in microseconds.
     latencies: Vec<u32>,
+    /// CPU time the server process spent during the measurement (all threads), when known.
+    server_cpu: Option<Duration>,
 }
 
 impl Load {
-    fn percentile(&self, p: f64) -> f64 {
-        if self.latencies.is_empty() {
-            return f64::NAN;
-        }
-        let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
-        f64::from(self.latencies[i])
+    fn rate(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
     }
+}
+
+/// The `p` quantile of sorted latencies.
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    f64::from(sorted[i])
+}
+
+/// The median of `values` (the mean of the middle two for an even count); NaN when empty.
+fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// CPU time used so far by every thread of process `pid` (the first field of each
+/// `/proc/PID/task/TID/schedstat`, in nanoseconds); `None` where /proc has no such file.
+fn process_cpu(pid: u32) -> Option<Duration> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        // A thread may end between the listing and the read: it is simply not counted.
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(total))
 }
 
 /// Reads one HTTP/1.1 answer (Content-Length or chunked) from `stream` into `buf`; returns
@@ -190,21 +245,23 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Runs the load: `connections` connections to `addr`, `make(i)` gives request `i`'s bytes.
+/// One closed-loop pass: `connections` connections to `addr` send requests (`make(i)` gives
+/// request `i`'s bytes) until `max_requests` answers or `max_time`; returns the latencies and
+/// the non-2xx count.
 #[allow(clippy::disallowed_methods)] // a load generator measures elapsed time
-async fn load(
+async fn drive(
     addr: SocketAddr,
     connections: usize,
     max_requests: u64,
     max_time: Duration,
-    make: Arc<dyn Fn(u64) -> Vec<u8> + Send + Sync>,
-) -> anyhow::Result<Load> {
+    make: &Arc<dyn Fn(u64) -> Vec<u8> + Send + Sync>,
+) -> anyhow::Result<(Vec<u32>, u64, Duration)> {
     let issued = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..connections {
         let issued = Arc::clone(&issued);
-        let make = Arc::clone(&make);
+        let make = Arc::clone(make);
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0u64;
@@ -235,13 +292,41 @@ async fn load(
         latencies.extend(lat);
         errors += e;
     }
-    let elapsed = start.elapsed();
-    latencies.sort_unstable();
+    Ok((latencies, errors, start.elapsed()))
+}
+
+/// How much load one run offers.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    connections: usize,
+    requests: u64,
+    time: Duration,
+}
+
+/// A warm-up pass (not counted: fresh connections, cold caches, lazily created state), then
+/// the measured pass, with the CPU time `server` (when given) spent during the latter.
+async fn load(
+    addr: SocketAddr,
+    server: Option<u32>,
+    budget: Budget,
+    make: &Arc<dyn Fn(u64) -> Vec<u8> + Send + Sync>,
+) -> anyhow::Result<Load> {
+    let warm_time = (budget.time / 10).min(Duration::from_millis(500));
+    let warm_requests = (budget.requests / 5).max(1);
+    drive(addr, budget.connections, warm_requests, warm_time, make).await?;
+    let cpu_before = server.and_then(process_cpu);
+    let (latencies, errors, elapsed) =
+        drive(addr, budget.connections, budget.requests, budget.time, make).await?;
+    let server_cpu = match (cpu_before, server.and_then(process_cpu)) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
     Ok(Load {
         requests: latencies.len() as u64,
         errors,
         elapsed,
         latencies,
+        server_cpu,
     })
 }
 
@@ -272,6 +357,40 @@ fn rule_config(kind: AlgorithmKind) -> String {
     )
 }
 
+/// Interleaved rounds per case (see the module docs).
+pub const ROUNDS: usize = 3;
+
+/// A `POST` of `body` to `path`.
+fn post(path: &str, body: &str) -> Vec<u8> {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The body of decision request `i`: one of 1,000 keys, 48 bytes.
+fn check_body(i: u64) -> String {
+    format!(
+        "{{\"rule\":\"per-user\",\"key\":\"user:{:06}\",\"cost\":1}}",
+        i % 1_000
+    )
+}
+
+/// One case: where its requests go, which process serves them, what they are, and what its
+/// ratio is taken against.
+struct Case {
+    name: String,
+    addr: SocketAddr,
+    /// The serving child's pid (`None` for the in-process upstream).
+    pid: Option<u32>,
+    make: Arc<dyn Fn(u64) -> Vec<u8> + Send + Sync>,
+    /// Index of the case this one's requests/s is divided by.
+    baseline: Option<usize>,
+    runs: Vec<Load>,
+}
+
 /// Measures the cases; see the module docs.
 ///
 /// # Errors
@@ -285,98 +404,153 @@ pub fn run(
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let max_time = Duration::from_secs_f64(args.http_seconds.clamp(0.1, 600.0));
-    let connections = args.connections.clamp(1, 1_024);
+    let budget = Budget {
+        connections: args.connections.clamp(1, 1_024),
+        requests: args.requests.max(1),
+        time: Duration::from_secs_f64(args.http_seconds.clamp(0.1, 600.0)),
+    };
+    let connections = budget.connections;
     let mut section = Section::new(
         "http",
-        format!("HTTP: floodgate serve over loopback, {connections} keep-alive connections"),
+        format!(
+            "HTTP: floodgate serve over loopback, {connections} keep-alive connections, \
+             median of {ROUNDS} interleaved rounds"
+        ),
         &[
             "case",
             "requests",
             "non-2xx",
             "requests/s",
+            "rounds (requests/s)",
+            "ratio to baseline",
+            "server CPU (us/request)",
             "p50 (us)",
             "p99 (us)",
             "p99.9 (us)",
         ],
     );
+
+    // Every server starts before the first round and lives until the end, so that each round
+    // measures the same processes.
+    let rule = "[[rules]]\nname = \"per-user\"\nalgorithm = \"gcra\"\nlimit = 10000000\n\
+                period = \"1s\"\nkey = \"client_ip\"\n";
+    let mut servers = Vec::new();
+    let mut cases = Vec::new();
+    let bare = start_server("bare", rule, None, &["--bench-baseline"])?;
+    cases.push(Case {
+        name: "bare axum handler (baseline of /v1/check)".into(),
+        addr: bare.addr,
+        pid: Some(bare.child.id()),
+        make: Arc::new(|i| post("/v1/bench/bare", &check_body(i))),
+        baseline: None,
+        runs: Vec::new(),
+    });
+    servers.push(bare);
+    let decision = start_server("decision", rule, None, &[])?;
+    cases.push(Case {
+        name: "POST /v1/check, gcra, 1,000 keys".into(),
+        addr: decision.addr,
+        pid: Some(decision.child.id()),
+        make: Arc::new(|i| post("/v1/check", &check_body(i))),
+        baseline: Some(0),
+        runs: Vec::new(),
+    });
+    servers.push(decision);
     let upstream = rt.block_on(upstream())?;
     let get: Arc<dyn Fn(u64) -> Vec<u8> + Send + Sync> =
         Arc::new(|_| b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".to_vec());
-    let row = |section: &mut Section, name: String, l: Load| {
-        section.row(vec![
-            Value::from(name),
-            Value::from(l.requests),
-            Value::from(l.errors),
-            num(l.requests as f64 / l.elapsed.as_secs_f64(), 0),
-            num(l.percentile(0.5), 0),
-            num(l.percentile(0.99), 0),
-            num(l.percentile(0.999), 0),
-        ]);
-    };
-
-    progress.step("http: upstream alone".to_string());
-    let l = rt.block_on(load(
-        upstream,
-        connections,
-        args.requests,
-        max_time,
-        get.clone(),
-    ))?;
-    row(&mut section, "upstream alone (ceiling)".into(), l);
-
-    let mut cases: Vec<(String, String)> = vec![("proxy, no rule".into(), String::new())];
-    for &kind in kinds {
-        cases.push((format!("proxy, {kind} per client IP"), rule_config(kind)));
-    }
-    for (name, config) in cases {
-        progress.step(format!("http: {name}"));
-        let server = start_server(&name.replace([' ', ','], "_"), &config, Some(upstream))?;
-        let l = rt.block_on(load(
-            server.addr,
-            connections,
-            args.requests,
-            max_time,
-            get.clone(),
-        ))?;
-        row(&mut section, name, l);
-    }
-
-    progress.step("http: POST /v1/check".to_string());
-    let config = "[[rules]]\nname = \"per-user\"\nalgorithm = \"gcra\"\nlimit = 10000000\n\
-                  period = \"1s\"\nkey = \"client_ip\"\n";
-    let server = start_server("decision", config, None)?;
-    let check: Arc<dyn Fn(u64) -> Vec<u8> + Send + Sync> = Arc::new(|i| {
-        let body = format!(
-            "{{\"rule\":\"per-user\",\"key\":\"user:{:06}\",\"cost\":1}}",
-            i % 1_000
-        );
-        format!(
-            "POST /v1/check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .into_bytes()
+    cases.push(Case {
+        name: "hello upstream alone (in-process)".into(),
+        addr: upstream,
+        pid: None,
+        make: Arc::clone(&get),
+        baseline: None,
+        runs: Vec::new(),
     });
-    let l = rt.block_on(load(
-        server.addr,
-        connections,
-        args.requests,
-        max_time,
-        check,
-    ))?;
-    row(&mut section, "POST /v1/check, gcra, 1,000 keys".into(), l);
-    drop(server);
+    let no_rule = cases.len();
+    let mut proxies: Vec<(String, String)> = vec![("proxy, no rule".into(), String::new())];
+    for &kind in kinds {
+        proxies.push((format!("proxy, {kind} per client IP"), rule_config(kind)));
+    }
+    for (i, (name, config)) in proxies.into_iter().enumerate() {
+        let server = start_server(&name.replace([' ', ','], "_"), &config, Some(upstream), &[])?;
+        cases.push(Case {
+            name,
+            addr: server.addr,
+            pid: Some(server.child.id()),
+            make: Arc::clone(&get),
+            baseline: (i > 0).then_some(no_rule),
+            runs: Vec::new(),
+        });
+        servers.push(server);
+    }
+
+    for round in 1..=ROUNDS {
+        for case in &mut cases {
+            progress.step(format!("http: {} (round {round} of {ROUNDS})", case.name));
+            let l = rt.block_on(load(case.addr, case.pid, budget, &case.make))?;
+            case.runs.push(l);
+        }
+    }
+    drop(servers);
+
+    let medians: Vec<f64> = cases
+        .iter()
+        .map(|c| median(&c.runs.iter().map(Load::rate).collect::<Vec<_>>()))
+        .collect();
+    for (case, &rate) in cases.iter().zip(&medians) {
+        let mut latencies: Vec<u32> = case
+            .runs
+            .iter()
+            .flat_map(|l| l.latencies.iter().copied())
+            .collect();
+        latencies.sort_unstable();
+        let rounds = case
+            .runs
+            .iter()
+            .map(|l| format!("{:.0}", l.rate()))
+            .collect::<Vec<_>>()
+            .join(" / ");
+        let cpu: Vec<f64> = case
+            .runs
+            .iter()
+            .filter_map(|l| {
+                let cpu = l.server_cpu?;
+                (l.requests > 0).then(|| cpu.as_secs_f64() * 1e6 / l.requests as f64)
+            })
+            .collect();
+        section.row(vec![
+            Value::from(case.name.clone()),
+            Value::from(case.runs.iter().map(|l| l.requests).sum::<u64>()),
+            Value::from(case.runs.iter().map(|l| l.errors).sum::<u64>()),
+            num(rate, 0),
+            Value::from(rounds),
+            case.baseline
+                .map_or(Value::Null, |b| num(rate / medians[b], 3)),
+            num(median(&cpu), 1),
+            num(percentile(&latencies, 0.5), 0),
+            num(percentile(&latencies, 0.99), 0),
+            num(percentile(&latencies, 0.999), 0),
+        ]);
+    }
 
     section.note(format!(
-        "Each case: a fresh `floodgate serve` child on 127.0.0.1, {connections} keep-alive \
-         HTTP/1.1 connections from the built-in load generator (2 tokio workers), at most {} \
-         requests or {} s. The upstream is an in-process axum hello server. Rules use a quota \
-         of 10,000,000/s per client IP (sliding log: 10,000 per 100 ms), so every request is \
-         admitted. Server, upstream and \
-         load generator share this machine's CPUs.",
-        args.requests,
-        max_time.as_secs_f64()
+        "Each server is a `floodgate serve` child on 127.0.0.1 (the hello upstream excepted: an \
+         axum hello server inside the load generator's process, the proxies' upstream). Load: \
+         {connections} keep-alive HTTP/1.1 connections from the built-in closed-loop load \
+         generator (2 tokio workers), per run a warm-up that is not counted, then at most {} \
+         requests or {} s; {ROUNDS} rounds, every case once per round, interleaved. \
+         requests/s is the median of the rounds; latency percentiles pool the rounds; server \
+         CPU is the serving process's CPU time (all threads) per answered request, median of \
+         the rounds. The baseline of POST /v1/check is `floodgate serve --bench-baseline`'s \
+         `POST /v1/bench/bare`: a bare axum handler on the same server stack that reads the \
+         same 48-byte body and answers a fixed JSON of the same size as a /v1/check answer, \
+         without parsing, deciding, metrics or RateLimit headers. The baseline of a proxy rule \
+         is the proxy without rule. Rules use a quota of 10,000,000/s per client IP (sliding \
+         log: 10,000 per 100 ms), so every request is admitted. Servers, upstream and load \
+         generator share this machine's CPUs.",
+        budget.requests,
+        budget.time.as_secs_f64()
     ));
     Ok(section)
 }

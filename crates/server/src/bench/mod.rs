@@ -193,7 +193,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     let cases = u64::from(cpu) * (3 * n + 3)
         + u64::from(mem) * (n + 2)
-        + u64::from(http) * (n + 2)
+        + u64::from(http) * (n + 4) * http::ROUNDS as u64
         + u64::from(redis) * n;
     let progress = Progress::new(cases);
     let mut sections = Vec::new();

@@ -23,6 +23,7 @@
 
 mod admin;
 mod api;
+pub mod bare;
 mod forward_auth;
 mod ops;
 #[cfg(test)]
@@ -80,6 +81,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(ops::readyz));
     if state.manual_clock.is_some() {
         router = router.route("/v1/debug/clock/advance", post(ops::advance_clock));
+    }
+    if state.bench_baseline {
+        router = router.route("/v1/bench/bare", post(bare::bare));
     }
     router
         // After every route: it applies to the routes registered so far. axum adds `Allow`.

@@ -108,6 +108,11 @@ pub struct ServeArgs {
     /// can move time deterministically instead of sleeping.
     #[arg(long, hide = true, value_name = "START_US")]
     pub manual_clock: Option<u64>,
+
+    /// BENCH ONLY: also serve `POST /v1/bench/bare`, a bare axum handler behind the same
+    /// server stack (see [`crate::http::bare`]): the baseline of `floodgate bench --what http`.
+    #[arg(long, hide = true)]
+    pub bench_baseline: bool,
 }
 
 /// Parses a command-line duration: a bare number of seconds (`10`) or a count with a unit as
@@ -228,7 +233,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .or(config.server.listen)
         .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address"));
 
-    let state = Arc::new(AppState::new(
+    let mut state = AppState::new(
         config,
         args.config.clone(),
         args.admin_token.clone(),
@@ -237,7 +242,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         manual_clock,
         prometheus,
         upstream.clone(),
-    ));
+    );
+    state.bench_baseline = args.bench_baseline;
+    let state = Arc::new(state);
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut servers = Vec::new();

@@ -5,12 +5,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use floodgate_core::{Clock, ManualClock};
 use floodgate_store::redis::AnyStore;
 use floodgate_tower::{ClientIpConfig, HeaderMatch, Matcher, RateLimiter, Rule, RuleSet};
 use http::Uri;
 use metrics_exporter_prometheus::PrometheusHandle;
-use parking_lot::RwLock;
+use parking_lot::Mutex;
 
 use super::store::VersionedStore;
 use crate::config::{self, Config, ConfigErrors, RuleConfig};
@@ -32,7 +33,12 @@ pub struct AppState {
     pub shutting_down: AtomicBool,
     /// Reverse-proxy upstream, when in proxy mode.
     pub upstream: Option<Uri>,
-    config: RwLock<Arc<Config>>,
+    /// BENCH ONLY (hidden `--bench-baseline`): serve `POST /v1/bench/bare`.
+    pub bench_baseline: bool,
+    /// Read on every proxied request: a lock-free load, not a lock.
+    config: ArcSwap<Config>,
+    /// Serialises reloads (each reads the old configuration and replaces it).
+    reload_lock: Mutex<()>,
     config_path: Option<PathBuf>,
     admin_token_override: Option<String>,
     generation: AtomicU64,
@@ -63,7 +69,9 @@ impl AppState {
             prometheus,
             shutting_down: AtomicBool::new(false),
             upstream,
-            config: RwLock::new(Arc::new(config)),
+            bench_baseline: false,
+            config: ArcSwap::from_pointee(config),
+            reload_lock: Mutex::new(()),
             config_path,
             admin_token_override: admin_token_override.filter(|t| !t.is_empty()),
             generation: AtomicU64::new(1),
@@ -72,7 +80,13 @@ impl AppState {
 
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
-        Arc::clone(&self.config.read())
+        self.config.load_full()
+    }
+
+    /// The configuration in force, for a short read on the request path: no reference count
+    /// is taken (see [`arc_swap::Guard`]); do not hold it across an `.await`.
+    pub fn config_now(&self) -> arc_swap::Guard<Arc<Config>> {
+        self.config.load()
     }
 
     /// How many configurations have been in force (1 at start, +1 per successful reload).
@@ -109,12 +123,12 @@ impl AppState {
     pub fn reload_from_text(&self, file: &str, text: &str) -> Result<(), ConfigErrors> {
         match config::parse(file, text) {
             Ok(new) => {
-                let mut guard = self.config.write();
-                let old = Arc::clone(&guard);
+                let guard = self.reload_lock.lock();
+                let old = self.config.load_full();
                 warn_about_restart_only_changes(&old, &new);
                 let (kept, fresh) = diff_rules(&old, &new);
                 self.limiter.replace_rules(rule_set(&new));
-                *guard = Arc::new(new);
+                self.config.store(Arc::new(new));
                 drop(guard);
                 let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
                 metrics::counter!("floodgate_config_reloads_total", "result" => "ok").increment(1);
