@@ -24,6 +24,9 @@
 //! live in their own namespace (`key=<value>`): they never share counters with the keys the
 //! forward-auth and proxy paths derive from requests.
 
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -33,38 +36,46 @@ use axum::response::{IntoResponse, Response};
 use floodgate_core::Decision;
 use floodgate_store::{CheckItem, Store, StoreError};
 use floodgate_tower::response::{apply_headers, most_restrictive};
-use floodgate_tower::RuleOutcome;
+use floodgate_tower::{FailureMode, Outcome, RuleOutcome, RuleSet};
 use http::StatusCode;
-use serde::Deserialize;
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{invalid, MAX_BODY_BYTES, MAX_DESCRIPTORS, MAX_KEY_BYTES};
-use crate::config::{Config, FailureMode, MAX_COST};
+use crate::config::MAX_COST;
 use crate::serve::AppState;
 
+// Strings borrow from the body when they hold no escape (`Cow`), so parsing allocates only the
+// descriptor list.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckRequest {
-    rule: Option<String>,
-    key: Option<String>,
+struct CheckRequest<'a> {
+    #[serde(borrow)]
+    rule: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    key: Option<Cow<'a, str>>,
     cost: Option<serde_json::Number>,
-    descriptors: Option<Vec<Descriptor>>,
+    #[serde(borrow)]
+    descriptors: Option<Vec<Descriptor<'a>>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Descriptor {
-    rule: String,
-    key: String,
+struct Descriptor<'a> {
+    #[serde(borrow)]
+    rule: Cow<'a, str>,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
     cost: Option<serde_json::Number>,
 }
 
-/// One validated item: the rule's index in the config, the client's key, its encoded form, and
-/// the cost.
+/// One validated item: the rule's index in the rule set, the client's key, its encoded form,
+/// and the cost.
 #[derive(Debug)]
-struct Item {
+struct Item<'a> {
     rule: usize,
-    raw_key: String,
+    raw_key: Cow<'a, str>,
     key: String,
     cost: u64,
 }
@@ -86,16 +97,38 @@ pub(super) async fn peek(
 }
 
 async fn handle(state: &AppState, body: Result<Bytes, BytesRejection>, consume: bool) -> Response {
-    let request: CheckRequest = match read_json(body) {
-        Ok(r) => r,
-        Err(response) => return response,
+    let body = match body {
+        Ok(bytes) if bytes.len() <= MAX_BODY_BYTES => bytes,
+        other => match read_json::<serde::de::IgnoredAny>(other) {
+            // Unreachable (an accepted body is within the limit), kept total.
+            Ok(_) => return invalid(StatusCode::BAD_REQUEST, "body", "unreadable body"),
+            Err(response) => return response,
+        },
     };
-    let config = state.config();
-    let items = match validate(&config, request) {
+    // The usual request is well formed: decoded in one pass, straight into the typed request.
+    // Anything else goes the careful way (`parse_json`), whose errors name the field at fault;
+    // both accept exactly the same documents with the same meaning.
+    // (A top-level array would decode into the struct too, but it is not an object: only a
+    // body that starts as an object takes the fast way.)
+    let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let fast = object
+        .then(|| serde_json::from_slice::<CheckRequest<'_>>(&body).ok())
+        .flatten();
+    let request = match fast {
+        Some(request) => request,
+        None => match parse_json(&body) {
+            Ok(request) => request,
+            Err(response) => return response,
+        },
+    };
+    // One snapshot of the rules for the whole request: names, quotas, modes and the metric
+    // handles all come from the same generation, even across a reload.
+    let rules = state.limiter.shared_rules().load();
+    let items = match validate(&rules, request) {
         Ok(items) => items,
         Err(response) => return response,
     };
-    let decided = match decide(state, &config, &items, consume).await {
+    let decided = match decide(state, &rules, &items, consume).await {
         Ok(decided) => decided,
         Err(response) => return response,
     };
@@ -124,8 +157,13 @@ pub(super) fn read_json<T: serde::de::DeserializeOwned>(
             format!("must be at most {MAX_BODY_BYTES} bytes"),
         ));
     }
-    // Syntax first (a whole JSON object), then the shape, with the path of the failing field.
-    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+    parse_json(&bytes)
+}
+
+/// Parses a JSON object into `T`: syntax first (a whole JSON object), then the shape, with the
+/// path of the failing field; errors are 400 problems naming it.
+fn parse_json<'de, T: Deserialize<'de>>(bytes: &[u8]) -> Result<T, Response> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
         invalid(
             StatusCode::BAD_REQUEST,
             "body",
@@ -154,9 +192,9 @@ pub(super) fn read_json<T: serde::de::DeserializeOwned>(
     })
 }
 
-fn validate(config: &Config, request: CheckRequest) -> Result<Vec<Item>, Response> {
+fn validate<'a>(rules: &RuleSet, request: CheckRequest<'a>) -> Result<Vec<Item<'a>>, Response> {
     let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
-    let descriptors: Vec<(String, Descriptor)> = match request.descriptors {
+    let descriptors: Vec<(String, Descriptor<'a>)> = match request.descriptors {
         Some(list) => {
             if request.rule.is_some() || request.key.is_some() || request.cost.is_some() {
                 return Err(bad(
@@ -192,8 +230,8 @@ fn validate(config: &Config, request: CheckRequest) -> Result<Vec<Item>, Respons
     };
     let mut items = Vec::with_capacity(descriptors.len());
     for (prefix, d) in descriptors {
-        let Some(rule) = config.rules.iter().position(|r| r.name == d.rule) else {
-            let known: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
+        let Some(rule) = rules.rules.iter().position(|r| *r.name == *d.rule) else {
+            let known: Vec<&str> = rules.rules.iter().map(|r| &*r.name).collect();
             return Err(bad(
                 &format!("{prefix}rule"),
                 format!(
@@ -221,7 +259,7 @@ fn validate(config: &Config, request: CheckRequest) -> Result<Vec<Item>, Respons
                 }
             },
         };
-        let capacity = config.rules[rule].policy.capacity();
+        let capacity = rules.rules[rule].policy.capacity();
         if cost > capacity {
             return Err(bad(
                 &format!("{prefix}cost"),
@@ -252,38 +290,36 @@ pub(super) fn client_key(raw: &str) -> String {
 /// outcome per item, in item order.
 async fn decide(
     state: &AppState,
-    config: &Config,
-    items: &[Item],
+    rules: &RuleSet,
+    items: &[Item<'_>],
     consume: bool,
 ) -> Result<Decided, Response> {
     let store = state.limiter.store();
     let mut store_full = None;
     let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; items.len()];
     let outcome = |item: &Item, decision: Decision| RuleOutcome {
-        rule: config.rules[item.rule].name.as_str().into(),
-        quota: *config.rules[item.rule].policy.quota(),
+        rule: Arc::clone(&rules.rules[item.rule].name),
+        quota: *rules.rules[item.rule].policy.quota(),
         decision,
-        shadow: config.rules[item.rule].shadow,
+        shadow: rules.rules[item.rule].shadow,
     };
-    let enforcing: Vec<usize> = (0..items.len())
-        .filter(|&i| !config.rules[items[i].rule].shadow)
-        .collect();
+    let is_enforcing = |i: &usize| !rules.rules[items[*i].rule].shadow;
+    let enforcing = || (0..items.len()).filter(is_enforcing);
     let mut admitted = true;
-    if !enforcing.is_empty() {
-        let batch: Vec<CheckItem<'_>> = enforcing
-            .iter()
-            .map(|&i| check_item(config, &items[i]))
-            .collect();
+    if enforcing().next().is_some() {
+        let batch: Vec<CheckItem<'_>> = enforcing().map(|i| check_item(rules, &items[i])).collect();
         // Same histogram as the middleware's: the store batch round trip.
         #[allow(clippy::disallowed_methods)]
         let started = std::time::Instant::now();
+        // A store's future can be kilobytes (a remote store's state machine), and each await
+        // point would keep its own copy in this handler's future, which axum moves into a box
+        // on every request: the check is awaited in place, the rarer peek boxed.
         let result = if consume {
             store.check(&batch).await
         } else {
-            store.peek(&batch).await
+            Box::pin(store.peek(&batch)).await
         };
-        metrics::histogram!("floodgate_decision_duration_seconds")
-            .record(started.elapsed().as_secs_f64());
+        rules.record_decision_duration(started.elapsed());
         match result {
             Ok(decided) => {
                 admitted = decided.allowed;
@@ -292,47 +328,51 @@ async fn decide(
                 // own doing: its denials are counted apart, so dashboards do not read them
                 // as clients over their limits.
                 let refused_full = store_full == Some(floodgate_store::OnFull::Reject);
-                for (&i, decision) in enforcing.iter().zip(decided.decisions) {
+                for (i, decision) in enforcing().zip(decided.decisions) {
                     if consume {
-                        count(
-                            &config.rules[items[i].rule].name,
+                        rules.count(
+                            items[i].rule,
                             match (decision.allowed, refused_full) {
-                                (true, _) => "allowed",
-                                (false, true) => "store_full",
-                                (false, false) => "denied",
+                                (true, _) => Outcome::Allowed,
+                                (false, true) => Outcome::StoreFull,
+                                (false, false) => Outcome::Denied,
                             },
                         );
                     }
                     outcomes[i] = Some(outcome(&items[i], decision));
                 }
             }
-            Err(error) => return Err(store_failure(config, items, &enforcing, &error)),
+            Err(error) => {
+                let enforcing: Vec<usize> = enforcing().collect();
+                return Err(store_failure(rules, items, &enforcing, &error));
+            }
         }
     }
-    for i in (0..items.len()).filter(|i| !enforcing.contains(i)) {
-        let item = [check_item(config, &items[i])];
-        let result = if consume && admitted {
-            store.check(&item).await
+    for i in (0..items.len()).filter(|i| !is_enforcing(i)) {
+        let item = [check_item(rules, &items[i])];
+        // Boxed, as the peek above: shadow rules are the rare case.
+        let pending: Pin<Box<dyn Future<Output = _> + Send + '_>> = if consume && admitted {
+            Box::pin(store.check(&item))
         } else {
-            store.peek(&item).await
+            Box::pin(store.peek(&item))
         };
-        match result {
+        match pending.await {
             Ok(decided) => {
                 let decision = decided.decisions[0];
                 if consume {
-                    count(
-                        &config.rules[items[i].rule].name,
+                    rules.count(
+                        items[i].rule,
                         if decision.allowed {
-                            "shadow_allowed"
+                            Outcome::ShadowAllowed
                         } else {
-                            "shadow_denied"
+                            Outcome::ShadowDenied
                         },
                     );
                 }
                 outcomes[i] = Some(outcome(&items[i], decision));
             }
             Err(error) => {
-                tracing::warn!(%error, rule = %config.rules[items[i].rule].name, "store failed on a shadow rule");
+                tracing::warn!(%error, rule = %rules.rules[items[i].rule].name, "store failed on a shadow rule");
             }
         }
     }
@@ -349,8 +389,8 @@ struct Decided {
     store_full: Option<floodgate_store::OnFull>,
 }
 
-fn check_item<'a>(config: &'a Config, item: &'a Item) -> CheckItem<'a> {
-    let rule = &config.rules[item.rule];
+fn check_item<'a>(rules: &'a RuleSet, item: &'a Item<'_>) -> CheckItem<'a> {
+    let rule = &rules.rules[item.rule];
     CheckItem {
         rule: &rule.name,
         policy: &rule.policy,
@@ -359,18 +399,13 @@ fn check_item<'a>(config: &'a Config, item: &'a Item) -> CheckItem<'a> {
     }
 }
 
-fn count(rule: &str, outcome: &'static str) {
-    metrics::counter!("floodgate_decisions_total", "rule" => rule.to_string(), "outcome" => outcome)
-        .increment(1);
-}
-
 /// A store failure, handled like the middleware does: 503 when an enforcing rule fails closed;
 /// otherwise admitted (200, `"degraded": true`, no decisions, since none could be computed).
 /// Counted in `floodgate_store_errors_total{kind}` and `floodgate_decisions_total` as
 /// `error_open` / `error_closed`.
 fn store_failure(
-    config: &Config,
-    items: &[Item],
+    rules: &RuleSet,
+    items: &[Item<'_>],
     enforcing: &[usize],
     error: &StoreError,
 ) -> Response {
@@ -386,7 +421,7 @@ fn store_failure(
     }
     let closed = enforcing
         .iter()
-        .any(|&i| config.rules[items[i].rule].failure_mode == FailureMode::Closed);
+        .any(|&i| rules.rules[items[i].rule].failure_mode == FailureMode::Closed);
     floodgate_tower::limiter::log_store_failure(error, closed);
     let kind = match error {
         StoreError::Unavailable { .. } => "unavailable",
@@ -395,9 +430,13 @@ fn store_failure(
     };
     metrics::counter!("floodgate_store_errors_total", "kind" => kind).increment(1);
     for &i in enforcing {
-        count(
-            &config.rules[items[i].rule].name,
-            if closed { "error_closed" } else { "error_open" },
+        rules.count(
+            items[i].rule,
+            if closed {
+                Outcome::ErrorClosed
+            } else {
+                Outcome::ErrorOpen
+            },
         );
     }
     if closed {
@@ -411,17 +450,103 @@ fn store_failure(
     }
 }
 
-fn decision_json(d: &Decision) -> serde_json::Value {
-    json!({
-        "allowed": d.allowed,
-        "limit": d.limit,
-        "remaining": d.remaining,
-        "reset_after_us": d.reset_after,
-        "retry_after_us": d.retry_after,
-    })
+/// Explains `store_full` in an answer: the denial (or untracked admission) is not the key's own
+/// doing. See `[store] on_full`.
+fn store_full_detail(full: floodgate_store::OnFull) -> &'static str {
+    match full {
+        floodgate_store::OnFull::Reject => {
+            "the store holds [store] max_keys live keys and refuses new keys \
+             (on_full = \"reject\"); this is not the key's own limit, and retry_after is \
+             only a suggestion: room appears as keys expire"
+        }
+        floodgate_store::OnFull::AdmitUntracked => {
+            "the store holds [store] max_keys live keys; a new key was admitted without \
+             being counted (on_full = \"admit_untracked\")"
+        }
+    }
 }
 
-fn answer(items: &[Item], result: &Decided, consume: bool) -> Response {
+/// The answer body. Serialized field by field in the order a JSON object with sorted keys has
+/// (the order these answers have always had), without building a `serde_json::Value`.
+struct Answer<'a> {
+    allowed: bool,
+    /// The binding decision, repeated at the top level.
+    binding: Option<&'a RuleOutcome>,
+    items: &'a [Item<'a>],
+    outcomes: &'a [Option<RuleOutcome>],
+    store_full: Option<floodgate_store::OnFull>,
+}
+
+impl Serialize for Answer<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("allowed", &self.allowed)?;
+        map.serialize_entry(
+            "decisions",
+            &Decisions {
+                items: self.items,
+                outcomes: self.outcomes,
+            },
+        )?;
+        if let Some(full) = self.store_full {
+            map.serialize_entry("detail", store_full_detail(full))?;
+        }
+        if let Some(b) = self.binding {
+            let d = &b.decision;
+            map.serialize_entry("limit", &d.limit)?;
+            map.serialize_entry("remaining", &d.remaining)?;
+            map.serialize_entry("reset_after_us", &d.reset_after)?;
+            map.serialize_entry("retry_after_s", &d.retry_after_secs())?;
+            map.serialize_entry("retry_after_us", &d.retry_after)?;
+            map.serialize_entry("rule", &*b.rule)?;
+        }
+        if let Some(full) = self.store_full {
+            map.serialize_entry("store_full", full.as_str())?;
+        }
+        map.end()
+    }
+}
+
+/// The `decisions` list: one entry per decided item, in item order.
+struct Decisions<'a> {
+    items: &'a [Item<'a>],
+    outcomes: &'a [Option<RuleOutcome>],
+}
+
+impl Serialize for Decisions<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(None)?;
+        for (item, o) in self.items.iter().zip(self.outcomes) {
+            let Some(o) = o else { continue };
+            seq.serialize_element(&DecisionEntry { item, outcome: o })?;
+        }
+        seq.end()
+    }
+}
+
+/// One entry of `decisions` (keys in sorted order).
+struct DecisionEntry<'a> {
+    item: &'a Item<'a>,
+    outcome: &'a RuleOutcome,
+}
+
+impl Serialize for DecisionEntry<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let d = &self.outcome.decision;
+        let mut map = serializer.serialize_map(Some(8))?;
+        map.serialize_entry("allowed", &d.allowed)?;
+        map.serialize_entry("key", &*self.item.raw_key)?;
+        map.serialize_entry("limit", &d.limit)?;
+        map.serialize_entry("remaining", &d.remaining)?;
+        map.serialize_entry("reset_after_us", &d.reset_after)?;
+        map.serialize_entry("retry_after_us", &d.retry_after)?;
+        map.serialize_entry("rule", &*self.outcome.rule)?;
+        map.serialize_entry("shadow", &self.outcome.shadow)?;
+        map.end()
+    }
+}
+
+fn answer(items: &[Item<'_>], result: &Decided, consume: bool) -> Response {
     let outcomes = &result.outcomes;
     let decided: Vec<RuleOutcome> = outcomes.iter().flatten().cloned().collect();
     let allowed = decided
@@ -437,50 +562,32 @@ fn answer(items: &[Item], result: &Decided, consume: bool) -> Response {
     } else {
         most_restrictive(&decided)
     };
-    let mut body = json!({ "allowed": allowed });
-    if let Some(b) = binding {
-        let mut d = decision_json(&b.decision);
-        d["rule"] = b.rule.as_ref().into();
-        d["retry_after_s"] = b.decision.retry_after_secs().into();
-        d["allowed"] = allowed.into();
-        body = d;
-    }
-    body["decisions"] = items
-        .iter()
-        .zip(outcomes)
-        .filter_map(|(item, o)| {
-            let o = o.as_ref()?;
-            let mut d = decision_json(&o.decision);
-            d["rule"] = o.rule.as_ref().into();
-            d["key"] = item.raw_key.as_str().into();
-            d["shadow"] = o.shadow.into();
-            Some(d)
-        })
-        .collect::<Vec<_>>()
-        .into();
-    if let Some(full) = result.store_full {
-        // The store was full of live keys: the denial (or untracked admission) is not the
-        // key's own doing. See `[store] on_full`.
-        body["store_full"] = full.as_str().into();
-        body["detail"] = match full {
-            floodgate_store::OnFull::Reject => {
-                "the store holds [store] max_keys live keys and refuses new keys \
-                 (on_full = \"reject\"); this is not the key's own limit, and retry_after is \
-                 only a suggestion: room appears as keys expire"
-            }
-            floodgate_store::OnFull::AdmitUntracked => {
-                "the store holds [store] max_keys live keys; a new key was admitted without \
-                 being counted (on_full = \"admit_untracked\")"
-            }
-        }
-        .into();
-    }
+    let body = Answer {
+        allowed,
+        binding,
+        items,
+        outcomes,
+        store_full: result.store_full,
+    };
     let status = if allowed || !consume {
         StatusCode::OK
     } else {
         StatusCode::TOO_MANY_REQUESTS
     };
-    let mut response = (status, axum::Json(body)).into_response();
+    let mut buf = Vec::with_capacity(384);
+    let mut response = match serde_json::to_writer(&mut buf, &body) {
+        Ok(()) => (
+            status,
+            [(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            )],
+            buf,
+        )
+            .into_response(),
+        // Only maps with string keys and numbers are written: this cannot fail.
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
     if consume {
         apply_headers(response.headers_mut(), &decided);
     }
@@ -491,15 +598,17 @@ fn answer(items: &[Item], result: &Decided, consume: bool) -> Response {
 mod tests {
     use super::*;
 
-    fn config(mode: &str) -> Config {
-        crate::config::parse(
-            "t",
-            &format!("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nfailure_mode = \"{mode}\"\n"),
+    fn config(mode: &str) -> RuleSet {
+        crate::serve::state::rule_set(
+            &crate::config::parse(
+                "t",
+                &format!("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nfailure_mode = \"{mode}\"\n"),
+            )
+            .unwrap(),
         )
-        .unwrap()
     }
 
-    fn item() -> Item {
+    fn item() -> Item<'static> {
         Item {
             rule: 0,
             raw_key: "k".into(),
@@ -525,6 +634,59 @@ mod tests {
         };
         let r = store_failure(&config("open"), &[item()], &[0], &too_big);
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    }
+
+    /// The answer is written field by field: it must be exactly what a JSON object with sorted
+    /// keys gives (the form answers have always had), for every shape of answer.
+    #[test]
+    fn answers_are_sorted_json_objects() {
+        let rules = config("open");
+        let decision = |allowed: bool, retry_after: Option<u64>| Decision {
+            allowed,
+            limit: 1,
+            remaining: u64::from(allowed),
+            reset_after: 1_000_000,
+            retry_after,
+        };
+        let outcome = |shadow: bool, d: Decision| RuleOutcome {
+            rule: Arc::clone(&rules.rules[0].name),
+            quota: *rules.rules[0].policy.quota(),
+            decision: d,
+            shadow,
+        };
+        let items = [item(), item()];
+        let cases = [
+            (vec![Some(outcome(false, decision(true, None))), None], None),
+            (
+                vec![
+                    Some(outcome(false, decision(false, Some(400_000)))),
+                    Some(outcome(true, decision(true, None))),
+                ],
+                Some(floodgate_store::OnFull::Reject),
+            ),
+            (
+                vec![None, None],
+                Some(floodgate_store::OnFull::AdmitUntracked),
+            ),
+        ];
+        for (outcomes, store_full) in cases {
+            let decided = Decided {
+                outcomes,
+                store_full,
+            };
+            let response = answer(&items, &decided, true);
+            let body = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
+                .unwrap();
+            let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(std::str::from_utf8(&body).unwrap(), value.to_string());
+            assert_eq!(
+                value["decisions"].as_array().unwrap().len(),
+                decided.outcomes.iter().flatten().count()
+            );
+        }
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub(super) async fn forward_auth(
         }
     };
     let (method, uri) = original_request(&method, &mut headers);
-    crate::serve::cost::inject(&state.config(), &method, &uri, &mut headers);
+    crate::serve::cost::inject(&state.config_now(), &method, &uri, &mut headers);
     let mut extensions = http::Extensions::new();
     extensions.insert(PeerAddr(peer));
     let plan = state.limiter.plan(&method, &uri, &headers, &extensions);

@@ -25,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use floodgate_tower::RateLimitLayer;
 use http::header::{HeaderName, CONNECTION};
+use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -78,11 +79,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(proxy)
         // Layers run outside-in: route costs are computed first, then the rules are applied.
         .layer(RateLimitLayer::new(state.limiter.clone()))
-        .layer(MapRequestLayer::new(move |mut request: Request| {
-            let config = costs.config();
-            let (method, uri) = (request.method().clone(), request.uri().clone());
-            crate::serve::cost::inject(&config, &method, &uri, request.headers_mut());
-            request
+        .layer(MapRequestLayer::new(move |request: Request| {
+            let (mut parts, body) = request.into_parts();
+            crate::serve::cost::inject(
+                &costs.config_now(),
+                &parts.method,
+                &parts.uri,
+                &mut parts.headers,
+            );
+            Request::from_parts(parts, body)
         }))
 }
 
@@ -92,13 +97,15 @@ async fn forward(
     request: Request,
 ) -> Response {
     let (mut parts, body) = request.into_parts();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_string();
     let mut uri = proxy.upstream.clone().into_parts();
-    uri.path_and_query = path.parse().ok();
+    // The request's own path and query (a shared buffer, not a copy).
+    uri.path_and_query = Some(
+        parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/")),
+    );
     parts.uri = match Uri::from_parts(uri) {
         Ok(u) => u,
         Err(_) => return bad_gateway("cannot build the upstream URI"),
@@ -106,7 +113,7 @@ async fn forward(
     remove_hop_by_hop(&mut parts.headers);
     crate::serve::cost::strip_internal(&mut parts.headers);
     let trusted = {
-        let config = proxy.state.config();
+        let config = proxy.state.config_now();
         let ip = floodgate_tower::ip::canonical(peer.ip());
         config
             .server
