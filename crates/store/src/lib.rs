@@ -2,7 +2,9 @@
 //!
 //! Where per-key rate-limit state lives. The [`Store`] trait is what the tower middleware and the
 //! `floodgate` service talk to; [`MemoryStore`] is the embedded, sharded, in-process store (one
-//! authority per process). A Redis store implementing the same trait comes later.
+//! authority per process), and [`KeyedLimiter`] (from [`MemoryStore::limiter`]) its
+//! allocation-free handle on one rule's keys, for callers that check one rule per request. The
+//! Redis store (feature `redis`) implements the same trait.
 //!
 //! A check is a *batch* of [`CheckItem`]s decided all-or-nothing: the batch is admitted only if
 //! every item admits, and when any item denies nothing is consumed in any item. One request that
@@ -46,7 +48,10 @@ pub use memory::{KeyedLimiter, MemoryStore, MemoryStoreConfig, StoreStats};
 ///
 /// `key` is the already-encoded partition key (see `floodgate_tower::key`); the store treats it
 /// as opaque bytes. State is identified by `(rule, key)`: two rules never share state even when
-/// their keys are equal.
+/// their keys are equal. ([`MemoryStore`] also keeps one rule's state under different policies
+/// apart: a rule given a new algorithm or quota starts from fresh keys there. Callers that
+/// change a rule's policy should give it a new name anyway, as `floodgate serve` does, so that
+/// every store behaves alike.)
 #[derive(Debug, Clone, Copy)]
 pub struct CheckItem<'a> {
     /// The rule's name, e.g. `"per-ip"`.
