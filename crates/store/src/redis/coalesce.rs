@@ -67,6 +67,23 @@ pub(crate) struct Coalescer {
     queue: Mutex<Queue>,
 }
 
+/// A sending task's in-flight slot. Released by `drain` when the queue is empty; released on
+/// drop if the task is cancelled mid-call (its runtime shutting down), so that the store never
+/// wedges with every slot taken by a task that no longer runs (the next batch starts a sender,
+/// which also takes whatever was left waiting).
+struct Slot<'a> {
+    coalescer: &'a Coalescer,
+    held: bool,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            self.coalescer.queue.lock().in_flight -= 1;
+        }
+    }
+}
+
 impl Coalescer {
     pub(crate) fn new(conn: Conn, ttl_extra_ms: u64, max_in_flight: usize) -> Self {
         Self {
@@ -98,11 +115,18 @@ impl Coalescer {
 
     /// Sends everything waiting, call after call, until the queue is empty.
     async fn drain(self: Arc<Self>) {
+        let mut slot = Slot {
+            coalescer: &self,
+            held: true,
+        };
         loop {
             let batches: Vec<Pending> = {
                 let mut q = self.queue.lock();
                 if q.waiting.is_empty() {
+                    // Released under the lock that saw the queue empty: a batch queued after
+                    // this finds the slot free and starts a sender.
                     q.in_flight -= 1;
+                    slot.held = false;
                     return;
                 }
                 let n = q.waiting.len().min(MAX_BATCHES);
