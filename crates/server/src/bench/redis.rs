@@ -89,6 +89,19 @@ async fn memory_usage(
         .await?)
 }
 
+/// This process's CPU time (user + system, every thread) in microseconds, from
+/// `/proc/self/stat` (Linux; `None` elsewhere). The kernel reports it in USER_HZ = 100 ticks
+/// per second, so runs of a few seconds resolve it to about 1%.
+fn process_cpu_us() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after ')'.
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 10_000)
+}
+
 /// `(calls, usec)` of `INFO commandstats` for `EVALSHA` (0, 0 before the first call).
 async fn evalsha_stats(con: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<(u64, u64)> {
     let info: String = redis::cmd("INFO")
@@ -208,6 +221,7 @@ pub fn run(
             "Redis us per decision, 64 clients (coalescing off)",
             "decisions per script call, 64 clients",
             "Redis us per decision, 64 clients",
+            "client CPU us per decision, 64 clients",
             "redis-benchmark, same script, 50 conn x pipeline 16 (calls/s)",
             "64 clients / redis-benchmark",
         ],
@@ -248,8 +262,14 @@ pub fn run(
             progress.step(format!("redis: {kind}"));
             let (seq, seq_p99, _) = throughput(&store, &policy, 1, total / 5, time).await?;
             let before = evalsha_stats(&mut con).await?;
+            let cpu_before = process_cpu_us();
             let (c64, c64_p99, c64_checks) = throughput(&store, &policy, 64, total, time).await?;
+            let cpu_after = process_cpu_us();
             let after = evalsha_stats(&mut con).await?;
+            let client_us = match (cpu_before, cpu_after) {
+                (Some(b), Some(a)) => a.saturating_sub(b) as f64 / c64_checks.max(1) as f64,
+                _ => f64::NAN,
+            };
             let (off, _, _) = throughput(&uncoalesced, &policy, 64, total, time).await?;
             let after_off = evalsha_stats(&mut con).await?;
             // With coalescing off one script call is one decision.
@@ -281,6 +301,7 @@ pub fn run(
                 num(off_us, 1),
                 num(per_call, 1),
                 num(c64_us, 1),
+                num(client_us, 1),
                 ceiling.map_or(Value::Null, |c| num(c, 0)),
                 ceiling.map_or(Value::Null, |c| num(c64 / c, 2)),
             ]);
@@ -344,7 +365,8 @@ pub fn run(
          pipelined and, with coalescing (the default), the checks waiting while 2 calls are out \
          go together in one script call (\"decisions per script call\"); \"coalescing off\" is \
          one call per check. \"Redis us per decision\" is INFO commandstats EVALSHA usec over \
-         the run divided by its checks (Redis' own CPU time in scripts, per decision). The ceiling is redis-benchmark (50 connections, \
+         the run divided by its checks (Redis' own time in scripts, per decision); \"client CPU\" \
+         is this process's CPU time (all threads, /proc/self/stat) over the run per check. The ceiling is redis-benchmark (50 connections, \
          pipeline 16) sending the exact call of a one-item check: EVALSHA of the same \
          single-algorithm script, same arguments, keys drawn from 100,000 names; it is the most \
          this server decides one check per call, without Floodgate. Decisions use Redis' own \
