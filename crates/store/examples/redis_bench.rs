@@ -1,6 +1,6 @@
 //! Measures the Redis store on this machine: `MEMORY USAGE` per key for each algorithm (and the
 //! sliding log against the plain one-member-per-request sorted set), and decisions per second
-//! for one sequential client and for concurrent clients sharing the pipelined store.
+//! for one sequential client and for concurrent clients sharing the pipelined, coalescing store.
 //!
 //! Starts its own redis-server (see `floodgate_store::redis::testing`). Run with
 //!
@@ -138,7 +138,7 @@ async fn main() {
 
     println!();
     println!("## Decisions per second ({checks} checks per run, keys drawn from 100,000)");
-    println!("| algorithm | 1 sequential client | 64 concurrent clients (1 store, pipelined) | 256 concurrent clients |");
+    println!("| algorithm | 1 sequential client | 64 concurrent clients (1 store, pipelined and coalesced) | 256 concurrent clients |");
     println!("|---|---|---|---|");
     for kind in AlgorithmKind::ALL {
         let policy = Arc::new(Policy::new(kind, "100/s".parse().unwrap()).unwrap());
