@@ -141,14 +141,22 @@ impl Algorithm for Gcra {
         // state to the next is what a check costs once the clock read is cheap):
         // - `tat < now`: the bucket is empty; `earliest <= tat + 1 <= now` (tau >= 1 tick).
         // - `tat - now < tau_us`: `now >= tat - tau_us + 1 >= earliest`.
-        let (now, ahead) = if state.tat < now {
-            (now, 0)
+        // `base` is max(tat, now) as whole microseconds and ticks: where a cost-1 admission
+        // adds one interval.
+        let (now, ahead, base, base_ticks) = if state.tat < now {
+            (now, 0, now, 0)
         } else if state.tat - now < self.tau_us {
             // (tat - now) x ticks_per_us < tau: no overflow.
-            (now, (state.tat - now) * self.ticks_per_us + state.tat_ticks)
+            let ahead = (state.tat - now) * self.ticks_per_us + state.tat_ticks;
+            (now, ahead, state.tat, state.tat_ticks)
         } else {
             let now = now.max(self.earliest(*state));
-            (now, self.ticks_after(*state, now)) // <= tau
+            let ahead = self.ticks_after(*state, now); // <= tau
+            if state.tat >= now {
+                (now, ahead, state.tat, state.tat_ticks)
+            } else {
+                (now, ahead, now, 0)
+            }
         };
         let new_ahead = ahead + cost * self.interval; // <= 2 tau
         let allowed = new_ahead <= self.tau;
@@ -157,11 +165,6 @@ impl Algorithm for Gcra {
                 // The usual request. The same result as the general branch, as a mixed-radix
                 // addition: new tat = max(tat, now) + T, so the next check does not wait for a
                 // division.
-                let (base, base_ticks) = if state.tat >= now {
-                    (state.tat, state.tat_ticks)
-                } else {
-                    (now, 0)
-                };
                 let ticks = base_ticks + self.interval_rem;
                 let carry = ticks >= self.ticks_per_us;
                 // Saturating only matters for a `now` within 2^51 us of u64::MAX: never panic.
