@@ -194,13 +194,17 @@ impl Algorithm for SlidingWindow {
         let retry_after = (!allowed).then(|| match room {
             // Later in this window: previous x (period - 1 - e) <= room x period first holds at
             // e = period - 1 - floor(room x period / previous), always within the window (the
-            // overlap is 0 at its last microsecond). previous > 0 here, else it was allowed.
-            Some(room) => overlap - (room * period) / previous,
+            // overlap is 0 at its last microsecond). previous > 0 here, else it was allowed;
+            // `checked_div` only spares a caller that reads `allowed` alone the division-by-zero
+            // check (its fallback is unreachable).
+            Some(room) => overlap - (room * period).checked_div(previous).unwrap_or(0),
             // count + cost > limit: in the next window `count` becomes the previous count and
             // the new count is 0; count x (period - 1 - e) <= (limit - cost) x period first
             // holds at e = period - 1 - floor((limit - cost) x period / count), clamped at 0.
+            // count > 0 here (count + cost > limit >= cost); the fallback is unreachable.
             None => {
-                let first = overlap_floor(period, (limit - cost) * period / count);
+                let quotient = ((limit - cost) * period).checked_div(count).unwrap_or(0);
+                let first = overlap_floor(period, quotient);
                 period - elapsed + first
             }
         });
