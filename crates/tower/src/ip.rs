@@ -15,6 +15,7 @@
 //! 4. IPv4-mapped IPv6 (`::ffff:192.0.2.1`) is treated as IPv4; IPv6 addresses are grouped by
 //!    [`ClientIpConfig::ipv6_prefix`] (default /64, what one subscriber usually holds).
 
+use std::fmt::Write;
 use std::net::{IpAddr, SocketAddr};
 
 use http::HeaderMap;
@@ -152,10 +153,16 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
 /// A grouped client network as written in keys: the bare address for a full-length prefix
 /// (`203.0.113.7`), `address/len` otherwise (`2001:db8:1:2::/64`).
 pub fn format_net(net: IpNet) -> String {
+    let mut out = String::new();
+    push_net(&mut out, net);
+    out
+}
+
+/// Appends [`format_net`]`(net)` to `out`.
+pub(crate) fn push_net(out: &mut String, net: IpNet) {
     match net {
         // The usual key (one IPv4 client), written without the formatting machinery.
         IpNet::V4(v4) if v4.prefix_len() == 32 => {
-            let mut out = String::with_capacity(15);
             let mut digits = itoa::Buffer::new();
             for (i, octet) in v4.addr().octets().into_iter().enumerate() {
                 if i > 0 {
@@ -163,10 +170,13 @@ pub fn format_net(net: IpNet) -> String {
                 }
                 out.push_str(digits.format(octet));
             }
-            out
         }
-        _ if net.prefix_len() == net.max_prefix_len() => net.addr().to_string(),
-        _ => net.to_string(),
+        _ if net.prefix_len() == net.max_prefix_len() => {
+            let _ = write!(out, "{}", net.addr());
+        }
+        _ => {
+            let _ = write!(out, "{net}");
+        }
     }
 }
 

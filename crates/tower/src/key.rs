@@ -109,6 +109,15 @@ pub struct KeyContext<'a> {
 impl KeySource {
     /// The encoded partition key for a request, or `None` when the source is absent.
     pub fn key(&self, cx: &KeyContext<'_>) -> Option<String> {
+        if let (KeySource::ClientIp, Some(net @ ipnet::IpNet::V4(v4))) = (self, cx.client_ip) {
+            // The commonest key, written in one go: `ip=` and an IPv4 network, whose digits,
+            // `.` and `/` never need escaping (the same bytes `encode_key` gives).
+            debug_assert!(v4.prefix_len() <= 32);
+            let mut out = String::with_capacity(21);
+            out.push_str("ip=");
+            crate::ip::push_net(&mut out, net);
+            return Some(out);
+        }
         match self.component(cx) {
             // One component (the usual rule): encoded at once, nothing collected.
             Component::Present(tag, value) => Some(encode_key([(tag, &*value)])),
@@ -249,13 +258,20 @@ fn encode_component(raw: &[u8], out: &mut String) {
         return;
     }
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in raw {
-        if is_safe(b) {
-            out.push(char::from(b));
-        } else {
+    let mut rest = raw;
+    while !rest.is_empty() {
+        // Runs of safe bytes (ASCII, so valid UTF-8) are copied whole.
+        let run = rest.iter().position(|&b| !is_safe(b)).unwrap_or(rest.len());
+        if let Ok(safe) = std::str::from_utf8(&rest[..run]) {
+            out.push_str(safe);
+        }
+        if let Some(&b) = rest.get(run) {
             out.push('%');
             out.push(char::from(HEX[usize::from(b >> 4)]));
             out.push(char::from(HEX[usize::from(b & 0x0f)]));
+            rest = &rest[run + 1..];
+        } else {
+            rest = &[];
         }
     }
 }
@@ -289,6 +305,43 @@ fn is_safe(b: u8) -> bool {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn ipv4_client_keys_are_what_the_encoder_gives() {
+        let (method, uri, headers) = (
+            http::Method::GET,
+            http::Uri::from_static("/"),
+            http::HeaderMap::new(),
+        );
+        for net in [
+            "203.0.113.7/32",
+            "0.0.0.0/32",
+            "255.255.255.255/32",
+            "198.51.100.0/24",
+            "0.0.0.0/0",
+        ] {
+            let net: ipnet::IpNet = net.parse().unwrap();
+            let cx = KeyContext {
+                method: &method,
+                uri: &uri,
+                headers: &headers,
+                client_ip: Some(net),
+                client_addr: Some(net.addr()),
+            };
+            let expected = encode_key([("ip", crate::ip::format_net(net).as_bytes())]);
+            assert_eq!(KeySource::ClientIp.key(&cx), Some(expected), "{net}");
+        }
+        assert_eq!(
+            KeySource::ClientIp.key(&KeyContext {
+                method: &method,
+                uri: &uri,
+                headers: &headers,
+                client_ip: Some("203.0.113.7/32".parse().unwrap()),
+                client_addr: None,
+            }),
+            Some("ip=203.0.113.7".to_string())
+        );
+    }
 
     #[test]
     fn control_characters_and_braces_are_escaped() {

@@ -64,9 +64,9 @@ pub struct RuleOutcome {
 /// these headers.
 pub fn apply_headers(headers: &mut HeaderMap, outcomes: &[RuleOutcome]) {
     // Written straight into the two header buffers (integers by `itoa`), so an answer costs two
-    // allocations rather than a formatter run and a copy per piece.
-    let mut policy = Vec::with_capacity(48);
-    let mut state = Vec::with_capacity(48);
+    // buffers rather than a formatter run and a copy per piece.
+    let mut policy = Vec::with_capacity(64);
+    let mut state = Vec::with_capacity(64);
     let mut numbers = itoa::Buffer::new();
     for o in outcomes.iter().filter(|o| !o.shadow) {
         if !policy.is_empty() {
@@ -203,8 +203,16 @@ pub fn problem_response(status: StatusCode, body: &serde_json::Value) -> Respons
 /// anything outside printable ASCII replaced by `?` (rule names are configuration, never client
 /// data).
 fn push_sf_string(out: &mut Vec<u8>, text: &str) {
-    out.reserve(text.len() + 2);
     out.push(b'"');
+    // The usual name needs no escape: copied whole.
+    if text
+        .bytes()
+        .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
+    {
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+        return;
+    }
     for c in text.chars() {
         match c {
             '"' | '\\' => {
@@ -296,6 +304,9 @@ mod tests {
         let mut out = Vec::new();
         push_sf_string(&mut out, "a\"b\\c\u{7}é");
         assert_eq!(out, b"\"a\\\"b\\\\c??\"");
+        out.clear();
+        push_sf_string(&mut out, "per-ip (v2)");
+        assert_eq!(out, b"\"per-ip (v2)\"");
     }
 
     #[test]

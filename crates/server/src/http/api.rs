@@ -194,7 +194,7 @@ fn parse_json<'de, T: Deserialize<'de>>(bytes: &[u8]) -> Result<T, Response> {
 
 fn validate<'a>(rules: &RuleSet, request: CheckRequest<'a>) -> Result<Vec<Item<'a>>, Response> {
     let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
-    let descriptors: Vec<(String, Descriptor<'a>)> = match request.descriptors {
+    match request.descriptors {
         Some(list) => {
             if request.rule.is_some() || request.key.is_some() || request.cost.is_some() {
                 return Err(bad(
@@ -208,76 +208,85 @@ fn validate<'a>(rules: &RuleSet, request: CheckRequest<'a>) -> Result<Vec<Item<'
                     format!("must hold between 1 and {MAX_DESCRIPTORS} items"),
                 ));
             }
-            list.into_iter()
-                .enumerate()
-                .map(|(i, d)| (format!("descriptors[{i}]."), d))
-                .collect()
+            let mut items = Vec::with_capacity(list.len());
+            for (i, d) in list.into_iter().enumerate() {
+                items.push(validate_one(rules, Some(i), d)?);
+            }
+            Ok(items)
         }
         None => {
             let rule = request
                 .rule
                 .ok_or_else(|| bad("rule", "missing (or give descriptors)".into()))?;
             let key = request.key.ok_or_else(|| bad("key", "missing".into()))?;
-            vec![(
-                String::new(),
-                Descriptor {
-                    rule,
-                    key,
-                    cost: request.cost,
-                },
-            )]
+            let d = Descriptor {
+                rule,
+                key,
+                cost: request.cost,
+            };
+            Ok(vec![validate_one(rules, None, d)?])
         }
-    };
-    let mut items = Vec::with_capacity(descriptors.len());
-    for (prefix, d) in descriptors {
-        let Some(rule) = rules.rules.iter().position(|r| *r.name == *d.rule) else {
-            let known: Vec<&str> = rules.rules.iter().map(|r| &*r.name).collect();
-            return Err(bad(
-                &format!("{prefix}rule"),
-                format!(
-                    "unknown rule {:?}; configured rules: {}",
-                    d.rule,
-                    known.join(", ")
-                ),
-            ));
-        };
-        if d.key.is_empty() || d.key.len() > MAX_KEY_BYTES {
-            return Err(bad(
-                &format!("{prefix}key"),
-                format!("must be between 1 and {MAX_KEY_BYTES} bytes long"),
-            ));
-        }
-        let cost = match &d.cost {
-            None => 1,
-            Some(n) => match n.as_u64() {
-                Some(c) if c <= MAX_COST => c,
-                _ => {
-                    return Err(bad(
-                        &format!("{prefix}cost"),
-                        format!("must be a whole number between 0 and {MAX_COST}"),
-                    ))
-                }
-            },
-        };
-        let capacity = rules.rules[rule].policy.capacity();
-        if cost > capacity {
-            return Err(bad(
-                &format!("{prefix}cost"),
-                format!(
-                    "{cost} exceeds the capacity of rule {:?} ({capacity} units at once): it \
-                     could never be admitted",
-                    d.rule
-                ),
-            ));
-        }
-        items.push(Item {
-            rule,
-            key: client_key(&d.key),
-            raw_key: d.key,
-            cost,
-        });
     }
-    Ok(items)
+}
+
+/// Validates one descriptor (number `index` of `descriptors`, or the top-level fields).
+fn validate_one<'a>(
+    rules: &RuleSet,
+    index: Option<usize>,
+    d: Descriptor<'a>,
+) -> Result<Item<'a>, Response> {
+    // The field names of errors, made only when there is an error.
+    let field = |name: &str| match index {
+        Some(i) => format!("descriptors[{i}].{name}"),
+        None => name.to_string(),
+    };
+    let bad = |name: &str, detail: String| invalid(StatusCode::BAD_REQUEST, &field(name), detail);
+    let Some(rule) = rules.rules.iter().position(|r| *r.name == *d.rule) else {
+        let known: Vec<&str> = rules.rules.iter().map(|r| &*r.name).collect();
+        return Err(bad(
+            "rule",
+            format!(
+                "unknown rule {:?}; configured rules: {}",
+                d.rule,
+                known.join(", ")
+            ),
+        ));
+    };
+    if d.key.is_empty() || d.key.len() > MAX_KEY_BYTES {
+        return Err(bad(
+            "key",
+            format!("must be between 1 and {MAX_KEY_BYTES} bytes long"),
+        ));
+    }
+    let cost = match &d.cost {
+        None => 1,
+        Some(n) => match n.as_u64() {
+            Some(c) if c <= MAX_COST => c,
+            _ => {
+                return Err(bad(
+                    "cost",
+                    format!("must be a whole number between 0 and {MAX_COST}"),
+                ))
+            }
+        },
+    };
+    let capacity = rules.rules[rule].policy.capacity();
+    if cost > capacity {
+        return Err(bad(
+            "cost",
+            format!(
+                "{cost} exceeds the capacity of rule {:?} ({capacity} units at once): it \
+                 could never be admitted",
+                d.rule
+            ),
+        ));
+    }
+    Ok(Item {
+        rule,
+        key: client_key(&d.key),
+        raw_key: d.key,
+        cost,
+    })
 }
 
 /// The store key of a client-supplied key (`key=<value>`, escaped by floodgate-tower's encoder).
