@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //! - One **table per rule**: per `(rule name, policy)` pair the store has seen, created on
-//!   first use and kept for the store's life. A table knows its algorithm and quota, so it
+//!   first use and kept for the store's life (a few KiB of shard locks; a table whose keys
+//!   have all expired and been swept frees its buckets). A table knows its algorithm and quota, so it
 //!   holds that algorithm's own state type and derives each key's expiry from the state (see
 //!   below). Two rules never share state, even for equal keys, and a rule whose policy changes
 //!   (another algorithm or quota) gets a new, empty table: no state is ever read under a policy

@@ -156,13 +156,28 @@ impl<S: Vacant> FpTable<S> {
         self.used = self.len;
     }
 
-    /// Removes every entry for which `keep` is false.
+    /// Removes every entry for which `keep` is false, then gives memory back when at most 1/8
+    /// of the buckets are left live: an empty table frees its array, a sparse one is rebuilt
+    /// at the size that leaves it at most half full. (A rule whose keys all expired, say an
+    /// old version of a reloaded rule, then holds no buckets; the rebuild's cost is paid by
+    /// the sweep, never by a check.)
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&S) -> bool) {
         for i in 0..self.buckets.len() {
             if self.buckets[i].0 > TOMBSTONE && !keep(&self.buckets[i].1) {
                 self.take(i);
             }
         }
+        if self.len == 0 {
+            *self = Self::new();
+        } else if self.buckets.len() > 8 && self.len * 8 <= self.buckets.len() {
+            self.rebuild((self.len * 2).next_power_of_two().max(8));
+        }
+    }
+
+    /// Buckets allocated (live, deleted or empty).
+    #[cfg(test)]
+    pub(crate) fn buckets(&self) -> usize {
+        self.buckets.len()
     }
 }
 
@@ -225,5 +240,31 @@ mod tests {
             assert_eq!(table.find(*fp), Some(v));
         }
         assert!(table.len() > 10);
+    }
+
+    #[test]
+    fn retain_gives_memory_back() {
+        let mut table: FpTable<u64> = FpTable::new();
+        for i in 0..1_000u64 {
+            table.insert_new(tag(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)), i);
+        }
+        // 1,000 live need 2,048 buckets (at most 3/4 used).
+        assert_eq!(table.buckets(), 2_048);
+        // 100 left: rebuilt at 256 buckets, every survivor still found.
+        table.retain(|v| v % 10 == 0);
+        assert_eq!((table.len(), table.buckets()), (100, 256));
+        for i in (0..1_000u64).step_by(10) {
+            assert_eq!(
+                table.find(tag(i.wrapping_mul(0x9e37_79b9_7f4a_7c15))),
+                Some(&i)
+            );
+        }
+        // 25 live in 256 buckets (at most 1/8): rebuilt at 64.
+        table.retain(|v| v % 40 == 0);
+        assert_eq!((table.len(), table.buckets()), (25, 64));
+        table.retain(|_| false);
+        assert_eq!((table.len(), table.buckets()), (0, 0));
+        table.insert_new(tag(7), 7);
+        assert_eq!(table.find(tag(7)), Some(&7));
     }
 }
