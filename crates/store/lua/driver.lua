@@ -48,6 +48,19 @@ end
 -- Returns whether every item admitted.
 local function decide_batch(n, t, commit, extra_ms, reply, item, short)
   local states = {} -- key index -> state table
+  if short and commit and n == 1 then
+    -- One item, reported after consumption: one decide. A denied (or cost 0) decide consumes
+    -- nothing and answers exactly the peek, which is what a denied batch reports.
+    local ki, a, p, cost, s = item(1, states, {})
+    local allowed, remaining, reset_after, retry_after = a.decide(s, p, t, cost, true)
+    local k = #reply
+    reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] =
+      allowed and 1 or 0, remaining, reset_after, retry_after
+    if allowed and cost > 0 then
+      a.save(KEYS[ki], s, ttl_ms(reset_after, extra_ms))
+    end
+    return allowed
+  end
   local algo_of = {} -- key index -> algorithm table
   local reset_of = {} -- key index -> reset_after of the last consuming decision
   local all = true
