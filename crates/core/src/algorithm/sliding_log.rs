@@ -521,12 +521,20 @@ mod tests {
             }
             assert!(!l.check(&mut s, T0 + limit, 1).unwrap().allowed);
             assert_eq!(s.len() as u64, limit);
-            assert_eq!(s.memory_bytes(), fixed + 8 * limit as usize, "limit {limit}");
+            assert_eq!(
+                s.memory_bytes(),
+                fixed + 8 * limit as usize,
+                "limit {limit}"
+            );
             // One period later the oldest words expire one by one; the capacity stays.
             for i in 0..limit {
                 assert!(l.check(&mut s, T0 + 1_000_000 + i, 1).unwrap().allowed);
             }
-            assert_eq!(s.memory_bytes(), fixed + 8 * limit as usize, "limit {limit}");
+            assert_eq!(
+                s.memory_bytes(),
+                fixed + 8 * limit as usize,
+                "limit {limit}"
+            );
         }
         // Capacities on the way: 4, 8, ..., 64, then 100.
         let l = log("100/s");
