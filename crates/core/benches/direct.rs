@@ -15,7 +15,7 @@
 //!
 //! With a time-stamp counter clock both sides are bound by the counter read itself (its
 //! throughput, about 9.5 ns on the reference VM: `--bench clock`, where one `QuantaClock` read
-//! costs as much as governor's whole check): up to about 50 instructions of decision run in its
+//! costs as much as governor's whole check): a few dozen instructions of decision run in its
 //! shadow, so the `quanta_clock` ratios sit at 1.0 within noise. The coarse clock shows the
 //! decision's own cost.
 
