@@ -57,10 +57,10 @@ impl AppState {
         prometheus: PrometheusHandle,
         upstream: Option<Uri>,
     ) -> Self {
-        let limiter = RateLimiter::new(
-            Arc::new(VersionedStore::new(store.clone())),
-            rule_set(&config),
-        );
+        let versioned = VersionedStore::new(store.clone());
+        let rules = rule_set(&config);
+        versioned.resolve(&rules);
+        let limiter = RateLimiter::new(Arc::new(versioned), rules);
         Self {
             limiter,
             store,
@@ -127,7 +127,10 @@ impl AppState {
                 let old = self.config.load_full();
                 warn_about_restart_only_changes(&old, &new);
                 let (kept, fresh) = diff_rules(&old, &new);
-                self.limiter.replace_rules(rule_set(&new));
+                let rules = rule_set(&new);
+                // The new rules' state ids, before any request can use them.
+                self.limiter.store().resolve(&rules);
+                self.limiter.replace_rules(rules);
                 self.config.store(Arc::new(new));
                 drop(guard);
                 let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;

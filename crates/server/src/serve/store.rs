@@ -9,14 +9,22 @@
 //! `name|algorithm|quota` (e.g. `per-ip|token_bucket|10/10s`): a reloaded rule with the same
 //! name, algorithm and quota finds its counters again; any change starts it fresh, and the old
 //! entries expire on their own.
+//!
+//! The ids of the rule set in force are resolved when it is built or reloaded
+//! ([`VersionedStore::resolve`]): a check finds its rule's id by the address of the rule's name
+//! (the rule set's `Arc<str>`, which the table keeps alive, so the address cannot be reused by
+//! another name) and its policy, without a lock or a hash. Names from anywhere else take the
+//! cached look-up by name.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use floodgate_core::{AlgorithmKind, Decision, Policy, Quota};
 use floodgate_store::redis::AnyStore;
 use floodgate_store::{BatchDecision, CheckItem, Store, StoreError};
+use floodgate_tower::RuleSet;
 use parking_lot::RwLock;
 
 /// The state id of a rule: `name|algorithm|quota`.
@@ -27,6 +35,16 @@ pub fn state_id(name: &str, policy: &Policy) -> String {
 /// The cached state id of one rule name: the algorithm and quota it was made for, and the id.
 type CachedId = (AlgorithmKind, Quota, Arc<str>);
 
+/// The state id of one rule of a resolved rule set.
+#[derive(Debug)]
+struct Resolved {
+    /// The rule set's own name allocation (kept alive here, so its address identifies it).
+    name: Arc<str>,
+    kind: AlgorithmKind,
+    quota: Quota,
+    id: Arc<str>,
+}
+
 /// A store whose `rule` argument is namespaced by algorithm and quota (see the
 /// [module docs](self)). [`Store::reset`] takes the state id (see [`state_id`]), since it has no
 /// policy to derive it from.
@@ -35,6 +53,8 @@ pub struct VersionedStore {
     inner: AnyStore,
     /// Name -> (algorithm, quota, state id), so the id is formatted once per rule version.
     ids: RwLock<HashMap<String, CachedId>>,
+    /// The ids of the last rule set given to [`VersionedStore::resolve`].
+    resolved: ArcSwap<Box<[Resolved]>>,
 }
 
 impl VersionedStore {
@@ -43,6 +63,43 @@ impl VersionedStore {
         Self {
             inner,
             ids: RwLock::new(HashMap::new()),
+            resolved: ArcSwap::from_pointee(Box::default()),
+        }
+    }
+
+    /// Resolves the state ids of `rules` now, so that checks naming these rules (by the rule
+    /// set's own `name` strings, as the limiter and `/v1/check` do) find them without a lock or
+    /// a hash. Call it with every rule set before it is put in force; items of other rule sets
+    /// (an older one still finishing its requests) take the look-up by name, with the same ids.
+    pub fn resolve(&self, rules: &RuleSet) {
+        let table: Box<[Resolved]> = rules
+            .rules
+            .iter()
+            .map(|r| Resolved {
+                name: Arc::clone(&r.name),
+                kind: r.policy.kind(),
+                quota: *r.policy.quota(),
+                id: self.id(&r.name, &r.policy),
+            })
+            .collect();
+        self.resolved.store(Arc::new(table));
+    }
+
+    /// The state id of `item`'s rule.
+    #[inline]
+    fn item_id(&self, item: &CheckItem<'_>) -> Arc<str> {
+        let table = self.resolved.load();
+        let found = table.iter().find(|r| {
+            // Same address and length: the very string the table holds (alive, so not a
+            // reused address), hence the same name.
+            std::ptr::eq(r.name.as_ptr(), item.rule.as_ptr())
+                && r.name.len() == item.rule.len()
+                && r.kind == item.policy.kind()
+                && r.quota == *item.policy.quota()
+        });
+        match found {
+            Some(r) => Arc::clone(&r.id),
+            None => self.id(item.rule, item.policy),
         }
     }
 
@@ -61,7 +118,7 @@ impl VersionedStore {
     }
 
     fn ids(&self, items: &[CheckItem<'_>]) -> Vec<Arc<str>> {
-        items.iter().map(|i| self.id(i.rule, i.policy)).collect()
+        items.iter().map(|i| self.item_id(i)).collect()
     }
 }
 
@@ -79,8 +136,25 @@ impl Store for VersionedStore {
         &self,
         items: &[CheckItem<'_>],
     ) -> impl Future<Output = Result<BatchDecision, StoreError>> + Send {
-        let ids = self.ids(items);
-        async move { self.inner.check(&mapped(items, &ids)).await }
+        // The usual request has one item: no `Vec`s for it.
+        let one = match items {
+            [item] => Some((item, self.item_id(item))),
+            _ => None,
+        };
+        let ids = if one.is_some() {
+            Vec::new()
+        } else {
+            self.ids(items)
+        };
+        async move {
+            match &one {
+                Some((item, id)) => {
+                    let item = CheckItem { rule: id, ..**item };
+                    self.inner.check(std::slice::from_ref(&item)).await
+                }
+                None => self.inner.check(&mapped(items, &ids)).await,
+            }
+        }
     }
 
     fn peek(
@@ -152,6 +226,58 @@ mod tests {
         let id = state_id("r", &six);
         assert!(block_on(store.reset(&id, "k")).unwrap());
         assert!(!block_on(store.reset(&id, "k")).unwrap());
+    }
+
+    #[test]
+    fn resolved_rules_share_state_with_the_look_up_by_name_and_a_changed_policy_does_not() {
+        use floodgate_tower::{KeySource, Rule};
+        let clock = ManualClock::new(1_000_000);
+        let store = VersionedStore::new(AnyStore::Memory(Arc::new(
+            floodgate_store::MemoryStore::with_clock(Arc::new(clock)),
+        )));
+        let five = policy("5/min");
+        let rules = RuleSet::new(vec![Rule::new(
+            "r",
+            five.clone(),
+            KeySource::Constant("c".into()),
+        )]);
+        store.resolve(&rules);
+        let rule = &rules.rules[0];
+        let check = |name: &str, p: &Policy, cost| {
+            let item = CheckItem {
+                rule: name,
+                policy: p,
+                key: "k",
+                cost,
+            };
+            let d = block_on(store.check(&[item])).unwrap().decisions[0];
+            (d.allowed, d.remaining)
+        };
+        // Through the rule set's own name (resolved) and through another copy of it.
+        assert_eq!(check(&rule.name, &rule.policy, 2), (true, 3));
+        assert_eq!(check(&String::from("r"), &five, 2), (true, 1));
+        // The same name allocation under another quota is another state.
+        assert_eq!(check(&rule.name, &policy("6/min"), 4), (true, 2));
+        assert_eq!(check(&rule.name, &rule.policy, 1), (true, 0));
+        // Two items (the batch path) find the same states.
+        let six = policy("6/min");
+        let items = [
+            CheckItem {
+                rule: &rule.name,
+                policy: &rule.policy,
+                key: "k",
+                cost: 0,
+            },
+            CheckItem {
+                rule: "r",
+                policy: &six,
+                key: "k",
+                cost: 0,
+            },
+        ];
+        let batch = block_on(store.check(&items)).unwrap();
+        let remaining: Vec<u64> = batch.decisions.iter().map(|d| d.remaining).collect();
+        assert_eq!(remaining, [0, 2]);
     }
 
     /// The memory store's futures are ready at once.
