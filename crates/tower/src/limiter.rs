@@ -295,6 +295,7 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
                         quota: *rule.policy.quota(),
                         decision,
                         shadow: false,
+                        policy_item: Some(set.policy_item(c.rule)),
                     });
                 }
             }
@@ -372,6 +373,7 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
                     quota: *rule.policy.quota(),
                     decision,
                     shadow: true,
+                    policy_item: None,
                 });
             }
             Err(StoreError::InsufficientCapacity { .. }) => {

@@ -57,48 +57,107 @@ pub struct RuleOutcome {
     pub decision: Decision,
     /// A shadow rule: never shown in headers, never denies.
     pub shadow: bool,
+    /// This rule's `RateLimit-Policy` list member (`"per-ip";q=10;w=10`), as [`policy_item`]
+    /// makes it from `rule` and `quota`, when the caller has it at hand (a [`RuleSet`] keeps
+    /// one per rule: [`RuleSet::policy_item`]); `None` has [`apply_headers`] format it.
+    ///
+    /// [`RuleSet`]: crate::RuleSet
+    /// [`RuleSet::policy_item`]: crate::RuleSet::policy_item
+    pub policy_item: Option<HeaderValue>,
+}
+
+/// The `RateLimit-Policy` list member of a rule: `"<rule>";q=<limit>;w=<window>`, the window
+/// being the quota's period in whole seconds (rounded up, at least 1), the name escaped as a
+/// structured-field string.
+pub fn policy_item(rule: &str, quota: &Quota) -> HeaderValue {
+    let mut out = Vec::with_capacity(rule.len() + 32);
+    push_policy_item(&mut out, rule, quota);
+    // Built only from integers and escaped printable ASCII, so always a valid header value.
+    HeaderValue::from_bytes(&out).expect("escaped printable ASCII")
+}
+
+fn push_policy_item(out: &mut Vec<u8>, rule: &str, quota: &Quota) {
+    let mut numbers = itoa::Buffer::new();
+    let window = quota.period().div_ceil(1_000_000).max(1);
+    push_sf_string(out, rule);
+    out.extend_from_slice(b";q=");
+    out.extend_from_slice(numbers.format(quota.limit()).as_bytes());
+    out.extend_from_slice(b";w=");
+    out.extend_from_slice(numbers.format(window).as_bytes());
 }
 
 /// Adds `RateLimit-Policy` and `RateLimit` for every non-shadow outcome (nothing when there is
 /// none), and `Retry-After` when some non-shadow outcome is denied. Replaces earlier values of
 /// these headers.
 pub fn apply_headers(headers: &mut HeaderMap, outcomes: &[RuleOutcome]) {
-    // Written straight into the two header buffers (integers by `itoa`), so an answer costs two
-    // buffers rather than a formatter run and a copy per piece.
-    let mut policy = Vec::with_capacity(64);
+    apply_headers_of(headers, outcomes);
+}
+
+/// [`apply_headers`] for outcomes that are not in one slice (e.g. `Option`s of a list, with
+/// `.iter().flatten()`), so that the caller need not collect them.
+pub fn apply_headers_of<'a, I>(headers: &mut HeaderMap, outcomes: I)
+where
+    I: IntoIterator<Item = &'a RuleOutcome>,
+    I::IntoIter: Clone,
+{
+    let outcomes = outcomes.into_iter();
+    // `RateLimit` is written straight into one buffer (integers by `itoa`); `RateLimit-Policy`
+    // is the rule's cached member when one rule is shown (the usual case), else the members
+    // joined.
+    let mut shown = outcomes.clone().filter(|o| !o.shadow);
+    let Some(first) = shown.next() else {
+        return;
+    };
     let mut state = Vec::with_capacity(64);
     let mut numbers = itoa::Buffer::new();
-    for o in outcomes.iter().filter(|o| !o.shadow) {
-        if !policy.is_empty() {
-            policy.extend_from_slice(b", ");
-            state.extend_from_slice(b", ");
-        }
-        let window = o.quota.period().div_ceil(1_000_000).max(1);
-        push_sf_string(&mut policy, &o.rule);
-        policy.extend_from_slice(b";q=");
-        policy.extend_from_slice(numbers.format(o.quota.limit()).as_bytes());
-        policy.extend_from_slice(b";w=");
-        policy.extend_from_slice(numbers.format(window).as_bytes());
-        push_sf_string(&mut state, &o.rule);
+    let mut push_state = |state: &mut Vec<u8>, o: &RuleOutcome| {
+        push_sf_string(state, &o.rule);
         state.extend_from_slice(b";r=");
         state.extend_from_slice(numbers.format(o.decision.remaining).as_bytes());
         state.extend_from_slice(b";t=");
         state.extend_from_slice(numbers.format(o.decision.reset_after_secs()).as_bytes());
+    };
+    push_state(&mut state, first);
+    let push_policy = |policy: &mut Vec<u8>, o: &RuleOutcome| match &o.policy_item {
+        Some(item) => policy.extend_from_slice(item.as_bytes()),
+        None => push_policy_item(policy, &o.rule, &o.quota),
+    };
+    let mut policy = None;
+    for o in shown {
+        let policy = policy.get_or_insert_with(|| {
+            let mut policy = Vec::with_capacity(64);
+            push_policy(&mut policy, first);
+            policy
+        });
+        policy.extend_from_slice(b", ");
+        state.extend_from_slice(b", ");
+        push_policy(policy, o);
+        push_state(&mut state, o);
     }
-    if policy.is_empty() {
-        return;
-    }
+    let policy = match (policy, &first.policy_item) {
+        (Some(joined), _) => HeaderValue::from_maybe_shared(exact(joined)),
+        (None, Some(item)) => Ok(item.clone()),
+        (None, None) => Ok(self::policy_item(&first.rule, &first.quota)),
+    };
     // Built only from integers and escaped printable ASCII, so always a valid header value.
-    if let (Ok(p), Ok(s)) = (
-        HeaderValue::from_maybe_shared(Bytes::from(policy)),
-        HeaderValue::from_maybe_shared(Bytes::from(state)),
-    ) {
+    if let (Ok(p), Ok(s)) = (policy, HeaderValue::from_maybe_shared(exact(state))) {
         headers.insert(RATELIMIT_POLICY, p);
         headers.insert(RATELIMIT, s);
     }
-    if let Some(secs) = retry_after_secs(outcomes) {
+    let retry_after = outcomes
+        .filter(|o| !o.shadow)
+        .filter_map(|o| o.decision.retry_after_secs())
+        .max();
+    if let Some(secs) = retry_after {
         headers.insert(RETRY_AFTER, HeaderValue::from(secs));
     }
+}
+
+/// `buf` as `Bytes` without a second allocation: `Bytes` takes a buffer without spare capacity
+/// as it is, but boxes a bookkeeping record for one with spare capacity.
+fn exact(mut buf: Vec<u8>) -> Bytes {
+    buf.shrink_to_fit();
+    Bytes::from(buf)
 }
 
 /// The largest `Retry-After` (whole seconds, at least 1) among denied non-shadow outcomes.
@@ -113,8 +172,15 @@ pub fn retry_after_secs(outcomes: &[RuleOutcome]) -> Option<u64> {
 /// The most restrictive denied non-shadow outcome: the one with the longest wait (the first
 /// such rule on ties).
 pub fn most_restrictive(outcomes: &[RuleOutcome]) -> Option<&RuleOutcome> {
+    most_restrictive_of(outcomes)
+}
+
+/// [`most_restrictive`] for outcomes that are not in one slice.
+pub fn most_restrictive_of<'a>(
+    outcomes: impl IntoIterator<Item = &'a RuleOutcome>,
+) -> Option<&'a RuleOutcome> {
     outcomes
-        .iter()
+        .into_iter()
         .filter(|o| !o.shadow && !o.decision.allowed)
         .fold(None, |best: Option<&RuleOutcome>, o| match best {
             Some(b) if b.decision.retry_after >= o.decision.retry_after => Some(b),
@@ -236,6 +302,7 @@ mod tests {
             quota: quota.parse().unwrap(),
             decision,
             shadow: false,
+            policy_item: None,
         }
     }
 
@@ -273,6 +340,56 @@ mod tests {
         );
         assert_eq!(h[RATELIMIT], "\"per-ip\";r=0;t=10, \"per-user\";r=998;t=4");
         assert_eq!(h[RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn cached_policy_items_give_the_same_headers() {
+        let ok = |remaining| Decision {
+            allowed: true,
+            limit: 10,
+            remaining,
+            reset_after: 1_500_000,
+            retry_after: None,
+        };
+        let cached = |rule: &str, quota: &str, d| {
+            let mut o = outcome(rule, quota, d);
+            o.policy_item = Some(policy_item(&o.rule, &o.quota));
+            o
+        };
+        assert_eq!(
+            policy_item("a\"b", &"10/90s".parse().unwrap()),
+            "\"a\\\"b\";q=10;w=90"
+        );
+        for outcomes in [
+            vec![outcome("per-ip", "10/10s", ok(4))],
+            vec![
+                outcome("per-ip", "10/10s", ok(4)),
+                outcome("per-user", "7/500ms", ok(2)),
+            ],
+        ] {
+            let mut plain = HeaderMap::new();
+            apply_headers(&mut plain, &outcomes);
+            let with: Vec<RuleOutcome> = outcomes
+                .iter()
+                .map(|o| cached(&o.rule, &o.quota.to_string(), o.decision))
+                .collect();
+            let mut fast = HeaderMap::new();
+            apply_headers(&mut fast, &with);
+            assert_eq!(plain, fast);
+        }
+        let mut h = HeaderMap::new();
+        apply_headers(
+            &mut h,
+            &[
+                cached("per-ip", "10/10s", ok(4)),
+                cached("per-user", "7/500ms", ok(2)),
+            ],
+        );
+        assert_eq!(
+            h[RATELIMIT_POLICY],
+            "\"per-ip\";q=10;w=10, \"per-user\";q=7;w=1"
+        );
+        assert_eq!(h[RATELIMIT], "\"per-ip\";r=4;t=2, \"per-user\";r=2;t=2");
     }
 
     #[test]

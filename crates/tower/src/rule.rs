@@ -1,9 +1,9 @@
 //! Rules: which requests are limited ([`Matcher`]), by what ([`KeySource`]), how much each
 //! request costs ([`CostSource`]), and what happens when the store fails ([`FailureMode`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use floodgate_core::Policy;
+use floodgate_core::{Policy, Quota};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
 use crate::ip::ClientIpConfig;
@@ -217,6 +217,18 @@ pub struct RuleSet {
     pub client_ip: ClientIpConfig,
     /// Metric handles, taken on first use (see [`crate::metrics`]).
     metrics: MetricCache,
+    /// Each rule's `RateLimit-Policy` member, made on first use.
+    policy_items: PolicyItems,
+}
+
+/// The `RateLimit-Policy` member of each rule, with the name and quota it was made from.
+#[derive(Debug, Default)]
+struct PolicyItems(OnceLock<Box<[(Arc<str>, Quota, HeaderValue)]>>);
+
+impl Clone for PolicyItems {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
 }
 
 impl RuleSet {
@@ -226,6 +238,37 @@ impl RuleSet {
             rules,
             client_ip: ClientIpConfig::default(),
             metrics: MetricCache::default(),
+            policy_items: PolicyItems::default(),
+        }
+    }
+
+    /// The `RateLimit-Policy` list member of rule `index` (a position in [`RuleSet::rules`]),
+    /// as [`crate::response::policy_item`] makes it; made once per rule set and then cloned (a
+    /// reference count).
+    ///
+    /// # Panics
+    /// When `index` is not a position in [`RuleSet::rules`].
+    pub fn policy_item(&self, index: usize) -> HeaderValue {
+        let rule = &self.rules[index];
+        let items = self.policy_items.0.get_or_init(|| {
+            self.rules
+                .iter()
+                .map(|r| {
+                    let quota = *r.policy.quota();
+                    let item = crate::response::policy_item(&r.name, &quota);
+                    (Arc::clone(&r.name), quota, item)
+                })
+                .collect()
+        });
+        match items.get(index) {
+            // The rules of a set in use never change; the checks keep a set whose public
+            // fields were edited after its first use correct anyway.
+            Some((name, quota, item))
+                if Arc::ptr_eq(name, &rule.name) && quota == rule.policy.quota() =>
+            {
+                item.clone()
+            }
+            _ => crate::response::policy_item(&rule.name, rule.policy.quota()),
         }
     }
 

@@ -35,7 +35,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use floodgate_core::Decision;
 use floodgate_store::{CheckItem, Store, StoreError};
-use floodgate_tower::response::{apply_headers, most_restrictive};
+use floodgate_tower::response::{apply_headers_of, most_restrictive_of};
 use floodgate_tower::{FailureMode, Outcome, RuleOutcome, RuleSet};
 use http::StatusCode;
 use serde::ser::{SerializeMap, SerializeSeq};
@@ -311,6 +311,8 @@ async fn decide(
         quota: *rules.rules[item.rule].policy.quota(),
         decision,
         shadow: rules.rules[item.rule].shadow,
+        // Shadow rules are never shown in headers.
+        policy_item: (!rules.rules[item.rule].shadow).then(|| rules.policy_item(item.rule)),
     };
     let is_enforcing = |i: &usize| !rules.rules[items[*i].rule].shadow;
     let enforcing = || (0..items.len()).filter(is_enforcing);
@@ -557,19 +559,16 @@ impl Serialize for DecisionEntry<'_> {
 
 fn answer(items: &[Item<'_>], result: &Decided, consume: bool) -> Response {
     let outcomes = &result.outcomes;
-    let decided: Vec<RuleOutcome> = outcomes.iter().flatten().cloned().collect();
-    let allowed = decided
-        .iter()
-        .filter(|o| !o.shadow)
-        .all(|o| o.decision.allowed);
+    // The decided outcomes in item order, without collecting them.
+    let decided = || outcomes.iter().flatten();
+    let allowed = decided().filter(|o| !o.shadow).all(|o| o.decision.allowed);
     let binding = if allowed {
-        decided
-            .iter()
+        decided()
             .filter(|o| !o.shadow)
             .min_by_key(|o| o.decision.remaining)
-            .or(decided.first())
+            .or(decided().next())
     } else {
-        most_restrictive(&decided)
+        most_restrictive_of(decided())
     };
     let body = Answer {
         allowed,
@@ -598,7 +597,7 @@ fn answer(items: &[Item<'_>], result: &Decided, consume: bool) -> Response {
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     };
     if consume {
-        apply_headers(response.headers_mut(), &decided);
+        apply_headers_of(response.headers_mut(), decided());
     }
     response
 }
@@ -662,6 +661,7 @@ mod tests {
             quota: *rules.rules[0].policy.quota(),
             decision: d,
             shadow,
+            policy_item: None,
         };
         let items = [item(), item()];
         let cases = [
