@@ -21,15 +21,17 @@
 //!   everything, writes back and unlocks: the critical section is a few look-ups and integer
 //!   decisions, never I/O, an allocation other than a table growing, or an `.await`.
 //! - Map key: a 64-bit fingerprint of the client key alone (the table already stands for the
-//!   rule): SipHash-1-3 under a random per-process 128-bit secret, computed in one pass
-//!   (`sip.rs`). It is fixed size whatever the key length (no heap allocation per key, no
-//!   attacker-controlled memory per key). Two distinct keys of one rule share state only if
-//!   their fingerprints collide: about `n^2 / 2^65` for `n` keys held at once by that rule
-//!   (3 x 10^-8 at a million keys, 3 x 10^-4 at a hundred million), and because SipHash is a
-//!   keyed pseudo-random function, an attacker who does not know the secret cannot aim at a
-//!   collision. (A 128-bit fingerprint would make that 10^-26, at 8 more bytes per key: about
-//!   17 more bytes per key at a million keys.) Fingerprints 0 and 1 mark empty and deleted
-//!   buckets, so a hash of 0 or 1 is stored as 2 or 3 (two more colliding values in 2^64).
+//!   rule): SipHash-1-3 under a random per-process 128-bit secret (the `siphasher` crate's
+//!   one-shot `SipHasher13::hash`, one pass over the bytes with no streaming buffer). It is
+//!   fixed size whatever the key length (no heap allocation per key, no attacker-controlled
+//!   memory per key). Two distinct keys of one rule share state only if their fingerprints
+//!   collide: about `n^2 / 2^65` for `n` keys held at once by that rule (3 x 10^-8 at a
+//!   million keys, 3 x 10^-4 at a hundred million), and because SipHash is a keyed
+//!   pseudo-random function (Aumasson and Bernstein, 2012), an attacker who does not know the
+//!   secret cannot aim at a collision faster than by chance. (A 128-bit fingerprint would
+//!   make that 10^-26, at 8 more bytes per key: about 17 more bytes per key at a million
+//!   keys.) Fingerprints 0 and 1 mark empty and deleted buckets, so a hash of 0 or 1 is
+//!   stored as 2 or 3 (two more colliding values in 2^64).
 //!   Bits 32 and up choose the shard, the low bits the bucket. The price: the store cannot
 //!   list key names.
 //! - A bucket is the fingerprint and the state, nothing else, for five algorithms: the time
@@ -62,7 +64,6 @@
 //! periodic sweep.
 
 mod probe;
-mod sip;
 mod table;
 
 use std::hash::BuildHasher;
@@ -72,9 +73,9 @@ use std::sync::{Arc, OnceLock};
 
 use floodgate_core::{Clock, Decision, Micros, Policy, State, Timestamp};
 use parking_lot::Mutex;
+use siphasher::sip::SipHasher13;
 
 use crate::{BatchDecision, CheckItem, OnFull, Store, StoreError};
-use sip::SipKey;
 use table::{AnyLocked, AnyTable, Held, Kind, Table};
 
 /// Settings of a [`MemoryStore`].
@@ -132,12 +133,24 @@ struct Counters {
     full_untracked: AtomicU64,
 }
 
+/// The key fingerprint: SipHash-1-3 under the store's secret 128-bit key, built once per
+/// store (see the module docs for why a keyed hash).
+#[derive(Clone)]
+struct Fingerprinter(SipHasher13);
+
+impl std::fmt::Debug for Fingerprinter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is a secret (siphasher's own Debug prints it): never print it.
+        f.write_str("Fingerprinter(..)")
+    }
+}
+
 /// What every table of a store shares: the clock, the fingerprint secret, the key cap and the
 /// counters.
 #[derive(Debug)]
 struct Shared {
     clock: Arc<dyn Clock>,
-    sip: SipKey,
+    fingerprinter: Fingerprinter,
     config: MemoryStoreConfig,
     /// Entries held across all tables; at most `config.max_keys`.
     keys: AtomicUsize,
@@ -158,9 +171,10 @@ impl Shared {
             .sum()
     }
 
+    /// The 64-bit fingerprint of a client key: its identity in every rule's table.
     #[inline]
     fn fingerprint(&self, key: &str) -> u64 {
-        probe::tag(self.sip.hash(key.as_bytes()))
+        probe::tag(self.fingerprinter.0.hash(key.as_bytes()))
     }
 
     /// Accounts for `n` expired entries dropped by a sweep or a touch.
@@ -416,11 +430,14 @@ impl MemoryStore {
         }
         // Two outputs of std's randomly keyed SipHash make a per-process secret.
         let random = std::hash::RandomState::new();
-        let sip = SipKey::new(random.hash_one(0x5eed_u64), random.hash_one(0xf100d_u64));
+        let fingerprinter = Fingerprinter(SipHasher13::new_with_keys(
+            random.hash_one(0x5eed_u64),
+            random.hash_one(0xf100d_u64),
+        ));
         Self {
             shared: Arc::new(Shared {
                 clock,
-                sip,
+                fingerprinter,
                 config: MemoryStoreConfig {
                     max_keys,
                     shards: n,
