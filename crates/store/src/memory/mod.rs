@@ -4,19 +4,19 @@
 //! # Layout
 //! - One **table per rule**: per `(rule name, policy)` pair the store has seen, created on
 //!   first use and kept for the store's life (a few KiB of shard locks; a table whose keys
-//!   have all expired and been swept frees its buckets). A table knows its algorithm and quota, so it
-//!   holds that algorithm's own state type and derives each key's expiry from the state (see
-//!   below). Two rules never share state, even for equal keys, and a rule whose policy changes
-//!   (another algorithm or quota) gets a new, empty table: no state is ever read under a policy
-//!   it was not made by. The tables are found through a small append-only registry read
-//!   without any lock (a linked list of `OnceLock`s); [`MemoryStore::limiter`] resolves the
-//!   rule once and returns a [`KeyedLimiter`] that skips even that.
+//!   have all expired and been swept frees its buckets). A table knows its algorithm and
+//!   quota, so it holds that algorithm's own state type and derives each key's expiry from the
+//!   state (see below). Two rules never share state, even for equal keys, and a rule whose
+//!   policy changes (another algorithm or quota) gets a new, empty table: no state is ever
+//!   read under a policy it was not made by. The tables are found through a small append-only
+//!   registry read without any lock (a linked list of `OnceLock`s); [`MemoryStore::limiter`]
+//!   resolves the rule once and returns a [`KeyedLimiter`] that skips even that.
 //! - A table is `shards` (a power of two, default 64) cache-line-aligned spin locks, each over
-//!   an open-addressing table of `(fingerprint, state)` buckets (`probe.rs`: linear probing,
-//!   the fingerprint's low bits are the bucket index and the fingerprint itself is the
-//!   occupancy tag, so a look-up reads one bucket, usually one cache line). Taking a lock is
-//!   one compare-and-swap, releasing it a plain store; a waiter spins 128 times, then yields
-//!   its core (a holder may have been preempted). A batch locks only the shards its items hash
+//!   a `hashbrown::HashTable` of `(fingerprint, state)` entries (`fpmap.rs`) that takes the
+//!   fingerprint itself as its hash (it is already a uniform secret hash: no second hashing)
+//!   and recognises an entry by comparing the stored fingerprint. Taking a lock is one
+//!   compare-and-swap, releasing it a plain store; a waiter spins 128 times, then yields its
+//!   core (a holder may have been preempted). A batch locks only the shards its items hash
 //!   to, in increasing `(table, shard)` order (so two batches can never deadlock), decides
 //!   everything, writes back and unlocks: the critical section is a few look-ups and integer
 //!   decisions, never I/O, an allocation other than a table growing, or an `.await`.
@@ -30,10 +30,9 @@
 //!   pseudo-random function (Aumasson and Bernstein, 2012), an attacker who does not know the
 //!   secret cannot aim at a collision faster than by chance. (A 128-bit fingerprint would
 //!   make that 10^-26, at 8 more bytes per key: about 17 more bytes per key at a million
-//!   keys.) Fingerprints 0 and 1 mark empty and deleted buckets, so a hash of 0 or 1 is
-//!   stored as 2 or 3 (two more colliding values in 2^64).
-//!   Bits 32 and up choose the shard, the low bits the bucket. The price: the store cannot
-//!   list key names.
+//!   keys.) Bits 32 and up choose the shard; the shard's table takes its bucket index from
+//!   the low bits and its 7-bit control tag from the top 7. The price: the store cannot list
+//!   key names.
 //! - A bucket is the fingerprint and the state, nothing else, for five algorithms: the time
 //!   from which a state decides exactly like a fresh key is a function of the state and the
 //!   quota (GCRA: its arrival time; token and leaky bucket: the last refill or leak plus the
@@ -41,11 +40,12 @@
 //!   last microsecond of the next window). Only the sliding log stores its expiry (8 bytes).
 //!   A bucket is **24 bytes** for GCRA, the token bucket, leaky bucket and fixed window, 32
 //!   for the sliding window counter, 72 plus the log's heap buffer for the sliding log
-//!   (checked by a unit test). A table keeps at most 3/4 of its buckets in use and doubles
-//!   past it (so 1/4 to 3/4 are live after its first growth); at a million keys a shard of
-//!   about 15,600 keys has 32,768 buckets (48% full), so a key costs about `24 / 0.48 = 50`
-//!   bytes, a sliding window key 67 (`floodgate bench --what memory` measures 52 and 68 with
-//!   allocator overhead).
+//!   (checked by a unit test), plus hashbrown's 1 control byte per bucket. A table keeps at
+//!   most 7/8 of its buckets in use and doubles past it (so 7/16 to 7/8 are live after its
+//!   first growth); at a million keys a shard of about 15,600 keys has 32,768 buckets (48%
+//!   full), so a key costs about `25 / 0.48 = 52` bytes, a sliding window key 69
+//!   (`floodgate bench --what memory` measures both with allocator overhead). A sweep that
+//!   leaves a table empty frees its buckets, one that leaves it at most 1/8 full shrinks it.
 //!
 //! # Expiry and the cap
 //! A key's expiry is the time from which its state decides exactly like a fresh key's, so
@@ -63,7 +63,7 @@
 //! batch has locked are dropped first; expired entries in other shards are reclaimed by the
 //! periodic sweep.
 
-mod probe;
+mod fpmap;
 mod table;
 
 use std::hash::BuildHasher;
@@ -174,7 +174,7 @@ impl Shared {
     /// The 64-bit fingerprint of a client key: its identity in every rule's table.
     #[inline]
     fn fingerprint(&self, key: &str) -> u64 {
-        probe::tag(self.fingerprinter.0.hash(key.as_bytes()))
+        self.fingerprinter.0.hash(key.as_bytes())
     }
 
     /// Accounts for `n` expired entries dropped by a sweep or a touch.

@@ -16,7 +16,7 @@ use spinning_top::lock_api;
 use spinning_top::relax::Relax;
 use spinning_top::RawSpinlock;
 
-use super::probe::{FpTable, Vacant};
+use super::fpmap::FpMap;
 
 /// Spin briefly, then give the core away: a critical section is a hash probe and an integer
 /// decision (tens of nanoseconds), so a waiter usually gets the lock within a few spins; if
@@ -47,7 +47,7 @@ pub(crate) type Guard<'a, T> = lock_api::MutexGuard<'a, RawSpinlock<SpinThenYiel
 /// How a table stores one algorithm's state.
 pub(crate) trait Kind: Algorithm {
     /// What a bucket holds beside the fingerprint.
-    type Slot: Vacant + fmt::Debug + Send + Sync + 'static;
+    type Slot: fmt::Debug + Send + Sync + 'static;
     /// Quota-derived constants the expiry needs.
     type Expiry: fmt::Debug + Copy + Send + Sync + 'static;
     /// The constants for this algorithm's quota.
@@ -103,43 +103,6 @@ macro_rules! derived {
             }
         }
     };
-}
-
-impl Vacant for GcraState {
-    fn vacant() -> Self {
-        Self::default()
-    }
-}
-impl Vacant for TokenBucketState {
-    fn vacant() -> Self {
-        Self {
-            tokens: 0,
-            last_refill: 0,
-        }
-    }
-}
-impl Vacant for LeakyBucketState {
-    fn vacant() -> Self {
-        Self::default()
-    }
-}
-impl Vacant for FixedWindowState {
-    fn vacant() -> Self {
-        Self::default()
-    }
-}
-impl Vacant for SlidingWindowState {
-    fn vacant() -> Self {
-        Self::default()
-    }
-}
-impl Vacant for LogSlot {
-    fn vacant() -> Self {
-        Self {
-            expires_at: 0,
-            state: SlidingLogState::default(),
-        }
-    }
 }
 
 /// `(capacity in ticks, ticks per microsecond)` of a bucket algorithm's quota.
@@ -254,7 +217,7 @@ pub(crate) type Bucket<A> = (u64, <A as Kind>::Slot);
 /// One lock's worth of a table.
 #[derive(Debug)]
 pub(crate) struct Shard<A: Kind> {
-    map: FpTable<A::Slot>,
+    map: FpMap<A::Slot>,
     /// A lower bound on every slot's expiry: while `now` is below it nothing in the shard has
     /// expired and a sweep skips the shard. Valid because an expiry only grows while it lives.
     earliest_expiry: Timestamp,
@@ -293,7 +256,7 @@ impl<A: Kind> Table<A> {
             shards: (0..shards)
                 .map(|_| {
                     Padded(Lock::new(Shard {
-                        map: FpTable::new(),
+                        map: FpMap::new(),
                         earliest_expiry: Timestamp::MAX,
                     }))
                 })
@@ -302,8 +265,8 @@ impl<A: Kind> Table<A> {
         }
     }
 
-    /// The shard of a fingerprint: bits 32 and up (the map's bucket index comes from the low
-    /// bits, its control byte from the top 7).
+    /// The shard of a fingerprint: bits 32 and up (the shard's hash table takes its bucket
+    /// index from the low bits and its control byte from the top 7).
     #[inline]
     pub(crate) fn shard_of(&self, fp: u64) -> usize {
         (fp >> 32) as usize & self.mask
@@ -311,6 +274,14 @@ impl<A: Kind> Table<A> {
 
     pub(crate) fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// Buckets allocated by all shards (live, deleted or empty).
+    #[cfg(test)]
+    pub(crate) fn buckets(&self) -> usize {
+        (0..self.shards.len())
+            .map(|i| self.lock(i).guard.map.buckets())
+            .sum()
     }
 
     /// The shard's lock when it is free now.
@@ -526,6 +497,14 @@ macro_rules! any_table {
             pub(crate) fn shard_count(&self) -> usize {
                 match self {
                     $(AnyTable::$variant(t) => t.shard_count(),)*
+                }
+            }
+
+            /// Buckets allocated by all shards.
+            #[cfg(test)]
+            pub(crate) fn buckets(&self) -> usize {
+                match self {
+                    $(AnyTable::$variant(t) => t.buckets(),)*
                 }
             }
 

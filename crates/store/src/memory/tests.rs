@@ -378,3 +378,49 @@ fn concurrent_checks_admit_exactly_the_burst() {
     assert_eq!(admitted, 8 * 500);
     assert_eq!(store.stats().keys, 8);
 }
+
+/// A sweep gives a rule table's memory back: 1,000 keys in one shard take 2,048 buckets; a
+/// sweep that leaves 100 live (fewer than 1/8) moves them to 256 buckets, and one that leaves
+/// none frees the table's buckets. The survivors keep their state.
+#[test]
+fn sweeps_shrink_and_free_rule_tables() {
+    let clock = ManualClock::new(T0);
+    let store = MemoryStore::new(
+        MemoryStoreConfig {
+            shards: 1,
+            ..MemoryStoreConfig::default()
+        },
+        Arc::new(clock.clone()),
+    );
+    let policy = gcra("1/s");
+    let limiter = store.limiter("r", &policy);
+    let buckets = || {
+        let entry = store.shared.registry.find("r", &policy).unwrap();
+        entry.table.buckets()
+    };
+    assert_eq!(buckets(), 0);
+    // Key i admitted at T0 + i ms: it expires at T0 + i ms + 1 s.
+    for i in 0..1_000u64 {
+        let d = limiter
+            .check_at(&format!("k{i}"), 1, T0 + i * 1_000)
+            .unwrap();
+        assert!(d.allowed);
+    }
+    assert_eq!((store.stats().keys, buckets()), (1_000, 2_048));
+    // At T0 + 1.899999 s keys 0..=899 have expired.
+    let now = T0 + 1_899_999;
+    assert_eq!(store.sweep_all(now), 900);
+    assert_eq!((store.stats().keys, buckets()), (100, 256));
+    assert_eq!(store.stats().expirations, 900);
+    // A survivor still holds its state: k950 is spent until T0 + 1.95 s.
+    let d = limiter.peek_at("k950", 1, now).unwrap();
+    assert_eq!((d.allowed, d.retry_after), (false, Some(50_001)));
+    // An expired key decides as fresh.
+    assert!(limiter.peek_at("k10", 1, now).unwrap().allowed);
+    // Everything expired: the table holds no buckets, and grows again on the next key
+    // (hashbrown's smallest table for 24-byte entries: 4 buckets).
+    assert_eq!(store.sweep_all(T0 + 3_000_000), 100);
+    assert_eq!((store.stats().keys, buckets()), (0, 0));
+    assert!(limiter.check_at("k0", 1, T0 + 3_000_000).unwrap().allowed);
+    assert_eq!((store.stats().keys, buckets()), (1, 4));
+}
