@@ -67,7 +67,7 @@ async fn main() {
             cost: 1,
         };
         store.check(&[item]).await.unwrap();
-        let name = store.key_name("per-user", "user=alice", kind);
+        let name = store.key_name("per-user", &policy, "user=alice");
         let bytes = memory_usage(&mut con, &name).await;
         println!(
             "| {kind} | {quota} | after 1 request | {} | {bytes} B |",
@@ -88,7 +88,7 @@ async fn main() {
             admitted += 1;
         }
     }
-    let name = store.key_name("full", "user=alice", AlgorithmKind::SlidingLog);
+    let name = store.key_name("full", &policy, "user=alice");
     let packed = memory_usage(&mut con, &name).await;
     // The plain sorted set: one member per request (score = timestamp, member unique).
     let zset_key = "rl:log:user=alice";

@@ -150,9 +150,11 @@ impl<S: Store> Store for FallbackStore<S> {
         }
     }
 
-    async fn reset(&self, rule: &str, key: &str) -> Result<bool, StoreError> {
+    /// Resets the key in the primary and in the local store (whose state is kept under the
+    /// divided policy, [`FallbackStore::local_policy`]).
+    async fn reset(&self, rule: &str, policy: &Policy, key: &str) -> Result<bool, StoreError> {
         let local = self.local.reset_key(rule, key);
-        Ok(self.primary.reset(rule, key).await? || local)
+        Ok(self.primary.reset(rule, policy, key).await? || local)
     }
 
     async fn inspect(

@@ -47,11 +47,11 @@ pub use memory::{KeyedLimiter, MemoryStore, MemoryStoreConfig, StoreStats};
 /// One item of a check batch: charge `cost` units to partition `key` of rule `rule`.
 ///
 /// `key` is the already-encoded partition key (see `floodgate_tower::key`); the store treats it
-/// as opaque bytes. State is identified by `(rule, key)`: two rules never share state even when
-/// their keys are equal. ([`MemoryStore`] also keeps one rule's state under different policies
-/// apart: a rule given a new algorithm or quota starts from fresh keys there. Callers that
-/// change a rule's policy should give it a new name anyway, as `floodgate serve` does, so that
-/// every store behaves alike.)
+/// as opaque bytes. State is identified by `(rule, policy, key)` in every store: two rules never
+/// share state even when their keys are equal, and a rule given a new algorithm or quota (limit,
+/// period or burst) starts from fresh keys, since a state means something else under another
+/// policy (the old state expires on its own; going back to the old policy before then finds
+/// it again).
 #[derive(Debug, Clone, Copy)]
 pub struct CheckItem<'a> {
     /// The rule's name, e.g. `"per-ip"`.
@@ -71,7 +71,8 @@ pub struct CheckItem<'a> {
 /// for 12 units at once, which no amount of waiting can grant (a denial with a `retry_after`
 /// would be a lie). Costs are summed per `(rule, key)` (saturating at `u64::MAX`) and compared
 /// with the capacity of that group's policy ([`Policy::capacity`]: the burst or the limit); if
-/// items of one group carry different policies, the smallest capacity applies. Groups are
+/// items of one group carry different policies (which keep separate states), the smallest
+/// capacity still applies: a conservative refusal of a batch no caller sends. Groups are
 /// checked in order of their first item. `O(n²)` in the batch length, without allocation;
 /// batches are a handful of items.
 ///
@@ -118,8 +119,8 @@ pub struct BatchDecision {
     /// When the batch is admitted they are the decisions after consumption. When it is denied,
     /// nothing was consumed and each decision is a peek: items that would have admitted on their
     /// own say `allowed: true` with their unchanged `remaining`; the items that caused the denial
-    /// say `allowed: false` with their `retry_after`. Items sharing `(rule, key)` are decided in
-    /// order, each seeing the earlier ones' (tentative) consumption.
+    /// say `allowed: false` with their `retry_after`. Items sharing `(rule, policy, key)` are
+    /// decided in order, each seeing the earlier ones' (tentative) consumption.
     pub decisions: Vec<Decision>,
     /// `Some` when a new key could not be stored because the store was full of live keys, and
     /// what was done about it (see [`OnFull`]). `None` in the normal case.
@@ -212,13 +213,19 @@ pub trait Store: Send + Sync + 'static {
         items: &[CheckItem<'_>],
     ) -> impl Future<Output = Result<BatchDecision, StoreError>> + Send;
 
-    /// Forgets the state of `key` under rule `rule` (it becomes a fresh key). Returns whether
-    /// any state was held.
+    /// Forgets the state of `key` under rule `rule` and its policy `policy` (it becomes a fresh
+    /// key), the state [`Store::check`] keeps for items with these three values. Returns
+    /// whether any state was held. A store may forget the key under the rule's other policies
+    /// too ([`MemoryStore`] does; the Redis store cannot name them and leaves them to expire).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] from remote stores.
-    fn reset(&self, rule: &str, key: &str)
-        -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn reset(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// The current standing of `key` under `rule`: a cost-0 peek (`allowed: true`, the current
     /// `remaining` and `reset_after`). For admin APIs.
@@ -251,9 +258,10 @@ impl<S: Store> Store for Arc<S> {
     fn reset(
         &self,
         rule: &str,
+        policy: &Policy,
         key: &str,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        (**self).reset(rule, key)
+        (**self).reset(rule, policy, key)
     }
 
     fn inspect(

@@ -216,6 +216,6 @@ async fn the_async_trait_works_through_an_arc() {
     clock.advance(400_000);
     let standing = Store::inspect(&store, "r", &p, "k").await.unwrap();
     assert_eq!(standing.reset_after, 600_000);
-    assert!(Store::reset(&store, "r", "k").await.unwrap());
+    assert!(Store::reset(&store, "r", &p, "k").await.unwrap());
     assert!(Store::peek(&store, &items).await.unwrap().allowed);
 }

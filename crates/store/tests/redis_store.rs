@@ -100,7 +100,7 @@ async fn every_written_key_has_a_ttl_equal_to_reset_after() {
             .await
             .unwrap();
         assert!(d.allowed, "{kind}");
-        let name = store.key_name("ttl", "user=alice", kind);
+        let name = store.key_name("ttl", &p, "user=alice");
         let pttl: i64 = redis::cmd("PTTL")
             .arg(&name)
             .query_async(&mut con)
@@ -178,7 +178,7 @@ async fn server_time_decides_and_retry_after_is_consistent() {
     // 2/10s: the emission interval is 5 s in lowest terms 5_000_000/1, so the stored integer
     // tat x den + tat_ticks is tat itself.
     let tat: u64 = redis::cmd("GET")
-        .arg(store.key_name("server-time", "k", AlgorithmKind::Gcra))
+        .arg(store.key_name("server-time", &p, "k"))
         .query_async(&mut con)
         .await
         .unwrap();
@@ -203,11 +203,76 @@ async fn reset_and_inspect() {
         (seen.allowed, seen.remaining, seen.reset_after),
         (true, 1, 800_000)
     );
-    let name = store.key_name("r", "k", AlgorithmKind::TokenBucket);
+    let name = store.key_name("r", &p, "k");
     assert!(name.starts_with("test:") && name.len() == 5 + 11, "{name}");
-    assert!(store.reset("r", "k").await.unwrap());
-    assert!(!store.reset("r", "k").await.unwrap());
+    // Another policy of the rule names another key: nothing of it to reset.
+    let other = policy(AlgorithmKind::TokenBucket, "6/s");
+    assert!(!store.reset("r", &other, "k").await.unwrap());
+    assert_eq!(store.inspect("r", &p, "k").await.unwrap().remaining, 1);
+    assert!(store.reset("r", &p, "k").await.unwrap());
+    assert!(!store.reset("r", &p, "k").await.unwrap());
     assert_eq!(store.inspect("r", &p, "k").await.unwrap().remaining, 5);
+}
+
+/// A library user changes a rule's quota under the same name: 7/s (emission interval 1/7 s,
+/// denominator 7) to 10/s (denominator 1) and back. Each policy has its own key, so neither
+/// reads the other's packed value under the wrong denominator (a GCRA arrival time read 7
+/// times too far ahead, the key denied until its TTL ends; the other way, forgiven). Every
+/// algorithm decides exactly like the memory store, which keeps one table per policy.
+#[tokio::test]
+async fn a_changed_quota_under_the_same_rule_name_starts_fresh_like_the_memory_store() {
+    let server = RedisServer::start().unwrap();
+    let mut config = slow_ok(&server);
+    config.time_source = TimeSource::Caller;
+    config.ttl_extra = Duration::from_secs(3600);
+    let store = RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap();
+    let memory = floodgate_store::MemoryStore::with_clock(Arc::new(ManualClock::new(T0)));
+    for kind in AlgorithmKind::ALL {
+        let seven = policy(kind, "7/s");
+        let ten = policy(kind, "10/s");
+        let rule = format!("r-{kind}");
+        assert_ne!(
+            store.key_name(&rule, &seven, "k"),
+            store.key_name(&rule, &ten, "k")
+        );
+        // (policy, cost, then allowed and remaining, by hand), all at T0: 7/s is used up,
+        // 10/s starts full (den 7 -> 1) and is used up, then 7/s finds its own empty state
+        // (den 1 -> 7: not forgiven), and 10/s its own.
+        let steps = [
+            (&seven, 7, true, 0),
+            (&ten, 1, true, 9),
+            (&ten, 9, true, 0),
+            (&seven, 1, false, 0),
+            (&ten, 1, false, 0),
+        ];
+        for (n, &(p, cost, allowed, remaining)) in steps.iter().enumerate() {
+            let batch = [item(&rule, p, "k", cost)];
+            let got = store.check_at(&batch, T0).await.unwrap();
+            let want = memory.check_at(&batch, T0).unwrap();
+            assert_eq!(got, want, "{kind} step {n}");
+            let d = got.decisions[0];
+            assert_eq!(
+                (d.allowed, d.remaining),
+                (allowed, remaining),
+                "{kind} step {n}"
+            );
+        }
+        // GCRA by hand: 10/s refills one unit every 100 ms, 7/s every 1/7 s (142,857.14 us).
+        if kind == AlgorithmKind::Gcra {
+            for (p, retry_after) in [(&ten, 100_000), (&seven, 142_858)] {
+                let batch = [item(&rule, p, "k", 1)];
+                let d = store.peek_at(&batch, T0).await.unwrap().decisions[0];
+                assert_eq!(d.retry_after, Some(retry_after), "{}", p.quota());
+            }
+        }
+        // Resetting one policy's key leaves the other's.
+        assert!(store.reset(&rule, &seven, "k").await.unwrap());
+        assert_eq!(
+            store.inspect(&rule, &seven, "k").await.unwrap().remaining,
+            7
+        );
+        assert_eq!(store.inspect(&rule, &ten, "k").await.unwrap().remaining, 0);
+    }
 }
 
 #[test]
@@ -670,7 +735,7 @@ async fn a_full_sliding_log_at_the_largest_limit_stays_fast_in_redis() {
     );
     let bytes: i64 = redis::cmd("MEMORY")
         .arg("USAGE")
-        .arg(store.key_name("big", "k", AlgorithmKind::SlidingLog))
+        .arg(store.key_name("big", &p, "k"))
         .query_async(&mut con)
         .await
         .unwrap();
@@ -788,7 +853,7 @@ fn a_failing_batch_does_not_fail_its_coalesced_neighbours() {
         let mut con = raw(&server).await;
         let p = policy(AlgorithmKind::Gcra, "100/s");
         let _: i64 = redis::cmd("SADD")
-            .arg(store.key_name("bad", "k", AlgorithmKind::Gcra))
+            .arg(store.key_name("bad", &p, "k"))
             .arg("x")
             .query_async(&mut con)
             .await

@@ -30,7 +30,7 @@ impl Store for DownStore {
         Err(StoreError::Timeout { after_ms: 50 })
     }
 
-    async fn reset(&self, _: &str, _: &str) -> Result<bool, StoreError> {
+    async fn reset(&self, _: &str, _: &Policy, _: &str) -> Result<bool, StoreError> {
         Err(StoreError::Timeout { after_ms: 50 })
     }
 

@@ -289,7 +289,7 @@ pub fn run(
             };
             store.check(&[item]).await?;
             let bytes =
-                memory_usage(&mut con, &store.key_name("memory", "user:000001", kind)).await?;
+                memory_usage(&mut con, &store.key_name("memory", &one, "user:000001")).await?;
             section.row(vec![
                 Value::from(kind.as_str()),
                 num(seq, 0),
@@ -321,7 +321,7 @@ pub fn run(
                     admitted += 1;
                 }
             }
-            let name = store.key_name("memory-full", "user:000001", AlgorithmKind::SlidingLog);
+            let name = store.key_name("memory-full", &log, "user:000001");
             let bytes = memory_usage(&mut con, &name).await?;
             section.note(format!(
                 "Sliding log holding {limit} requests (quota {limit}/min, one key): MEMORY USAGE \

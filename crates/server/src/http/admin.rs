@@ -76,8 +76,12 @@ pub(super) async fn reset(
         Err(response) => return response,
     };
     let r = &config.rules[index];
-    let id = crate::serve::store::state_id(&r.name, &r.policy);
-    match state.limiter.store().reset(&id, &store_key).await {
+    match state
+        .limiter
+        .store()
+        .reset(&r.name, &r.policy, &store_key)
+        .await
+    {
         Ok(existed) => {
             tracing::info!(rule = %r.name, store_key, existed, "admin reset a key");
             Json(json!({"rule": r.name, "key": key, "store_key": store_key, "existed": existed}))

@@ -1070,9 +1070,11 @@ impl Store for MemoryStore {
         std::future::ready(self.peek_now(items))
     }
 
+    /// Forgets `key` under every policy the rule has had ([`MemoryStore::reset_key`]).
     fn reset(
         &self,
         rule: &str,
+        _policy: &Policy,
         key: &str,
     ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send {
         std::future::ready(Ok(self.reset_key(rule, key)))

@@ -64,11 +64,11 @@ impl Store for AnyStore {
         }
     }
 
-    async fn reset(&self, rule: &str, key: &str) -> Result<bool, StoreError> {
+    async fn reset(&self, rule: &str, policy: &Policy, key: &str) -> Result<bool, StoreError> {
         match self {
-            AnyStore::Memory(s) => Ok(s.reset_key(rule, key)),
-            AnyStore::Redis(s) => s.reset(rule, key).await,
-            AnyStore::RedisWithFallback(s) => s.reset(rule, key).await,
+            AnyStore::Memory(s) => s.reset(rule, policy, key).await,
+            AnyStore::Redis(s) => s.reset(rule, policy, key).await,
+            AnyStore::RedisWithFallback(s) => s.reset(rule, policy, key).await,
         }
     }
 
@@ -108,7 +108,7 @@ mod tests {
         assert!(store.check(&[item]).await.unwrap().allowed);
         assert!(!store.check(&[item]).await.unwrap().allowed);
         assert_eq!(store.inspect("r", &p, "k").await.unwrap().remaining, 0);
-        assert!(store.reset("r", "k").await.unwrap());
+        assert!(store.reset("r", &p, "k").await.unwrap());
         assert!(store.peek(&[item]).await.unwrap().allowed);
     }
 }

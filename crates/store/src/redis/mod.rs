@@ -17,7 +17,7 @@
 //!   together as one call of `lua/multi.lua`, each still all-or-nothing on its own (see
 //!   `coalesce.rs`: no timers, per-request errors, timeouts and breaker as before).
 //! - **Redis Cluster**: keys are grouped by slot (key names are short hashes of
-//!   `(rule, algorithm, key)`, see [`keys`]; the slot is CRC16 of the whole name, out of the
+//!   `(rule, policy, key)`, see [`keys`]; the slot is CRC16 of the whole name, out of the
 //!   user's reach). One group is one script, atomic, as above. A batch whose
 //!   keys span several slots uses the **cross-slot protocol**: all groups are sent at once as
 //!   checks; if every group admits, the batch is admitted. If any group denies (or fails), every
@@ -52,6 +52,7 @@ use floodgate_core::{AlgorithmKind, Clock, Decision, Policy, Timestamp};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, RedisError, Value};
 use tokio::sync::OnceCell;
 
@@ -380,11 +381,11 @@ impl RedisStore {
         matches!(self.config.target, RedisTarget::Cluster(_))
     }
 
-    /// The Redis key holding `(rule, key)`'s state under algorithm `kind` (see [`keys`]): the
-    /// way for an operator to find a key, since names are hashes (`prefix` + 11 base64url
-    /// characters).
-    pub fn key_name(&self, rule: &str, key: &str, kind: AlgorithmKind) -> String {
-        keys::state_key(&self.config.prefix, rule, key, kind)
+    /// The Redis key holding the state of `key` under rule `rule` and policy `policy` (see
+    /// [`keys`]; the arguments of [`Store::inspect`]): the way for an operator to find a key,
+    /// since names are hashes (`prefix` + 11 base64url characters).
+    pub fn key_name(&self, rule: &str, policy: &Policy, key: &str) -> String {
+        keys::state_key(&self.config.prefix, rule, policy, key)
     }
 
     /// [`Store::check`] at a caller-supplied `now` (microseconds since the epoch), whatever the
@@ -522,15 +523,11 @@ impl RedisStore {
     /// Splits a batch into slot groups (one group on standalone Redis).
     fn groups(&self, items: &[CheckItem<'_>]) -> Vec<Group> {
         let cluster = self.is_cluster();
-        let mut groups: Vec<(u16, Group)> = Vec::new();
+        // Standalone: one group, slot `None`.
+        let mut groups: Vec<(Option<Slot>, Group)> = Vec::new();
         for (i, item) in items.iter().enumerate() {
-            let name =
-                keys::state_key(&self.config.prefix, item.rule, item.key, item.policy.kind());
-            let slot = if cluster {
-                keys::slot(name.as_bytes())
-            } else {
-                0
-            };
+            let name = keys::state_key(&self.config.prefix, item.rule, item.policy, item.key);
+            let slot = cluster.then(|| keys::slot(name.as_bytes()));
             let g = match groups.iter().position(|(s, _)| *s == slot) {
                 Some(g) => g,
                 None => {
@@ -873,38 +870,18 @@ impl Store for RedisStore {
     fn reset(
         &self,
         rule: &str,
+        policy: &Policy,
         key: &str,
     ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send {
-        // Every algorithm's key of (rule, key). On a cluster the six names lie in (usually)
-        // six slots: one DEL each, since a multi-key DEL across slots is refused (CROSSSLOT).
-        let names: Vec<String> = AlgorithmKind::ALL
-            .iter()
-            .map(|&kind| keys::state_key(&self.config.prefix, rule, key, kind))
-            .collect();
-        tracing::debug!(rule, key, redis_keys = ?names, "redis store: reset");
-        let cmds: Vec<redis::Cmd> = if self.is_cluster() {
-            names
-                .iter()
-                .map(|n| {
-                    let mut c = redis::cmd("DEL");
-                    c.arg(n);
-                    c
-                })
-                .collect()
-        } else {
-            let mut c = redis::cmd("DEL");
-            c.arg(&names);
-            vec![c]
-        };
+        // The one name of (rule, policy, key): the state of the rule's other policies (under
+        // other names) expires on its own.
+        let name = keys::state_key(&self.config.prefix, rule, policy, key);
+        tracing::debug!(rule, key, redis_key = %name, "redis store: reset");
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(&name);
         async move {
-            self.guarded(async {
-                let deleted = futures_util::future::try_join_all(
-                    cmds.iter().map(|c| self.conn.query::<u64>(c)),
-                )
-                .await?;
-                Ok(deleted.iter().sum::<u64>() > 0)
-            })
-            .await
+            self.guarded(async { Ok(self.conn.query::<u64>(&cmd).await? > 0) })
+                .await
         }
     }
 
