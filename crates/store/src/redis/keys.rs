@@ -157,6 +157,16 @@ mod tests {
             ),
             "fg:dvhMTTFzSBj"
         );
+        // The same under `floodgate serve`, whose rule string is the state id (docs/redis.md).
+        assert_eq!(
+            state_key(
+                "fg:",
+                "per-client-ip|token_bucket|10/10s",
+                &policy(AlgorithmKind::TokenBucket, "10/10s"),
+                "key=alice"
+            ),
+            "fg:TcL7-dMApvB"
+        );
         let hostile = state_key("fg:", "r{x}", &gcra, "{victim}");
         assert_eq!(hostile.len(), 3 + HASH_CHARS);
         assert!(hostile[3..]
