@@ -18,7 +18,9 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use arc_swap::ArcSwap;
 use floodgate_core::{AlgorithmKind, Decision, Policy, Quota};
@@ -46,8 +48,8 @@ struct Resolved {
 }
 
 /// A store whose `rule` argument is namespaced by algorithm and quota (see the
-/// [module docs](self)). [`Store::reset`] and [`Store::inspect`] take the rule's name and
-/// policy, as checks do, and derive the state id from them.
+/// [module docs](self)). [`Store::reset`] takes the state id (see [`state_id`]), since it has no
+/// policy to derive it from.
 #[derive(Debug)]
 pub struct VersionedStore {
     inner: AnyStore,
@@ -131,28 +133,61 @@ fn mapped<'a>(items: &[CheckItem<'a>], ids: &'a [Arc<str>]) -> Vec<CheckItem<'a>
         .collect()
 }
 
+impl VersionedStore {
+    /// Runs `f` on `items` with each rule replaced by its state id; a one-item batch (the
+    /// usual request) without a `Vec`.
+    fn with_ids<T>(&self, items: &[CheckItem<'_>], f: impl FnOnce(&[CheckItem<'_>]) -> T) -> T {
+        match items {
+            [item] => {
+                let id = self.item_id(item);
+                f(&[CheckItem { rule: &id, ..*item }])
+            }
+            _ => {
+                let ids = self.ids(items);
+                f(&mapped(items, &ids))
+            }
+        }
+    }
+}
+
+/// The future of a [`VersionedStore`] call: the memory store decides at once, so its answer
+/// is held as it is; a remote store's (large) future is boxed. Either way the future is small,
+/// which matters because callers' futures hold it and are moved (copied) into boxes on every
+/// request.
+enum Pending<T, F> {
+    Ready(Option<T>),
+    Remote(Pin<Box<F>>),
+}
+
+// Nothing is pinned in place: the answer is moved out, the remote future is boxed.
+impl<T, F> Unpin for Pending<T, F> {}
+
+impl<T, F: Future<Output = T>> Future for Pending<T, F> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match self.get_mut() {
+            Pending::Ready(answer) => Poll::Ready(answer.take().expect("polled after completion")),
+            Pending::Remote(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
 impl Store for VersionedStore {
     fn check(
         &self,
         items: &[CheckItem<'_>],
     ) -> impl Future<Output = Result<BatchDecision, StoreError>> + Send {
-        // The usual request has one item: no `Vec`s for it.
-        let one = match items {
-            [item] => Some((item, self.item_id(item))),
-            _ => None,
-        };
-        let ids = if one.is_some() {
-            Vec::new()
-        } else {
-            self.ids(items)
-        };
-        async move {
-            match &one {
-                Some((item, id)) => {
-                    let item = CheckItem { rule: id, ..**item };
-                    self.inner.check(std::slice::from_ref(&item)).await
-                }
-                None => self.inner.check(&mapped(items, &ids)).await,
+        match &self.inner {
+            // Decided now, like `AnyStore` does at its first poll.
+            AnyStore::Memory(memory) => {
+                Pending::Ready(Some(self.with_ids(items, |items| memory.check_now(items))))
+            }
+            _ => {
+                let ids = self.ids(items);
+                Pending::Remote(Box::pin(async move {
+                    self.inner.check(&mapped(items, &ids)).await
+                }))
             }
         }
     }
@@ -161,18 +196,25 @@ impl Store for VersionedStore {
         &self,
         items: &[CheckItem<'_>],
     ) -> impl Future<Output = Result<BatchDecision, StoreError>> + Send {
-        let ids = self.ids(items);
-        async move { self.inner.peek(&mapped(items, &ids)).await }
+        match &self.inner {
+            AnyStore::Memory(memory) => {
+                Pending::Ready(Some(self.with_ids(items, |items| memory.peek_now(items))))
+            }
+            _ => {
+                let ids = self.ids(items);
+                Pending::Remote(Box::pin(async move {
+                    self.inner.peek(&mapped(items, &ids)).await
+                }))
+            }
+        }
     }
 
     fn reset(
         &self,
         rule: &str,
-        policy: &Policy,
         key: &str,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        let id = self.id(rule, policy);
-        async move { self.inner.reset(&id, policy, key).await }
+        self.inner.reset(rule, key)
     }
 
     fn inspect(
@@ -225,8 +267,9 @@ mod tests {
             "back to 5/min finds its state: 2 left, so 3 more are denied"
         );
         assert_eq!(state_id("r", &five), "r|token_bucket|5/min");
-        assert!(block_on(store.reset("r", &six, "k")).unwrap());
-        assert!(!block_on(store.reset("r", &six, "k")).unwrap());
+        let id = state_id("r", &six);
+        assert!(block_on(store.reset(&id, "k")).unwrap());
+        assert!(!block_on(store.reset(&id, "k")).unwrap());
     }
 
     #[test]
