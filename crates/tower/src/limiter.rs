@@ -257,22 +257,25 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
     let mut store_error = None;
     let mut store_full = None;
 
-    if enforcing().next().is_some() {
-        let items: Vec<CheckItem<'_>> = enforcing()
-            .map(|c| CheckItem {
-                rule: &rules[c.rule].name,
-                policy: &rules[c.rule].policy,
-                key: &c.key,
-                cost: c.cost,
-            })
-            .collect();
+    if let Some(first) = enforcing().next() {
+        let item = |c| check_item(rules, c);
+        // The usual request meets one enforcing rule: its batch is a one-item array, not a Vec.
+        let one;
+        let many: Vec<CheckItem<'_>>;
+        let items: &[CheckItem<'_>] = if enforcing().nth(1).is_none() {
+            one = [item(first)];
+            &one
+        } else {
+            many = enforcing().map(item).collect();
+            &many
+        };
         // Timed here, not by an async wrapper taking the future as an argument: that would
         // hold the store's (possibly kilobytes large) future twice, as argument and awaitee.
         // Latency measurement is the one place that needs a monotonic clock rather than the
         // limiter's (possibly manual) time source.
         #[allow(clippy::disallowed_methods)]
         let started = std::time::Instant::now();
-        let result = store.check(&items).await;
+        let result = store.check(items).await;
         set.record_decision_duration(started.elapsed());
         match result {
             Ok(batch) => {
@@ -391,6 +394,16 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
         outcomes,
         store_error,
         store_full,
+    }
+}
+
+fn check_item<'a>(rules: &'a [crate::Rule], c: &'a PlannedCheck) -> CheckItem<'a> {
+    let rule = &rules[c.rule];
+    CheckItem {
+        rule: &rule.name,
+        policy: &rule.policy,
+        key: &c.key,
+        cost: c.cost,
     }
 }
 

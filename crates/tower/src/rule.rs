@@ -223,7 +223,10 @@ pub struct RuleSet {
 
 /// The `RateLimit-Policy` member of each rule, with the name and quota it was made from.
 #[derive(Debug, Default)]
-struct PolicyItems(OnceLock<Box<[(Arc<str>, Quota, HeaderValue)]>>);
+struct PolicyItems(OnceLock<Box<[PolicyItem]>>);
+
+/// A rule's name and quota, and the `RateLimit-Policy` member made from them.
+type PolicyItem = (Arc<str>, Quota, HeaderValue);
 
 impl Clone for PolicyItems {
     fn clone(&self) -> Self {
