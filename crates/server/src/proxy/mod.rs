@@ -45,16 +45,21 @@ struct Proxy {
 
 /// Forwarding headers dropped from a request whose peer is not a trusted proxy: a client could
 /// otherwise tell the upstream it is someone else, or came over HTTPS.
-pub const CLIENT_FORWARDING_HEADERS: [&str; 8] = [
-    "x-forwarded-for",
-    "x-forwarded-host",
-    "x-forwarded-proto",
-    "x-forwarded-port",
-    "x-forwarded-prefix",
-    "x-forwarded-server",
-    "x-real-ip",
-    "forwarded",
+pub const CLIENT_FORWARDING_HEADERS: [HeaderName; 8] = [
+    HeaderName::from_static("x-forwarded-for"),
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-forwarded-proto"),
+    HeaderName::from_static("x-forwarded-port"),
+    HeaderName::from_static("x-forwarded-prefix"),
+    HeaderName::from_static("x-forwarded-server"),
+    HeaderName::from_static("x-real-ip"),
+    HeaderName::from_static("forwarded"),
 ];
+
+// Names made once (a `&str` name is parsed and validated on every look-up).
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// The proxy router: rate-limit layer around a forwarding handler for every path and method.
 ///
@@ -152,31 +157,33 @@ fn bad_gateway(detail: &str) -> Response {
     .into_response()
 }
 
-const HOP_BY_HOP: [&str; 8] = [
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+const HOP_BY_HOP: [HeaderName; 8] = [
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("proxy-authenticate"),
+    HeaderName::from_static("proxy-authorization"),
+    HeaderName::from_static("te"),
+    HeaderName::from_static("trailer"),
+    HeaderName::from_static("transfer-encoding"),
+    HeaderName::from_static("upgrade"),
 ];
 
 /// Removes the hop-by-hop headers, including those the `Connection` header lists.
 fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
+    if headers.contains_key(CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+        headers.remove(CONNECTION);
     }
-    headers.remove(CONNECTION);
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
 }
@@ -187,13 +194,13 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
 /// [`CLIENT_FORWARDING_HEADERS`], so the upstream sees only what this proxy saw.
 fn add_forwarded(headers: &mut HeaderMap, peer: SocketAddr, trusted: bool) {
     if !trusted {
-        for name in CLIENT_FORWARDING_HEADERS {
+        for name in &CLIENT_FORWARDING_HEADERS {
             headers.remove(name);
         }
     }
     let ip = floodgate_tower::ip::canonical(peer.ip()).to_string();
     let earlier: Vec<String> = headers
-        .get_all("x-forwarded-for")
+        .get_all(&X_FORWARDED_FOR)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .map(str::to_string)
@@ -204,15 +211,15 @@ fn add_forwarded(headers: &mut HeaderMap, peer: SocketAddr, trusted: bool) {
         format!("{}, {ip}", earlier.join(", "))
     };
     if let Ok(v) = HeaderValue::from_str(&value) {
-        headers.insert("x-forwarded-for", v);
+        headers.insert(X_FORWARDED_FOR, v);
     }
-    if !headers.contains_key("x-forwarded-host") {
+    if !headers.contains_key(&X_FORWARDED_HOST) {
         if let Some(host) = headers.get(http::header::HOST).cloned() {
-            headers.insert("x-forwarded-host", host);
+            headers.insert(X_FORWARDED_HOST, host);
         }
     }
-    if !headers.contains_key("x-forwarded-proto") {
-        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    if !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     }
 }
 
