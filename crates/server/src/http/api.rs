@@ -80,6 +80,39 @@ struct Item<'a> {
     cost: u64,
 }
 
+/// A list holding the usual single element inline, without an allocation.
+#[derive(Debug)]
+enum OneOrMany<T> {
+    One([T; 1]),
+    Many(Vec<T>),
+}
+
+impl<T> std::ops::Deref for OneOrMany<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        match self {
+            OneOrMany::One(one) => one,
+            OneOrMany::Many(many) => many,
+        }
+    }
+}
+
+impl<T> std::ops::DerefMut for OneOrMany<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            OneOrMany::One(one) => one,
+            OneOrMany::Many(many) => many,
+        }
+    }
+}
+
+impl<T> From<Vec<T>> for OneOrMany<T> {
+    fn from(many: Vec<T>) -> Self {
+        OneOrMany::Many(many)
+    }
+}
+
 /// `POST /v1/check`.
 pub(super) async fn check(
     State(state): State<Arc<AppState>>,
@@ -192,7 +225,10 @@ fn parse_json<'de, T: Deserialize<'de>>(bytes: &[u8]) -> Result<T, Response> {
     })
 }
 
-fn validate<'a>(rules: &RuleSet, request: CheckRequest<'a>) -> Result<Vec<Item<'a>>, Response> {
+fn validate<'a>(
+    rules: &RuleSet,
+    request: CheckRequest<'a>,
+) -> Result<OneOrMany<Item<'a>>, Response> {
     let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
     match request.descriptors {
         Some(list) => {
@@ -212,7 +248,7 @@ fn validate<'a>(rules: &RuleSet, request: CheckRequest<'a>) -> Result<Vec<Item<'
             for (i, d) in list.into_iter().enumerate() {
                 items.push(validate_one(rules, Some(i), d)?);
             }
-            Ok(items)
+            Ok(OneOrMany::Many(items))
         }
         None => {
             let rule = request
@@ -224,7 +260,7 @@ fn validate<'a>(rules: &RuleSet, request: CheckRequest<'a>) -> Result<Vec<Item<'
                 key,
                 cost: request.cost,
             };
-            Ok(vec![validate_one(rules, None, d)?])
+            Ok(OneOrMany::One([validate_one(rules, None, d)?]))
         }
     }
 }
@@ -305,7 +341,10 @@ async fn decide(
 ) -> Result<Decided, Response> {
     let store = state.limiter.store();
     let mut store_full = None;
-    let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; items.len()];
+    let mut outcomes = match items.len() {
+        1 => OneOrMany::One([None]),
+        n => OneOrMany::Many(vec![None; n]),
+    };
     let outcome = |item: &Item, decision: Decision| RuleOutcome {
         rule: Arc::clone(&rules.rules[item.rule].name),
         quota: *rules.rules[item.rule].policy.quota(),
@@ -318,7 +357,19 @@ async fn decide(
     let enforcing = || (0..items.len()).filter(is_enforcing);
     let mut admitted = true;
     if enforcing().next().is_some() {
-        let batch: Vec<CheckItem<'_>> = enforcing().map(|i| check_item(rules, &items[i])).collect();
+        // The usual request has one item: its batch is a one-item array, not a Vec.
+        let one;
+        let many: Vec<CheckItem<'_>>;
+        let batch: &[CheckItem<'_>] = match items {
+            [item] => {
+                one = [check_item(rules, item)];
+                &one
+            }
+            _ => {
+                many = enforcing().map(|i| check_item(rules, &items[i])).collect();
+                &many
+            }
+        };
         // Same histogram as the middleware's: the store batch round trip.
         #[allow(clippy::disallowed_methods)]
         let started = std::time::Instant::now();
@@ -326,9 +377,9 @@ async fn decide(
         // point would keep its own copy in this handler's future, which axum moves into a box
         // on every request: the check is awaited in place, the rarer peek boxed.
         let result = if consume {
-            store.check(&batch).await
+            store.check(batch).await
         } else {
-            Box::pin(store.peek(&batch)).await
+            Box::pin(store.peek(batch)).await
         };
         rules.record_decision_duration(started.elapsed());
         match result {
@@ -396,7 +447,7 @@ async fn decide(
 /// What [`decide`] found: one outcome per item (in item order), and whether a new key met a
 /// full store.
 struct Decided {
-    outcomes: Vec<Option<RuleOutcome>>,
+    outcomes: OneOrMany<Option<RuleOutcome>>,
     store_full: Option<floodgate_store::OnFull>,
 }
 
@@ -529,31 +580,38 @@ impl Serialize for Decisions<'_> {
         let mut seq = serializer.serialize_seq(None)?;
         for (item, o) in self.items.iter().zip(self.outcomes) {
             let Some(o) = o else { continue };
-            seq.serialize_element(&DecisionEntry { item, outcome: o })?;
+            seq.serialize_element(&DecisionEntry::new(item, o))?;
         }
         seq.end()
     }
 }
 
-/// One entry of `decisions` (keys in sorted order).
+/// One entry of `decisions` (fields in sorted key order, as the answers have always had them).
+#[derive(Serialize)]
 struct DecisionEntry<'a> {
-    item: &'a Item<'a>,
-    outcome: &'a RuleOutcome,
+    allowed: bool,
+    key: &'a str,
+    limit: u64,
+    remaining: u64,
+    reset_after_us: u64,
+    retry_after_us: Option<u64>,
+    rule: &'a str,
+    shadow: bool,
 }
 
-impl Serialize for DecisionEntry<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let d = &self.outcome.decision;
-        let mut map = serializer.serialize_map(Some(8))?;
-        map.serialize_entry("allowed", &d.allowed)?;
-        map.serialize_entry("key", &*self.item.raw_key)?;
-        map.serialize_entry("limit", &d.limit)?;
-        map.serialize_entry("remaining", &d.remaining)?;
-        map.serialize_entry("reset_after_us", &d.reset_after)?;
-        map.serialize_entry("retry_after_us", &d.retry_after)?;
-        map.serialize_entry("rule", &*self.outcome.rule)?;
-        map.serialize_entry("shadow", &self.outcome.shadow)?;
-        map.end()
+impl<'a> DecisionEntry<'a> {
+    fn new(item: &'a Item<'a>, outcome: &'a RuleOutcome) -> Self {
+        let d = &outcome.decision;
+        Self {
+            allowed: d.allowed,
+            key: &item.raw_key,
+            limit: d.limit,
+            remaining: d.remaining,
+            reset_after_us: d.reset_after,
+            retry_after_us: d.retry_after,
+            rule: &outcome.rule,
+            shadow: outcome.shadow,
+        }
     }
 }
 
@@ -680,7 +738,7 @@ mod tests {
         ];
         for (outcomes, store_full) in cases {
             let decided = Decided {
-                outcomes,
+                outcomes: outcomes.into(),
                 store_full,
             };
             let response = answer(&items, &decided, true);
