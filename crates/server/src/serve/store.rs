@@ -48,8 +48,8 @@ struct Resolved {
 }
 
 /// A store whose `rule` argument is namespaced by algorithm and quota (see the
-/// [module docs](self)). [`Store::reset`] takes the state id (see [`state_id`]), since it has no
-/// policy to derive it from.
+/// [module docs](self)). [`Store::reset`] and [`Store::inspect`] take the rule's name and
+/// policy, as checks do, and derive the state id from them.
 #[derive(Debug)]
 pub struct VersionedStore {
     inner: AnyStore,
@@ -212,9 +212,11 @@ impl Store for VersionedStore {
     fn reset(
         &self,
         rule: &str,
+        policy: &Policy,
         key: &str,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.inner.reset(rule, key)
+        let id = self.id(rule, policy);
+        async move { self.inner.reset(&id, policy, key).await }
     }
 
     fn inspect(
@@ -267,9 +269,8 @@ mod tests {
             "back to 5/min finds its state: 2 left, so 3 more are denied"
         );
         assert_eq!(state_id("r", &five), "r|token_bucket|5/min");
-        let id = state_id("r", &six);
-        assert!(block_on(store.reset(&id, "k")).unwrap());
-        assert!(!block_on(store.reset(&id, "k")).unwrap());
+        assert!(block_on(store.reset("r", &six, "k")).unwrap());
+        assert!(!block_on(store.reset("r", &six, "k")).unwrap());
     }
 
     #[test]
