@@ -124,7 +124,37 @@ impl Verdict {
 #[derive(Debug, Clone)]
 pub struct Plan {
     rules: Arc<RuleSet>,
-    checks: Vec<PlannedCheck>,
+    checks: Checks,
+}
+
+/// The planned checks: the usual request meets at most one rule, kept inline (no `Vec`).
+#[derive(Debug, Clone, Default)]
+enum Checks {
+    #[default]
+    None,
+    One([PlannedCheck; 1]),
+    Many(Vec<PlannedCheck>),
+}
+
+impl Checks {
+    fn push(&mut self, check: PlannedCheck) {
+        *self = match std::mem::take(self) {
+            Checks::None => Checks::One([check]),
+            Checks::One([first]) => Checks::Many(vec![first, check]),
+            Checks::Many(mut many) => {
+                many.push(check);
+                Checks::Many(many)
+            }
+        };
+    }
+
+    fn as_slice(&self) -> &[PlannedCheck] {
+        match self {
+            Checks::None => &[],
+            Checks::One(one) => one,
+            Checks::Many(many) => many,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -137,12 +167,12 @@ struct PlannedCheck {
 impl Plan {
     /// Number of rules that will be checked.
     pub fn len(&self) -> usize {
-        self.checks.len()
+        self.checks.as_slice().len()
     }
 
     /// Whether no rule applies.
     pub fn is_empty(&self) -> bool {
-        self.checks.is_empty()
+        self.checks.as_slice().is_empty()
     }
 }
 
@@ -185,7 +215,7 @@ impl<S: Store> RateLimiter<S> {
         extensions: &http::Extensions,
     ) -> Plan {
         let rules = self.rules.load_full();
-        let mut checks = Vec::new();
+        let mut checks = Checks::None;
         let mut client_addr = None;
         let mut client_ip = None;
         let mut client_ip_resolved = false;
@@ -250,9 +280,10 @@ impl<S: Store> RateLimiter<S> {
 pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
     let set = &*plan.rules;
     let rules = &set.rules;
-    let enforcing = || plan.checks.iter().filter(|c| !rules[c.rule].shadow);
-    let shadow = plan.checks.iter().filter(|c| rules[c.rule].shadow);
-    let mut outcomes = Vec::with_capacity(plan.checks.len());
+    let checks = plan.checks.as_slice();
+    let enforcing = || checks.iter().filter(|c| !rules[c.rule].shadow);
+    let shadow = checks.iter().filter(|c| rules[c.rule].shadow);
+    let mut outcomes = Vec::with_capacity(checks.len());
     let mut action = Action::Admit;
     let mut store_error = None;
     let mut store_full = None;
