@@ -74,6 +74,13 @@ async fn recovers(
     false
 }
 
+/// The default breaker window, in µs of the breaker clock.
+fn window_us() -> u64 {
+    RedisStoreConfig::standalone("redis://unused")
+        .breaker_window
+        .as_micros() as u64
+}
+
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(server.url())
         .unwrap()
@@ -395,6 +402,9 @@ fn redis_killed_and_restarted_errors_are_bounded_and_recovery_is_automatic() {
         assert!(store.check(&[i]).await.unwrap().allowed);
 
         server.kill();
+        // Redis stays dead for longer than the breaker window: no success since the check
+        // above, so failures may open the breaker.
+        breaker_clock.advance(window_us());
         let mut errors = Vec::new();
         for _ in 0..8 {
             let started = tokio::time::Instant::now();
@@ -414,7 +424,7 @@ fn redis_killed_and_restarted_errors_are_bounded_and_recovery_is_automatic() {
             );
             errors.push(e);
         }
-        // After 5 consecutive failures the breaker fails fast.
+        // After 5 failures with no success for the window, the breaker fails fast.
         let last = errors.last().unwrap().to_string();
         assert!(last.contains("circuit breaker"), "{last}");
 
@@ -566,6 +576,8 @@ fn a_frozen_redis_times_out_opens_the_breaker_and_recovers_after_cont() {
         assert!(store.check(&[i]).await.unwrap().allowed);
 
         signal("-STOP");
+        // Frozen for longer than the breaker window (the clock stands for that wait).
+        breaker_clock.advance(window_us());
         for n in 0..5 {
             let e = store.check(&[i]).await.unwrap_err();
             assert!(matches!(e, StoreError::Timeout { .. }), "#{n}: {e}");
@@ -957,4 +969,134 @@ fn a_failing_batch_does_not_fail_its_coalesced_neighbours() {
             }
         }
     });
+}
+
+/// The `kill -STOP` / `kill -CONT` of a test Redis.
+fn signaller(server: &RedisServer) -> impl Fn(&str) {
+    let info = server.cli(&["INFO", "server"]).unwrap();
+    let pid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    move |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    }
+}
+
+#[test]
+fn a_stall_that_times_out_many_concurrent_calls_does_not_open_the_breaker() {
+    // The overload report: 64 calls in flight on one connection, one slow moment times them
+    // all out together. Redis answered 100 ms (of breaker clock) before: not an outage.
+    let server = RedisServer::start().unwrap();
+    let signal = signaller(&server);
+    let rt = multi_thread_runtime(2).unwrap();
+    rt.block_on(async {
+        let (store, breaker_clock, _) = breaker_store(&server, Duration::from_millis(50)).await;
+        let p = policy(AlgorithmKind::Gcra, "100000/s");
+        let i = item("stall", &p, "k", 1);
+        assert!(store.check(&[i]).await.unwrap().allowed);
+
+        signal("-STOP");
+        breaker_clock.advance(100_000);
+        let batch = [i];
+        let results = futures_util::future::join_all((0..64).map(|_| store.check(&batch))).await;
+        signal("-CONT");
+        let timeouts = results
+            .iter()
+            .filter(|r| matches!(r, Err(StoreError::Timeout { .. })))
+            .count();
+        assert_eq!(timeouts, 64, "{results:?}");
+        // Not open: the very next calls go to Redis and succeed, without any cool-down.
+        for _ in 0..5 {
+            let r = store.check(&[i]).await;
+            assert!(r.as_ref().is_ok_and(|d| d.allowed), "{r:?}");
+        }
+    });
+}
+
+#[test]
+fn readiness_follows_redis_with_at_most_one_ping_a_second() {
+    let mut server = RedisServer::start().unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
+    rt.block_on(async {
+        let (store, clock, _) = breaker_store(&server, Duration::from_millis(200)).await;
+        store.readiness().await.unwrap();
+        server.kill();
+        // Within the second of the last PING: the cached answer, no traffic, still ready.
+        clock.advance(999_999);
+        store.readiness().await.unwrap();
+        clock.advance(1);
+        let e = store.readiness().await.unwrap_err();
+        assert!(e.to_string().contains("PING"), "{e}");
+        // Cached: the failure is reported again without a new PING.
+        let e = store.readiness().await.unwrap_err();
+        assert!(e.to_string().contains("within the last second"), "{e}");
+
+        server.restart().unwrap();
+        let mut ready = false;
+        for _ in 0..100 {
+            clock.advance(1_000_000);
+            if store.readiness().await.is_ok() {
+                ready = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(ready, "not ready within about 5 s of the restart");
+    });
+}
+
+#[test]
+fn readiness_fails_while_the_breaker_is_open() {
+    let mut server = RedisServer::start().unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
+    rt.block_on(async {
+        let (store, clock, _) = breaker_store(&server, Duration::from_millis(200)).await;
+        let p = policy(AlgorithmKind::FixedWindow, "10/s");
+        let i = item("ready", &p, "k", 1);
+        assert!(store.check(&[i]).await.unwrap().allowed);
+        server.kill();
+        clock.advance(window_us());
+        for _ in 0..5 {
+            assert!(store.check(&[i]).await.is_err());
+        }
+        let e = store.readiness().await.unwrap_err();
+        assert!(e.to_string().contains("circuit breaker"), "{e}");
+    });
+}
+
+#[test]
+fn redis_error_series_exist_from_creation() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        current_thread_runtime().unwrap().block_on(async {
+            let clock = Arc::new(ManualClock::new(T0));
+            RedisStore::new(RedisStoreConfig::standalone("redis://127.0.0.1:1"), clock).unwrap()
+        })
+    });
+    let mut reasons: Vec<String> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, value)| {
+            key.key().name() == "floodgate_store_redis_errors_total"
+                && matches!(value, DebugValue::Counter(0))
+        })
+        .flat_map(|(key, ..)| {
+            key.key()
+                .labels()
+                .map(|l| l.value().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons, ["circuit_open", "timeout", "unavailable"]);
 }
