@@ -19,11 +19,10 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     match super::load(&args.file) {
         Ok(config) => {
             println!(
-                "{}: ok: {} rule(s), store memory (max_keys {}, on_full {})",
+                "{}: ok: {} rule(s), {}",
                 config.file,
                 config.rules.len(),
-                config.store.max_keys,
-                config.store.on_full.as_str()
+                describe_store(&config.store)
             );
             for r in &config.rules {
                 println!(
@@ -42,5 +41,96 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             eprintln!("{errors}");
             Ok(ExitCode::from(1))
         }
+    }
+}
+
+/// One line saying which store the configuration selects, e.g. `store memory (max_keys
+/// 100000, on_full reject)` or `store redis redis://127.0.0.1:6379 (timeout 50 ms, prefix
+/// "fg:", fallback none)`.
+pub fn describe_store(store: &super::StoreConfig) -> String {
+    use floodgate_store::redis::RedisTarget;
+    match &store.redis {
+        None => format!(
+            "store memory (max_keys {}, on_full {})",
+            store.max_keys,
+            store.on_full.as_str()
+        ),
+        Some(r) => {
+            let target = match &r.target {
+                RedisTarget::Standalone(url) => format!("redis {}", redact(url)),
+                RedisTarget::Cluster(nodes) => format!(
+                    "redis cluster [{}]",
+                    nodes
+                        .iter()
+                        .map(|n| redact(n))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            let fallback = match r.local_fallback_instances {
+                Some(n) => format!("local, limits / {n}"),
+                None => "none".into(),
+            };
+            format!(
+                "store {target} (timeout {} ms, prefix {:?}, fallback {fallback})",
+                r.timeout_ms, r.prefix
+            )
+        }
+    }
+}
+
+/// `url` without its password (`redis://user:secret@host` prints as `redis://user:***@host`).
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest
+        .split_once('/')
+        .map_or((rest, None), |(a, p)| (a, Some(p)));
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("{userinfo}@{host}"),
+        },
+        None => authority.to_string(),
+    };
+    match path {
+        Some(p) => format!("{scheme}://{authority}/{p}"),
+        None => format!("{scheme}://{authority}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describes_the_configured_store() {
+        let memory = crate::config::StoreConfig::default();
+        assert!(describe_store(&memory).starts_with("store memory (max_keys "));
+        let mut redis = memory.clone();
+        redis.redis = Some(crate::config::RedisConfig {
+            target: floodgate_store::redis::RedisTarget::Standalone(
+                "redis://app:pw@10.0.0.1:6379/2".into(),
+            ),
+            timeout_ms: 50,
+            prefix: "fg:".into(),
+            local_fallback_instances: Some(4),
+        });
+        assert_eq!(
+            describe_store(&redis),
+            "store redis redis://app:***@10.0.0.1:6379/2 (timeout 50 ms, prefix \"fg:\", \
+             fallback local, limits / 4)"
+        );
+        redis.redis.as_mut().unwrap().target = floodgate_store::redis::RedisTarget::Cluster(vec![
+            "redis://a:7000".into(),
+            "redis://b:7000".into(),
+        ]);
+        redis.redis.as_mut().unwrap().local_fallback_instances = None;
+        assert_eq!(
+            describe_store(&redis),
+            "store redis cluster [redis://a:7000, redis://b:7000] (timeout 50 ms, prefix \"fg:\", \
+             fallback none)"
+        );
     }
 }

@@ -289,7 +289,7 @@ fn redis_store_settings_are_read_and_checked() {
     .unwrap();
     let r = c.store.redis.unwrap();
     assert!(matches!(r.target, RedisTarget::Cluster(ref n) if n.len() == 2));
-    assert_eq!((r.timeout_ms, r.prefix.as_str()), (10, "fg:"));
+    assert_eq!((r.timeout_ms, r.prefix.as_str()), (50, "fg:"));
     assert_eq!(r.local_fallback_instances, None);
     let c = parse(
         "rules.toml",
@@ -320,6 +320,16 @@ fn redis_store_settings_are_read_and_checked() {
     assert!(
         err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\nprefix = \"{x}\"\n")
             .starts_with("rules.toml:4: store.prefix: ")
+    );
+    // TLS is refused at validation, with file:line:field, not at connection time by `serve`.
+    assert_eq!(
+        err("[store]\nkind = \"redis\"\nurl = \"rediss://a:6380\"\n"),
+        "rules.toml:3: store.url: \"rediss://a:6380\": TLS (rediss://) is not supported in this \
+         build; use redis:// (e.g. through a local TLS tunnel)"
+    );
+    assert!(
+        err("[store]\nkind = \"redis\"\nnodes = [\"redis://a:7000\", \"rediss://b:7000\"]\n")
+            .starts_with("rules.toml:3: store.nodes: \"rediss://b:7000\": TLS (rediss://) is not")
     );
     assert_eq!(
         err("[store]\nkind = \"memory\"\nurl = \"redis://a\"\n"),
