@@ -134,3 +134,75 @@ async fn with_redis_down_the_local_fallback_enforces_the_divided_limit() {
         Some(40.0)
     );
 }
+
+/// `/readyz` with a Redis store: ready with the store `up` while Redis answers; 503
+/// problem+json naming the store while it does not (every `closed` rule would answer 503);
+/// with `fallback = "local"`, ready but `degraded`. The Redis error series exist from the start.
+#[tokio::test]
+async fn readyz_reports_the_redis_store() {
+    let mut redis = RedisServer::start().unwrap();
+    let url = redis.url();
+    let dir = tempfile::tempdir().unwrap();
+    let up = dir.path().join("up.toml");
+    std::fs::write(
+        &up,
+        format!("[store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = 2000\n{RULES}"),
+    )
+    .unwrap();
+    let c = client();
+    {
+        let fg = Floodgate::start(&["--config", up.to_str().unwrap()]);
+        let (status, _, body) =
+            serve_support::split(c.get(fg.url("/readyz")).send().await.unwrap()).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "ready");
+        assert_eq!(body["store"], json!({"kind": "redis", "state": "up"}));
+        assert_eq!(body["config"]["rules"][0]["name"], "shared");
+        for reason in ["timeout", "unavailable", "circuit_open"] {
+            let series = format!("floodgate_store_redis_errors_total{{reason=\"{reason}\"}}");
+            assert_eq!(
+                serve_support::metric(&c, &fg, &series).await,
+                Some(0.0),
+                "{series}"
+            );
+        }
+    }
+
+    redis.kill();
+    let fg = Floodgate::start(&["--config", up.to_str().unwrap()]);
+    let r = c.get(fg.url("/readyz")).send().await.unwrap();
+    assert_eq!(
+        r.headers()[reqwest::header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    let (status, _, body) = serve_support::split(r).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["type"], "urn:floodgate:problem:store-unavailable");
+    assert_eq!(body["status"], 503);
+    assert_eq!(body["store"]["kind"], "redis");
+    assert_eq!(body["store"]["state"], "down");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("store redis: "),
+        "{body}"
+    );
+    assert_eq!(body["config"]["rules"][0]["name"], "shared");
+
+    let fallback = dir.path().join("fallback.toml");
+    std::fs::write(
+        &fallback,
+        format!(
+            "[store]\nkind = \"redis\"\nurl = \"{url}\"\nfallback = \"local\"\ninstances = 4\n{RULES}"
+        ),
+    )
+    .unwrap();
+    let fg = Floodgate::start(&["--config", fallback.to_str().unwrap()]);
+    let (status, _, body) =
+        serve_support::split(c.get(fg.url("/readyz")).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "degraded");
+    assert_eq!(body["store"]["state"], "degraded");
+    assert_eq!(body["store"]["fallback"], "local");
+}

@@ -10,6 +10,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use floodgate_core::Clock;
+use floodgate_store::redis::AnyStore;
 use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
@@ -38,6 +39,13 @@ pub(super) async fn healthz() -> &'static str {
 
 /// `GET /readyz`: 200 with the configuration in force (file, generation, rules) while serving;
 /// 503 once shutdown has begun, so load balancers stop sending traffic.
+///
+/// With a Redis store it also reports the store (`"store": {"kind", "state", "reason"}`): while
+/// the circuit breaker is open or a readiness `PING` failed within the last second (at most one
+/// `PING` a second, however often `/readyz` is polled; see `RedisStore::readiness`), the store
+/// is `down` and `/readyz` answers 503 problem+json naming the store, since every `closed`
+/// rule would answer 503 too. With `fallback = "local"` it stays 200 with `"status":
+/// "degraded"`: requests are still decided, locally.
 pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let config = state.config();
     let rules: Vec<_> = config
@@ -52,17 +60,98 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
             })
         })
         .collect();
+    let config_json =
+        json!({ "file": config.file, "generation": state.generation(), "rules": rules });
     let shutting_down = state.shutting_down.load(Ordering::SeqCst);
-    let body = json!({
-        "status": if shutting_down { "shutting_down" } else { "ready" },
-        "config": { "file": config.file, "generation": state.generation(), "rules": rules },
+    let store = store_readiness(&state.store).await;
+    if !shutting_down {
+        if let StoreReadiness::Down(reason) = &store {
+            // A problem+json body (RFC 9457: `status` is the HTTP status here) with the store
+            // and the configuration as extension members.
+            let body = json!({
+                "type": PROBLEM_STORE_UNAVAILABLE,
+                "title": "Store Unavailable",
+                "status": StatusCode::SERVICE_UNAVAILABLE.as_u16(),
+                "detail": format!(
+                    "store {}: {reason}; rules with failure_mode = \"closed\" answer 503",
+                    state.store.kind()
+                ),
+                "store": store.to_json(state.store.kind()),
+                "config": config_json,
+            });
+            let mut response = (StatusCode::SERVICE_UNAVAILABLE, body.to_string()).into_response();
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static(floodgate_tower::response::PROBLEM_JSON),
+            );
+            return response;
+        }
+    }
+    let status_text = if shutting_down {
+        "shutting_down"
+    } else if matches!(store, StoreReadiness::Degraded(_)) {
+        "degraded"
+    } else {
+        "ready"
+    };
+    let mut body = json!({
+        "status": status_text,
+        "config": config_json,
     });
+    if !matches!(store, StoreReadiness::NotChecked) {
+        body["store"] = store.to_json(state.store.kind());
+    }
     let status = if shutting_down {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK
     };
     (status, Json(body)).into_response()
+}
+
+/// Problem type of a `/readyz` answered 503 because the store cannot decide.
+pub const PROBLEM_STORE_UNAVAILABLE: &str = "urn:floodgate:problem:store-unavailable";
+
+/// What `/readyz` found about the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StoreReadiness {
+    /// The memory store: nothing to check.
+    NotChecked,
+    /// Redis answers.
+    Up,
+    /// Redis fails, and the local fallback decides meanwhile.
+    Degraded(String),
+    /// Redis fails and there is no fallback: each rule's failure mode applies.
+    Down(String),
+}
+
+impl StoreReadiness {
+    fn to_json(&self, kind: &str) -> serde_json::Value {
+        match self {
+            StoreReadiness::NotChecked | StoreReadiness::Up => {
+                json!({ "kind": kind, "state": "up" })
+            }
+            StoreReadiness::Degraded(reason) => {
+                json!({ "kind": kind, "state": "degraded", "fallback": "local", "reason": reason })
+            }
+            StoreReadiness::Down(reason) => {
+                json!({ "kind": kind, "state": "down", "reason": reason })
+            }
+        }
+    }
+}
+
+async fn store_readiness(store: &AnyStore) -> StoreReadiness {
+    let Some(redis) = store.redis() else {
+        return StoreReadiness::NotChecked;
+    };
+    match redis.readiness().await {
+        Ok(()) => StoreReadiness::Up,
+        Err(e) if matches!(store, AnyStore::RedisWithFallback(_)) => {
+            StoreReadiness::Degraded(e.to_string())
+        }
+        Err(e) => StoreReadiness::Down(e.to_string()),
+    }
 }
 
 /// A route that exists but not for this method: 405 problem+json naming the `method` field
