@@ -19,11 +19,13 @@
 //! everything for a whole cool-down although Redis is healthy. Counting failures alone cannot
 //! tell "many callers saw one stall" from "Redis is dead"; time can. A dead Redis produces no
 //! success at all, so the breaker still opens `window` after the last success (plus at most
-//! one call timeout). A stall shorter than `window` opens nothing. This is the
-//! "minimum throughput / minimum window" guard of resilience4j's sliding-window breaker
-//! (`minimumNumberOfCalls` over a time window) and of Envoy's outlier detection (consecutive
-//! errors are only judged per interval), reduced to the one question that matters for a shared
-//! limiter: has Redis answered anything lately? `window = 0` restores the plain
+//! one call timeout). A stall shorter than `window` opens nothing. Others also ask for a
+//! minimum of evidence over time: resilience4j's sliding-window breaker judges a failure rate
+//! only after `minimumNumberOfCalls` in its (count or time) window; Envoy's outlier detection
+//! judges success rates per `interval` above a minimum request volume (its `consecutive_5xx`
+//! ejects at once, like the old rule here). A failure *ratio* would still read a stall's burst
+//! (64 failures, few successes) as an outage; "no success for `window`" cannot be met by a
+//! healthy Redis, whatever the concurrency. `window = 0` restores the plain
 //! consecutive-failures rule.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -143,6 +145,15 @@ impl Breaker {
                 );
                 metrics::gauge!("floodgate_store_breaker_open").set(1.0);
             }
+        }
+    }
+
+    /// A permitted call ended without an outcome (its future was dropped: the caller gave up,
+    /// e.g. the HTTP client disconnected). A probe that never reports would leave the breaker
+    /// half-open with "a probe in flight" for ever, failing every call: let the next one probe.
+    pub(crate) fn abandon(&self, permit: Permit) {
+        if permit == Permit::Probe {
+            self.probing.store(false, Ordering::Release);
         }
     }
 
@@ -273,5 +284,19 @@ mod tests {
             b.record(Permit::Normal, false, &clock);
         }
         assert!(b.is_open());
+    }
+
+    /// A probe whose caller went away (future dropped) must not block every later probe.
+    #[test]
+    fn an_abandoned_probe_lets_the_next_call_probe() {
+        let clock = ManualClock::new(10_000_000);
+        let b = Breaker::new(1, 1_000_000, 0);
+        b.record(Permit::Normal, false, &clock);
+        clock.advance(1_000_000);
+        let p = b.permit(&clock).unwrap();
+        assert_eq!(p, Permit::Probe);
+        assert!(b.permit(&clock).is_err());
+        b.abandon(p);
+        assert_eq!(b.permit(&clock).unwrap(), Permit::Probe);
     }
 }

@@ -304,6 +304,27 @@ pub fn policy_may_evict(policy: &str) -> bool {
     !policy.eq_ignore_ascii_case("noeviction")
 }
 
+/// A breaker permit whose outcome is not yet recorded; abandoned if dropped before
+/// [`take`](Self::take).
+struct PendingPermit<'a> {
+    breaker: &'a Breaker,
+    permit: Option<breaker::Permit>,
+}
+
+impl PendingPermit<'_> {
+    fn take(mut self) -> breaker::Permit {
+        self.permit.take().expect("taken once")
+    }
+}
+
+impl Drop for PendingPermit<'_> {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.breaker.abandon(permit);
+        }
+    }
+}
+
 /// One slot group of a batch: the keys it touches and the batch items it decides.
 struct Group {
     /// Distinct key names, in first-use order.
@@ -583,6 +604,12 @@ impl RedisStore {
             metrics::counter!("floodgate_store_redis_errors_total", "reason" => "circuit_open")
                 .increment(1);
         })?;
+        // Until the outcome is recorded: if this future is dropped mid-call, the breaker
+        // forgets the permit (a dropped probe would otherwise block every later probe).
+        let pending = PendingPermit {
+            breaker: &self.breaker,
+            permit: Some(permit),
+        };
         let result = match tokio::time::timeout(self.config.timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(to_store_error(e, self.config.timeout)),
@@ -599,7 +626,8 @@ impl RedisStore {
             metrics::counter!("floodgate_store_redis_errors_total", "reason" => reason)
                 .increment(1);
         }
-        self.breaker.record(permit, result.is_ok(), &*self.clock);
+        self.breaker
+            .record(pending.take(), result.is_ok(), &*self.clock);
         result
     }
 
