@@ -156,6 +156,10 @@ struct Shared {
     keys: AtomicUsize,
     counters: Counters,
     registry: Registry,
+    /// `floodgate_store_expirations_total`, registered with the metrics recorder on first use
+    /// (a handle taken before the application installs its recorder would count nowhere): a
+    /// reused expired slot is a per-request event, and the macro hashes the name every call.
+    expirations_metric: OnceLock<metrics::Counter>,
 }
 
 impl Shared {
@@ -190,7 +194,9 @@ impl Shared {
         self.counters
             .expirations
             .fetch_add(n as u64, Ordering::Relaxed);
-        metrics::counter!("floodgate_store_expirations_total").increment(n as u64);
+        self.expirations_metric
+            .get_or_init(|| metrics::counter!("floodgate_store_expirations_total"))
+            .increment(n as u64);
     }
 
     /// Reserves room for `needed` new keys under the global cap. When the store is full, first
@@ -446,6 +452,7 @@ impl MemoryStore {
                 keys: AtomicUsize::new(0),
                 counters: Counters::default(),
                 registry: Registry::default(),
+                expirations_metric: OnceLock::new(),
             }),
             sweep_cursor: AtomicUsize::new(0),
         }
