@@ -1050,3 +1050,84 @@ fn check_config_names_file_line_and_field() {
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
+
+const COST_HEADER_CONFIG: &str = r#"
+[[rules]]
+name = "budget"
+limit = "5/min"
+key = "client_ip"
+cost_header = "x-cost"
+[rules.match]
+path_prefix = "/api"
+
+[[rules]]
+name = "search"
+limit = "50/min"
+key = "client_ip"
+cost_header = "x-cost"
+[rules.match]
+path_prefix = "/search"
+[[rules.route_costs]]
+path_prefix = "/search/deep"
+cost = 20
+"#;
+
+#[tokio::test]
+async fn a_cost_header_is_clamped_when_huge_and_refused_when_not_a_positive_number() {
+    let upstream = Upstream::start().await;
+    let fg = Floodgate::with_config(COST_HEADER_CONFIG, &["--upstream", &upstream.url]);
+    let c = client();
+    let auth = |path: &str, cost: &str| {
+        c.get(fg.url("/v1/forward-auth"))
+            .header("x-forwarded-uri", path)
+            .header("x-cost", cost)
+            .send()
+    };
+
+    // Too large for any integer type: still a number above the capacity, so charged 5.
+    let r = auth("/api/x", "99999999999999999999").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["ratelimit"], "\"budget\";r=0;t=60");
+    advance(&c, &fg, 60_000_000).await;
+
+    // Not a positive whole number: 400 naming the header, on forward-auth and the proxy, and
+    // nothing is charged.
+    for bad in ["0", "-1", "abc", "+2", "1.5"] {
+        let (status, headers, body) = split(auth("/api/x", bad).await.unwrap()).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert_eq!(body["type"], "urn:floodgate:problem:invalid-cost");
+        assert_eq!(body["field"], "x-cost");
+        assert_eq!(body["rule"], "budget");
+        let (status, _, body) = split(
+            c.get(fg.proxy_url("/api/x"))
+                .header("x-cost", bad)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 400, "proxy {bad}: {body}");
+        assert_eq!(body["field"], "x-cost");
+    }
+    assert_eq!(
+        metric(
+            &c,
+            &fg,
+            "floodgate_decisions_total{rule=\"budget\",outcome=\"invalid_cost\"}"
+        )
+        .await,
+        Some(10.0)
+    );
+    let r = auth("/api/x", "2").await.unwrap();
+    assert_eq!(r.headers()["ratelimit"], "\"budget\";r=3;t=24");
+
+    // A rule with route costs: a matching route wins; elsewhere the header is read and checked.
+    let r = auth("/search/deep", "abc").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["ratelimit"], "\"search\";r=30;t=24");
+    let (status, _, body) = split(auth("/search/other", "abc").await.unwrap()).await;
+    assert_eq!((status, &body["field"]), (400, &json!("x-cost")));
+    let r = auth("/search/other", "7").await.unwrap();
+    assert_eq!(r.headers()["ratelimit"], "\"search\";r=23;t=33");
+}

@@ -66,5 +66,7 @@ pub use layer::RateLimitLayer;
 pub use limiter::{Action, Plan, RateLimiter, Verdict};
 pub use metrics::Outcome;
 pub use response::{apply_headers, too_many_requests, RuleOutcome};
-pub use rule::{CostSource, FailureMode, HeaderMatch, Matcher, Rule, RuleSet};
+pub use rule::{
+    parse_cost, CostSource, FailureMode, HeaderMatch, InvalidCost, Matcher, Rule, RuleSet,
+};
 pub use service::RateLimit;

@@ -18,7 +18,8 @@
 //! Metrics (via the `metrics` facade, never with per-key labels):
 //! - `floodgate_decisions_total{rule, outcome}` with outcome `allowed`, `denied`,
 //!   `shadow_allowed`, `shadow_denied`, `skipped` (key source absent), `error_open`,
-//!   `error_closed`, `cost_exceeds_capacity`;
+//!   `error_closed`, `cost_exceeds_capacity`, `invalid_cost` (a cost header that is not a
+//!   positive whole number: the request is answered 400 and nothing is charged);
 //! - `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`, `other`);
 //! - `floodgate_decision_duration_seconds` (histogram of the store batch round trip).
 
@@ -73,6 +74,14 @@ pub enum Action {
         /// The rule's capacity.
         capacity: u64,
     },
+    /// `rule`'s cost header holds something that is not a positive whole number: answer 400
+    /// ([`response::invalid_cost`]); nothing was charged.
+    InvalidCost {
+        /// The rule.
+        rule: Arc<str>,
+        /// The header.
+        header: http::HeaderName,
+    },
 }
 
 /// The result of evaluating one request.
@@ -110,6 +119,7 @@ impl Verdict {
                 cost,
                 capacity,
             } => Some(response::cost_exceeds_capacity(rule, *cost, *capacity)),
+            Action::InvalidCost { rule, header } => Some(response::invalid_cost(rule, header)),
         }
     }
 
@@ -125,6 +135,8 @@ impl Verdict {
 pub struct Plan {
     rules: Arc<RuleSet>,
     checks: Checks,
+    /// The first matching rule whose cost header could not be read, and the header.
+    invalid_cost: Option<(usize, http::HeaderName)>,
 }
 
 /// The planned checks: the usual request meets at most one rule, kept inline (no `Vec`).
@@ -216,6 +228,7 @@ impl<S: Store> RateLimiter<S> {
     ) -> Plan {
         let rules = self.rules.load_full();
         let mut checks = Checks::None;
+        let mut invalid_cost = None;
         let mut client_addr = None;
         let mut client_ip = None;
         let mut client_ip_resolved = false;
@@ -237,15 +250,24 @@ impl<S: Store> RateLimiter<S> {
                 client_addr,
             };
             match rule.key.key(&cx) {
-                Some(key) => checks.push(PlannedCheck {
-                    rule: index,
-                    key,
-                    cost: rule.cost.cost(headers),
-                }),
+                Some(key) => match rule.cost.cost(headers) {
+                    Ok(cost) => checks.push(PlannedCheck {
+                        rule: index,
+                        key,
+                        cost,
+                    }),
+                    Err(invalid) => {
+                        invalid_cost.get_or_insert((index, invalid.header));
+                    }
+                },
                 None => rules.count(index, Outcome::Skipped),
             }
         }
-        Plan { rules, checks }
+        Plan {
+            rules,
+            checks,
+            invalid_cost,
+        }
     }
 
     /// [`RateLimiter::plan`] for a request.
@@ -287,6 +309,20 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
     let mut action = Action::Admit;
     let mut store_error = None;
     let mut store_full = None;
+
+    // A cost header that cannot be read refuses the request before any rule is charged.
+    if let Some((index, header)) = &plan.invalid_cost {
+        set.count(*index, Outcome::InvalidCost);
+        return Verdict {
+            action: Action::InvalidCost {
+                rule: Arc::clone(&rules[*index].name),
+                header: header.clone(),
+            },
+            outcomes,
+            store_error,
+            store_full,
+        };
+    }
 
     if let Some(first) = enforcing().next() {
         let item = |c| check_item(rules, c);

@@ -39,11 +39,13 @@ pub enum Outcome {
     ErrorClosed,
     /// The request's cost exceeds what the rule can ever admit.
     CostExceedsCapacity,
+    /// The request's cost header is not a positive whole number (answered 400).
+    InvalidCost,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Allowed,
         Outcome::Denied,
         Outcome::StoreFull,
@@ -53,10 +55,11 @@ impl Outcome {
         Outcome::ErrorOpen,
         Outcome::ErrorClosed,
         Outcome::CostExceedsCapacity,
+        Outcome::InvalidCost,
     ];
 
     /// The label value: `allowed`, `denied`, `store_full`, `shadow_allowed`, `shadow_denied`,
-    /// `skipped`, `error_open`, `error_closed` or `cost_exceeds_capacity`.
+    /// `skipped`, `error_open`, `error_closed`, `cost_exceeds_capacity` or `invalid_cost`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Allowed => "allowed",
@@ -68,6 +71,7 @@ impl Outcome {
             Outcome::ErrorOpen => "error_open",
             Outcome::ErrorClosed => "error_closed",
             Outcome::CostExceedsCapacity => "cost_exceeds_capacity",
+            Outcome::InvalidCost => "invalid_cost",
         }
     }
 }

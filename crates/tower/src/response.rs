@@ -43,6 +43,8 @@ pub const PROBLEM_RATE_LIMITED: &str = "urn:floodgate:problem:rate-limited";
 pub const PROBLEM_STORE_UNAVAILABLE: &str = "urn:floodgate:problem:store-unavailable";
 /// Problem type of a request whose cost exceeds what a rule can ever admit (400).
 pub const PROBLEM_COST_EXCEEDS_CAPACITY: &str = "urn:floodgate:problem:cost-exceeds-capacity";
+/// Problem type of a request whose cost header is not a positive whole number (400).
+pub const PROBLEM_INVALID_COST: &str = "urn:floodgate:problem:invalid-cost";
 /// The `Content-Type` of problem bodies.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -251,6 +253,20 @@ pub fn cost_exceeds_capacity(rule: &str, cost: u64, capacity: u64) -> Response<B
         "status": 400,
         "detail": format!("this request costs {cost} units but rule {rule:?} admits at most {capacity} at once"),
         "rule": rule,
+    });
+    problem_response(StatusCode::BAD_REQUEST, &body)
+}
+
+/// `400 Bad Request` for a request whose cost `header` (read by `rule`) is present but not a
+/// positive whole number: the body names the header in `field`.
+pub fn invalid_cost(rule: &str, header: &HeaderName) -> Response<Bytes> {
+    let body = serde_json::json!({
+        "type": PROBLEM_INVALID_COST,
+        "title": "Invalid request cost",
+        "status": 400,
+        "detail": format!("header {} must be a positive whole number (the request's cost for rule {rule:?})", header.as_str()),
+        "rule": rule,
+        "field": header.as_str(),
     });
     problem_response(StatusCode::BAD_REQUEST, &body)
 }

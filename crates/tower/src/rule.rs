@@ -166,30 +166,94 @@ pub enum CostSource {
     /// reports the remaining allowance and never denies; configuration should refuse it.
     Fixed(u64),
     /// A whole number from a header (e.g. set by an upstream that knows the operation's
-    /// weight). Absent, unparsable or 0: `default`. Above `max`: `max` (so one request can
-    /// never be charged more than the configuration allows; keep `max` at or below the
-    /// policy's capacity).
+    /// weight); see [`parse_cost`] for what is accepted. Absent: `default`. Above `max`
+    /// (including numbers too large for a `u64`): `max`, so one request can never be charged
+    /// more than the configuration allows (keep `max` at or below the policy's capacity).
+    /// Anything else (empty, `0`, negative, signed, not a whole number) is refused:
+    /// [`CostSource::cost`] returns [`InvalidCost`] and the request is answered 400, because
+    /// charging a guessed cost would silently misprice it.
     Header {
         /// The header to read.
         name: HeaderName,
-        /// Cost when the header is absent or not a positive whole number.
+        /// Cost when the header is absent.
+        default: u64,
+        /// The most one request is charged.
+        max: u64,
+    },
+    /// A cost computed by whoever sits in front of the limiter (the `floodgate` service's
+    /// per-route costs) and passed in the trusted header `computed` (a plain number, taken as
+    /// it is, at most `max`); when `computed` is absent, as [`CostSource::Header`] with the
+    /// client-facing `header` (if any), else `default`.
+    Computed {
+        /// The trusted header carrying the computed cost.
+        computed: HeaderName,
+        /// The client-facing cost header, read when `computed` is absent.
+        header: Option<HeaderName>,
+        /// Cost when neither header is present.
         default: u64,
         /// The most one request is charged.
         max: u64,
     },
 }
 
+/// A request's cost header held something that is not a positive whole number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidCost {
+    /// The header.
+    pub header: HeaderName,
+}
+
+/// Parses a cost header value: ASCII digits only (surrounding spaces and tabs, which HTTP
+/// strips anyway, are ignored), at least 1; a number too large for a `u64` is still a number
+/// above any capacity and becomes `max`. Every result is at most `max`. `None` for anything
+/// else: empty, `0`, `-1`, `+2`, `1.5`, `abc`.
+pub fn parse_cost(value: &[u8], max: u64) -> Option<u64> {
+    let value = value.trim_ascii();
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut cost: u64 = 0;
+    for &digit in value {
+        cost = match cost
+            .checked_mul(10)
+            .and_then(|c| c.checked_add(u64::from(digit - b'0')))
+        {
+            Some(c) => c,
+            // Too many digits for a u64: above any capacity, so clamped.
+            None => return Some(max),
+        };
+    }
+    (cost > 0).then(|| cost.min(max))
+}
+
 impl CostSource {
     /// The cost of a request with these headers.
-    pub fn cost(&self, headers: &HeaderMap) -> u64 {
+    ///
+    /// # Errors
+    /// [`InvalidCost`] naming the header when a cost header is present but not a positive whole
+    /// number (see [`parse_cost`]).
+    pub fn cost(&self, headers: &HeaderMap) -> Result<u64, InvalidCost> {
+        let from_header = |name: &HeaderName, default: u64, max: u64| match headers.get(name) {
+            None => Ok(default),
+            Some(value) => parse_cost(value.as_bytes(), max).ok_or_else(|| InvalidCost {
+                header: name.clone(),
+            }),
+        };
         match self {
-            CostSource::Fixed(cost) => *cost,
-            CostSource::Header { name, default, max } => headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .filter(|&c| c > 0)
-                .map_or(*default, |c| c.min(*max)),
+            CostSource::Fixed(cost) => Ok(*cost),
+            CostSource::Header { name, default, max } => from_header(name, *default, *max),
+            CostSource::Computed {
+                computed,
+                header,
+                default,
+                max,
+            } => match (headers.get(computed), header) {
+                // Written by the service itself: a number; anything else is its bug, and
+                // the default is the safest reading.
+                (Some(value), _) => Ok(parse_cost(value.as_bytes(), *max).unwrap_or(*default)),
+                (None, Some(name)) => from_header(name, *default, *max),
+                (None, None) => Ok(*default),
+            },
         }
     }
 }
@@ -335,24 +399,52 @@ mod tests {
     }
 
     #[test]
-    fn header_cost_defaults_and_clamps() {
+    fn header_cost_defaults_clamps_and_refuses() {
         let c = CostSource::Header {
             name: HeaderName::from_static("x-cost"),
             default: 1,
             max: 50,
         };
         let mut h = HeaderMap::new();
-        assert_eq!(c.cost(&h), 1);
+        assert_eq!(c.cost(&h), Ok(1));
         for (value, cost) in [
             ("7", 7),
-            ("0", 1),
-            ("-3", 1),
-            ("abc", 1),
             ("900", 50),
             (" 9 ", 9),
+            ("99999999999999999999", 50),
+            ("18446744073709551615", 50),
         ] {
             h.insert("x-cost", HeaderValue::from_static(value));
-            assert_eq!(c.cost(&h), cost, "{value}");
+            assert_eq!(c.cost(&h), Ok(cost), "{value}");
         }
+        for value in ["0", "-1", "+2", "abc", "", "1.5", "2 3"] {
+            h.insert("x-cost", HeaderValue::from_static(value));
+            assert_eq!(
+                c.cost(&h),
+                Err(InvalidCost {
+                    header: HeaderName::from_static("x-cost")
+                }),
+                "{value:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn computed_cost_wins_over_the_client_header() {
+        let c = CostSource::Computed {
+            computed: HeaderName::from_static("x-floodgate-cost-api"),
+            header: Some(HeaderName::from_static("x-cost")),
+            default: 2,
+            max: 50,
+        };
+        let mut h = HeaderMap::new();
+        assert_eq!(c.cost(&h), Ok(2));
+        h.insert("x-cost", HeaderValue::from_static("abc"));
+        assert!(
+            c.cost(&h).is_err(),
+            "no route cost: the client header is read"
+        );
+        h.insert("x-floodgate-cost-api", HeaderValue::from_static("40"));
+        assert_eq!(c.cost(&h), Ok(40));
     }
 }

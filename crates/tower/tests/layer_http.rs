@@ -242,8 +242,15 @@ async fn costs_come_from_a_header_with_a_default_and_a_maximum() {
     // 100 is clamped to the maximum of 4.
     let r = h.send(with("100")).await;
     assert_eq!(r.header("ratelimit"), Some("\"per-ip\";r=3;t=2520"));
-    // Unparsable: the default of 1.
-    let r = h.send(with("lots")).await;
+    // Not a positive whole number: 400 naming the header, nothing charged.
+    for bad in ["lots", "0", "-1", "+1"] {
+        let r = h.send(with(bad)).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(r.body.contains("\"field\":\"x-cost\""), "{bad}: {}", r.body);
+    }
+    // Absent: the default of 1.
+    let r = h.send(request("/", "192.0.2.1:1", &[])).await;
     assert_eq!(r.header("ratelimit"), Some("\"per-ip\";r=2;t=2880"));
     assert_eq!(
         h.send(with("3")).await.status,

@@ -1,14 +1,16 @@
 //! Per-route costs (`[[rules.route_costs]]`, e.g. a search route costs 100 units).
 //!
-//! floodgate-tower reads a request's cost from a header ([`CostSource::Header`]); it cannot see
-//! the route. So for a rule with route costs the server computes the cost itself, before the
+//! floodgate-tower reads a request's cost from headers; it cannot see the route. So for a rule
+//! with route costs the server computes the cost of a matching route itself, before the
 //! rate-limit layer runs, and passes it in an internal header `x-floodgate-cost-<rule>` that the
-//! rule's `CostSource::Header` reads. Clients cannot set it: every `x-floodgate-cost-*` header
-//! a client sends is removed first, and the proxy never forwards them upstream.
+//! rule's [`CostSource::Computed`] reads first. Clients cannot set it: every
+//! `x-floodgate-cost-*` header a client sends is removed first, and the proxy never forwards
+//! them upstream.
 //!
 //! The cost of a request under such a rule: the first route whose path prefix (whole segments,
-//! as in `[rules.match]`) and method match; else the `cost_header` value when present (a whole
-//! number, clamped to the rule's capacity); else `cost`.
+//! as in `[rules.match]`) and method match; else the `cost_header` value when present (read by
+//! floodgate-tower: a positive whole number, clamped to the rule's capacity; anything else is
+//! answered 400, see [`floodgate_tower::rule::parse_cost`]); else `cost`.
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
@@ -29,8 +31,9 @@ pub fn internal_header(rule: &str) -> HeaderName {
 pub fn cost_source(rule: &RuleConfig) -> CostSource {
     let max = rule.policy.capacity();
     if !rule.cost.routes.is_empty() {
-        CostSource::Header {
-            name: internal_header(&rule.name),
+        CostSource::Computed {
+            computed: internal_header(&rule.name),
+            header: rule.cost.header.clone(),
             default: rule.cost.default,
             max,
         }
@@ -58,16 +61,18 @@ pub fn strip_internal(headers: &mut HeaderMap) {
 }
 
 /// Strips client-sent internal headers, then sets the internal cost header of every rule with
-/// route costs.
+/// route costs whose routes match the request.
 pub fn inject(config: &Config, method: &Method, uri: &Uri, headers: &mut HeaderMap) {
     strip_internal(headers);
     for rule in config.rules.iter().filter(|r| !r.cost.routes.is_empty()) {
-        let cost = route_cost(rule, method, uri, headers);
-        headers.insert(internal_header(&rule.name), HeaderValue::from(cost));
+        if let Some(cost) = route_cost(rule, method, uri, headers) {
+            headers.insert(internal_header(&rule.name), HeaderValue::from(cost));
+        }
     }
 }
 
-fn route_cost(rule: &RuleConfig, method: &Method, uri: &Uri, headers: &HeaderMap) -> u64 {
+/// The cost of the first matching route, if any.
+fn route_cost(rule: &RuleConfig, method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<u64> {
     let route = rule.cost.routes.iter().find(|route| {
         Matcher {
             path_prefix: Some(route.path_prefix.clone()),
@@ -76,20 +81,7 @@ fn route_cost(rule: &RuleConfig, method: &Method, uri: &Uri, headers: &HeaderMap
         }
         .matches(method, uri, headers)
     });
-    if let Some(route) = route {
-        return route.cost;
-    }
-    let from_header = rule.cost.header.as_ref().and_then(|name| {
-        headers
-            .get(name)?
-            .to_str()
-            .ok()?
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|&c| c > 0)
-    });
-    from_header.map_or(rule.cost.default, |c| c.min(rule.policy.capacity()))
+    route.map(|route| route.cost)
 }
 
 #[cfg(test)]
@@ -121,7 +113,15 @@ limit = "10/s"
         .unwrap()
     }
 
-    fn cost_of(method: Method, uri: &str, extra: &[(&str, &str)]) -> HeaderMap {
+    /// The cost the rule `api` charges, after `inject`.
+    fn cost_of(method: Method, uri: &str, extra: &[(&str, &str)]) -> Result<u64, String> {
+        let h = headers_of(method.clone(), uri, extra);
+        cost_source(&config().rules[0])
+            .cost(&h)
+            .map_err(|e| e.header.to_string())
+    }
+
+    fn headers_of(method: Method, uri: &str, extra: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in extra {
             h.insert(
@@ -135,33 +135,30 @@ limit = "10/s"
 
     #[test]
     fn first_matching_route_then_header_then_default() {
-        let key = "x-floodgate-cost-api";
-        assert_eq!(cost_of(Method::GET, "/search?q=x", &[])[key], "100");
+        assert_eq!(cost_of(Method::GET, "/search?q=x", &[]), Ok(100));
         assert_eq!(
-            cost_of(Method::POST, "/search", &[])[key],
-            "2",
-            "method must match"
+            cost_of(Method::GET, "/search", &[("x-cost", "abc")]),
+            Ok(100),
+            "a matching route wins over the header"
+        );
+        assert_eq!(cost_of(Method::POST, "/search", &[]), Ok(2), "method");
+        assert_eq!(cost_of(Method::GET, "/searchx", &[]), Ok(2), "segments");
+        assert_eq!(cost_of(Method::POST, "/export/all", &[]), Ok(500));
+        assert_eq!(cost_of(Method::GET, "/other", &[("x-cost", "7")]), Ok(7));
+        assert_eq!(
+            cost_of(Method::GET, "/other", &[("x-cost", "99999")]),
+            Ok(1000)
         );
         assert_eq!(
-            cost_of(Method::GET, "/searchx", &[])[key],
-            "2",
-            "whole segments only"
-        );
-        assert_eq!(cost_of(Method::POST, "/export/all", &[])[key], "500");
-        assert_eq!(cost_of(Method::GET, "/other", &[("x-cost", "7")])[key], "7");
-        assert_eq!(
-            cost_of(Method::GET, "/other", &[("x-cost", "99999")])[key],
-            "1000"
-        );
-        assert_eq!(
-            cost_of(Method::GET, "/other", &[("x-cost", "-1")])[key],
-            "2"
+            cost_of(Method::GET, "/other", &[("x-cost", "-1")]),
+            Err("x-cost".to_string()),
+            "refused, naming the client's header"
         );
     }
 
     #[test]
     fn client_sent_internal_headers_are_replaced_or_removed() {
-        let h = cost_of(
+        let h = headers_of(
             Method::GET,
             "/other",
             &[
@@ -169,13 +166,15 @@ limit = "10/s"
                 ("x-floodgate-cost-plain", "9"),
             ],
         );
-        assert_eq!(h["x-floodgate-cost-api"], "2");
+        assert!(h.get("x-floodgate-cost-api").is_none(), "no route matched");
         assert!(h.get("x-floodgate-cost-plain").is_none());
+        let h = headers_of(Method::GET, "/search", &[("x-floodgate-cost-api", "1")]);
+        assert_eq!(h["x-floodgate-cost-api"], "100");
         let c = config();
         assert_eq!(cost_source(&c.rules[1]), CostSource::Fixed(1));
         assert!(matches!(
             cost_source(&c.rules[0]),
-            CostSource::Header { max: 1000, .. }
+            CostSource::Computed { max: 1000, .. }
         ));
     }
 }

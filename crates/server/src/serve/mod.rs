@@ -499,7 +499,8 @@ fn describe_metrics() {
     describe_counter!(
         "floodgate_decisions_total",
         "Rate-limit decisions by rule and outcome (allowed, denied, shadow_allowed, \
-         shadow_denied, skipped, error_open, error_closed, cost_exceeds_capacity, store_full)"
+         shadow_denied, skipped, error_open, error_closed, cost_exceeds_capacity, store_full, \
+         invalid_cost)"
     );
     describe_histogram!(
         "floodgate_decision_duration_seconds",
