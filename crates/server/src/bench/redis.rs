@@ -5,7 +5,8 @@
 //! installed) against the same server sending the exact script call of one check: the server's
 //! ceiling for that script, apples to apples.
 //!
-//! The keys go under the prefixes `fb:` (the store), `fc:` (the script ceiling) and `fgbench-`
+//! The keys go under the prefixes `fb:` (the store), `f1:` to `f6:` (the script ceiling, one
+//! per algorithm) and `fgbench-`
 //! (`SET` for scale) and expire on their own (every key written has a TTL); nothing else on the
 //! server is touched.
 
@@ -124,37 +125,70 @@ async fn evalsha_stats(con: &mut redis::aio::MultiplexedConnection) -> anyhow::R
 
 /// `redis-benchmark -q` with `clients` connections and `pipeline` requests in flight each,
 /// running `command` (`__rand_int__` in it is replaced by a random 12-digit number below
-/// 100,000); requests per second, or `None` when the tool is not installed or fails.
+/// 100,000); requests per second.
+///
+/// # Errors
+/// Why there is no figure, for the table's notes: the tool is not installed, it timed out, or
+/// it failed (its first error line, e.g. `Error from server: ERR ...`: redis-benchmark stops at
+/// the first error reply).
 fn redis_benchmark_command(
     host: &str,
     port: &str,
     clients: u32,
     pipeline: u32,
     command: &[String],
-) -> Option<f64> {
-    let out = Command::new("redis-benchmark")
+) -> Result<f64, String> {
+    let out = Command::new("timeout")
+        // A bound, so a stuck server cannot hang the bench; the runs take a few seconds.
+        .args(["120", "redis-benchmark"])
         .args(["-h", host, "-p", port, "-q", "-n", "100000", "-r", "100000"])
         .args(["-c", &clients.to_string(), "-P", &pipeline.to_string()])
         .args(command)
         .output()
-        .ok()?;
+        .map_err(|e| format!("could not run redis-benchmark: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
+    let errors = String::from_utf8_lossy(&out.stderr);
+    let first_error = || {
+        errors
+            .lines()
+            .chain(text.split(['\r', '\n']))
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.contains("requests per second"))
+            .map(str::to_string)
+    };
+    match out.status.code() {
+        // timeout(1): 124 when the limit was reached, 127 when the command is not found.
+        Some(124) => return Err("redis-benchmark timed out after 120 s".into()),
+        Some(127) => return Err("redis-benchmark is not installed".into()),
+        Some(0) => {}
+        code => {
+            return Err(format!(
+                "redis-benchmark failed (exit {}): {}",
+                code.map_or("by signal".into(), |c| c.to_string()),
+                first_error().unwrap_or_else(|| "no message".into())
+            ))
+        }
+    }
     // "<command>: 90497.73 requests per second, p50=0.295 msec" (the last line after \r).
-    let line = text
-        .rsplit(['\r', '\n'])
-        .find(|l| l.contains("requests per second"))?;
-    line.rsplit_once(": ")?
-        .1
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    text.rsplit(['\r', '\n'])
+        .find(|l| l.contains("requests per second"))
+        .and_then(|line| line.rsplit_once(": "))
+        .and_then(|(_, figures)| figures.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| {
+            format!(
+                "no figure in redis-benchmark's output: {}",
+                first_error().unwrap_or_else(|| "empty".into())
+            )
+        })
 }
 
 /// The exact call the store makes for one single-item check of `policy` with Redis' clock:
 /// `EVALSHA <the single-algorithm batch script> 1 <key> '' 1 0 <item>`, the key drawn from
 /// 100,000 names of the store's length. So `redis-benchmark` measures the same script, the same
-/// arguments and the same key spread as the store's calls, without the store.
+/// arguments and the same key spread as the store's calls, without the store. The key names
+/// are per algorithm (`f<code>:`): the store's names differ per policy, and a key left by the
+/// previous algorithm's run (its value in another layout) would make the script raise an error,
+/// which stops redis-benchmark.
 fn same_script_command(policy: &Policy) -> Vec<String> {
     let kind = policy.kind();
     let quota = policy.quota();
@@ -165,7 +199,7 @@ fn same_script_command(policy: &Policy) -> Vec<String> {
         script.get_hash().into(),
         "1".into(),
         // 3 + 12 characters: one more than the store's 3 + 11.
-        "fc:__rand_int__".into(),
+        format!("f{}:__rand_int__", scripts::algorithm_code(kind)),
         String::new(),
         "1".into(),
         "0".into(),
@@ -280,6 +314,9 @@ pub fn run(
             // The server's ceiling for the very script a single-item check runs, pipelined.
             let ceiling =
                 redis_benchmark_command(host, port, 50, 16, &same_script_command(&policy));
+            if let Err(why) = &ceiling {
+                section.note(format!("{kind}: no redis-benchmark ceiling: {why}."));
+            }
             let one = Policy::new(kind, "1000/min".parse()?)?;
             let item = CheckItem {
                 rule: "memory",
@@ -302,8 +339,8 @@ pub fn run(
                 num(per_call, 1),
                 num(c64_us, 1),
                 num(client_us, 1),
-                ceiling.map_or(Value::Null, |c| num(c, 0)),
-                ceiling.map_or(Value::Null, |c| num(c64 / c, 2)),
+                ceiling.as_ref().map_or(Value::Null, |&c| num(c, 0)),
+                ceiling.as_ref().map_or(Value::Null, |&c| num(c64 / c, 2)),
             ]);
         }
         if kinds.contains(&AlgorithmKind::SlidingLog) {
@@ -340,16 +377,21 @@ pub fn run(
         ("SET with expiry, 50 connections, pipeline 16", 50, 16),
     ];
     let mut measured = Vec::new();
+    let mut failed = Vec::new();
     for (name, c, p) in peers {
         let set: Vec<String> = ["SET", "fgbench-__rand_int__", "1", "PX", "60000"]
             .map(String::from)
             .into();
-        if let Some(rps) = redis_benchmark_command(host, port, c, p, &set) {
-            measured.push(format!("{name}: {rps:.0}/s"));
+        match redis_benchmark_command(host, port, c, p, &set) {
+            Ok(rps) => measured.push(format!("{name}: {rps:.0}/s")),
+            Err(why) => failed.push(format!("{name}: {why}")),
         }
     }
     if measured.is_empty() {
-        section.note("redis-benchmark is not installed: no server ceiling measured beside.");
+        section.note(format!(
+            "No redis-benchmark figure for scale: {}.",
+            failed.join("; ")
+        ));
     } else {
         section.note(format!(
             "redis-benchmark against the same server, same run, for scale (100,000 requests of \
@@ -357,6 +399,12 @@ pub fn run(
              minute): {}.",
             measured.join("; ")
         ));
+        if !failed.is_empty() {
+            section.note(format!(
+                "redis-benchmark gave no figure for: {}.",
+                failed.join("; ")
+            ));
+        }
     }
     section.note(format!(
         "Each algorithm: checks on {KEYS} keys `user:NNNNNN` (quota 1000/s, so every check is \
@@ -369,7 +417,8 @@ pub fn run(
          is this process's CPU time (all threads, /proc/self/stat) over the run per check. The ceiling is redis-benchmark (50 connections, \
          pipeline 16) sending the exact call of a one-item check: EVALSHA of the same \
          single-algorithm script, same arguments, keys drawn from 100,000 names; it is the most \
-         this server decides one check per call, without Floodgate. Decisions use Redis' own \
+         this server decides one check per call, without Floodgate (\"-\" where it gave no \
+         figure; a note above says why). Decisions use Redis' own \
          clock (TIME). The source documents' one-client Lua \
          figures: fixed window 16,432/s, token bucket 14,699/s, sliding window 14,124/s, sliding \
          log 11,539/s.",
@@ -377,4 +426,45 @@ pub fn run(
         time.as_secs_f64()
     ));
     Ok(section)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate_store::redis::testing::RedisServer;
+
+    #[test]
+    fn the_ceiling_keys_differ_per_algorithm() {
+        let keys: Vec<String> = AlgorithmKind::ALL
+            .iter()
+            .map(|&k| {
+                same_script_command(&Policy::new(k, "1000/s".parse().unwrap()).unwrap())[3].clone()
+            })
+            .collect();
+        assert_eq!(keys[0], "f1:__rand_int__");
+        let mut distinct = keys.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), keys.len(), "{keys:?}");
+        // The store's name length plus one, as the store's "fb:" + 11.
+        assert!(keys.iter().all(|k| k.len() == 15));
+    }
+
+    #[test]
+    fn a_failing_redis_benchmark_says_why() {
+        let server = RedisServer::start().unwrap();
+        server.cli(&["SET", "fgtest:str", "hello"]).unwrap();
+        let url = server.url();
+        let hostport = url
+            .trim_start_matches("redis://")
+            .split('/')
+            .next()
+            .unwrap();
+        let (host, port) = hostport.rsplit_once(':').unwrap();
+        let incr = ["INCR", "fgtest:str"].map(String::from);
+        let why = redis_benchmark_command(host, port, 1, 1, &incr).unwrap_err();
+        assert!(why.contains("ERR value is not an integer"), "{why}");
+        let ok = ["SET", "fgtest:__rand_int__", "1", "PX", "1000"].map(String::from);
+        assert!(redis_benchmark_command(host, port, 2, 1, &ok).unwrap() > 0.0);
+    }
 }
