@@ -492,6 +492,15 @@ shadow = true
         metric(&c, &full, "floodgate_store_full_total{action=\"reject\"}").await,
         Some(1.0)
     );
+    // Forward-auth (this client's IP is a new key too) is refused and counted the same way,
+    // and its RateLimit `t` does not invite a retry before Retry-After.
+    let (status, headers, body) =
+        split(c.get(full.url("/v1/forward-auth")).send().await.unwrap()).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(headers["ratelimit"], "\"enforced\";r=0;t=1");
+    assert_eq!(metric(&c, &full, &outcome("store_full")).await, Some(2.0));
+    assert_eq!(metric(&c, &full, &outcome("denied")).await, None);
 }
 
 #[tokio::test]
@@ -1130,4 +1139,58 @@ async fn a_cost_header_is_clamped_when_huge_and_refused_when_not_a_positive_numb
     assert_eq!((status, &body["field"]), (400, &json!("x-cost")));
     let r = auth("/search/other", "7").await.unwrap();
     assert_eq!(r.headers()["ratelimit"], "\"search\";r=23;t=33");
+}
+
+#[tokio::test]
+async fn a_store_failure_counts_each_rule_by_its_own_failure_mode() {
+    // Port 1 on loopback refuses connections: every store call fails at once.
+    let fg = Floodgate::with_config(
+        r#"
+[store]
+kind = "redis"
+url = "redis://127.0.0.1:1"
+
+[[rules]]
+name = "lenient"
+limit = "5/min"
+
+[[rules]]
+name = "strict"
+limit = "5/min"
+failure_mode = "closed"
+[rules.match]
+path_prefix = "/pay"
+"#,
+        &[],
+    );
+    let c = client();
+    let auth = |path: &str| {
+        c.get(fg.url("/v1/forward-auth"))
+            .header("x-forwarded-uri", path)
+            .send()
+    };
+    assert_eq!(auth("/home").await.unwrap().status(), 200, "open alone");
+    assert_eq!(auth("/pay").await.unwrap().status(), 503, "one closed rule");
+    let both = json!({"descriptors": [
+        {"rule": "lenient", "key": "k"},
+        {"rule": "strict", "key": "k"},
+    ]});
+    let (status, _, body) = post_json(&c, &fg.url("/v1/check"), &both).await;
+    assert_eq!(status, 503, "{body}");
+    let outcome = |rule: &str, o: &str| {
+        format!("floodgate_decisions_total{{rule=\"{rule}\",outcome=\"{o}\"}}")
+    };
+    // The request's fate is the batch's; the label is each rule's own mode.
+    assert_eq!(
+        metric(&c, &fg, &outcome("lenient", "error_open")).await,
+        Some(3.0)
+    );
+    assert_eq!(
+        metric(&c, &fg, &outcome("lenient", "error_closed")).await,
+        None
+    );
+    assert_eq!(
+        metric(&c, &fg, &outcome("strict", "error_closed")).await,
+        Some(2.0)
+    );
 }

@@ -13,7 +13,10 @@
 //!    peeked otherwise); their denials are counted, never enforced.
 //!
 //! Store errors follow the rules' [`FailureMode`]: if any enforcing rule in
-//! the failed batch fails closed the request gets a 503, otherwise it is admitted.
+//! the failed batch fails closed the request gets a 503, otherwise it is admitted. Each rule's
+//! outcome is counted by its own mode (`error_open` / `error_closed`), whatever the request's
+//! fate. A denial because the store is full of live keys ([`OnFull::Reject`]) is counted as
+//! `store_full`, not `denied`.
 //!
 //! Metrics (via the `metrics` facade, never with per-key labels):
 //! - `floodgate_decisions_total{rule, outcome}` with outcome `allowed`, `denied`,
@@ -350,14 +353,18 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
                     action = Action::Deny;
                 }
                 store_full = batch.store_full;
+                // A batch refused because the store is full of live keys is not the keys' own
+                // doing: its denials are counted apart (as `/v1/check` does), so dashboards do
+                // not read them as clients over their limits.
+                let refused_full = store_full == Some(OnFull::Reject);
                 for (c, decision) in enforcing().zip(batch.decisions) {
                     let rule = &rules[c.rule];
                     set.count(
                         c.rule,
-                        if decision.allowed {
-                            Outcome::Allowed
-                        } else {
-                            Outcome::Denied
+                        match (decision.allowed, refused_full) {
+                            (true, _) => Outcome::Allowed,
+                            (false, true) => Outcome::StoreFull,
+                            (false, false) => Outcome::Denied,
                         },
                     );
                     outcomes.push(RuleOutcome {
@@ -387,13 +394,15 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
             Err(error) => {
                 count_store_error(&error);
                 let closed = enforcing().any(|c| rules[c.rule].failure_mode == FailureMode::Closed);
+                // Each rule is counted by its own mode, so `error_open` of a rule always means
+                // "this rule would have admitted": the request's fate (503 when any rule fails
+                // closed) is the batch's, the label is the rule's.
                 for c in enforcing() {
                     set.count(
                         c.rule,
-                        if closed {
-                            Outcome::ErrorClosed
-                        } else {
-                            Outcome::ErrorOpen
+                        match rules[c.rule].failure_mode {
+                            FailureMode::Closed => Outcome::ErrorClosed,
+                            FailureMode::Open => Outcome::ErrorOpen,
                         },
                     );
                 }

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! `q` is the quota's limit, `w` its period in seconds (rounded up, at least 1), `r` the units
-//! remaining, `t` the seconds until the key is back to a fresh state (rounded up). The partition
+//! remaining, `t` the seconds until the key is back to a fresh state (rounded up; for a denial
+//! never less than `Retry-After`). The partition
 //! key is never sent (it may be a user id or an API key).
 //!
 //! A denial is `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up, at least
@@ -117,7 +118,7 @@ where
         state.extend_from_slice(b";r=");
         state.extend_from_slice(numbers.format(o.decision.remaining).as_bytes());
         state.extend_from_slice(b";t=");
-        state.extend_from_slice(numbers.format(o.decision.reset_after_secs()).as_bytes());
+        state.extend_from_slice(numbers.format(reset_secs(&o.decision)).as_bytes());
     };
     push_state(&mut state, first);
     let push_policy = |policy: &mut Vec<u8>, o: &RuleOutcome| match &o.policy_item {
@@ -153,6 +154,16 @@ where
     if let Some(secs) = retry_after {
         headers.insert(RETRY_AFTER, HeaderValue::from(secs));
     }
+}
+
+/// The `t` of a `RateLimit` member: the seconds until the key is fresh again, but never less
+/// than the decision's `Retry-After`, so a client following `t` never retries before a retry
+/// can succeed (a refusal by a full store has no state to reset, `reset_after` 0, yet asks the
+/// client to wait).
+fn reset_secs(decision: &Decision) -> u64 {
+    decision
+        .reset_after_secs()
+        .max(decision.retry_after_secs().unwrap_or(0))
 }
 
 /// `buf` as `Bytes` without a second allocation: `Bytes` takes a buffer without spare capacity

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::{gcra, harness, request, with_store, T0};
 use floodgate_core::{Decision, ManualClock, Policy};
-use floodgate_store::{BatchDecision, CheckItem, Store, StoreError};
+use floodgate_store::{BatchDecision, CheckItem, OnFull, Store, StoreError};
 use floodgate_tower::{FailureMode, KeySource, Rule, RuleSet};
 use http::StatusCode;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -141,14 +141,30 @@ async fn fail_closed_answers_503_with_retry_after() {
     assert_eq!(h.backend.calls(), 0);
 }
 
+#[test]
+fn one_closed_rule_in_the_batch_makes_it_fail_closed_but_each_rule_counts_its_own_mode() {
+    let metrics = with_metrics(|| async {
+        let h = down(vec![
+            rule("open", FailureMode::Open),
+            rule("closed", FailureMode::Closed),
+        ]);
+        let r = h.send(request("/", "192.0.2.1:1", &[])).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    });
+    let count = |rule: &str, outcome: &str| {
+        counter(
+            &metrics,
+            "floodgate_decisions_total",
+            &[("rule", rule), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(count("open", "error_open"), 1);
+    assert_eq!(count("open", "error_closed"), 0);
+    assert_eq!(count("closed", "error_closed"), 1);
+}
+
 #[tokio::test]
-async fn one_closed_rule_in_the_batch_makes_it_fail_closed() {
-    let h = down(vec![
-        rule("open", FailureMode::Open),
-        rule("closed", FailureMode::Closed),
-    ]);
-    let r = h.send(request("/", "192.0.2.1:1", &[])).await;
-    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+async fn a_request_no_rule_applies_to_never_touches_the_store() {
     // A request no rule applies to never touches the store.
     let h = down(vec![rule("closed", FailureMode::Closed).with_matcher(
         floodgate_tower::Matcher {
@@ -254,4 +270,63 @@ fn skipped_rules_and_latency_are_recorded() {
         histograms, 1,
         "one store round trip, for the request that had a key"
     );
+}
+
+/// A store that is full of live keys and refuses every new one.
+#[derive(Debug, Default)]
+struct FullStore;
+
+impl Store for FullStore {
+    async fn check(&self, items: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
+        Ok(BatchDecision {
+            allowed: false,
+            decisions: items
+                .iter()
+                .map(|_| Decision {
+                    allowed: false,
+                    limit: 1,
+                    remaining: 0,
+                    reset_after: 0,
+                    retry_after: Some(1_000_000),
+                })
+                .collect(),
+            store_full: Some(OnFull::Reject),
+        })
+    }
+
+    async fn peek(&self, items: &[CheckItem<'_>]) -> Result<BatchDecision, StoreError> {
+        self.check(items).await
+    }
+
+    async fn reset(&self, _: &str, _: &Policy, _: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    async fn inspect(&self, _: &str, _: &Policy, _: &str) -> Result<Decision, StoreError> {
+        Err(StoreError::Timeout { after_ms: 50 })
+    }
+}
+
+#[test]
+fn a_store_full_refusal_is_counted_as_store_full_and_its_t_agrees_with_retry_after() {
+    let metrics = with_metrics(|| async {
+        let h = with_store(
+            ManualClock::new(T0),
+            Arc::new(FullStore),
+            RuleSet::new(vec![rule("per-ip", FailureMode::Open)]),
+        );
+        let r = h.send(request("/", "192.0.2.1:1", &[])).await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.header("retry-after"), Some("1"));
+        assert_eq!(r.header("ratelimit"), Some("\"per-ip\";r=0;t=1"));
+    });
+    let count = |outcome: &str| {
+        counter(
+            &metrics,
+            "floodgate_decisions_total",
+            &[("rule", "per-ip"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(count("store_full"), 1);
+    assert_eq!(count("denied"), 0);
 }

@@ -491,13 +491,14 @@ fn store_failure(
         _ => "other",
     };
     metrics::counter!("floodgate_store_errors_total", "kind" => kind).increment(1);
+    // Each rule is counted by its own mode; the answer (503 when any fails closed) is the
+    // batch's.
     for &i in enforcing {
         rules.count(
             items[i].rule,
-            if closed {
-                Outcome::ErrorClosed
-            } else {
-                Outcome::ErrorOpen
+            match rules.rules[items[i].rule].failure_mode {
+                FailureMode::Closed => Outcome::ErrorClosed,
+                FailureMode::Open => Outcome::ErrorOpen,
             },
         );
     }
