@@ -682,6 +682,12 @@ async fn bad_requests_get_problem_json_naming_the_field_and_touch_nothing() {
             "descriptors[1].rule",
             "unknown rule",
         ),
+        (
+            r#"{"descriptors": [{"rule": "per-client-ip", "key": "alice", "cost": 10}, {"rule": "per-client-ip", "key": "alice", "cost": 1}]}"#.into(),
+            400,
+            "descriptors[1].cost",
+            "rule \"per-client-ip\" and key \"alice\" cost 11 together",
+        ),
         (format!(r#"{{"rule": "per-client-ip", "key": "alice", "pad": "{}"}}"#, "x".repeat(70_000)), 413, "body", "at most 65536 bytes"),
     ];
     for (body, status, field, detail) in cases {
@@ -724,6 +730,16 @@ async fn bad_requests_get_problem_json_naming_the_field_and_touch_nothing() {
         )
         .await,
         None
+    );
+    // The two unknown rules are counted as such, not as invalid requests.
+    assert_eq!(
+        metric(
+            &c,
+            &fg,
+            "floodgate_requests_rejected_total{reason=\"unknown_rule\"}"
+        )
+        .await,
+        Some(2.0)
     );
 }
 

@@ -244,9 +244,33 @@ fn validate<'a>(
                     format!("must hold between 1 and {MAX_DESCRIPTORS} items"),
                 ));
             }
-            let mut items = Vec::with_capacity(list.len());
+            let mut items: Vec<Item<'a>> = Vec::with_capacity(list.len());
             for (i, d) in list.into_iter().enumerate() {
-                items.push(validate_one(rules, Some(i), d)?);
+                let item = validate_one(rules, Some(i), d)?;
+                // Descriptors of one rule and key are decided in order, each seeing the earlier
+                // ones' consumption, so together they must fit the capacity too; refused here,
+                // naming the descriptor that does not fit (the store would name its internal
+                // state id).
+                let before: u64 = items
+                    .iter()
+                    .filter(|o| o.rule == item.rule && o.key == item.key)
+                    .map(|o| o.cost)
+                    .sum();
+                let capacity = rules.rules[item.rule].policy.capacity();
+                if before > 0 && before + item.cost > capacity {
+                    return Err(bad(
+                        &format!("descriptors[{i}].cost"),
+                        format!(
+                            "the descriptors for rule {:?} and key {:?} cost {} together, above \
+                             the rule's capacity ({capacity} units at once): they could never \
+                             be admitted",
+                            &*rules.rules[item.rule].name,
+                            item.raw_key,
+                            before + item.cost
+                        ),
+                    ));
+                }
+                items.push(item);
             }
             Ok(OneOrMany::Many(items))
         }
@@ -279,8 +303,8 @@ fn validate_one<'a>(
     let bad = |name: &str, detail: String| invalid(StatusCode::BAD_REQUEST, &field(name), detail);
     let Some(rule) = rules.rules.iter().position(|r| *r.name == *d.rule) else {
         let known: Vec<&str> = rules.rules.iter().map(|r| &*r.name).collect();
-        return Err(bad(
-            "rule",
+        return Err(super::unknown_rule_in_body(
+            &field("rule"),
             format!(
                 "unknown rule {:?}; configured rules: {}",
                 d.rule,

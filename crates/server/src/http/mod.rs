@@ -150,6 +150,19 @@ pub fn unknown_rule(field: &str, rule: &str) -> Response {
     )
 }
 
+/// A 400 problem like [`invalid`] for a request body naming (in `field`) a rule that is not
+/// configured, but counted in `floodgate_requests_rejected_total{reason="unknown_rule"}`.
+pub fn unknown_rule_in_body(field: &str, detail: impl Into<String>) -> Response {
+    rejected(
+        StatusCode::BAD_REQUEST,
+        "unknown_rule",
+        PROBLEM_INVALID_REQUEST,
+        "invalid request",
+        field,
+        detail,
+    )
+}
+
 /// A rejected request: counted under `reason`, answered as a problem naming `field`, whose
 /// `detail` starts with `field: `.
 fn rejected(
