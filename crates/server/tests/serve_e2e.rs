@@ -1210,3 +1210,33 @@ path_prefix = "/pay"
         Some(2.0)
     );
 }
+
+#[tokio::test]
+async fn the_local_fallback_shows_the_quota_it_enforces() {
+    // Redis refuses connections (port 1): every decision is the local fallback's, each limit
+    // divided by the two instances.
+    let fg = Floodgate::with_config(
+        r#"
+[store]
+kind = "redis"
+url = "redis://127.0.0.1:1"
+fallback = "local"
+instances = 2
+
+[[rules]]
+name = "per-user"
+limit = "10/min"
+"#,
+        &[],
+    );
+    let c = client();
+    let (status, headers, body) =
+        post_json(&c, &fg.url("/v1/check"), &check("per-user", "u")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["limit"], 5);
+    assert_eq!(headers["ratelimit-policy"], "\"per-user\";q=5;w=60");
+    let r = c.get(fg.url("/v1/forward-auth")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["ratelimit-policy"], "\"per-user\";q=5;w=60");
+    assert_eq!(r.headers()["ratelimit"], "\"per-user\";r=4;t=12");
+}

@@ -367,12 +367,18 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
                             (false, false) => Outcome::Denied,
                         },
                     );
+                    // A decision of a local fallback describes its own, smaller quota.
+                    let (quota, policy_item) =
+                        match response::enforced_quota(&rule.policy, &decision) {
+                            None => (*rule.policy.quota(), Some(set.policy_item(c.rule))),
+                            Some(quota) => (quota, None),
+                        };
                     outcomes.push(RuleOutcome {
                         rule: Arc::clone(&rule.name),
-                        quota: *rule.policy.quota(),
+                        quota,
                         decision,
                         shadow: false,
-                        policy_item: Some(set.policy_item(c.rule)),
+                        policy_item,
                     });
                 }
             }

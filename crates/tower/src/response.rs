@@ -11,7 +11,8 @@
 //! RateLimit: "per-ip";r=3;t=7, "per-user";r=998;t=4
 //! ```
 //!
-//! `q` is the quota's limit, `w` its period in seconds (rounded up, at least 1), `r` the units
+//! `q` is the limit of the quota enforced (the rule's; scaled down when a shared store's local
+//! fallback decided, see [`enforced_quota`]), `w` its period in seconds (rounded up, at least 1), `r` the units
 //! remaining, `t` the seconds until the key is back to a fresh state (rounded up; for a denial
 //! never less than `Retry-After`). The partition
 //! key is never sent (it may be a user id or an API key).
@@ -30,7 +31,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use floodgate_core::{Decision, Quota};
+use floodgate_core::{Decision, Policy, Quota};
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 
@@ -67,6 +68,27 @@ pub struct RuleOutcome {
     /// [`RuleSet`]: crate::RuleSet
     /// [`RuleSet::policy_item`]: crate::RuleSet::policy_item
     pub policy_item: Option<HeaderValue>,
+}
+
+/// The quota actually enforced by `decision`, when it differs from `policy`'s: a decision made
+/// under a smaller capacity than the policy's (the local fallback of a shared store, deciding
+/// with each limit divided by the instance count while the shared store fails) enforced the
+/// quota scaled by that ratio (`limit` and `burst` times `decision.limit / capacity`, rounded
+/// down, at least 1). `None` when the decision is the policy's own (the usual case), so that
+/// `RateLimit-Policy` and the answer's `limit` always describe the same quota.
+pub fn enforced_quota(policy: &Policy, decision: &Decision) -> Option<Quota> {
+    let capacity = policy.capacity();
+    let enforced = decision.limit;
+    if enforced == capacity || enforced == 0 || capacity == 0 {
+        return None;
+    }
+    let quota = policy.quota();
+    let scale = |n: u64| {
+        u64::try_from(u128::from(n) * u128::from(enforced) / u128::from(capacity))
+            .unwrap_or(u64::MAX)
+            .max(1)
+    };
+    Quota::with_burst(scale(quota.limit()), quota.period(), scale(quota.burst())).ok()
 }
 
 /// The `RateLimit-Policy` list member of a rule: `"<rule>";q=<limit>;w=<window>`, the window
@@ -341,6 +363,34 @@ mod tests {
             reset_after: 9_500_000,
             retry_after: Some(retry_after),
         }
+    }
+
+    #[test]
+    fn a_smaller_decided_capacity_scales_the_quota_shown() {
+        use floodgate_core::AlgorithmKind;
+        let policy = Policy::new(AlgorithmKind::TokenBucket, "10/min".parse().unwrap()).unwrap();
+        let decided = |limit| Decision {
+            allowed: true,
+            limit,
+            remaining: 4,
+            reset_after: 12_000_000,
+            retry_after: None,
+        };
+        assert_eq!(enforced_quota(&policy, &decided(10)), None);
+        let half = enforced_quota(&policy, &decided(5)).unwrap();
+        assert_eq!(
+            (half.limit(), half.burst(), half.period()),
+            (5, 5, 60_000_000)
+        );
+        let mut h = HeaderMap::new();
+        let mut o = outcome("per-user", "10/min", decided(5));
+        o.quota = half;
+        apply_headers(&mut h, &[o]);
+        assert_eq!(h[RATELIMIT_POLICY], "\"per-user\";q=5;w=60");
+        // A burst scales with the limit.
+        let bursty = Policy::new(AlgorithmKind::Gcra, "10/min burst 20".parse().unwrap()).unwrap();
+        let q = enforced_quota(&bursty, &decided(10)).unwrap();
+        assert_eq!((q.limit(), q.burst()), (5, 10));
     }
 
     #[test]

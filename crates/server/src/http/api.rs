@@ -369,13 +369,26 @@ async fn decide(
         1 => OneOrMany::One([None]),
         n => OneOrMany::Many(vec![None; n]),
     };
-    let outcome = |item: &Item, decision: Decision| RuleOutcome {
-        rule: Arc::clone(&rules.rules[item.rule].name),
-        quota: *rules.rules[item.rule].policy.quota(),
-        decision,
-        shadow: rules.rules[item.rule].shadow,
-        // Shadow rules are never shown in headers.
-        policy_item: (!rules.rules[item.rule].shadow).then(|| rules.policy_item(item.rule)),
+    let outcome = |item: &Item, decision: Decision| {
+        let rule = &rules.rules[item.rule];
+        // A decision of the local fallback (Redis down) describes its own, smaller quota, so
+        // that `RateLimit-Policy` agrees with the answer's `limit`.
+        let (quota, policy_item) =
+            match floodgate_tower::response::enforced_quota(&rule.policy, &decision) {
+                // Shadow rules are never shown in headers.
+                None => (
+                    *rule.policy.quota(),
+                    (!rule.shadow).then(|| rules.policy_item(item.rule)),
+                ),
+                Some(quota) => (quota, None),
+            };
+        RuleOutcome {
+            rule: Arc::clone(&rule.name),
+            quota,
+            decision,
+            shadow: rule.shadow,
+            policy_item,
+        }
     };
     let is_enforcing = |i: &usize| !rules.rules[items[*i].rule].shadow;
     let enforcing = || (0..items.len()).filter(is_enforcing);
