@@ -62,7 +62,7 @@ async fn four_instances_sharing_redis_admit_exactly_the_limit() {
     let url = redis.url();
     let dir = tempfile::tempdir().unwrap();
     // A generous timeout: four debug-build services, their 200 clients and Redis share two
-    // cores here; the 10 ms default is for production machines.
+    // cores here; the 50 ms default is for production machines.
     let shared_rules = dir.path().join("shared.toml");
     std::fs::write(
         &shared_rules,

@@ -29,7 +29,7 @@ fn item<'a>(rule: &'a str, policy: &'a Policy, key: &'a str, cost: u64) -> Check
     }
 }
 
-/// Defaults with a generous timeout, for tests that are not about timeouts (the 10 ms default
+/// Defaults with a generous timeout, for tests that are not about timeouts (the 50 ms default
 /// can expire on a busy 2-core machine, e.g. while the first call connects).
 fn slow_ok(server: &RedisServer) -> RedisStoreConfig {
     let mut config = RedisStoreConfig::standalone(server.url());
@@ -393,7 +393,7 @@ fn redis_killed_and_restarted_errors_are_bounded_and_recovery_is_automatic() {
     let mut server = RedisServer::start().unwrap();
     let rt = multi_thread_runtime(2).unwrap();
     rt.block_on(async {
-        // Above the 10 ms default so that a busy 2-core test machine does not time out
+        // Above the 50 ms default so that a busy 2-core test machine does not time out
         // while Redis is up; still a bound to check while it is down.
         let timeout = Duration::from_millis(100);
         let (store, breaker_clock, cool_down) = breaker_store(&server, timeout).await;

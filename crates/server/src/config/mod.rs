@@ -160,8 +160,9 @@ pub struct RedisConfig {
 }
 
 /// Default `[store] timeout_ms`: 50 ms. Longer delays a decision while Redis is slow; shorter
-/// sends healthy but momentarily slow calls to the failure mode (10 ms timed out about 1% of
-/// calls against a healthy Redis on a loaded 2-core host). Envoy's rate-limit filter waits 20 ms.
+/// sends healthy but momentarily slow calls to the failure mode (10 ms timed out hundreds of
+/// calls within seconds against a healthy Redis on a loaded 2-core host). Envoy's rate-limit
+/// filter waits 20 ms. See `docs/redis.md`, "Failures".
 pub const DEFAULT_REDIS_TIMEOUT_MS: u64 = 50;
 
 /// `true` for the URL schemes this build's Redis client accepts (`rediss://`, TLS, is not one:
@@ -866,8 +867,17 @@ impl Validator<'_> {
             routes: Vec::new(),
         };
         if let Some(c) = &r.cost {
-            if let Some(cost) = self.one_cost(format!("{at}.cost"), c, capacity) {
-                out.default = cost;
+            match self.one_cost(format!("{at}.cost"), c, capacity) {
+                // A rule whose requests cost nothing never limits anything.
+                Some(0) => self.push(
+                    c,
+                    format!("{at}.cost"),
+                    "must be at least 1: a rule whose requests cost 0 never limits (remove the \
+                     rule, or make it shadow = true to only observe)"
+                        .to_string(),
+                ),
+                Some(cost) => out.default = cost,
+                None => {}
             }
         }
         if let Some(h) = &r.cost_header {

@@ -101,9 +101,10 @@ pub struct RedisStoreConfig {
     /// Longest wait for one store call (all its round trips). Default 50 ms. The trade-off: a
     /// longer timeout delays a decision when Redis is slow; a shorter one sends healthy but
     /// momentarily slow calls (a loaded shared host, 64 calls queued on one connection) to the
-    /// failure mode. 10 ms failed ~1% of calls on a loaded 2-core host with a healthy Redis;
-    /// 50 ms is many times a healthy p99 (about 1 ms on loopback) and still bounds a dead
-    /// Redis's cost per request (Envoy's rate-limit filter defaults to 20 ms).
+    /// failure mode. The former 10 ms timed out hundreds of calls within seconds against a
+    /// healthy Redis on a loaded 2-core host; 50 ms is many times a healthy p99 (about 1 ms on
+    /// loopback) and still bounds a dead Redis's cost per request (Envoy's rate-limit filter
+    /// defaults to 20 ms). See `docs/redis.md`, "Failures".
     pub timeout: Duration,
     /// Longest wait for a (re)connection attempt. Default 250 ms.
     pub connect_timeout: Duration,
