@@ -307,6 +307,8 @@ path_prefix = "/api"
         problem["status"], 403,
         "the body's status matches the HTTP status"
     );
+    assert_eq!(problem["title"], "Forbidden", "and so does its title");
+    assert_eq!(problem["type"], "urn:floodgate:problem:rate-limited");
     // nginx auth_request style: X-Original-URI.
     let r = c
         .get(fg.url("/v1/forward-auth"))
@@ -1074,6 +1076,41 @@ fn check_config_names_file_line_and_field() {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
+    // A rule whose requests cost nothing would never limit.
+    std::fs::write(
+        &bad,
+        "[[rules]]\nname = \"a\"\nlimit = \"10/s\"\ncost = 0\n",
+    )
+    .unwrap();
+    let out = run_check_config(dir.path(), "rules.toml");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.starts_with("rules.toml:4: rules[0].cost: must be at least 1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_proxy_and_the_api_on_one_address_is_refused_saying_so() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["serve", "--listen", &addr, "--admin-listen", &addr])
+        .args(["--upstream", "http://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("--listen and --admin-listen name the same address"),
+        "{stderr}"
+    );
 }
 
 const COST_HEADER_CONFIG: &str = r#"

@@ -68,8 +68,8 @@ pub(super) async fn forward_auth(
     }
 }
 
-/// `response` with `status`, also in its problem+json body's `status` member, which RFC 9457
-/// (section 3.1.4) wants equal to the HTTP status. A body that is not a JSON object is kept.
+/// `response` with `status`, also in its problem+json body's `status` and `title` members,
+/// which RFC 9457 (section 3.1.4) wants to agree with the HTTP status. A body that is not a JSON object is kept.
 fn with_status(
     response: http::Response<bytes::Bytes>,
     status: StatusCode,
@@ -79,6 +79,11 @@ fn with_status(
     let body = match serde_json::from_slice::<serde_json::Value>(&body) {
         Ok(mut problem) if problem.is_object() => {
             problem["status"] = status.as_u16().into();
+            // The title names the status sent (RFC 9457 section 3.1.3: the same for every
+            // occurrence of the problem type; the type still says rate-limited).
+            if let Some(title) = status.canonical_reason() {
+                problem["title"] = title.into();
+            }
             problem.to_string().into()
         }
         _ => body,

@@ -263,6 +263,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             let admin_addr = args
                 .admin_listen
                 .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.parse().expect("valid default address"));
+            // Binding the same address twice would only say "Address already in use".
+            if admin_addr == listen && listen.port() != 0 {
+                anyhow::bail!(
+                    "--listen and --admin-listen name the same address ({listen}): the proxy \
+                     and the API need one each"
+                );
+            }
             let admin = bind(admin_addr).await?;
             println!(
                 "floodgate: listening on {} (proxy to {up})",
