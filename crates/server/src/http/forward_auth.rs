@@ -168,7 +168,7 @@ mod tests {
         let body: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
         assert_eq!(
             body,
-            serde_json::json!({"status": 403, "title": "Too Many Requests"})
+            serde_json::json!({"status": 403, "title": "Forbidden"})
         );
     }
 
