@@ -1213,6 +1213,13 @@ limit = "5/min"
 failure_mode = "closed"
 [rules.match]
 path_prefix = "/pay"
+
+[[rules]]
+name = "watch"
+limit = "5/min"
+shadow = true
+[rules.match]
+path_prefix = "/nowhere"
 "#,
         &[],
     );
@@ -1246,6 +1253,26 @@ path_prefix = "/pay"
         metric(&c, &fg, &outcome("strict", "error_closed")).await,
         Some(2.0)
     );
+    // A shadow rule never enforces: its failed store call admits and is counted like the
+    // middleware counts it (error_open and a store error), not only logged.
+    // (A refused connection surfaces as a timeout or as unavailable, depending on timing.)
+    let store_errors = || async {
+        let mut total = 0.0;
+        for kind in ["unavailable", "timeout", "other"] {
+            let series = format!("floodgate_store_errors_total{{kind=\"{kind}\"}}");
+            total += metric(&c, &fg, &series).await.unwrap_or(0.0);
+        }
+        total
+    };
+    let before = store_errors().await;
+    let shadow = json!({"rule": "watch", "key": "k"});
+    let (status, _, body) = post_json(&c, &fg.url("/v1/check"), &shadow).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        metric(&c, &fg, &outcome("watch", "error_open")).await,
+        Some(1.0)
+    );
+    assert_eq!(store_errors().await, before + 1.0);
 }
 
 #[tokio::test]

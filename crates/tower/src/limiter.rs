@@ -489,7 +489,10 @@ fn check_item<'a>(rules: &'a [crate::Rule], c: &'a PlannedCheck) -> CheckItem<'a
     }
 }
 
-fn count_store_error(error: &StoreError) {
+/// Counts a store failure in `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`,
+/// `other`): every failed store call that decides or shadows a request, whichever way its
+/// rule's failure mode answers it.
+pub fn count_store_error(error: &StoreError) {
     let kind = match error {
         StoreError::Unavailable { .. } => "unavailable",
         StoreError::Timeout { .. } => "timeout",

@@ -471,7 +471,11 @@ async fn decide(
                 outcomes[i] = Some(outcome(&items[i], decision));
             }
             Err(error) => {
-                tracing::warn!(%error, rule = %rules.rules[items[i].rule].name, "store failed on a shadow rule");
+                // As the middleware does: counted, the shadow rule admits (it never enforces),
+                // and logged at most once a second.
+                floodgate_tower::limiter::count_store_error(&error);
+                floodgate_tower::limiter::log_store_failure(&error, false);
+                rules.count(items[i].rule, Outcome::ErrorOpen);
             }
         }
     }
@@ -522,12 +526,7 @@ fn store_failure(
         .iter()
         .any(|&i| rules.rules[items[i].rule].failure_mode == FailureMode::Closed);
     floodgate_tower::limiter::log_store_failure(error, closed);
-    let kind = match error {
-        StoreError::Unavailable { .. } => "unavailable",
-        StoreError::Timeout { .. } => "timeout",
-        _ => "other",
-    };
-    metrics::counter!("floodgate_store_errors_total", "kind" => kind).increment(1);
+    floodgate_tower::limiter::count_store_error(error);
     // Each rule is counted by its own mode; the answer (503 when any fails closed) is the
     // batch's.
     for &i in enforcing {
