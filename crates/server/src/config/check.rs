@@ -114,6 +114,7 @@ mod tests {
                 "redis://app:pw@10.0.0.1:6379/2".into(),
             ),
             timeout_ms: 50,
+            breaker_window_ms: 250,
             prefix: "fg:".into(),
             local_fallback_instances: Some(4),
         });

@@ -151,6 +151,11 @@ pub struct RedisConfig {
     /// `timeout_ms`: longest wait for one store call, 1 to 60,000 ms. Default 50 (see
     /// [`DEFAULT_REDIS_TIMEOUT_MS`] for the trade-off).
     pub timeout_ms: u64,
+    /// `breaker_window_ms`: the circuit breaker opens only when Redis has produced no success
+    /// for this long (and at least 5 calls failed since the last success), 0 to 60,000 ms.
+    /// Default 250; 0 opens after 5 consecutive failures whatever the time (see
+    /// `docs/redis.md`, "Failures").
+    pub breaker_window_ms: u64,
     /// `prefix` of every key (default `"fg:"`, at most 64 bytes, no braces).
     pub prefix: String,
     /// `fallback = "local"` with `instances = N`: while Redis fails, decide in this process with
@@ -158,6 +163,10 @@ pub struct RedisConfig {
     /// failure follows each rule's `failure_mode`.
     pub local_fallback_instances: Option<u64>,
 }
+
+/// Default `[store] breaker_window_ms`: 250 ms, the store's own default
+/// (`RedisStoreConfig::breaker_window`).
+pub const DEFAULT_BREAKER_WINDOW_MS: u64 = 250;
 
 /// Default `[store] timeout_ms`: 50 ms. Longer delays a decision while Redis is slow; shorter
 /// sends healthy but momentarily slow calls to the failure mode (10 ms timed out hundreds of
@@ -448,6 +457,9 @@ impl Validator<'_> {
                 s.url.as_ref().map(|v| (v.span(), "url")),
                 s.nodes.first().map(|v| (v.span(), "nodes")),
                 s.timeout_ms.as_ref().map(|v| (v.span(), "timeout_ms")),
+                s.breaker_window_ms
+                    .as_ref()
+                    .map(|v| (v.span(), "breaker_window_ms")),
                 s.prefix.as_ref().map(|v| (v.span(), "prefix")),
                 s.fallback.as_ref().map(|v| (v.span(), "fallback")),
                 s.instances.as_ref().map(|v| (v.span(), "instances")),
@@ -541,6 +553,17 @@ impl Validator<'_> {
                 ),
             }
         }
+        let mut breaker_window_ms = DEFAULT_BREAKER_WINDOW_MS;
+        if let Some(w) = &s.breaker_window_ms {
+            match u64::try_from(*w.get_ref()) {
+                Ok(ms @ 0..=60_000) => breaker_window_ms = ms,
+                _ => self.push(
+                    w,
+                    "store.breaker_window_ms".into(),
+                    format!("must be 0 to 60000 milliseconds, got {}", w.get_ref()),
+                ),
+            }
+        }
         let mut prefix = "fg:".to_string();
         if let Some(p) = &s.prefix {
             let text = p.get_ref();
@@ -597,6 +620,7 @@ impl Validator<'_> {
         (self.errors.len() == before).then(|| RedisConfig {
             target: target.expect("no error, so a target"),
             timeout_ms,
+            breaker_window_ms,
             prefix,
             local_fallback_instances: instances,
         })

@@ -40,6 +40,7 @@ pub(crate) struct RawStore {
     #[serde(default)]
     pub nodes: Vec<Spanned<String>>,
     pub timeout_ms: Option<Spanned<i64>>,
+    pub breaker_window_ms: Option<Spanned<i64>>,
     pub prefix: Option<Spanned<String>>,
     pub fallback: Option<Spanned<String>>,
     pub instances: Option<Spanned<i64>>,

@@ -290,7 +290,32 @@ fn redis_store_settings_are_read_and_checked() {
     let r = c.store.redis.unwrap();
     assert!(matches!(r.target, RedisTarget::Cluster(ref n) if n.len() == 2));
     assert_eq!((r.timeout_ms, r.prefix.as_str()), (50, "fg:"));
+    assert_eq!(r.breaker_window_ms, 250);
     assert_eq!(r.local_fallback_instances, None);
+    for (window, parsed) in [("0", 0), ("1000", 1000)] {
+        let c = parse(
+            "rules.toml",
+            &format!(
+                "[store]\nkind = \"redis\"\nurl = \"redis://a\"\nbreaker_window_ms = {window}\n"
+            ),
+        )
+        .unwrap();
+        assert_eq!(c.store.redis.unwrap().breaker_window_ms, parsed);
+    }
+    for bad in ["-1", "60001"] {
+        assert_eq!(
+            err(&format!(
+                "[store]\nkind = \"redis\"\nurl = \"redis://a\"\nbreaker_window_ms = {bad}\n"
+            )),
+            format!(
+                "rules.toml:4: store.breaker_window_ms: must be 0 to 60000 milliseconds, got {bad}"
+            )
+        );
+    }
+    assert_eq!(
+        err("[store]\nbreaker_window_ms = 100\n"),
+        "rules.toml:2: store.breaker_window_ms: only for kind = \"redis\""
+    );
     let c = parse(
         "rules.toml",
         "[store]\nkind = \"redis\"\nurl = \"redis://a\"\nfallback = \"local\"\ninstances = 4\n",

@@ -399,6 +399,14 @@ impl Signals {
     }
 }
 
+/// The `[store]` file settings that also apply when `--store redis://...` names the server:
+/// timeout, breaker window and key prefix.
+fn apply_redis_settings(redis: &mut RedisStoreConfig, file: &config::RedisConfig) {
+    redis.timeout = Duration::from_millis(file.timeout_ms);
+    redis.breaker_window = Duration::from_millis(file.breaker_window_ms);
+    redis.prefix.clone_from(&file.prefix);
+}
+
 /// The store `[store]` (or `--store`) asks for. A Redis store connects lazily: when Redis is
 /// down at startup the service still starts (its rules' failure modes apply) and uses Redis as
 /// soon as it answers.
@@ -413,16 +421,14 @@ async fn build_store(
         Some(url) if config::is_redis_url(url) => {
             let mut redis = RedisStoreConfig::standalone(url);
             if let Some(r) = &config.redis {
-                redis.timeout = Duration::from_millis(r.timeout_ms);
-                redis.prefix.clone_from(&r.prefix);
+                apply_redis_settings(&mut redis, r);
             }
             Some(redis)
         }
         Some(other) => anyhow::bail!("--store: expected memory or a redis:// URL, got {other:?}"),
         None => config.redis.as_ref().map(|r| {
             let mut redis = RedisStoreConfig::with_target(r.target.clone());
-            redis.timeout = Duration::from_millis(r.timeout_ms);
-            redis.prefix.clone_from(&r.prefix);
+            apply_redis_settings(&mut redis, r);
             redis
         }),
     };
