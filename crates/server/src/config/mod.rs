@@ -368,6 +368,23 @@ impl Validator<'_> {
         self.errors.push(self.src.error(at.span(), field, message));
     }
 
+    /// A duration setting in milliseconds, `min` to 60,000: its value, or `default` when it is
+    /// absent or out of range (then the error is pushed, naming `field`).
+    fn millis(&mut self, value: &Option<Spanned<i64>>, field: &str, min: u64, default: u64) -> u64 {
+        let Some(v) = value else { return default };
+        match u64::try_from(*v.get_ref()) {
+            Ok(ms) if (min..=60_000).contains(&ms) => ms,
+            _ => {
+                self.push(
+                    v,
+                    field.into(),
+                    format!("must be {min} to 60000 milliseconds, got {}", v.get_ref()),
+                );
+                default
+            }
+        }
+    }
+
     fn server(&mut self, raw: &RawConfig) -> ServerConfig {
         let s = &raw.server;
         let mut out = ServerConfig::default();
@@ -542,28 +559,18 @@ impl Validator<'_> {
                 None
             }
         };
-        let mut timeout_ms = DEFAULT_REDIS_TIMEOUT_MS;
-        if let Some(t) = &s.timeout_ms {
-            match u64::try_from(*t.get_ref()) {
-                Ok(ms @ 1..=60_000) => timeout_ms = ms,
-                _ => self.push(
-                    t,
-                    "store.timeout_ms".into(),
-                    format!("must be 1 to 60000 milliseconds, got {}", t.get_ref()),
-                ),
-            }
-        }
-        let mut breaker_window_ms = DEFAULT_BREAKER_WINDOW_MS;
-        if let Some(w) = &s.breaker_window_ms {
-            match u64::try_from(*w.get_ref()) {
-                Ok(ms @ 0..=60_000) => breaker_window_ms = ms,
-                _ => self.push(
-                    w,
-                    "store.breaker_window_ms".into(),
-                    format!("must be 0 to 60000 milliseconds, got {}", w.get_ref()),
-                ),
-            }
-        }
+        let timeout_ms = self.millis(
+            &s.timeout_ms,
+            "store.timeout_ms",
+            1,
+            DEFAULT_REDIS_TIMEOUT_MS,
+        );
+        let breaker_window_ms = self.millis(
+            &s.breaker_window_ms,
+            "store.breaker_window_ms",
+            0,
+            DEFAULT_BREAKER_WINDOW_MS,
+        );
         let mut prefix = "fg:".to_string();
         if let Some(p) = &s.prefix {
             let text = p.get_ref();
