@@ -111,6 +111,11 @@ async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// `PTTL key`: milliseconds to live, -1 without expiry, -2 when absent.
+async fn pttl(con: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query_async(con).await.unwrap()
+}
+
 async fn all_keys(con: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
     let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(con).await.unwrap();
     keys.sort();
@@ -130,11 +135,7 @@ async fn every_written_key_has_a_ttl_equal_to_reset_after() {
             .unwrap();
         assert!(d.allowed, "{kind}");
         let name = store.key_name("ttl", &p, "user=alice");
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(&name)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        let pttl = pttl(&mut con, &name).await;
         let expected_ms = d.decisions[0].reset_after.div_ceil(1000) as i64;
         assert!(pttl > 0, "{kind}: {name} has PTTL {pttl}");
         // PTTL counts down from ceil(reset_after / 1000) ms set a moment ago.
@@ -179,11 +180,7 @@ async fn every_written_key_has_a_ttl_equal_to_reset_after() {
     let keys = all_keys(&mut con).await;
     assert_eq!(keys.len(), 7, "{keys:?}");
     for k in keys {
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(&k)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        let pttl = pttl(&mut con, &k).await;
         assert!(pttl > 0, "{k} has no TTL ({pttl})");
     }
 }
@@ -797,11 +794,7 @@ async fn a_full_redis_with_noeviction_refuses_with_an_error_and_evicts_nothing()
     let keys = all_keys(&mut con).await;
     assert_eq!(keys.len() as u64, written);
     for k in keys.iter().step_by(97) {
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(k)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        let pttl = pttl(&mut con, k).await;
         assert!(pttl > 0, "{k}");
     }
 }
