@@ -20,6 +20,18 @@ limit = "100/10s"
 failure_mode = "closed"
 "#;
 
+/// Writes `dir/name`: a `[store]` for the Redis at `url` with `settings` (TOML lines), then
+/// [`RULES`]. Returns its path.
+fn redis_config(dir: &std::path::Path, name: &str, url: &str, settings: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!("[store]\nkind = \"redis\"\nurl = \"{url}\"\n{settings}{RULES}"),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_string()
+}
+
 /// 2,000 checks of one key from 200 concurrent clients spread over `instances`; returns how
 /// many were admitted (200) and denied (429).
 async fn hammer(instances: &[Floodgate]) -> (u64, u64) {
@@ -63,15 +75,10 @@ async fn four_instances_sharing_redis_admit_exactly_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     // A generous timeout: four debug-build services, their 200 clients and Redis share two
     // cores here; the 50 ms default is for production machines.
-    let shared_rules = dir.path().join("shared.toml");
-    std::fs::write(
-        &shared_rules,
-        format!("[store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = 2000\n{RULES}"),
-    )
-    .unwrap();
+    let shared_rules = redis_config(dir.path(), "shared.toml", &url, "timeout_ms = 2000\n");
     let rules = dir.path().join("rules.toml");
     std::fs::write(&rules, RULES).unwrap();
-    let (shared_rules, rules) = (shared_rules.to_str().unwrap(), rules.to_str().unwrap());
+    let (shared_rules, rules) = (shared_rules.as_str(), rules.to_str().unwrap());
     // Two take Redis from the file, two from --store (which overrides the file's url).
     let shared: Vec<Floodgate> = (0..4)
         .map(|i| {
@@ -102,16 +109,14 @@ async fn with_redis_down_the_local_fallback_enforces_the_divided_limit() {
     let url = redis.url();
     redis.kill();
     let dir = tempfile::tempdir().unwrap();
-    let rules = dir.path().join("rules.toml");
-    std::fs::write(
-        &rules,
-        format!(
-            "[store]\nkind = \"redis\"\nurl = \"{url}\"\nfallback = \"local\"\ninstances = 4\n{RULES}"
-        ),
-    )
-    .unwrap();
+    let rules = redis_config(
+        dir.path(),
+        "rules.toml",
+        &url,
+        "fallback = \"local\"\ninstances = 4\n",
+    );
     // Starts although Redis is down (a warning, no crash).
-    let fg = Floodgate::start(&["--config", rules.to_str().unwrap()]);
+    let fg = Floodgate::start(&["--config", &rules]);
     let c = client();
     let (mut ok, mut denied) = (0, 0);
     for _ in 0..40 {
@@ -143,15 +148,10 @@ async fn readyz_reports_the_redis_store() {
     let mut redis = RedisServer::start().unwrap();
     let url = redis.url();
     let dir = tempfile::tempdir().unwrap();
-    let up = dir.path().join("up.toml");
-    std::fs::write(
-        &up,
-        format!("[store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = 2000\n{RULES}"),
-    )
-    .unwrap();
+    let up = redis_config(dir.path(), "up.toml", &url, "timeout_ms = 2000\n");
     let c = client();
     {
-        let fg = Floodgate::start(&["--config", up.to_str().unwrap()]);
+        let fg = Floodgate::start(&["--config", &up]);
         let (status, _, body) =
             serve_support::split(c.get(fg.url("/readyz")).send().await.unwrap()).await;
         assert_eq!(status, 200, "{body}");
@@ -169,7 +169,7 @@ async fn readyz_reports_the_redis_store() {
     }
 
     redis.kill();
-    let fg = Floodgate::start(&["--config", up.to_str().unwrap()]);
+    let fg = Floodgate::start(&["--config", &up]);
     let r = c.get(fg.url("/readyz")).send().await.unwrap();
     assert_eq!(
         r.headers()[reqwest::header::CONTENT_TYPE],
@@ -190,15 +190,13 @@ async fn readyz_reports_the_redis_store() {
     );
     assert_eq!(body["config"]["rules"][0]["name"], "shared");
 
-    let fallback = dir.path().join("fallback.toml");
-    std::fs::write(
-        &fallback,
-        format!(
-            "[store]\nkind = \"redis\"\nurl = \"{url}\"\nfallback = \"local\"\ninstances = 4\n{RULES}"
-        ),
-    )
-    .unwrap();
-    let fg = Floodgate::start(&["--config", fallback.to_str().unwrap()]);
+    let fallback = redis_config(
+        dir.path(),
+        "fallback.toml",
+        &url,
+        "fallback = \"local\"\ninstances = 4\n",
+    );
+    let fg = Floodgate::start(&["--config", &fallback]);
     let (status, _, body) =
         serve_support::split(c.get(fg.url("/readyz")).send().await.unwrap()).await;
     assert_eq!(status, 200, "{body}");
