@@ -163,52 +163,43 @@ async fn used_memory(con: &mut redis::aio::MultiplexedConnection) -> i64 {
 
 /// One check on each of `n` distinct keys (`user=0` .. `user=n-1`), 64 at a time.
 async fn fill(store: &Arc<RedisStore>, policy: &Arc<Policy>, n: u64) {
-    let next = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..64 {
-        let (store, policy, next) = (store.clone(), policy.clone(), next.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    break;
-                }
-                let key = format!("user={i}");
-                let item = CheckItem {
-                    rule: "per-user",
-                    policy: &policy,
-                    key: &key,
-                    cost: 1,
-                };
-                store.check(&[item]).await.expect("check");
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    drive(store, policy, "per-user", 64, n, |i| i).await;
 }
 
 /// `clients` tasks share `total` checks on one store; returns decisions per second.
 async fn run(store: &Arc<RedisStore>, policy: &Arc<Policy>, clients: u64, total: u64) -> f64 {
-    let next = Arc::new(AtomicU64::new(0));
     let started = now();
+    // A cheap scramble over 100,000 keys.
+    drive(store, policy, "bench", clients, total, |n| {
+        n.wrapping_mul(2_654_435_761) % 100_000
+    })
+    .await;
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+/// `clients` tasks share checks number `0..total` of rule `rule` on one store; check `n`
+/// charges key `user=<key_of(n)>` one unit.
+async fn drive(
+    store: &Arc<RedisStore>,
+    policy: &Arc<Policy>,
+    rule: &'static str,
+    clients: u64,
+    total: u64,
+    key_of: fn(u64) -> u64,
+) {
+    let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..clients {
         let (store, policy, next) = (store.clone(), policy.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
-            let mut key = String::new();
             loop {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 if n >= total {
                     break;
                 }
-                key.clear();
-                // A cheap scramble over 100,000 keys.
-                let k = n.wrapping_mul(2_654_435_761) % 100_000;
-                key.push_str(&format!("user={k}"));
+                let key = format!("user={}", key_of(n));
                 let item = CheckItem {
-                    rule: "bench",
+                    rule,
                     policy: &policy,
                     key: &key,
                     cost: 1,
@@ -220,5 +211,4 @@ async fn run(store: &Arc<RedisStore>, policy: &Arc<Policy>, clients: u64, total:
     for t in tasks {
         t.await.unwrap();
     }
-    total as f64 / started.elapsed().as_secs_f64()
 }
