@@ -5,12 +5,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod bench;
+mod cli;
 mod config;
 mod http;
 mod proxy;
 mod serve;
-mod simulate;
 
 /// Floodgate: a rate limiter that counts honestly and proves it.
 #[derive(Debug, Parser)]
@@ -24,12 +23,12 @@ struct Cli {
 enum Command {
     /// Replay deterministic traffic through the algorithms on a simulated clock and chart what
     /// each admits.
-    Simulate(simulate::Args),
+    Simulate(cli::simulate::Args),
     /// Run the rate-limit service: decision API, forward-auth, reverse proxy, metrics.
     Serve(serve::ServeArgs),
     /// Measure this build on this machine: ns per check, bytes per key, Redis and HTTP
     /// throughput, with governor beside it where it applies.
-    Bench(bench::BenchArgs),
+    Bench(cli::bench::BenchArgs),
     /// Validate a configuration file: every error names the file, line and field.
     CheckConfig(config::check::CheckArgs),
 }
@@ -37,10 +36,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Simulate(args) => simulate::run(args),
+        Command::Simulate(args) => cli::simulate::run(args),
         Command::Serve(args) => serve::run(args),
         Command::CheckConfig(args) => config::check::run(args),
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(args) => cli::bench::run(args),
     };
     match result {
         Ok(code) => code,

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context};
 use floodgate_core::{
     AlgorithmKind, CheckError, Clock, Decision, Policy, Quota, SystemClock, Timestamp,
 };
@@ -69,7 +68,7 @@ impl RedisCounters {
         kind: AlgorithmKind,
         quota: Quota,
         setup: &Setup,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, crate::Error> {
         let policies = counter_policies(kind, quota, setup)?;
         let rules = match setup.counter {
             CounterMode::Shared => vec!["shared".to_string()],
@@ -80,7 +79,9 @@ impl RedisCounters {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .context("cannot start the runtime for the redis store")?;
+            .map_err(|e| {
+                crate::Error::Store(format!("cannot start the runtime for the redis store: {e}"))
+            })?;
         let mut config = RedisStoreConfig::standalone(url);
         config.prefix = unique_prefix();
         config.timeout = CALL_TIMEOUT;
@@ -93,7 +94,11 @@ impl RedisCounters {
                 store.ping().await?;
                 Ok::<_, StoreError>(store)
             })
-            .map_err(|e| anyhow!("redis at {url}: {e} (is a Redis server listening there?)"))?;
+            .map_err(|e| {
+                crate::Error::Store(format!(
+                    "redis at {url}: {e} (is a Redis server listening there?)"
+                ))
+            })?;
         Ok(Self {
             runtime,
             store,
@@ -135,12 +140,12 @@ impl CounterStore for RedisCounters {
             .block_on(self.store.check_at(std::slice::from_ref(&item), now))
         {
             Ok(batch) => batch.decisions.into_iter().next().ok_or_else(|| {
-                CounterError::Store(anyhow!("redis at {}: no decision for the item", self.url))
+                CounterError::Store(format!("redis at {}: no decision for the item", self.url))
             }),
             Err(StoreError::InsufficientCapacity { cost, capacity, .. }) => {
                 Err(CheckError::InsufficientCapacity { cost, capacity }.into())
             }
-            Err(e) => Err(CounterError::Store(anyhow!("redis at {}: {e}", self.url))),
+            Err(e) => Err(CounterError::Store(format!("redis at {}: {e}", self.url))),
         }
     }
 }

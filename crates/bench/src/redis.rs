@@ -22,7 +22,7 @@ use floodgate_store::{CheckItem, Store};
 use serde_json::Value;
 
 use super::report::{num, Section};
-use super::{BenchArgs, Progress};
+use super::{Options, Progress};
 
 /// Distinct keys the throughput runs spread over.
 const KEYS: u64 = 100_000;
@@ -226,7 +226,7 @@ fn same_script_command(policy: &Policy) -> Vec<String> {
 /// No `--store`, an unreachable server, or a failing check.
 pub fn run(
     kinds: &[AlgorithmKind],
-    args: &BenchArgs,
+    args: &Options,
     progress: &Progress,
 ) -> anyhow::Result<Section> {
     let Some(url) = args.store.clone() else {

@@ -12,7 +12,7 @@
 //! Cases:
 //! - the baseline: `POST /v1/bench/bare` of a `floodgate serve --bench-baseline` child, a bare
 //!   axum handler behind the same server stack that reads the same body and answers a fixed
-//!   JSON of the same size as a `/v1/check` answer (see [`crate::http::bare`]);
+//!   JSON of the same size as a `/v1/check` answer;
 //! - the decision endpoint `POST /v1/check` over 1,000 keys (GCRA), same body;
 //! - a hello upstream alone (an in-process axum server in this process: the proxies' upstream);
 //! - the reverse proxy with no rule, and with one per-client-IP rule of each algorithm (a
@@ -39,7 +39,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::report::{num, Section};
-use super::{BenchArgs, Progress};
+use super::{Options, Progress};
 
 /// A `floodgate serve` child, killed on drop.
 struct Server {
@@ -397,7 +397,7 @@ struct Case {
 /// A server that does not start, or a load run that fails.
 pub fn run(
     kinds: &[AlgorithmKind],
-    args: &BenchArgs,
+    args: &Options,
     progress: &Progress,
 ) -> anyhow::Result<Section> {
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -1,3 +1,5 @@
+//! # floodgate-bench
+//!
 //! `floodgate bench`: measures this build on this machine and prints tables (or JSON) with the
 //! machine, the date and the command, and the peer (governor) measured in the same run where
 //! one applies. Nothing here is a constant: every figure is measured when the command runs.
@@ -13,11 +15,9 @@
 //! - `--what http`: throughput and latency of `floodgate serve` from a built-in, bounded,
 //!   loopback-only load generator ([`http`]).
 
-use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
 use floodgate_core::{AlgorithmKind, CoarseClock, QuantaClock, SystemClock};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -27,34 +27,57 @@ pub mod memory;
 pub mod redis;
 pub mod report;
 
-use report::{Machine, Report};
+use report::Machine;
+pub use report::Report;
 
 /// What `floodgate bench` measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum What {
     /// Nanoseconds per check, each algorithm, direct and through the memory store.
     Cpu,
-    /// Bytes per key at `--keys` keys, each algorithm.
+    /// Bytes per key at `keys` keys, each algorithm.
     Memory,
-    /// Decisions per second through the Redis store (`--store redis://...`).
+    /// Decisions per second through the Redis store (`store`).
     Redis,
     /// Throughput and latency of `floodgate serve` on a loopback port.
     Http,
-    /// cpu, memory, then http (and redis when `--store` is given).
+    /// cpu, memory, then http (and redis when `store` is given).
     All,
 }
 
-/// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Aligned pipe tables (valid Markdown).
-    Table,
-    /// One JSON document: `{machine, sections: [{id, title, columns, rows, notes}]}`.
-    Json,
+impl What {
+    /// Every value with its name and description (the choices of `--what`).
+    pub const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            What::Cpu,
+            "cpu",
+            "Nanoseconds per check, each algorithm, direct and through the memory store",
+        ),
+        (
+            What::Memory,
+            "memory",
+            "Bytes per key at `--keys` keys, each algorithm",
+        ),
+        (
+            What::Redis,
+            "redis",
+            "Decisions per second through the Redis store (`--store redis://...`)",
+        ),
+        (
+            What::Http,
+            "http",
+            "Throughput and latency of `floodgate serve` on a loopback port",
+        ),
+        (
+            What::All,
+            "all",
+            "cpu, memory, then http (and redis when `--store` is given)",
+        ),
+    ];
 }
 
 /// The clock the checks read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClockChoice {
     /// The time-stamp counter (`QuantaClock`): exact, about 10 ns per read.
     Quanta,
@@ -65,6 +88,25 @@ pub enum ClockChoice {
 }
 
 impl ClockChoice {
+    /// Every value with its name and description (the choices of `--clock`).
+    pub const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            ClockChoice::Quanta,
+            "quanta",
+            "The time-stamp counter (`QuantaClock`): exact, about 10 ns per read",
+        ),
+        (
+            ClockChoice::Coarse,
+            "coarse",
+            "A 1 ms coarse clock (`CoarseClock`): about 1 ns per read",
+        ),
+        (
+            ClockChoice::System,
+            "system",
+            "The OS wall clock (`SystemClock`, `SystemTime::now`)",
+        ),
+    ];
+
     /// The name printed in the table title.
     fn name(self) -> &'static str {
         match self {
@@ -75,65 +117,30 @@ impl ClockChoice {
     }
 }
 
-/// `floodgate bench` arguments.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
+/// What to measure and how long (the flags of `floodgate bench`).
+#[derive(Debug, Clone)]
+pub struct Options {
     /// What to measure.
-    #[arg(long, value_enum, default_value_t = What::Cpu)]
     pub what: What,
-
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-
-    /// Algorithms to measure, comma separated [default: all six].
-    #[arg(long, value_delimiter = ',', value_parser = parse_kind, value_name = "ALGORITHMS")]
+    /// Algorithms to measure; empty = all six.
     pub algorithms: Vec<AlgorithmKind>,
-
     /// cpu: seconds of measurement per case.
-    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
     pub seconds: f64,
-
     /// cpu: the clock every check reads.
-    #[arg(long, value_enum, default_value_t = ClockChoice::Quanta)]
     pub clock: ClockChoice,
-
     /// memory: keys to fill.
-    #[arg(long, default_value_t = 1_000_000)]
     pub keys: usize,
-
-    /// memory: the quota is LIMIT per minute; the sliding log is also measured holding LIMIT
-    /// requests per key, so its growth with the limit shows.
-    #[arg(long, default_value_t = 1_000)]
+    /// memory: the quota is `limit` per minute; the sliding log is also measured holding
+    /// `limit` requests per key.
     pub limit: u64,
-
     /// redis: the Redis store to measure, `redis://127.0.0.1:6379`.
-    #[arg(long, value_name = "URL")]
     pub store: Option<String>,
-
-    /// http and redis: most requests per case (each case also stops after --http-seconds).
-    #[arg(long, default_value_t = 200_000)]
+    /// http and redis: most requests per case.
     pub requests: u64,
-
     /// http and redis: most seconds per case.
-    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     pub http_seconds: f64,
-
     /// http: concurrent keep-alive connections.
-    #[arg(long, default_value_t = 32)]
     pub connections: usize,
-
-    /// Internal: run one memory probe in this process and print its JSON result.
-    #[arg(long, hide = true, value_name = "TARGET")]
-    pub memory_probe: Option<String>,
-
-    /// Internal: consuming checks per key in a memory probe.
-    #[arg(long, hide = true, default_value_t = 1)]
-    pub fill: u64,
-}
-
-fn parse_kind(s: &str) -> Result<AlgorithmKind, String> {
-    s.parse()
 }
 
 /// A progress bar on stderr (hidden when stderr is not a terminal) counting measured cases.
@@ -167,16 +174,14 @@ impl Progress {
     }
 }
 
-/// Runs `floodgate bench`.
+/// Runs the measurements `options` name and returns the report (the caller prints it with
+/// [`Report::to_table`] or [`Report::to_json`]). The memory and http measurements start the
+/// current executable as a child (`floodgate bench --memory-probe ...`, `floodgate serve ...`):
+/// call it from the `floodgate` binary.
 ///
 /// # Errors
 /// A measurement that cannot run here (no /proc for memory, no Redis store, ...).
-pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    if let Some(target) = &args.memory_probe {
-        let r = memory::probe(target, args.keys, args.limit, args.fill)?;
-        println!("{}", serde_json::to_string(&r)?);
-        return Ok(ExitCode::SUCCESS);
-    }
+pub fn run(args: &Options) -> anyhow::Result<Report> {
     let kinds: Vec<AlgorithmKind> = if args.algorithms.is_empty() {
         AlgorithmKind::ALL.to_vec()
     } else {
@@ -216,16 +221,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         sections.push(memory::run(&kinds, args.keys, args.limit, &progress)?);
     }
     if http {
-        sections.push(http::run(&kinds, &args, &progress).context("http bench")?);
+        sections.push(http::run(&kinds, args, &progress).context("http bench")?);
     }
     if redis {
-        sections.push(redis::run(&kinds, &args, &progress).context("redis bench")?);
+        sections.push(redis::run(&kinds, args, &progress).context("redis bench")?);
     }
     progress.finish();
-    let report = Report { machine, sections };
-    match args.format {
-        Format::Table => print!("{}", report.to_table()),
-        Format::Json => println!("{}", report.to_json()),
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(Report { machine, sections })
 }

@@ -16,7 +16,7 @@ use floodgate_core::{
 };
 
 /// Where each instance's counter lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CounterMode {
     /// Every instance keeps its own counter with the full limit: N instances admit up to N times
@@ -30,7 +30,7 @@ pub enum CounterMode {
 }
 
 /// How the load balancer assigns requests to instances (in arrival order, regardless of key).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Balance {
     /// Request `i` goes to instance `i mod N`.
@@ -44,11 +44,47 @@ pub enum Balance {
 impl Balance {
     /// `round-robin` or `skewed`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Balance::RoundRobin => "round-robin",
-            Balance::Skewed => "skewed",
-        }
+        crate::Choice::name(self)
     }
+}
+
+impl crate::Choice for Balance {
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            Balance::RoundRobin,
+            "round-robin",
+            "Request `i` goes to instance `i mod N`",
+        ),
+        (
+            Balance::Skewed,
+            "skewed",
+            "Smooth weighted round-robin (as nginx does it) with weight N for instance 0 and \
+             weight 1 for every other instance: instance 0 receives N of every 2N - 1 requests \
+             (3 of 5 with 3 instances, 8 of 15 with 8), interleaved",
+        ),
+    ];
+}
+
+impl crate::Choice for CounterMode {
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            CounterMode::Local,
+            "local",
+            "Every instance keeps its own counter with the full limit: N instances admit up to \
+             N times the declared limit (the multi-instance trap)",
+        ),
+        (
+            CounterMode::Shared,
+            "shared",
+            "All instances share one counter (one authority, as a shared store gives): exact",
+        ),
+        (
+            CounterMode::Split,
+            "split",
+            "Every instance keeps its own counter with the limit (and burst) divided by N, the \
+             remainder going to the first instances: exact only while the balancer is fair",
+        ),
+    ];
 }
 
 /// A deployment: `instances` copies of a service, each deciding with a counter placed by
@@ -166,8 +202,8 @@ pub enum CounterError {
     #[error(transparent)]
     Check(#[from] CheckError),
     /// The store failed: the simulation cannot go on.
-    #[error(transparent)]
-    Store(anyhow::Error),
+    #[error("{0}")]
+    Store(String),
 }
 
 /// The policy of each counter of `setup`, each running `kind` on `quota` (or its split share):

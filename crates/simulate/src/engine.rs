@@ -11,6 +11,7 @@ use floodgate_core::{AlgorithmKind, CheckError, Decision, Micros, Quota, Timesta
 
 use super::setup::{Balancer, CounterError, CounterMode, CounterStore, InProcessCounters, Setup};
 use super::traffic::Request;
+use super::Error;
 
 /// The decision for one request of the traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +42,7 @@ pub fn simulate(
     store: &mut dyn CounterStore,
     balancer: &mut Balancer,
     base: Timestamp,
-) -> anyhow::Result<Vec<Outcome>> {
+) -> Result<Vec<Outcome>, Error> {
     requests
         .iter()
         .enumerate()
@@ -50,7 +51,7 @@ pub fn simulate(
             let result = match store.check(instance, &r.key, base + r.t_us, r.cost) {
                 Ok(decision) => Ok(decision),
                 Err(CounterError::Check(e)) => Err(e),
-                Err(CounterError::Store(e)) => return Err(e),
+                Err(CounterError::Store(e)) => return Err(Error::Store(e)),
             };
             Ok(Outcome {
                 request: index,
@@ -281,7 +282,7 @@ pub fn run_in_memory(
     setup: Setup,
     column_us: Micros,
     span_us: Micros,
-) -> anyhow::Result<Run> {
+) -> Result<Run, Error> {
     run_with(requests, kind, quota, setup, column_us, span_us, |setup| {
         Ok(Box::new(InProcessCounters::new(kind, quota, setup)?))
     })
@@ -300,10 +301,10 @@ pub fn run_with(
     setup: Setup,
     column_us: Micros,
     span_us: Micros,
-    mut new_store: impl FnMut(&Setup) -> anyhow::Result<Box<dyn CounterStore>>,
-) -> anyhow::Result<Run> {
+    mut new_store: impl FnMut(&Setup) -> Result<Box<dyn CounterStore>, Error>,
+) -> Result<Run, Error> {
     // Replays the traffic on counters laid out by `setup` and summarizes the decisions.
-    let mut replay = |setup: &Setup| -> anyhow::Result<(Vec<Outcome>, Summary)> {
+    let mut replay = |setup: &Setup| -> Result<(Vec<Outcome>, Summary), Error> {
         let mut store = new_store(setup)?;
         let mut balancer = Balancer::new(setup.instances, setup.balance);
         let outcomes = simulate(
@@ -340,8 +341,8 @@ pub fn run_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulate::setup::Balance;
-    use crate::simulate::traffic::{Boundary, Flood};
+    use crate::setup::Balance;
+    use crate::traffic::{Boundary, Flood};
 
     const SINGLE: Setup = Setup {
         instances: 1,
@@ -463,7 +464,7 @@ mod properties {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::simulate::setup::Balance;
+    use crate::setup::Balance;
 
     fn traffic() -> impl Strategy<Value = Vec<Request>> {
         prop::collection::vec((0u64..3_000_000, 0usize..3, 1u64..4), 1..120).prop_map(|mut v| {

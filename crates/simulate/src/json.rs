@@ -122,9 +122,9 @@ mod tests {
     use floodgate_core::{AlgorithmKind, Quota};
 
     use super::*;
-    use crate::simulate::engine::run_in_memory;
-    use crate::simulate::setup::{Balance, CounterMode, Setup};
-    use crate::simulate::traffic::{Request, Traffic};
+    use crate::engine::run_in_memory;
+    use crate::setup::{Balance, CounterMode, Setup};
+    use crate::traffic::{Request, Traffic};
 
     #[test]
     fn renders_valid_json_with_one_line_per_decision() {
