@@ -9,7 +9,9 @@ mod cli;
 mod config;
 mod http;
 mod proxy;
+mod rules;
 mod serve;
+mod state;
 
 /// Floodgate: a rate limiter that counts honestly and proves it.
 #[derive(Debug, Parser)]

@@ -63,10 +63,11 @@ pub use future::{ResponseBody, ResponseFuture};
 pub use ip::{ClientIpConfig, ForwardedHeader, PeerAddr};
 pub use key::{encode_key, KeySource};
 pub use layer::RateLimitLayer;
-pub use limiter::{Action, Plan, RateLimiter, Verdict};
+pub use limiter::{Action, Mode, Plan, RateLimiter, Verdict};
 pub use metrics::Outcome;
 pub use response::{apply_headers, too_many_requests, RuleOutcome};
 pub use rule::{
-    parse_cost, CostSource, FailureMode, HeaderMatch, InvalidCost, Matcher, Rule, RuleSet,
+    parse_cost, CostSource, FailureMode, HeaderMatch, InvalidCost, Matcher, RouteCost, Rule,
+    RuleSet,
 };
 pub use service::RateLimit;

@@ -1,16 +1,23 @@
-//! [`RateLimiter`]: evaluates a request against the current [`RuleSet`] with one store batch.
+//! [`RateLimiter`]: the one place a rate-limit decision is made, counted and logged.
 //!
-//! The tower [`RateLimit`](crate::RateLimit) service is a thin wrapper over it; the `floodgate`
-//! service's forward-auth endpoint uses it directly.
+//! Every front end only translates its wire format into a [`Plan`] and the [`Verdict`] back:
+//! the tower [`RateLimit`](crate::RateLimit) service, and in the `floodgate` service the
+//! decision API (`/v1/check`, `/v1/peek`: [`Plan::new`] + [`Plan::push`] with explicit items),
+//! forward-auth, the reverse proxy and the gRPC rate limit service.
 //!
 //! Evaluation, per request:
 //! 1. Take the current rule set (one atomic load; a reload swaps it without touching state).
-//! 2. For every rule whose [`Matcher`](crate::Matcher) matches: compute its key (skip the rule
-//!    when the key source is absent) and cost.
-//! 3. Check all enforcing rules as **one all-or-nothing batch**: a denial by one rule consumes
+//! 2. Plan ([`RateLimiter::plan`]): for every rule whose [`Matcher`](crate::Matcher) matches,
+//!    compute its key (skip the rule when the key source is absent) and cost; or take the
+//!    caller's explicit (rule, key, cost) items.
+//! 3. Check all enforcing items as **one all-or-nothing batch**: a denial by one rule consumes
 //!    nothing in the others.
-//! 4. Shadow rules are then checked one by one (charged only when the request is admitted,
+//! 4. Shadow items are then checked one by one (charged only when the request is admitted,
 //!    peeked otherwise); their denials are counted, never enforced.
+//!
+//! A [`Mode::Peek`] evaluation consumes nothing anywhere and counts no decision (a peek
+//! decides nothing); store failures are still counted in `floodgate_store_errors_total` and
+//! logged.
 //!
 //! Store errors follow the rules' [`FailureMode`]: if any enforcing rule in
 //! the failed batch fails closed the request gets a 503, otherwise it is admitted. Each rule's
@@ -19,10 +26,9 @@
 //! `store_full`, not `denied`.
 //!
 //! Metrics (via the `metrics` facade, never with per-key labels):
-//! - `floodgate_decisions_total{rule, outcome}` with outcome `allowed`, `denied`,
-//!   `shadow_allowed`, `shadow_denied`, `skipped` (key source absent), `error_open`,
-//!   `error_closed`, `cost_exceeds_capacity`, `invalid_cost` (a cost header that is not a
-//!   positive whole number: the request is answered 400 and nothing is charged);
+//! - `floodgate_decisions_total{rule, outcome}`, one per rule per evaluated request, with the
+//!   outcomes of [`Outcome`] (`allowed` only when the rule's units were charged; a rule that
+//!   would admit a request another rule refused counts `not_charged`);
 //! - `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`, `other`);
 //! - `floodgate_decision_duration_seconds` (histogram of the store batch round trip).
 
@@ -92,8 +98,9 @@ pub enum Action {
 pub struct Verdict {
     /// What to do.
     pub action: Action,
-    /// One outcome per rule that was checked, enforcing rules first (in rule order), then
-    /// shadow rules. Empty when no rule applied or the store failed.
+    /// One outcome per item that was decided, in plan order ([`RuleOutcome::check`]). Empty
+    /// when no rule applied or the store failed; a shadow item whose store call failed has
+    /// none.
     pub outcomes: Vec<RuleOutcome>,
     /// The store error, when the store failed (already handled by `action`).
     pub store_error: Option<StoreError>,
@@ -132,8 +139,21 @@ impl Verdict {
     }
 }
 
+/// Whether an evaluation consumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Check and, when admitted, consume; count every rule's outcome.
+    #[default]
+    Check,
+    /// Report what a check would answer without consuming anything, and count no decision.
+    Peek,
+}
+
 /// The per-request work decided before talking to the store: which rules apply, with which key
 /// and cost. Owns everything it needs, so the store call borrows nothing from the request.
+///
+/// Made by [`RateLimiter::plan`] from a request, or by [`Plan::new`] and [`Plan::push`] from
+/// explicit items (a decision API naming rules and keys itself).
 #[derive(Debug, Clone)]
 pub struct Plan {
     rules: Arc<RuleSet>,
@@ -180,6 +200,33 @@ struct PlannedCheck {
 }
 
 impl Plan {
+    /// An empty plan over `rules` (take them from [`RateLimiter::rules`], so that the items'
+    /// rule positions and the evaluation see the same generation of rules).
+    pub fn new(rules: Arc<RuleSet>) -> Self {
+        Self {
+            rules,
+            checks: Checks::None,
+            invalid_cost: None,
+        }
+    }
+
+    /// Adds a check of `cost` units on `key` (the store key, used as it is: encode client
+    /// input with [`crate::encode_key`]) for rule `rule`, a position in the plan's
+    /// [`RuleSet::rules`]. Items are decided in the order they are pushed (enforcing items as
+    /// one all-or-nothing batch); [`RuleOutcome::check`] is an item's position.
+    ///
+    /// # Panics
+    /// When `rule` is not a position in the plan's rules.
+    pub fn push(&mut self, rule: usize, key: String, cost: u64) {
+        assert!(rule < self.rules.rules.len(), "no rule at position {rule}");
+        self.checks.push(PlannedCheck { rule, key, cost });
+    }
+
+    /// The rules the plan was made with.
+    pub fn rules(&self) -> &Arc<RuleSet> {
+        &self.rules
+    }
+
     /// Number of rules that will be checked.
     pub fn len(&self) -> usize {
         self.checks.as_slice().len()
@@ -206,6 +253,11 @@ impl<S: Store> RateLimiter<S> {
     /// The shared, swappable rule set.
     pub fn shared_rules(&self) -> &Arc<ArcSwap<RuleSet>> {
         &self.rules
+    }
+
+    /// The rule set in force now (one atomic load and a reference count).
+    pub fn rules(&self) -> Arc<RuleSet> {
+        self.rules.load_full()
     }
 
     /// Replaces the rule set for every clone; requests already being evaluated finish with the
@@ -253,7 +305,7 @@ impl<S: Store> RateLimiter<S> {
                 client_addr,
             };
             match rule.key.key(&cx) {
-                Some(key) => match rule.cost.cost(headers) {
+                Some(key) => match rule.cost.cost(method, uri, headers) {
                     Ok(cost) => checks.push(PlannedCheck {
                         rule: index,
                         key,
@@ -292,22 +344,29 @@ impl<S: Store> RateLimiter<S> {
         let plan = self.plan_request(request);
         // Only the store is needed after planning: one reference count, not two.
         let store = Arc::clone(&self.store);
-        async move { evaluate(&*store, plan).await }
+        async move { evaluate(&*store, plan, Mode::Check).await }
     }
 
     /// Runs a plan against the store (see the [module docs](self) for the steps).
-    pub async fn evaluate(&self, plan: Plan) -> Verdict {
-        evaluate(&*self.store, plan).await
+    pub async fn evaluate(&self, plan: Plan, mode: Mode) -> Verdict {
+        evaluate(&*self.store, plan, mode).await
     }
 }
 
 /// [`RateLimiter::evaluate`] with the store.
-pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
+pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan, mode: Mode) -> Verdict {
     let set = &*plan.rules;
     let rules = &set.rules;
     let checks = plan.checks.as_slice();
-    let enforcing = || checks.iter().filter(|c| !rules[c.rule].shadow);
-    let shadow = checks.iter().filter(|c| rules[c.rule].shadow);
+    let consume = mode == Mode::Check;
+    // Decisions are counted only when they are made: a peek decides nothing.
+    let count = |rule: usize, outcome: Outcome| {
+        if consume {
+            set.count(rule, outcome);
+        }
+    };
+    let is_shadow = |c: &&PlannedCheck| rules[c.rule].shadow;
+    let enforcing = || checks.iter().enumerate().filter(|(_, c)| !is_shadow(c));
     let mut outcomes = Vec::with_capacity(checks.len());
     let mut action = Action::Admit;
     let mut store_error = None;
@@ -315,7 +374,7 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
 
     // A cost header that cannot be read refuses the request before any rule is charged.
     if let Some((index, header)) = &plan.invalid_cost {
-        set.count(*index, Outcome::InvalidCost);
+        count(*index, Outcome::InvalidCost);
         return Verdict {
             action: Action::InvalidCost {
                 rule: Arc::clone(&rules[*index].name),
@@ -327,7 +386,7 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
         };
     }
 
-    if let Some(first) = enforcing().next() {
+    if let Some((_, first)) = enforcing().next() {
         let item = |c| check_item(rules, c);
         // The usual request meets one enforcing rule: its batch is a one-item array, not a Vec.
         let one;
@@ -336,7 +395,7 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
             one = [item(first)];
             &one
         } else {
-            many = enforcing().map(item).collect();
+            many = enforcing().map(|(_, c)| item(c)).collect();
             &many
         };
         // Timed here, not by an async wrapper taking the future as an argument: that would
@@ -345,7 +404,12 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
         // limiter's (possibly manual) time source.
         #[allow(clippy::disallowed_methods)]
         let started = std::time::Instant::now();
-        let result = store.check(items).await;
+        let result = if consume {
+            store.check(items).await
+        } else {
+            // Boxed: the rarer path keeps its own (possibly large) store future off this one.
+            Box::pin(store.peek(items)).await
+        };
         set.record_decision_duration(started.elapsed());
         match result {
             Ok(batch) => {
@@ -354,17 +418,19 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
                 }
                 store_full = batch.store_full;
                 // A batch refused because the store is full of live keys is not the keys' own
-                // doing: its denials are counted apart (as `/v1/check` does), so dashboards do
-                // not read them as clients over their limits.
+                // doing: its denials are counted apart, so dashboards do not read them as
+                // clients over their limits.
                 let refused_full = store_full == Some(OnFull::Reject);
-                for (c, decision) in enforcing().zip(batch.decisions) {
+                for ((index, c), decision) in enforcing().zip(batch.decisions) {
                     let rule = &rules[c.rule];
-                    set.count(
+                    count(
                         c.rule,
-                        match (decision.allowed, refused_full) {
-                            (true, _) => Outcome::Allowed,
-                            (false, true) => Outcome::StoreFull,
-                            (false, false) => Outcome::Denied,
+                        match (decision.allowed, batch.allowed, refused_full) {
+                            (true, true, _) => Outcome::Allowed,
+                            // Another rule refused the request: nothing was charged here.
+                            (true, false, _) => Outcome::NotCharged,
+                            (false, _, true) => Outcome::StoreFull,
+                            (false, _, false) => Outcome::Denied,
                         },
                     );
                     // A decision of a local fallback describes its own, smaller quota.
@@ -379,6 +445,7 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
                         decision,
                         shadow: false,
                         policy_item,
+                        check: index,
                     });
                 }
             }
@@ -387,10 +454,10 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
                 cost,
                 capacity,
             }) => {
-                // The store names the rule as it knows it, which may not be a rule of
-                // this set: counted through the registry, as it is rare.
-                crate::metrics::counter(&Arc::from(rule.as_str()), Outcome::CostExceedsCapacity)
-                    .increment(1);
+                // The store names the rule it refused; count it under that enforcing rule.
+                if let Some((_, c)) = enforcing().find(|(_, c)| *rules[c.rule].name == *rule) {
+                    count(c.rule, Outcome::CostExceedsCapacity);
+                }
                 action = Action::CostExceedsCapacity {
                     rule,
                     cost,
@@ -399,12 +466,13 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
             }
             Err(error) => {
                 count_store_error(&error);
-                let closed = enforcing().any(|c| rules[c.rule].failure_mode == FailureMode::Closed);
+                let closed =
+                    enforcing().any(|(_, c)| rules[c.rule].failure_mode == FailureMode::Closed);
                 // Each rule is counted by its own mode, so `error_open` of a rule always means
                 // "this rule would have admitted": the request's fate (503 when any rule fails
                 // closed) is the batch's, the label is the rule's.
-                for c in enforcing() {
-                    set.count(
+                for (_, c) in enforcing() {
+                    count(
                         c.rule,
                         match rules[c.rule].failure_mode {
                             FailureMode::Closed => Outcome::ErrorClosed,
@@ -423,21 +491,17 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
 
     // Shadow rules: charged only when the request really goes through, so that their
     // counters show what enforcing them would have done.
-    let admitted = action == Action::Admit;
-    for c in shadow {
+    let charge_shadow = consume && action == Action::Admit;
+    let mut any_shadow = false;
+    for (index, c) in checks.iter().enumerate().filter(|(_, c)| is_shadow(c)) {
+        any_shadow = true;
         let rule = &rules[c.rule];
-        let item = CheckItem {
-            rule: &rule.name,
-            policy: &rule.policy,
-            key: &c.key,
-            cost: c.cost,
-        };
-        let one = [item];
+        let one = [check_item(rules, c)];
         // Boxed: a store's future can be kilobytes (a remote store's state machine), and every
         // await point of this future would otherwise hold its own copy of one, making every
         // request's future (moved into the service's box) that much larger. Shadow rules are
         // the rare case; the enforcing batch above is awaited in place.
-        let pending: Pin<Box<dyn Future<Output = _> + Send + '_>> = if admitted {
+        let pending: Pin<Box<dyn Future<Output = _> + Send + '_>> = if charge_shadow {
             Box::pin(store.check(&one))
         } else {
             Box::pin(store.peek(&one))
@@ -445,7 +509,7 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
         match pending.await {
             Ok(batch) => {
                 let decision = batch.decisions[0];
-                set.count(
+                count(
                     c.rule,
                     if decision.allowed {
                         Outcome::ShadowAllowed
@@ -459,16 +523,24 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan) -> Verdict {
                     decision,
                     shadow: true,
                     policy_item: None,
+                    check: index,
                 });
             }
             Err(StoreError::InsufficientCapacity { .. }) => {
-                set.count(c.rule, Outcome::CostExceedsCapacity);
+                count(c.rule, Outcome::CostExceedsCapacity);
             }
             Err(error) => {
+                // Counted and logged as every store failure; a shadow rule never enforces, so
+                // it fails open.
                 count_store_error(&error);
-                set.count(c.rule, Outcome::ErrorOpen);
+                log_store_failure(&error, false);
+                count(c.rule, Outcome::ErrorOpen);
             }
         }
+    }
+    if any_shadow {
+        // Outcomes in plan order (enforcing and shadow items interleave in it).
+        outcomes.sort_by_key(|o| o.check);
     }
 
     Verdict {
@@ -492,7 +564,7 @@ fn check_item<'a>(rules: &'a [crate::Rule], c: &'a PlannedCheck) -> CheckItem<'a
 /// Counts a store failure in `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`,
 /// `other`): every failed store call that decides or shadows a request, whichever way its
 /// rule's failure mode answers it.
-pub fn count_store_error(error: &StoreError) {
+fn count_store_error(error: &StoreError) {
     let kind = match error {
         StoreError::Unavailable { .. } => "unavailable",
         StoreError::Timeout { .. } => "timeout",
@@ -504,7 +576,7 @@ pub fn count_store_error(error: &StoreError) {
 /// Logs a store failure at `warn` at most once per second per process (the rest at `debug`),
 /// so that a dead Redis under load does not turn every request into a log line. Every failure
 /// is still counted in `floodgate_store_errors_total`.
-pub fn log_store_failure(error: &floodgate_store::StoreError, fail_closed: bool) {
+fn log_store_failure(error: &floodgate_store::StoreError, fail_closed: bool) {
     use floodgate_core::{Clock, SystemClock};
     use std::sync::atomic::{AtomicU64, Ordering};
     static LAST_WARN_US: AtomicU64 = AtomicU64::new(0);

@@ -21,11 +21,14 @@ use crate::rule::Rule;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Outcome {
-    /// An enforcing rule admitted the request.
+    /// An enforcing rule admitted the request and its units were charged.
     Allowed,
+    /// An enforcing rule would have admitted the request, but another rule of the same request
+    /// refused it, so nothing was charged here (all-or-nothing).
+    NotCharged,
     /// An enforcing rule denied the request.
     Denied,
-    /// A new key was refused because the store is full of live keys (the decision API).
+    /// A new key was refused because the store is full of live keys.
     StoreFull,
     /// A shadow rule would have admitted the request.
     ShadowAllowed,
@@ -45,8 +48,9 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Allowed,
+        Outcome::NotCharged,
         Outcome::Denied,
         Outcome::StoreFull,
         Outcome::ShadowAllowed,
@@ -58,11 +62,12 @@ impl Outcome {
         Outcome::InvalidCost,
     ];
 
-    /// The label value: `allowed`, `denied`, `store_full`, `shadow_allowed`, `shadow_denied`,
+    /// The label value: `allowed`, `not_charged`, `denied`, `store_full`, `shadow_allowed`, `shadow_denied`,
     /// `skipped`, `error_open`, `error_closed`, `cost_exceeds_capacity` or `invalid_cost`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Allowed => "allowed",
+            Outcome::NotCharged => "not_charged",
             Outcome::Denied => "denied",
             Outcome::StoreFull => "store_full",
             Outcome::ShadowAllowed => "shadow_allowed",

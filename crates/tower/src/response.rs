@@ -68,6 +68,9 @@ pub struct RuleOutcome {
     /// [`RuleSet`]: crate::RuleSet
     /// [`RuleSet::policy_item`]: crate::RuleSet::policy_item
     pub policy_item: Option<HeaderValue>,
+    /// The position of the decided item in its [`Plan`](crate::Plan) (for a request plan,
+    /// among the rules that applied; for explicit items, the order they were pushed).
+    pub check: usize,
 }
 
 /// The quota actually enforced by `decision`, when it differs from `policy`'s: a decision made
@@ -352,6 +355,7 @@ mod tests {
             decision,
             shadow: false,
             policy_item: None,
+            check: 0,
         }
     }
 

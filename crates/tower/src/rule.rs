@@ -180,20 +180,29 @@ pub enum CostSource {
         /// The most one request is charged.
         max: u64,
     },
-    /// A cost computed by whoever sits in front of the limiter (the `floodgate` service's
-    /// per-route costs) and passed in the trusted header `computed` (a plain number, taken as
-    /// it is, at most `max`); when `computed` is absent, as [`CostSource::Header`] with the
-    /// client-facing `header` (if any), else `default`.
-    Computed {
-        /// The trusted header carrying the computed cost.
-        computed: HeaderName,
-        /// The client-facing cost header, read when `computed` is absent.
+    /// Per-route costs, e.g. a search route costs 100 units: the cost of the first route whose
+    /// [`Matcher`] matches the request (taken as it is: keep it at or below the policy's
+    /// capacity); when no route matches, as [`CostSource::Header`] with `header` (if any),
+    /// else `default`.
+    Routes {
+        /// The routes, in order: the first match wins.
+        routes: Vec<RouteCost>,
+        /// The cost header read when no route matches.
         header: Option<HeaderName>,
-        /// Cost when neither header is present.
+        /// Cost when no route matches and the header is absent.
         default: u64,
-        /// The most one request is charged.
+        /// The most one request is charged through the header.
         max: u64,
     },
+}
+
+/// One route of [`CostSource::Routes`]: requests matching `matcher` cost `cost` units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteCost {
+    /// Which requests (usually a path prefix and a method).
+    pub matcher: Matcher,
+    /// Their cost.
+    pub cost: u64,
 }
 
 /// A request's cost header held something that is not a positive whole number.
@@ -227,12 +236,17 @@ pub fn parse_cost(value: &[u8], max: u64) -> Option<u64> {
 }
 
 impl CostSource {
-    /// The cost of a request with these headers.
+    /// The cost of a request with this method, URI and headers.
     ///
     /// # Errors
-    /// [`InvalidCost`] naming the header when a cost header is present but not a positive whole
+    /// [`InvalidCost`] naming the header when a cost header is read and is not a positive whole
     /// number (see [`parse_cost`]).
-    pub fn cost(&self, headers: &HeaderMap) -> Result<u64, InvalidCost> {
+    pub fn cost(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Result<u64, InvalidCost> {
         let from_header = |name: &HeaderName, default: u64, max: u64| match headers.get(name) {
             None => Ok(default),
             Some(value) => parse_cost(value.as_bytes(), max).ok_or_else(|| InvalidCost {
@@ -242,17 +256,20 @@ impl CostSource {
         match self {
             CostSource::Fixed(cost) => Ok(*cost),
             CostSource::Header { name, default, max } => from_header(name, *default, *max),
-            CostSource::Computed {
-                computed,
+            CostSource::Routes {
+                routes,
                 header,
                 default,
                 max,
-            } => match (headers.get(computed), header) {
-                // Written by the service itself: a number; anything else is its bug, and
-                // the default is the safest reading.
-                (Some(value), _) => Ok(parse_cost(value.as_bytes(), *max).unwrap_or(*default)),
-                (None, Some(name)) => from_header(name, *default, *max),
-                (None, None) => Ok(*default),
+            } => match routes
+                .iter()
+                .find(|r| r.matcher.matches(method, uri, headers))
+            {
+                Some(route) => Ok(route.cost),
+                None => match header {
+                    Some(name) => from_header(name, *default, *max),
+                    None => Ok(*default),
+                },
             },
         }
     }
@@ -406,7 +423,9 @@ mod tests {
             max: 50,
         };
         let mut h = HeaderMap::new();
-        assert_eq!(c.cost(&h), Ok(1));
+        let cost_of =
+            |c: &CostSource, h: &HeaderMap| c.cost(&Method::GET, &Uri::from_static("/"), h);
+        assert_eq!(cost_of(&c, &h), Ok(1));
         for (value, cost) in [
             ("7", 7),
             ("900", 50),
@@ -415,12 +434,12 @@ mod tests {
             ("18446744073709551615", 50),
         ] {
             h.insert("x-cost", HeaderValue::from_static(value));
-            assert_eq!(c.cost(&h), Ok(cost), "{value}");
+            assert_eq!(cost_of(&c, &h), Ok(cost), "{value}");
         }
         for value in ["0", "-1", "+2", "abc", "", "1.5", "2 3"] {
             h.insert("x-cost", HeaderValue::from_static(value));
             assert_eq!(
-                c.cost(&h),
+                cost_of(&c, &h),
                 Err(InvalidCost {
                     header: HeaderName::from_static("x-cost")
                 }),
@@ -430,21 +449,46 @@ mod tests {
     }
 
     #[test]
-    fn computed_cost_wins_over_the_client_header() {
-        let c = CostSource::Computed {
-            computed: HeaderName::from_static("x-floodgate-cost-api"),
+    fn first_matching_route_then_header_then_default() {
+        let route = |prefix: &str, method: Option<Method>, cost| RouteCost {
+            matcher: Matcher {
+                path_prefix: Some(prefix.into()),
+                methods: method.into_iter().collect(),
+                ..Matcher::default()
+            },
+            cost,
+        };
+        let c = CostSource::Routes {
+            routes: vec![
+                route("/search", Some(Method::GET), 100),
+                route("/export", None, 500),
+            ],
             header: Some(HeaderName::from_static("x-cost")),
             default: 2,
-            max: 50,
+            max: 1000,
         };
-        let mut h = HeaderMap::new();
-        assert_eq!(c.cost(&h), Ok(2));
-        h.insert("x-cost", HeaderValue::from_static("abc"));
-        assert!(
-            c.cost(&h).is_err(),
-            "no route cost: the client header is read"
+        let cost = |method: Method, uri: &'static str, header: Option<&'static str>| {
+            let mut h = HeaderMap::new();
+            if let Some(v) = header {
+                h.insert("x-cost", HeaderValue::from_static(v));
+            }
+            c.cost(&method, &Uri::from_static(uri), &h)
+                .map_err(|e| e.header.to_string())
+        };
+        assert_eq!(cost(Method::GET, "/search?q=x", None), Ok(100));
+        assert_eq!(
+            cost(Method::GET, "/search", Some("abc")),
+            Ok(100),
+            "a matching route wins over the header, which is not read"
         );
-        h.insert("x-floodgate-cost-api", HeaderValue::from_static("40"));
-        assert_eq!(c.cost(&h), Ok(40));
+        assert_eq!(cost(Method::POST, "/search", None), Ok(2), "method");
+        assert_eq!(cost(Method::GET, "/searchx", None), Ok(2), "whole segments");
+        assert_eq!(cost(Method::POST, "/export/all", None), Ok(500));
+        assert_eq!(cost(Method::GET, "/other", Some("7")), Ok(7));
+        assert_eq!(
+            cost(Method::GET, "/other", Some("-1")),
+            Err("x-cost".to_string()),
+            "refused, naming the client's header"
+        );
     }
 }

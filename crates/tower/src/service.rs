@@ -70,7 +70,8 @@ where
         // The evaluation future is made inside this one, not captured by it: a captured future
         // would be held twice (as capture and as awaitee), and a store's future can be large.
         Box::pin(async move {
-            let verdict = crate::limiter::evaluate(&*store, plan).await;
+            let verdict =
+                crate::limiter::evaluate(&*store, plan, crate::limiter::Mode::Check).await;
             if let Some(response) = verdict.response() {
                 return Ok(response.map(ResponseBody::full));
             }

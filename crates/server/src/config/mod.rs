@@ -32,7 +32,7 @@ use floodgate_core::{AlgorithmKind, Policy, Quota};
 use floodgate_store::OnFull;
 use floodgate_tower::key::KeySource;
 pub use floodgate_tower::FailureMode;
-use floodgate_tower::ForwardedHeader;
+use floodgate_tower::{CostSource, ForwardedHeader, HeaderMatch, Matcher, RouteCost};
 use http::{HeaderName, HeaderValue, Method, Uri};
 use ipnet::IpNet;
 use toml::Spanned;
@@ -188,58 +188,20 @@ pub fn is_tls_redis_url(url: &str) -> bool {
     url.starts_with("rediss://")
 }
 
-/// `[rules.match]`: which requests a rule applies to (all given conditions must hold; an empty
-/// match applies to every request).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MatchConfig {
-    /// The request path starts with this (byte-wise, e.g. `/api/`).
-    pub path_prefix: Option<String>,
-    /// The method is one of these (empty: any).
-    pub methods: Vec<Method>,
-    /// The `Host` (without port, lower case) equals this.
-    pub host: Option<String>,
-    /// The header is present (and, with a value, equals it exactly).
-    pub header: Option<(HeaderName, Option<HeaderValue>)>,
-}
-
-/// How many units a request costs under one rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CostConfig {
-    /// `cost`: the units a request costs when nothing below applies (default 1).
-    pub default: u64,
-    /// `cost_header`: when the request carries this header with a positive whole number, that
-    /// is the cost, clamped to the rule's capacity (absent, malformed or 0: `cost`). Only name a
-    /// header that a trusted party sets (an upstream or gateway), not the client.
-    pub header: Option<HeaderName>,
-    /// `[[rules.route_costs]]`: the first entry whose path prefix (and method) matches sets the
-    /// cost; checked before `cost_header`.
-    pub routes: Vec<RouteCost>,
-}
-
-/// One `[[rules.route_costs]]` entry, e.g. `path_prefix = "/search"`, `cost = 100`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteCost {
-    /// The request path starts with this.
-    pub path_prefix: String,
-    /// Only for this method (`None`: any).
-    pub method: Option<Method>,
-    /// Units a matching request costs.
-    pub cost: u64,
-}
-
 /// One validated `[[rules]]` entry.
 #[derive(Debug, Clone)]
 pub struct RuleConfig {
     /// Unique name (`[A-Za-z0-9_.-]`, 1..=64 bytes).
     pub name: String,
-    /// Which requests it applies to (in forward-auth and proxy mode).
-    pub matcher: MatchConfig,
+    /// Which requests it applies to (in forward-auth and proxy mode): `[rules.match]`.
+    pub matcher: Matcher,
     /// What it counts separately (see [`parse_key`]).
     pub key: KeySource,
     /// The algorithm and quota.
     pub policy: Policy,
-    /// The cost of a request.
-    pub cost: CostConfig,
+    /// The cost of a request: `cost`, `cost_header` and `[[rules.route_costs]]` (the first
+    /// matching route, then the header, then `cost`).
+    pub cost: CostSource,
     /// Shadow mode: decide and count, report in metrics and logs, but never deny.
     pub shadow: bool,
     /// What to answer when the store fails: `"open"` (default: admit, count `error_open`) or
@@ -248,15 +210,13 @@ pub struct RuleConfig {
 }
 
 impl RuleConfig {
-    /// The identity of a rule's counters across reloads: a reloaded rule with the same name,
-    /// algorithm and quota keeps its state; any change starts it fresh.
-    pub fn state_identity(&self) -> String {
-        format!(
-            "{}|{}|{}",
-            self.name,
-            self.policy.kind(),
-            self.policy.quota()
-        )
+    /// Whether a reloaded `other` keeps this rule's counters: the same name, algorithm and
+    /// quota (the stores identify state by rule name, policy and key); any change starts it
+    /// fresh.
+    pub fn same_state(&self, other: &RuleConfig) -> bool {
+        self.name == other.name
+            && self.policy.kind() == other.policy.kind()
+            && self.policy.quota() == other.policy.quota()
     }
 }
 
@@ -300,17 +260,30 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
     let mut names: HashMap<String, usize> = HashMap::new();
     for (i, r) in raw.rules.iter().enumerate() {
         let at = format!("rules[{i}]");
-        if let Some(first) = names.get(r.name.get_ref()) {
+        // Unique regardless of case: `Search` and `search` would be told apart by nothing a
+        // person reads (metric labels, headers, logs) except case.
+        let folded = r.name.get_ref().to_ascii_lowercase();
+        if let Some(&first) = names.get(&folded) {
+            let same = raw.rules[first].name.get_ref() == r.name.get_ref();
             v.push(
                 &r.name,
                 format!("{at}.name"),
-                format!(
-                    "duplicate rule name {:?} (also rules[{first}].name); names must be unique",
-                    r.name.get_ref()
-                ),
+                if same {
+                    format!(
+                        "duplicate rule name {:?} (also rules[{first}].name); names must be unique",
+                        r.name.get_ref()
+                    )
+                } else {
+                    format!(
+                        "rule name {:?} differs from rules[{first}].name {:?} only in case; \
+                         names must be unique regardless of case",
+                        r.name.get_ref(),
+                        raw.rules[first].name.get_ref()
+                    )
+                },
             );
         } else {
-            names.insert(r.name.get_ref().clone(), i);
+            names.insert(folded, i);
         }
         if let Some(rule) = v.rule(&at, r) {
             rules.push(rule);
@@ -824,9 +797,9 @@ impl Validator<'_> {
         }
     }
 
-    fn matcher(&mut self, at: &str, r: &RawRule) -> MatchConfig {
+    fn matcher(&mut self, at: &str, r: &RawRule) -> Matcher {
         let m = &r.matcher;
-        let mut out = MatchConfig::default();
+        let mut out = Matcher::default();
         if let Some(p) = &m.path_prefix {
             if p.get_ref().starts_with('/') {
                 out.path_prefix = Some(p.get_ref().clone());
@@ -882,8 +855,10 @@ impl Validator<'_> {
                     }
                 },
             };
-            if let (Some(n), Some(v)) = (name, value) {
-                out.header = Some((n, v));
+            match (name, value) {
+                (Some(n), Some(Some(v))) => out.headers.push(HeaderMatch::Equals(n, v)),
+                (Some(n), Some(None)) => out.headers.push(HeaderMatch::Present(n)),
+                _ => {}
             }
         }
         out
@@ -891,12 +866,10 @@ impl Validator<'_> {
 
     /// `cost`, `cost_header`, `[[rules.route_costs]]`; costs above the policy's capacity are
     /// errors here, not silent forever-denials at run time.
-    fn cost(&mut self, at: &str, r: &RawRule, capacity: Option<u64>) -> CostConfig {
-        let mut out = CostConfig {
-            default: 1,
-            header: None,
-            routes: Vec::new(),
-        };
+    fn cost(&mut self, at: &str, r: &RawRule, capacity: Option<u64>) -> CostSource {
+        let mut default = 1;
+        let mut header = None;
+        let mut routes = Vec::new();
         if let Some(c) = &r.cost {
             match self.one_cost(format!("{at}.cost"), c, capacity) {
                 // A rule whose requests cost nothing never limits anything.
@@ -907,13 +880,13 @@ impl Validator<'_> {
                      rule, or make it shadow = true to only observe)"
                         .to_string(),
                 ),
-                Some(cost) => out.default = cost,
+                Some(cost) => default = cost,
                 None => {}
             }
         }
         if let Some(h) = &r.cost_header {
             match HeaderName::from_bytes(h.get_ref().as_bytes()) {
-                Ok(n) => out.header = Some(n),
+                Ok(n) => header = Some(n),
                 Err(_) => self.push(
                     h,
                     format!("{at}.cost_header"),
@@ -951,14 +924,29 @@ impl Validator<'_> {
                 continue;
             }
             if let Some(cost) = self.one_cost(format!("{base}.cost"), &rc.cost, capacity) {
-                out.routes.push(RouteCost {
-                    path_prefix: rc.path_prefix.get_ref().clone(),
-                    method,
+                routes.push(RouteCost {
+                    matcher: Matcher {
+                        path_prefix: Some(rc.path_prefix.get_ref().clone()),
+                        methods: method.into_iter().collect(),
+                        ..Matcher::default()
+                    },
                     cost,
                 });
             }
         }
-        out
+        // A header cost is at most what the rule can ever admit (an invalid quota has no
+        // capacity; its error is reported already).
+        let max = capacity.unwrap_or(MAX_COST);
+        match (routes.is_empty(), header) {
+            (false, header) => CostSource::Routes {
+                routes,
+                header,
+                default,
+                max,
+            },
+            (true, Some(name)) => CostSource::Header { name, default, max },
+            (true, None) => CostSource::Fixed(default),
+        }
     }
 
     fn one_cost(&mut self, field: String, c: &Spanned<i64>, capacity: Option<u64>) -> Option<u64> {

@@ -16,7 +16,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::json;
 
 use super::{invalid, problem, QueryParams, MAX_KEY_BYTES};
-use crate::serve::AppState;
+use crate::state::AppState;
 
 /// Longest accepted `?encoded=true` store key, in bytes: a client key of [`MAX_KEY_BYTES`]
 /// percent-escaped in full (3 bytes per byte) plus its `key=` prefix.

@@ -19,10 +19,10 @@ use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
-use floodgate_tower::PeerAddr;
+use floodgate_tower::{Mode, PeerAddr};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 
-use crate::serve::AppState;
+use crate::state::AppState;
 
 /// The handler. Query parameter `deny_status`: the status of a denial, 429 (default) or 403.
 /// nginx's `auth_request` treats every status but 2xx, 401 and 403 as an error (500), so its
@@ -47,11 +47,10 @@ pub(super) async fn forward_auth(
         }
     };
     let (method, uri) = original_request(&method, &mut headers);
-    crate::serve::cost::inject(&state.config_now(), &method, &uri, &mut headers);
     let mut extensions = http::Extensions::new();
     extensions.insert(PeerAddr(peer));
     let plan = state.limiter.plan(&method, &uri, &headers, &extensions);
-    let verdict = state.limiter.evaluate(plan).await;
+    let verdict = state.limiter.evaluate(plan, Mode::Check).await;
     match verdict.response() {
         Some(denied) => {
             if denied.status() == StatusCode::TOO_MANY_REQUESTS {

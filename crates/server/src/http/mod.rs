@@ -39,7 +39,7 @@ use axum::Router;
 use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
-use crate::serve::AppState;
+use crate::state::AppState;
 
 /// Largest accepted request body on the API, in bytes (64 KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;

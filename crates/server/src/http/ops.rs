@@ -16,12 +16,12 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::problem;
-use crate::serve::AppState;
+use crate::state::AppState;
 
 /// `GET /metrics`: Prometheus text exposition.
 pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     // Refresh the key gauge so a scrape sees the current size.
-    if let Some(memory) = state.store.memory() {
+    if let Some(memory) = state.store().memory() {
         let _ = memory.stats();
     }
     let mut response = state.prometheus.render().into_response();
@@ -63,7 +63,7 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let config_json =
         json!({ "file": config.file, "generation": state.generation(), "rules": rules });
     let shutting_down = state.shutting_down.load(Ordering::SeqCst);
-    let store = store_readiness(&state.store).await;
+    let store = store_readiness(state.store()).await;
     if !shutting_down {
         if let StoreReadiness::Down(reason) = &store {
             // A problem+json body (RFC 9457: `status` is the HTTP status here) with the store
@@ -74,9 +74,9 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
                 "status": StatusCode::SERVICE_UNAVAILABLE.as_u16(),
                 "detail": format!(
                     "store {}: {reason}; rules with failure_mode = \"closed\" answer 503",
-                    state.store.kind()
+                    state.store().kind()
                 ),
-                "store": store.to_json(state.store.kind()),
+                "store": store.to_json(state.store().kind()),
                 "config": config_json,
             });
             let mut response = (StatusCode::SERVICE_UNAVAILABLE, body.to_string()).into_response();
@@ -99,7 +99,7 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         "config": config_json,
     });
     if !matches!(store, StoreReadiness::NotChecked) {
-        body["store"] = store.to_json(state.store.kind());
+        body["store"] = store.to_json(state.store().kind());
     }
     let status = if shutting_down {
         StatusCode::SERVICE_UNAVAILABLE

@@ -10,7 +10,7 @@ use http::{Request, StatusCode};
 use proptest::prelude::*;
 use tower::ServiceExt;
 
-use crate::serve::AppState;
+use crate::state::AppState;
 
 fn state() -> Arc<AppState> {
     let config = crate::config::embedded_default();

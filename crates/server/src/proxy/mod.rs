@@ -30,9 +30,8 @@ use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tower::util::MapRequestLayer;
 
-use crate::serve::AppState;
+use crate::state::AppState;
 
 /// State of the proxy handler.
 #[derive(Debug, Clone)]
@@ -78,22 +77,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         client,
         state: Arc::clone(&state),
     };
-    let costs = Arc::clone(&state);
     Router::new()
         .fallback(forward)
         .with_state(proxy)
-        // Layers run outside-in: route costs are computed first, then the rules are applied.
         .layer(RateLimitLayer::new(state.limiter.clone()))
-        .layer(MapRequestLayer::new(move |request: Request| {
-            let (mut parts, body) = request.into_parts();
-            crate::serve::cost::inject(
-                &costs.config_now(),
-                &parts.method,
-                &parts.uri,
-                &mut parts.headers,
-            );
-            Request::from_parts(parts, body)
-        }))
 }
 
 async fn forward(
@@ -116,7 +103,6 @@ async fn forward(
         Err(_) => return bad_gateway("cannot build the upstream URI"),
     };
     remove_hop_by_hop(&mut parts.headers);
-    crate::serve::cost::strip_internal(&mut parts.headers);
     let trusted = {
         let config = proxy.state.config_now();
         let ip = floodgate_tower::ip::canonical(peer.ip());

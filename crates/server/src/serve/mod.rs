@@ -15,10 +15,7 @@
 //! connections are refused), or after `--shutdown-delay` of still serving so load balancers can
 //! notice; then in-flight requests finish (up to `--drain-timeout`).
 
-pub mod cost;
 mod reload;
-pub mod state;
-pub mod store;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,7 +34,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::{self, Config};
-pub use state::AppState;
+use crate::state::AppState;
 
 /// Default address of the main listener.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -490,7 +487,7 @@ async fn housekeeping(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>)
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
         // Only the memory store needs sweeping: Redis expires keys by their TTL.
-        let Some(memory) = state.store.memory() else {
+        let Some(memory) = state.store().memory() else {
             n += 1;
             if n % 10 == 0 {
                 state.prometheus.run_upkeep();

@@ -260,7 +260,6 @@ impl Upstream {
                         "x_real_ip": get("x-real-ip"),
                         "forwarded": get("forwarded"),
                         "x_secret": get("x-secret"),
-                    "x_floodgate_cost": get("x-floodgate-cost-search-budget"),
                         "connection": get("connection"),
                         "host": get("host"),
                     }))

@@ -8,21 +8,21 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use floodgate_core::{Clock, ManualClock};
 use floodgate_store::redis::AnyStore;
-use floodgate_tower::{ClientIpConfig, HeaderMatch, Matcher, RateLimiter, Rule, RuleSet};
+use floodgate_tower::RateLimiter;
 use http::Uri;
 use metrics_exporter_prometheus::PrometheusHandle;
 use parking_lot::Mutex;
 
-use super::store::VersionedStore;
-use crate::config::{self, Config, ConfigErrors, RuleConfig};
+use crate::config::{self, Config, ConfigErrors};
+use crate::rules::rule_set;
 
 /// Everything the handlers share. One per process.
 #[derive(Debug)]
 pub struct AppState {
-    /// Rules + store; its rule set is swapped on reload.
-    pub limiter: RateLimiter<VersionedStore>,
-    /// The store under `limiter`'s [`VersionedStore`] (memory or Redis), for housekeeping.
-    pub store: AnyStore,
+    /// Rules + store: the one place requests are decided. Its rule set is swapped on reload;
+    /// the store identifies state by (rule name, policy, key), so a reloaded rule with the same
+    /// name, algorithm and quota keeps its counters and a changed one starts fresh.
+    pub limiter: RateLimiter<AnyStore>,
     /// The time source of the store (the system clock, or the test-only manual clock).
     pub clock: Arc<dyn Clock>,
     /// `Some` only with the hidden test-only `--manual-clock` flag.
@@ -57,13 +57,9 @@ impl AppState {
         prometheus: PrometheusHandle,
         upstream: Option<Uri>,
     ) -> Self {
-        let versioned = VersionedStore::new(store.clone());
-        let rules = rule_set(&config);
-        versioned.resolve(&rules);
-        let limiter = RateLimiter::new(Arc::new(versioned), rules);
+        let limiter = RateLimiter::new(Arc::new(store), rule_set(&config));
         Self {
             limiter,
-            store,
             clock,
             manual_clock,
             prometheus,
@@ -76,6 +72,11 @@ impl AppState {
             admin_token_override: admin_token_override.filter(|t| !t.is_empty()),
             generation: AtomicU64::new(1),
         }
+    }
+
+    /// The store (memory or Redis), for housekeeping and readiness.
+    pub fn store(&self) -> &AnyStore {
+        self.limiter.store()
     }
 
     /// The configuration in force.
@@ -127,10 +128,7 @@ impl AppState {
                 let old = self.config.load_full();
                 warn_about_restart_only_changes(&old, &new);
                 let (kept, fresh) = diff_rules(&old, &new);
-                let rules = rule_set(&new);
-                // The new rules' state ids, before any request can use them.
-                self.limiter.store().resolve(&rules);
-                self.limiter.replace_rules(rules);
+                self.limiter.replace_rules(rule_set(&new));
                 self.config.store(Arc::new(new));
                 drop(guard);
                 let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
@@ -162,10 +160,7 @@ fn diff_rules(old: &Config, new: &Config) -> (Vec<String>, Vec<String>) {
     let mut kept = Vec::new();
     let mut fresh = Vec::new();
     for rule in &new.rules {
-        let same = old
-            .rules
-            .iter()
-            .any(|o| o.state_identity() == rule.state_identity());
+        let same = old.rules.iter().any(|o| o.same_state(rule));
         if same {
             kept.push(rule.name.clone());
         } else {
@@ -182,37 +177,4 @@ fn warn_about_restart_only_changes(old: &Config, new: &Config) {
     if old.server.listen != new.server.listen || old.server.upstream != new.server.upstream {
         tracing::warn!("[server] listen/upstream changes take effect at the next restart");
     }
-}
-
-/// The floodgate-tower rule set for a configuration.
-pub fn rule_set(config: &Config) -> RuleSet {
-    let rules = config.rules.iter().map(tower_rule).collect();
-    RuleSet::new(rules).with_client_ip(ClientIpConfig {
-        trusted_proxies: config.server.trusted_proxies.clone(),
-        header: config.server.forwarded_header,
-        ipv6_prefix: config.server.ipv6_prefix,
-        ..ClientIpConfig::default()
-    })
-}
-
-fn tower_rule(r: &RuleConfig) -> Rule {
-    let mut headers = Vec::new();
-    if let Some((name, value)) = &r.matcher.header {
-        headers.push(match value {
-            Some(v) => HeaderMatch::Equals(name.clone(), v.clone()),
-            None => HeaderMatch::Present(name.clone()),
-        });
-    }
-    let matcher = Matcher {
-        path_prefix: r.matcher.path_prefix.clone(),
-        methods: r.matcher.methods.clone(),
-        host: r.matcher.host.clone(),
-        headers,
-    };
-    let cost = super::cost::cost_source(r);
-    Rule::new(r.name.as_str(), r.policy.clone(), r.key.clone())
-        .with_matcher(matcher)
-        .with_cost(cost)
-        .with_shadow(r.shadow)
-        .with_failure_mode(r.failure_mode)
 }

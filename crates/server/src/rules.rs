@@ -1,0 +1,24 @@
+//! The configuration's rules as the floodgate-tower [`RuleSet`] the limiter decides with.
+
+use floodgate_tower::{ClientIpConfig, Rule, RuleSet};
+
+use crate::config::{Config, RuleConfig};
+
+/// The floodgate-tower rule set for a configuration.
+pub fn rule_set(config: &Config) -> RuleSet {
+    let rules = config.rules.iter().map(tower_rule).collect();
+    RuleSet::new(rules).with_client_ip(ClientIpConfig {
+        trusted_proxies: config.server.trusted_proxies.clone(),
+        header: config.server.forwarded_header,
+        ipv6_prefix: config.server.ipv6_prefix,
+        ..ClientIpConfig::default()
+    })
+}
+
+fn tower_rule(r: &RuleConfig) -> Rule {
+    Rule::new(r.name.as_str(), r.policy.clone(), r.key.clone())
+        .with_matcher(r.matcher.clone())
+        .with_cost(r.cost.clone())
+        .with_shadow(r.shadow)
+        .with_failure_mode(r.failure_mode)
+}
