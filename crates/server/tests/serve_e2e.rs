@@ -1132,7 +1132,7 @@ cost = 20
 "#;
 
 #[tokio::test]
-async fn a_cost_header_is_clamped_when_huge_and_refused_when_not_a_positive_number() {
+async fn a_cost_header_above_the_capacity_or_not_a_positive_number_is_refused() {
     let upstream = Upstream::start().await;
     let fg = Floodgate::with_config(COST_HEADER_CONFIG, &["--upstream", &upstream.url]);
     let c = client();
@@ -1143,9 +1143,37 @@ async fn a_cost_header_is_clamped_when_huge_and_refused_when_not_a_positive_numb
             .send()
     };
 
-    // Too large for any integer type: still a number above the capacity, so charged 5.
-    let r = auth("/api/x", "99999999999999999999").await.unwrap();
-    assert_eq!(r.status(), 200);
+    // Above the capacity (5), also when too large for any integer type: a request asking for
+    // more than the policy can ever grant is a 400 naming the rule on forward-auth and the
+    // proxy, counted, and nothing is charged (it used to be clamped to 5 and admitted).
+    for big in ["6", "99999999999999999999"] {
+        let (status, headers, body) = split(auth("/api/x", big).await.unwrap()).await;
+        assert_eq!(status, 400, "{big}: {body}");
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert_eq!(body["type"], "urn:floodgate:problem:cost-exceeds-capacity");
+        assert_eq!(body["rule"], "budget");
+        let (status, _, body) = split(
+            c.get(fg.proxy_url("/api/x"))
+                .header("x-cost", big)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 400, "proxy {big}: {body}");
+        assert_eq!(body["type"], "urn:floodgate:problem:cost-exceeds-capacity");
+    }
+    assert_eq!(
+        metric(
+            &c,
+            &fg,
+            "floodgate_decisions_total{rule=\"budget\",outcome=\"cost_exceeds_capacity\"}"
+        )
+        .await,
+        Some(4.0)
+    );
+    let r = auth("/api/x", "5").await.unwrap();
+    assert_eq!(r.status(), 200, "the whole capacity at once is admitted");
     assert_eq!(r.headers()["ratelimit"], "\"budget\";r=0;t=60");
     advance(&c, &fg, 60_000_000).await;
 

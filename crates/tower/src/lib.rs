@@ -67,7 +67,6 @@ pub use limiter::{Action, Mode, Plan, RateLimiter, Verdict};
 pub use metrics::Outcome;
 pub use response::{apply_headers, too_many_requests, RuleOutcome};
 pub use rule::{
-    parse_cost, CostSource, FailureMode, HeaderMatch, InvalidCost, Matcher, RouteCost, Rule,
-    RuleSet,
+    parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,
 };
 pub use service::RateLimit;

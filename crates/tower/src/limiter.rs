@@ -44,7 +44,7 @@ use http::{HeaderMap, Request, Response};
 use crate::key::KeyContext;
 use crate::metrics::Outcome;
 use crate::response::{self, RuleOutcome};
-use crate::rule::{FailureMode, RuleSet};
+use crate::rule::{CostError, FailureMode, RuleSet};
 
 /// Evaluates requests against a hot-swappable [`RuleSet`] using store `S`. Cheap to clone
 /// (two `Arc`s); clones share rules and store.
@@ -74,14 +74,17 @@ pub enum Action {
     /// ([`response::service_unavailable`]).
     Unavailable,
     /// The request's cost exceeds what `rule` can ever admit: answer 400
-    /// ([`response::cost_exceeds_capacity`]).
+    /// ([`response::cost_exceeds_capacity`]); nothing was charged.
     CostExceedsCapacity {
         /// The rule.
         rule: String,
-        /// The request's cost.
+        /// The request's cost (`u64::MAX` for a cost header too large for a number).
         cost: u64,
         /// The rule's capacity.
         capacity: u64,
+        /// The item that asked for it, when it was one alone ([`RuleOutcome::check`]'s
+        /// numbering); `None` when several items of one rule and key together exceed it.
+        check: Option<usize>,
     },
     /// `rule`'s cost header holds something that is not a positive whole number: answer 400
     /// ([`response::invalid_cost`]); nothing was charged.
@@ -128,6 +131,7 @@ impl Verdict {
                 rule,
                 cost,
                 capacity,
+                ..
             } => Some(response::cost_exceeds_capacity(rule, *cost, *capacity)),
             Action::InvalidCost { rule, header } => Some(response::invalid_cost(rule, header)),
         }
@@ -158,8 +162,27 @@ pub enum Mode {
 pub struct Plan {
     rules: Arc<RuleSet>,
     checks: Checks,
-    /// The first matching rule whose cost header could not be read, and the header.
-    invalid_cost: Option<(usize, http::HeaderName)>,
+    /// The first item whose cost is refused before the store is asked.
+    refusal: Option<Refusal>,
+}
+
+/// Why a plan is refused before the store is asked (answered 400; nothing is charged).
+#[derive(Debug, Clone)]
+struct Refusal {
+    /// The rule (a position in the rule set).
+    rule: usize,
+    /// The item, for explicit items.
+    check: Option<usize>,
+    /// What was wrong.
+    error: CostRefusal,
+}
+
+#[derive(Debug, Clone)]
+enum CostRefusal {
+    /// A cost header that is not a positive whole number.
+    Invalid(http::HeaderName),
+    /// A cost above the rule's capacity.
+    ExceedsCapacity { cost: u64, capacity: u64 },
 }
 
 /// The planned checks: the usual request meets at most one rule, kept inline (no `Vec`).
@@ -206,7 +229,7 @@ impl Plan {
         Self {
             rules,
             checks: Checks::None,
-            invalid_cost: None,
+            refusal: None,
         }
     }
 
@@ -215,10 +238,21 @@ impl Plan {
     /// [`RuleSet::rules`]. Items are decided in the order they are pushed (enforcing items as
     /// one all-or-nothing batch); [`RuleOutcome::check`] is an item's position.
     ///
+    /// A cost above the rule's capacity refuses the whole plan
+    /// ([`Action::CostExceedsCapacity`] naming this item) before anything is charged.
+    ///
     /// # Panics
     /// When `rule` is not a position in the plan's rules.
     pub fn push(&mut self, rule: usize, key: String, cost: u64) {
         assert!(rule < self.rules.rules.len(), "no rule at position {rule}");
+        let capacity = self.rules.rules[rule].policy.capacity();
+        if cost > capacity && self.refusal.is_none() {
+            self.refusal = Some(Refusal {
+                rule,
+                check: Some(self.len()),
+                error: CostRefusal::ExceedsCapacity { cost, capacity },
+            });
+        }
         self.checks.push(PlannedCheck { rule, key, cost });
     }
 
@@ -283,7 +317,7 @@ impl<S: Store> RateLimiter<S> {
     ) -> Plan {
         let rules = self.rules.load_full();
         let mut checks = Checks::None;
-        let mut invalid_cost = None;
+        let mut refusal = None;
         let mut client_addr = None;
         let mut client_ip = None;
         let mut client_ip_resolved = false;
@@ -311,8 +345,17 @@ impl<S: Store> RateLimiter<S> {
                         key,
                         cost,
                     }),
-                    Err(invalid) => {
-                        invalid_cost.get_or_insert((index, invalid.header));
+                    Err(error) => {
+                        refusal.get_or_insert(Refusal {
+                            rule: index,
+                            check: None,
+                            error: match error {
+                                CostError::Invalid { header } => CostRefusal::Invalid(header),
+                                CostError::ExceedsCapacity { cost, capacity, .. } => {
+                                    CostRefusal::ExceedsCapacity { cost, capacity }
+                                }
+                            },
+                        });
                     }
                 },
                 None => rules.count(index, Outcome::Skipped),
@@ -321,7 +364,7 @@ impl<S: Store> RateLimiter<S> {
         Plan {
             rules,
             checks,
-            invalid_cost,
+            refusal,
         }
     }
 
@@ -372,14 +415,30 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan, mode: Mode) -> Ver
     let mut store_error = None;
     let mut store_full = None;
 
-    // A cost header that cannot be read refuses the request before any rule is charged.
-    if let Some((index, header)) = &plan.invalid_cost {
-        count(*index, Outcome::InvalidCost);
+    // A cost that cannot be read, or that the rule can never admit, refuses the request
+    // before any rule is charged.
+    if let Some(refusal) = &plan.refusal {
+        let rule = &rules[refusal.rule];
+        let action = match &refusal.error {
+            CostRefusal::Invalid(header) => {
+                count(refusal.rule, Outcome::InvalidCost);
+                Action::InvalidCost {
+                    rule: Arc::clone(&rule.name),
+                    header: header.clone(),
+                }
+            }
+            CostRefusal::ExceedsCapacity { cost, capacity } => {
+                count(refusal.rule, Outcome::CostExceedsCapacity);
+                Action::CostExceedsCapacity {
+                    rule: rule.name.to_string(),
+                    cost: *cost,
+                    capacity: *capacity,
+                    check: refusal.check,
+                }
+            }
+        };
         return Verdict {
-            action: Action::InvalidCost {
-                rule: Arc::clone(&rules[*index].name),
-                header: header.clone(),
-            },
+            action,
             outcomes,
             store_error,
             store_full,
@@ -462,6 +521,7 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan, mode: Mode) -> Ver
                     rule,
                     cost,
                     capacity,
+                    check: None,
                 };
             }
             Err(error) => {

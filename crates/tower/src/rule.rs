@@ -166,18 +166,18 @@ pub enum CostSource {
     /// reports the remaining allowance and never denies; configuration should refuse it.
     Fixed(u64),
     /// A whole number from a header (e.g. set by an upstream that knows the operation's
-    /// weight); see [`parse_cost`] for what is accepted. Absent: `default`. Above `max`
-    /// (including numbers too large for a `u64`): `max`, so one request can never be charged
-    /// more than the configuration allows (keep `max` at or below the policy's capacity).
-    /// Anything else (empty, `0`, negative, signed, not a whole number) is refused:
-    /// [`CostSource::cost`] returns [`InvalidCost`] and the request is answered 400, because
-    /// charging a guessed cost would silently misprice it.
+    /// weight); see [`parse_cost`] for what is accepted. Absent: `default`. Above `max` (the
+    /// policy's capacity; a number too large for a `u64` is above it too): refused with
+    /// [`CostError::ExceedsCapacity`], as a request that asks for more than the policy can ever
+    /// grant must be a clear error, never charged less than it asked. Anything else (empty,
+    /// `0`, negative, signed, not a whole number) is refused with [`CostError::Invalid`]: the
+    /// request is answered 400, because charging a guessed cost would silently misprice it.
     Header {
         /// The header to read.
         name: HeaderName,
         /// Cost when the header is absent.
         default: u64,
-        /// The most one request is charged.
+        /// The most one request may cost (the policy's capacity): a header above it is refused.
         max: u64,
     },
     /// Per-route costs, e.g. a search route costs 100 units: the cost of the first route whose
@@ -191,7 +191,7 @@ pub enum CostSource {
         header: Option<HeaderName>,
         /// Cost when no route matches and the header is absent.
         default: u64,
-        /// The most one request is charged through the header.
+        /// The most one request may cost through the header (the policy's capacity).
         max: u64,
     },
 }
@@ -205,18 +205,30 @@ pub struct RouteCost {
     pub cost: u64,
 }
 
-/// A request's cost header held something that is not a positive whole number.
+/// Why a request's cost header was refused (answered 400; nothing is charged).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidCost {
-    /// The header.
-    pub header: HeaderName,
+pub enum CostError {
+    /// The header holds something that is not a positive whole number.
+    Invalid {
+        /// The header.
+        header: HeaderName,
+    },
+    /// The header asks for more than the rule can ever admit at once.
+    ExceedsCapacity {
+        /// The header.
+        header: HeaderName,
+        /// The cost asked for (`u64::MAX` for a number too large for a `u64`).
+        cost: u64,
+        /// The most the rule admits at once.
+        capacity: u64,
+    },
 }
 
 /// Parses a cost header value: ASCII digits only (surrounding spaces and tabs, which HTTP
-/// strips anyway, are ignored), at least 1; a number too large for a `u64` is still a number
-/// above any capacity and becomes `max`. Every result is at most `max`. `None` for anything
-/// else: empty, `0`, `-1`, `+2`, `1.5`, `abc`.
-pub fn parse_cost(value: &[u8], max: u64) -> Option<u64> {
+/// strips anyway, are ignored), at least 1; a number too large for a `u64` is still a number,
+/// above any capacity, and reads as `u64::MAX`. `None` for anything else: empty, `0`, `-1`,
+/// `+2`, `1.5`, `abc`.
+pub fn parse_cost(value: &[u8]) -> Option<u64> {
     let value = value.trim_ascii();
     if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
         return None;
@@ -228,30 +240,33 @@ pub fn parse_cost(value: &[u8], max: u64) -> Option<u64> {
             .and_then(|c| c.checked_add(u64::from(digit - b'0')))
         {
             Some(c) => c,
-            // Too many digits for a u64: above any capacity, so clamped.
-            None => return Some(max),
+            // Too many digits for a u64: above any capacity.
+            None => return Some(u64::MAX),
         };
     }
-    (cost > 0).then(|| cost.min(max))
+    (cost > 0).then_some(cost)
 }
 
 impl CostSource {
     /// The cost of a request with this method, URI and headers.
     ///
     /// # Errors
-    /// [`InvalidCost`] naming the header when a cost header is read and is not a positive whole
-    /// number (see [`parse_cost`]).
-    pub fn cost(
-        &self,
-        method: &Method,
-        uri: &Uri,
-        headers: &HeaderMap,
-    ) -> Result<u64, InvalidCost> {
+    /// [`CostError`] naming the header when a cost header is read and is not a positive whole
+    /// number (see [`parse_cost`]) or asks for more than `max`.
+    pub fn cost(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<u64, CostError> {
         let from_header = |name: &HeaderName, default: u64, max: u64| match headers.get(name) {
             None => Ok(default),
-            Some(value) => parse_cost(value.as_bytes(), max).ok_or_else(|| InvalidCost {
-                header: name.clone(),
-            }),
+            Some(value) => match parse_cost(value.as_bytes()) {
+                None => Err(CostError::Invalid {
+                    header: name.clone(),
+                }),
+                Some(cost) if cost > max => Err(CostError::ExceedsCapacity {
+                    header: name.clone(),
+                    cost,
+                    capacity: max,
+                }),
+                Some(cost) => Ok(cost),
+            },
         };
         match self {
             CostSource::Fixed(cost) => Ok(*cost),
@@ -416,7 +431,7 @@ mod tests {
     }
 
     #[test]
-    fn header_cost_defaults_clamps_and_refuses() {
+    fn header_cost_defaults_and_refuses() {
         let c = CostSource::Header {
             name: HeaderName::from_static("x-cost"),
             default: 1,
@@ -426,21 +441,33 @@ mod tests {
         let cost_of =
             |c: &CostSource, h: &HeaderMap| c.cost(&Method::GET, &Uri::from_static("/"), h);
         assert_eq!(cost_of(&c, &h), Ok(1));
-        for (value, cost) in [
-            ("7", 7),
-            ("900", 50),
-            (" 9 ", 9),
-            ("99999999999999999999", 50),
-            ("18446744073709551615", 50),
-        ] {
+        for (value, cost) in [("7", 7), (" 9 ", 9), ("50", 50)] {
             h.insert("x-cost", HeaderValue::from_static(value));
             assert_eq!(cost_of(&c, &h), Ok(cost), "{value}");
+        }
+        // Above the capacity, also when too large for a u64: refused, never clamped.
+        for (value, cost) in [
+            ("51", 51),
+            ("900", 900),
+            ("18446744073709551615", u64::MAX),
+            ("99999999999999999999", u64::MAX),
+        ] {
+            h.insert("x-cost", HeaderValue::from_static(value));
+            assert_eq!(
+                cost_of(&c, &h),
+                Err(CostError::ExceedsCapacity {
+                    header: HeaderName::from_static("x-cost"),
+                    cost,
+                    capacity: 50
+                }),
+                "{value}"
+            );
         }
         for value in ["0", "-1", "+2", "abc", "", "1.5", "2 3"] {
             h.insert("x-cost", HeaderValue::from_static(value));
             assert_eq!(
                 cost_of(&c, &h),
-                Err(InvalidCost {
+                Err(CostError::Invalid {
                     header: HeaderName::from_static("x-cost")
                 }),
                 "{value:?}"
@@ -473,7 +500,10 @@ mod tests {
                 h.insert("x-cost", HeaderValue::from_static(v));
             }
             c.cost(&method, &Uri::from_static(uri), &h)
-                .map_err(|e| e.header.to_string())
+                .map_err(|e| match e {
+                    CostError::Invalid { header } => header.to_string(),
+                    CostError::ExceedsCapacity { header, .. } => format!("{header} too large"),
+                })
         };
         assert_eq!(cost(Method::GET, "/search?q=x", None), Ok(100));
         assert_eq!(
@@ -485,6 +515,10 @@ mod tests {
         assert_eq!(cost(Method::GET, "/searchx", None), Ok(2), "whole segments");
         assert_eq!(cost(Method::POST, "/export/all", None), Ok(500));
         assert_eq!(cost(Method::GET, "/other", Some("7")), Ok(7));
+        assert_eq!(
+            cost(Method::GET, "/other", Some("1001")),
+            Err("x-cost too large".to_string())
+        );
         assert_eq!(
             cost(Method::GET, "/other", Some("-1")),
             Err("x-cost".to_string()),

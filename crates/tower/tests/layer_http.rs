@@ -239,8 +239,11 @@ async fn costs_come_from_a_header_with_a_default_and_a_maximum() {
     let with = |cost: &'static str| request("/", "192.0.2.1:1", &[("x-cost", cost)]);
     let r = h.send(with("3")).await;
     assert_eq!(r.header("ratelimit"), Some("\"per-ip\";r=7;t=1080"));
-    // 100 is clamped to the maximum of 4.
+    // 100 is above the maximum of 4: refused with 400 naming the rule, nothing charged.
     let r = h.send(with("100")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.body.contains("cost-exceeds-capacity"), "{}", r.body);
+    let r = h.send(with("4")).await;
     assert_eq!(r.header("ratelimit"), Some("\"per-ip\";r=3;t=2520"));
     // Not a positive whole number: 400 naming the header, nothing charged.
     for bad in ["lots", "0", "-1", "+1"] {

@@ -66,12 +66,24 @@ struct Descriptor<'a> {
     cost: Option<serde_json::Number>,
 }
 
-/// One validated item: the rule's index in the rule set, the client's key and the cost.
+/// One validated item: the rule's index in the rule set, the client's key and the cost, and
+/// its position in `descriptors` (`None` for the top-level fields).
 #[derive(Debug)]
 struct Item<'a> {
     rule: usize,
     raw_key: Cow<'a, str>,
     cost: u64,
+    index: Option<usize>,
+}
+
+impl Item<'_> {
+    /// The request field holding `name` of this item: `cost` or `descriptors[1].cost`.
+    fn field(&self, name: &str) -> String {
+        match self.index {
+            Some(i) => format!("descriptors[{i}].{name}"),
+            None => name.to_string(),
+        }
+    }
 }
 
 /// A list holding the usual single element inline, without an allocation.
@@ -326,21 +338,11 @@ fn validate_one<'a>(
             }
         },
     };
-    let capacity = rules.rules[rule].policy.capacity();
-    if cost > capacity {
-        return Err(bad(
-            "cost",
-            format!(
-                "{cost} exceeds the capacity of rule {:?} ({capacity} units at once): it \
-                 could never be admitted",
-                d.rule
-            ),
-        ));
-    }
     Ok(Item {
         rule,
         raw_key: d.key,
         cost,
+        index,
     })
 }
 
@@ -459,8 +461,24 @@ impl<'a> DecisionEntry<'a> {
 /// open as 200 `{"allowed": true, "degraded": true, "decisions": []}` (no decision could be
 /// computed); otherwise the decisions.
 fn answer(items: &[Item<'_>], verdict: &Verdict, consume: bool) -> Response {
-    match verdict.action {
+    match &verdict.action {
         Action::Admit | Action::Deny => {}
+        // A cost the rule can never admit, named as the request gave it.
+        Action::CostExceedsCapacity {
+            rule,
+            cost,
+            capacity,
+            check: Some(check),
+        } if *check < items.len() => {
+            return invalid(
+                StatusCode::BAD_REQUEST,
+                &items[*check].field("cost"),
+                format!(
+                    "{cost} exceeds the capacity of rule {rule:?} ({capacity} units at once): \
+                     it could never be admitted"
+                ),
+            );
+        }
         Action::Unavailable | Action::CostExceedsCapacity { .. } | Action::InvalidCost { .. } => {
             if let Some(refused) = verdict.response() {
                 return super::from_tower(refused);
@@ -539,6 +557,7 @@ mod tests {
             rule: 0,
             raw_key: "k".into(),
             cost: 1,
+            index: None,
         }
     }
 
@@ -572,6 +591,7 @@ mod tests {
                 rule: "a".into(),
                 cost: 5,
                 capacity: 1,
+                check: None,
             },
             vec![],
         );
