@@ -1,32 +1,4 @@
-//! Partition keys: which part of a request is counted ([`KeySource`]) and how it is written
-//! ([`encode_key`]).
-//!
-//! # Encoding
-//! A key is a list of `(tag, value)` components written `tag=value|tag=value`, where each tag
-//! and value is either
-//! - percent-encoded: bytes outside `A-Z a-z 0-9 - . _ ~ / : @ ! $ & ' ( ) * + , ;` become
-//!   `%XX` (so `%`, `=`, `|`, `#`, `{`, `}`, spaces, control and non-ASCII bytes never appear
-//!   raw), when that is at most [`MAX_COMPONENT_LEN`] bytes long; or
-//! - `#` followed by the 64 hex digits of the SHA-256 of the raw bytes, when the percent-encoded
-//!   form would be longer.
-//!
-//! The encoding is injective: percent-encoding is, its output never contains `#` while a digest
-//! always starts with it, SHA-256 is collision resistant, and since no encoded piece contains
-//! `=` or `|` the joined string splits back into its pieces in exactly one way. So two different
-//! requests can share a counter only if they have the same components. Keys are bounded in
-//! length, contain no CR/LF or other control characters (safe in logs) and no `{`/`}` (a Redis
-//! Cluster store puts its own hash tag first; a user value cannot hijack the slot).
-//!
-//! ```
-//! use floodgate_tower::key::encode_key;
-//! assert_eq!(encode_key([("user", b"alice".as_slice())]), "user=alice");
-//! assert_eq!(
-//!     encode_key([("user", b"a|b=c{d}".as_slice()), ("path", b"/api".as_slice())]),
-//!     "user=a%7Cb%3Dc%7Bd%7D|path=/api"
-//! );
-//! let long = encode_key([("api_key", [b'x'; 300].as_slice())]);
-//! assert!(long.starts_with("api_key=#") && long.len() == "api_key=#".len() + 64);
-//! ```
+//! Partition keys: [`KeySource`] (what a rule counts) and [`encode_key`] (their encoding).
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -60,7 +32,7 @@ pub enum KeySource {
         /// The header to read.
         name: HeaderName,
     },
-    /// The client IP (see [`crate::ip`]): the peer address, or a forwarded address when the peer
+    /// The client IP (see [`ClientIpConfig`](crate::ClientIpConfig)): the peer address, or a forwarded address when the peer
     /// is a trusted proxy; IPv6 grouped by prefix. Tag `ip`, value e.g. `203.0.113.7` or
     /// `2001:db8:1:2::/64`. Absent when the peer address is unknown (no [`crate::PeerAddr`] or
     /// `ConnectInfo<SocketAddr>` extension). The last resort: many clients may share one NAT.
@@ -77,7 +49,7 @@ pub enum KeySource {
     /// The request method. Tag `method`.
     Method,
     /// The request path, without the query, in canonical form
-    /// ([`crate::path::canonical_path`]: percent-decoded once, repeated `/` collapsed, `.` and
+    /// ([`canonical_path`](crate::canonical_path): percent-decoded once, repeated `/` collapsed, `.` and
     /// `..` resolved), so every spelling of one path shares one counter. Tag `path`.
     Path,
     /// The method and canonical path together (`GET /v1/items`). Tag `route`.
@@ -100,7 +72,7 @@ pub struct KeyContext<'a> {
     /// Request headers.
     pub headers: &'a http::HeaderMap,
     /// The resolved client address, already grouped by the rule set's prefixes (see
-    /// [`crate::ip`]).
+    /// [`ClientIpConfig`](crate::ClientIpConfig)).
     pub client_ip: Option<ipnet::IpNet>,
     /// The resolved client address, not grouped (IPv4-mapped IPv6 already made IPv4).
     pub client_addr: Option<std::net::IpAddr>,
@@ -229,9 +201,39 @@ enum Component<'s> {
     Composite,
 }
 
-/// Encodes `(tag, value)` components into one partition key (see the [module docs](self)).
+/// Encodes `(tag, value)` components into one partition key (see below).
 /// Injective over the sequence of components; the result is printable ASCII without `{`, `}`,
 /// `#` outside digests, and bounded by `components x (2 x 129 + 2)` bytes.
+///
+/// Partition keys: which part of a request is counted ([`KeySource`]) and how it is written
+/// ([`encode_key`]).
+///
+/// # Encoding
+/// A key is a list of `(tag, value)` components written `tag=value|tag=value`, where each tag
+/// and value is either
+/// - percent-encoded: bytes outside `A-Z a-z 0-9 - . _ ~ / : @ ! $ & ' ( ) * + , ;` become
+///   `%XX` (so `%`, `=`, `|`, `#`, `{`, `}`, spaces, control and non-ASCII bytes never appear
+///   raw), when that is at most [`MAX_COMPONENT_LEN`] bytes long; or
+/// - `#` followed by the 64 hex digits of the SHA-256 of the raw bytes, when the percent-encoded
+///   form would be longer.
+///
+/// The encoding is injective: percent-encoding is, its output never contains `#` while a digest
+/// always starts with it, SHA-256 is collision resistant, and since no encoded piece contains
+/// `=` or `|` the joined string splits back into its pieces in exactly one way. So two different
+/// requests can share a counter only if they have the same components. Keys are bounded in
+/// length, contain no CR/LF or other control characters (safe in logs) and no `{`/`}` (a Redis
+/// Cluster store puts its own hash tag first; a user value cannot hijack the slot).
+///
+/// ```
+/// use floodgate_tower::encode_key;
+/// assert_eq!(encode_key([("user", b"alice".as_slice())]), "user=alice");
+/// assert_eq!(
+///     encode_key([("user", b"a|b=c{d}".as_slice()), ("path", b"/api".as_slice())]),
+///     "user=a%7Cb%3Dc%7Bd%7D|path=/api"
+/// );
+/// let long = encode_key([("api_key", [b'x'; 300].as_slice())]);
+/// assert!(long.starts_with("api_key=#") && long.len() == "api_key=#".len() + 64);
+/// ```
 pub fn encode_key<'a>(components: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
     // Most keys are short: one allocation instead of a few doublings.
     let mut out = String::with_capacity(64);

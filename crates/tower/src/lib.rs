@@ -11,10 +11,11 @@
 //! - [`RateLimitLayer`] / [`RateLimit`] put it in front of a service. Denied requests get
 //!   `429`, `Retry-After`, `RateLimit-Policy` / `RateLimit` headers and a problem+json body from
 //!   [`response`], the one module that maps decisions to HTTP.
-//! - Client IPs come from the socket peer unless it is a trusted proxy ([`ip`]); keys are
-//!   encoded injectively and safely ([`key`]). Path prefixes and path/route keys use the
-//!   canonical path ([`path`]: percent-decoded, `//` collapsed, `.`/`..` resolved), so a path
-//!   cannot dodge a rule by being spelled differently; the request is forwarded unchanged.
+//! - Client IPs come from the socket peer ([`PeerAddr`]) unless it is a trusted proxy
+//!   ([`ClientIpConfig`]); keys are encoded injectively and safely ([`encode_key`]). Path
+//!   prefixes and path/route keys use the canonical path ([`canonical_path`]: percent-decoded,
+//!   `//` collapsed, `.`/`..` resolved), so a path cannot dodge a rule by being spelled
+//!   differently; the request is forwarded unchanged.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -48,24 +49,24 @@
 //! # });
 //! ```
 
-pub mod future;
-pub mod ip;
-pub mod key;
-pub mod layer;
-pub mod limiter;
-pub mod metrics;
-pub mod path;
+mod future;
+mod ip;
+mod key;
+mod layer;
+mod limiter;
+mod metrics;
+mod path;
 pub mod response;
-pub mod rule;
-pub mod service;
+mod rule;
+mod service;
 
 pub use future::{ResponseBody, ResponseFuture};
-pub use ip::{ClientIpConfig, ForwardedHeader, PeerAddr};
-pub use key::{encode_key, KeySource};
+pub use ip::{canonical as canonical_ip, ClientIpConfig, ForwardedHeader, PeerAddr};
+pub use key::{encode_key, KeySource, MAX_COMPONENT_LEN};
 pub use layer::RateLimitLayer;
-pub use limiter::{Action, Mode, Plan, RateLimiter, Verdict};
+pub use limiter::{Action, Mode, Plan, RateLimiter, RuleOutcome, Verdict};
 pub use metrics::Outcome;
-pub use response::{apply_headers, too_many_requests, RuleOutcome};
+pub use path::canonical_path;
 pub use rule::{
     parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,
 };

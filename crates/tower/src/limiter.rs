@@ -1,36 +1,5 @@
-//! [`RateLimiter`]: the one place a rate-limit decision is made, counted and logged.
-//!
-//! Every front end only translates its wire format into a [`Plan`] and the [`Verdict`] back:
-//! the tower [`RateLimit`](crate::RateLimit) service, and in the `floodgate` service the
-//! decision API (`/v1/check`, `/v1/peek`: [`Plan::new`] + [`Plan::push`] with explicit items),
-//! forward-auth, the reverse proxy and the gRPC rate limit service.
-//!
-//! Evaluation, per request:
-//! 1. Take the current rule set (one atomic load; a reload swaps it without touching state).
-//! 2. Plan ([`RateLimiter::plan`]): for every rule whose [`Matcher`](crate::Matcher) matches,
-//!    compute its key (skip the rule when the key source is absent) and cost; or take the
-//!    caller's explicit (rule, key, cost) items.
-//! 3. Check all enforcing items as **one all-or-nothing batch**: a denial by one rule consumes
-//!    nothing in the others.
-//! 4. Shadow items are then checked one by one (charged only when the request is admitted,
-//!    peeked otherwise); their denials are counted, never enforced.
-//!
-//! A [`Mode::Peek`] evaluation consumes nothing anywhere and counts no decision (a peek
-//! decides nothing); store failures are still counted in `floodgate_store_errors_total` and
-//! logged.
-//!
-//! Store errors follow the rules' [`FailureMode`]: if any enforcing rule in
-//! the failed batch fails closed the request gets a 503, otherwise it is admitted. Each rule's
-//! outcome is counted by its own mode (`error_open` / `error_closed`), whatever the request's
-//! fate. A denial because the store is full of live keys ([`OnFull::Reject`]) is counted as
-//! `store_full`, not `denied`.
-//!
-//! Metrics (via the `metrics` facade, never with per-key labels):
-//! - `floodgate_decisions_total{rule, outcome}`, one per rule per evaluated request, with the
-//!   outcomes of [`Outcome`] (`allowed` only when the rule's units were charged; a rule that
-//!   would admit a request another rule refused counts `not_charged`);
-//! - `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`, `other`);
-//! - `floodgate_decision_duration_seconds` (histogram of the store batch round trip).
+//! [`RateLimiter`]: the one place a rate-limit decision is made, counted and logged (its docs
+//! give the steps).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,16 +7,51 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+use floodgate_core::{Decision, Quota};
 use floodgate_store::{CheckItem, OnFull, Store, StoreError};
-use http::{HeaderMap, Request, Response};
+use http::{HeaderMap, HeaderValue, Request, Response};
 
 use crate::key::KeyContext;
 use crate::metrics::Outcome;
-use crate::response::{self, RuleOutcome};
+use crate::response;
 use crate::rule::{CostError, FailureMode, RuleSet};
 
 /// Evaluates requests against a hot-swappable [`RuleSet`] using store `S`. Cheap to clone
 /// (two `Arc`s); clones share rules and store.
+///
+/// [`RateLimiter`]: the one place a rate-limit decision is made, counted and logged.
+///
+/// Every front end only translates its wire format into a [`Plan`] and the [`Verdict`] back:
+/// the tower [`RateLimit`](crate::RateLimit) service, and in the `floodgate` service the
+/// decision API (`/v1/check`, `/v1/peek`: [`Plan::new`] + [`Plan::push`] with explicit items),
+/// forward-auth, the reverse proxy and the gRPC rate limit service.
+///
+/// Evaluation, per request:
+/// 1. Take the current rule set (one atomic load; a reload swaps it without touching state).
+/// 2. Plan ([`RateLimiter::plan`]): for every rule whose [`Matcher`](crate::Matcher) matches,
+///    compute its key (skip the rule when the key source is absent) and cost; or take the
+///    caller's explicit (rule, key, cost) items.
+/// 3. Check all enforcing items as **one all-or-nothing batch**: a denial by one rule consumes
+///    nothing in the others.
+/// 4. Shadow items are then checked one by one (charged only when the request is admitted,
+///    peeked otherwise); their denials are counted, never enforced.
+///
+/// A [`Mode::Peek`] evaluation consumes nothing anywhere and counts no decision (a peek
+/// decides nothing); store failures are still counted in `floodgate_store_errors_total` and
+/// logged.
+///
+/// Store errors follow the rules' [`FailureMode`]: if any enforcing rule in
+/// the failed batch fails closed the request gets a 503, otherwise it is admitted. Each rule's
+/// outcome is counted by its own mode (`error_open` / `error_closed`), whatever the request's
+/// fate. A denial because the store is full of live keys ([`OnFull::Reject`]) is counted as
+/// `store_full`, not `denied`.
+///
+/// Metrics (via the `metrics` facade, never with per-key labels):
+/// - `floodgate_decisions_total{rule, outcome}`, one per rule per evaluated request, with the
+///   outcomes of [`Outcome`] (`allowed` only when the rule's units were charged; a rule that
+///   would admit a request another rule refused counts `not_charged`);
+/// - `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`, `other`);
+/// - `floodgate_decision_duration_seconds` (histogram of the store batch round trip).
 #[derive(Debug)]
 pub struct RateLimiter<S> {
     store: Arc<S>,
@@ -94,6 +98,29 @@ pub enum Action {
         /// The header.
         header: http::HeaderName,
     },
+}
+
+/// One rule's decision for one request, as reported to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleOutcome {
+    /// The rule's name.
+    pub rule: Arc<str>,
+    /// The rule's quota (for `q`, `w` and the problem detail).
+    pub quota: Quota,
+    /// The rule's decision.
+    pub decision: Decision,
+    /// A shadow rule: never shown in headers, never denies.
+    pub shadow: bool,
+    /// This rule's `RateLimit-Policy` list member (`"per-ip";q=10;w=10`), as [`response::policy_item`]
+    /// makes it from `rule` and `quota`, when the caller has it at hand (a [`RuleSet`] keeps
+    /// one per rule: [`RuleSet::policy_item`]); `None` has [`response::apply_headers`] format it.
+    ///
+    /// [`RuleSet`]: crate::RuleSet
+    /// [`RuleSet::policy_item`]: crate::RuleSet::policy_item
+    pub policy_item: Option<HeaderValue>,
+    /// The position of the decided item in its [`Plan`](crate::Plan) (for a request plan,
+    /// among the rules that applied; for explicit items, the order they were pushed).
+    pub check: usize,
 }
 
 /// The result of evaluating one request.
@@ -307,7 +334,7 @@ impl<S: Store> RateLimiter<S> {
     }
 
     /// Decides which rules apply to a request and with which keys and costs. `extensions` are
-    /// read for the peer address (see [`crate::ip`]).
+    /// read for the peer address (see [`ClientIpConfig`](crate::ClientIpConfig)).
     pub fn plan(
         &self,
         method: &http::Method,
@@ -390,7 +417,7 @@ impl<S: Store> RateLimiter<S> {
         async move { evaluate(&*store, plan, Mode::Check).await }
     }
 
-    /// Runs a plan against the store (see the [module docs](self) for the steps).
+    /// Runs a plan against the store (see [`RateLimiter`] for the steps).
     pub async fn evaluate(&self, plan: Plan, mode: Mode) -> Verdict {
         evaluate(&*self.store, plan, mode).await
     }

@@ -28,12 +28,12 @@
 //!
 //! The `floodgate` service's `/v1/check` and forward-auth endpoints use these same functions.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use floodgate_core::{Decision, Policy, Quota};
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
+
+use crate::limiter::RuleOutcome;
 
 /// `RateLimit-Policy` header name.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -49,29 +49,6 @@ pub const PROBLEM_COST_EXCEEDS_CAPACITY: &str = "urn:floodgate:problem:cost-exce
 pub const PROBLEM_INVALID_COST: &str = "urn:floodgate:problem:invalid-cost";
 /// The `Content-Type` of problem bodies.
 pub const PROBLEM_JSON: &str = "application/problem+json";
-
-/// One rule's decision for one request, as reported to the client.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleOutcome {
-    /// The rule's name.
-    pub rule: Arc<str>,
-    /// The rule's quota (for `q`, `w` and the problem detail).
-    pub quota: Quota,
-    /// The rule's decision.
-    pub decision: Decision,
-    /// A shadow rule: never shown in headers, never denies.
-    pub shadow: bool,
-    /// This rule's `RateLimit-Policy` list member (`"per-ip";q=10;w=10`), as [`policy_item`]
-    /// makes it from `rule` and `quota`, when the caller has it at hand (a [`RuleSet`] keeps
-    /// one per rule: [`RuleSet::policy_item`]); `None` has [`apply_headers`] format it.
-    ///
-    /// [`RuleSet`]: crate::RuleSet
-    /// [`RuleSet::policy_item`]: crate::RuleSet::policy_item
-    pub policy_item: Option<HeaderValue>,
-    /// The position of the decided item in its [`Plan`](crate::Plan) (for a request plan,
-    /// among the rules that applied; for explicit items, the order they were pushed).
-    pub check: usize,
-}
 
 /// The quota actually enforced by `decision`, when it differs from `policy`'s: a decision made
 /// under a smaller capacity than the policy's (the local fallback of a shared store, deciding

@@ -79,7 +79,7 @@ pub struct Matcher {
     /// `/apix`; a prefix ending in `/` matches anything below it.
     ///
     /// Both the request path and the prefix are compared in their canonical form
-    /// ([`crate::path::canonical_path`]: percent-decoded once, repeated `/` collapsed, `.` and
+    /// ([`canonical_path`](crate::canonical_path): percent-decoded once, repeated `/` collapsed, `.` and
     /// `..` resolved), so `/x/../api/a`, `/%61pi/a`, `//api/a` and `/api%2Fa` all match `/api`.
     /// The canonical form is only used for matching; the request is passed on unchanged.
     pub path_prefix: Option<String>,
@@ -311,7 +311,7 @@ pub struct RuleSet {
     pub rules: Vec<Rule>,
     /// Client IP resolution.
     pub client_ip: ClientIpConfig,
-    /// Metric handles, taken on first use (see [`crate::metrics`]).
+    /// Metric handles, taken on first use (see the `metrics` module).
     metrics: MetricCache,
     /// Each rule's `RateLimit-Policy` member, made on first use.
     policy_items: PolicyItems,

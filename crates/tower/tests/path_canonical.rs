@@ -6,7 +6,7 @@ mod common;
 
 use common::{harness, request};
 use floodgate_core::{AlgorithmKind, Policy};
-use floodgate_tower::path::canonical_path;
+use floodgate_tower::canonical_path;
 use floodgate_tower::{KeySource, Matcher, Rule, RuleSet};
 use http::{HeaderMap, Method, StatusCode, Uri};
 use proptest::prelude::*;

@@ -30,8 +30,8 @@ use std::path::Path;
 
 use floodgate_core::{AlgorithmKind, Policy, Quota};
 use floodgate_store::OnFull;
-use floodgate_tower::key::KeySource;
 pub use floodgate_tower::FailureMode;
+use floodgate_tower::KeySource;
 use floodgate_tower::{CostSource, ForwardedHeader, HeaderMatch, Matcher, RouteCost};
 use http::{HeaderName, HeaderValue, Method, Uri};
 use ipnet::IpNet;

@@ -105,7 +105,7 @@ async fn forward(
     remove_hop_by_hop(&mut parts.headers);
     let trusted = {
         let config = proxy.state.config_now();
-        let ip = floodgate_tower::ip::canonical(peer.ip());
+        let ip = floodgate_tower::canonical_ip(peer.ip());
         config
             .server
             .trusted_proxies
@@ -184,7 +184,7 @@ fn add_forwarded(headers: &mut HeaderMap, peer: SocketAddr, trusted: bool) {
             headers.remove(name);
         }
     }
-    let ip = floodgate_tower::ip::canonical(peer.ip()).to_string();
+    let ip = floodgate_tower::canonical_ip(peer.ip()).to_string();
     let earlier: Vec<String> = headers
         .get_all(&X_FORWARDED_FOR)
         .iter()
