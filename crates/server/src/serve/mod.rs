@@ -508,9 +508,9 @@ fn describe_metrics() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(
         "floodgate_decisions_total",
-        "Rate-limit decisions by rule and outcome (allowed, denied, shadow_allowed, \
-         shadow_denied, skipped, error_open, error_closed, cost_exceeds_capacity, store_full, \
-         invalid_cost)"
+        "Rate-limit decisions by rule and outcome (allowed, not_charged, denied, store_full, \
+         shadow_allowed, shadow_denied, skipped, error_open, error_closed, \
+         cost_exceeds_capacity, invalid_cost)"
     );
     describe_histogram!(
         "floodgate_decision_duration_seconds",
