@@ -10,6 +10,7 @@ mod config;
 mod http;
 mod proxy;
 mod serve;
+mod ui;
 
 /// Floodgate: a rate limiter that counts honestly and proves it.
 #[derive(Debug, Parser)]

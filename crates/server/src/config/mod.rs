@@ -105,6 +105,8 @@ pub struct ServerConfig {
     /// IPv6 clients are counted per prefix of this length (default 64, what one subscriber
     /// usually holds).
     pub ipv6_prefix: u8,
+    /// Serve the web page at `/ui/` on the API listener (default true); `--no-ui` overrides.
+    pub ui: bool,
 }
 
 impl Default for ServerConfig {
@@ -116,6 +118,7 @@ impl Default for ServerConfig {
             upstream: None,
             forwarded_header: ForwardedHeader::XForwardedFor,
             ipv6_prefix: 64,
+            ui: true,
         }
     }
 }
@@ -442,6 +445,9 @@ impl Validator<'_> {
                     format!("must be between 0 and 128, got {}", p.get_ref()),
                 ),
             }
+        }
+        if let Some(ui) = s.ui {
+            out.ui = ui;
         }
         if let Some(up) = &s.upstream {
             match parse_upstream(up.get_ref()) {
