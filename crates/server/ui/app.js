@@ -13,6 +13,8 @@ const el = (tag, attrs = {}, ...children) => {
   return e;
 };
 const GREEN = "#2e9e44", RED = "#c0392b";
+// Axis steps for counts: whole numbers only.
+const COUNT_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 1e6, 1e7];
 
 // ---------- the views (tabs, keyboard: arrows move between them) ----------
 const tabs = [...document.querySelectorAll("[role=tab]")];
@@ -45,8 +47,8 @@ const EXERCISES = {
        instances: 1,
        note: "A calm client sends one request a second; at 4.5 s a spike of 15 arrives on the " +
              "same key. With either window the spike uses up the allowance and the calm client " +
-             "gets rejected too; the token bucket admits ten of the spike and never rejects " +
-             "the calm requests." },
+             "gets rejected too. The token bucket lets the spike through up to its burst (ten " +
+             "that second, the calm request included) and never rejects the calm requests." },
   3: { scenario: "flood", algorithms: ["fixed_window"], instances: 3, counter: "local",
        note: "Three instances, each with its own counter, behind a round-robin balancer: thirty " +
              "pass in ten seconds against a limit of ten. Switch the counter to shared: ten " +
@@ -255,13 +257,15 @@ function barChart(target, doc, s, scale) {
   const xs = s.columns.map((c) => c.start_us / 1e6);
   const admitted = s.columns.map((c) => c.admitted);
   const total = s.columns.map((c) => c.admitted + c.rejected + c.impossible);
+  // Empty columns draw nothing (null), not a hairline at zero.
+  const orNull = (v) => (v === 0 ? null : v);
   const periodS = doc.policy.period_us / 1e6;
   const bars = uPlot.paths.bars({ size: [0.85, Infinity], align: 1 });
   const end = xs.length ? xs[xs.length - 1] + colS : 1;
   const opts = {
-    width: Math.max(280, target.clientWidth || 480), height: 200,
+    width: 360, height: 200,
     scales: { x: { time: false, range: [0, end] }, y: { range: [0, scale] } },
-    axes: [{ values: (u, v) => v.map((x) => `${+x.toFixed(3)}s`) }, { size: 40 }],
+    axes: [{ values: (u, v) => v.map((x) => `${+x.toFixed(3)}s`) }, { size: 40, incrs: COUNT_STEPS }],
     legend: { show: false },
     cursor: { show: false },
     series: [
@@ -272,7 +276,7 @@ function barChart(target, doc, s, scale) {
     ],
     hooks: { draw: [(u) => drawMarks(u, xs, admitted, total, colS, periodS, end)] },
   };
-  return new uPlot(opts, [xs, total, admitted], target);
+  return new uPlot(opts, [xs, total.map(orNull), admitted.map(orNull)], target);
 }
 
 /** An x on every rejected part of a column, and a dashed line at every window edge. */
@@ -358,17 +362,17 @@ function drawRules(doc) {
       box.append(panel);
       const c = new uPlot({
         width: Math.max(280, box.clientWidth - 40 || 600), height: 160,
-        scales: { x: { time: false } },
-        axes: [{ values: (u, v) => v.map((x) => `${x}s`) }, { size: 40 }],
+        scales: { x: { time: false, range: [1 - doc.window_s, 0] }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+        axes: [{ values: (u, v) => v.map((x) => `${x}s`) }, { size: 40, incrs: COUNT_STEPS }],
         series: [{ label: "seconds ago" }, ...LIVE_SERIES.map(([label, stroke]) =>
-          ({ label, stroke, width: 2, points: { show: false } }))],
+          ({ label, stroke, width: 2, points: { show: false }, paths: uPlot.paths.stepped({ align: 1 }) }))],
       }, [[], [], [], [], []], chart);
       entry = { panel, totals, chart: c };
       liveCharts.set(rule.name, entry);
     }
-    const n = rule.admitted.length;
-    const xs = rule.admitted.map((_, i) => i - n + 1);
-    entry.chart.setData([xs, ...LIVE_SERIES.map(([g]) => rule[g])]);
+    const n = rule.per_second.admitted.length;
+    const xs = rule.per_second.admitted.map((_, i) => i - n + 1);
+    entry.chart.setData([xs, ...LIVE_SERIES.map(([g]) => rule.per_second[g])]);
     const window = `${Math.max(1, n)} s`;
     entry.totals.replaceChildren(...LIVE_SERIES.flatMap(([g]) => [
       el("dt", { text: `${g} in the last ${window}` }), el("dd", { class: g, text: String(rule.totals[g]) })]));

@@ -92,8 +92,9 @@ impl Live {
         }
     }
 
-    /// The document of `GET /v1/ui/live` (without the store, see [`super::live_json`]): per
-    /// rule, one array per group with a count per second, oldest first, and their sums.
+    /// The document of `GET /v1/ui/live` without the store: `rules` as given (`(name, about)`),
+    /// each `about` object extended with `per_second` (one array per group, a count per second,
+    /// oldest first) and `totals` (their sums).
     pub fn to_json(&self, rules: &[(&str, Value)]) -> Value {
         let r = self.rings.lock();
         let rules: Vec<Value> = rules
@@ -102,12 +103,14 @@ impl Live {
                 let empty = VecDeque::new();
                 let ring = r.seconds.get(*name).unwrap_or(&empty);
                 let mut rule = about.clone();
+                let mut per_second = serde_json::Map::new();
                 let mut totals = serde_json::Map::new();
                 for (g, group) in GROUPS.iter().enumerate() {
                     let series: Vec<u64> = ring.iter().map(|s| s[g]).collect();
                     totals.insert((*group).into(), series.iter().sum::<u64>().into());
-                    rule[*group] = series.into();
+                    per_second.insert((*group).into(), series.into());
                 }
+                rule["per_second"] = per_second.into();
                 rule["totals"] = totals.into();
                 rule
             })
@@ -232,8 +235,9 @@ mod tests {
         let about = json!({"name": "per-ip"});
         let doc = live.to_json(&[("per-ip", about.clone())]);
         let rule = &doc["rules"][0];
-        assert_eq!(rule["admitted"], json!([0, 3, 0]));
-        assert_eq!(rule["denied"], json!([0, 0, 4]));
+        assert_eq!(rule["per_second"]["admitted"], json!([0, 3, 0]));
+        assert_eq!(rule["per_second"]["denied"], json!([0, 0, 4]));
+        assert_eq!(rule["name"], "per-ip");
         assert_eq!(rule["totals"]["denied"], 4);
         assert_eq!(doc["samples"], 3);
         for _ in 0..WINDOW_SECONDS + 10 {
@@ -241,7 +245,10 @@ mod tests {
         }
         let doc = live.to_json(&[("per-ip", about)]);
         assert_eq!(
-            doc["rules"][0]["admitted"].as_array().unwrap().len(),
+            doc["rules"][0]["per_second"]["admitted"]
+                .as_array()
+                .unwrap()
+                .len(),
             WINDOW_SECONDS
         );
         // A rule no longer in force is dropped.
