@@ -9,6 +9,7 @@
 //! admin_token = "change-me"            # or FLOODGATE_ADMIN_TOKEN; absent = admin API off
 //! trusted_proxies = ["127.0.0.1/32"]   # peers whose X-Forwarded-For is believed
 //! upstream = "http://127.0.0.1:3000"   # reverse-proxy mode
+//! ui = true                            # the web page at /ui/ (default; --no-ui turns it off)
 //!
 //! [store]
 //! kind = "memory"                      # or "redis", with url = "redis://..." (or nodes = [...])
