@@ -150,6 +150,19 @@ async fn a_pasted_trace_equals_the_same_trace_from_a_file() {
     assert_eq!(api["runs"], cli["runs"]);
     assert_eq!(api["policy"], cli["policy"]);
     assert_eq!(api["runs"][0]["summary"]["requests"], 4);
+
+    // A trace above the rest of the API's 64 KiB body limit is fine here (up to 1 MiB).
+    let big: String = (0..10_000).map(|i| format!("{i},k,1\n")).collect();
+    assert!(big.len() > 64 * 1024);
+    let (status, _, doc) = post_json(
+        &c,
+        &fg.url("/v1/simulate"),
+        &json!({"trace": big, "algorithm": "sliding_log", "limit": "100/s"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(doc["runs"][0]["summary"]["requests"], 10_000);
+    assert_eq!(doc["runs"][0]["summary"]["admitted"], 1_000);
 }
 
 /// `(status, content type, field, detail)` of a `/v1/simulate` answer.

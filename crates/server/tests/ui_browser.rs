@@ -311,6 +311,48 @@ async fn the_three_exercises_show_the_documents_numbers_and_equal_the_command_li
     assert_page_equals(&b, &shared, &["fixed_window"]).await;
     screenshot(&b, "exercise-3-flood-shared").await;
 
+    // A pasted trace (the text box's example: two requests of alice) on the same setup.
+    click(&b, "#scenario-trace").await;
+    wait_text(&b, "#run-fixed_window dd.admitted", "2").await;
+    let trace: String = b
+        .execute("return document.querySelector('#trace').value;", vec![])
+        .await
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.csv");
+    std::fs::write(&path, &trace).unwrap();
+    let doc = cli(&[
+        "--trace",
+        path.to_str().unwrap(),
+        "--algorithm",
+        "fixed_window",
+        "--limit",
+        "10/10s",
+        "--instances",
+        "3",
+        "--counter",
+        "shared",
+        "--balance",
+        "round-robin",
+    ]);
+    assert_page_equals(&b, &doc, &["fixed_window"]).await;
+    // A malformed line: the server's problem names the trace and the line.
+    let text_box = b.find(Locator::Css("#trace")).await.unwrap();
+    text_box.send_keys("\nsoon,alice,1").await.unwrap();
+    until("the trace error", || async {
+        let t = text(&b, "#sim-status").await?;
+        t.starts_with("trace: trace:4: field `t_ms`").then_some(())
+    })
+    .await;
+    assert_eq!(
+        text_box.attr("aria-invalid").await.unwrap().as_deref(),
+        Some("true")
+    );
+    click(&b, "#scenario-flood").await;
+
     // A bad input shows the server's problem, naming the field.
     let limit = b.find(Locator::Css("#limit")).await.unwrap();
     limit.clear().await.unwrap();

@@ -298,6 +298,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         rules = state.config().rules.len(),
         file = %state.config().file,
         proxy = upstream.is_some(),
+        ui = state.ui.is_some(),
         "floodgate serving"
     );
 

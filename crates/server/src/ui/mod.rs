@@ -82,7 +82,7 @@ pub fn routes(router: Router<Arc<AppState>>, state: &AppState) -> Router<Arc<App
         .route("/ui/", get(|| async { asset_response("index.html") }))
         .route("/ui/choices.json", get(|| async { Json(choices()) }))
         .route("/ui/{*path}", get(asset))
-        .route("/v1/ui/live", get(live))
+        .route("/v1/ui/live", get(live_data))
 }
 
 /// The simulator's closed sets as `{"algorithm": [{"name", "description"}], "scenario": ...,
@@ -142,7 +142,7 @@ fn asset_response(path: &str) -> Response {
 /// `GET /v1/ui/live`: the rules in force with their per-second decisions
 /// ([`live::Live::to_json`]) and the store's state (`kind`, `state` as in `/readyz`, and for
 /// the memory store `keys` and `max_keys`).
-async fn live(State(state): State<Arc<AppState>>) -> Response {
+async fn live_data(State(state): State<Arc<AppState>>) -> Response {
     let Some(live) = &state.ui else {
         return crate::http::problem(
             StatusCode::NOT_FOUND,
