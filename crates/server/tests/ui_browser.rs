@@ -339,12 +339,22 @@ async fn the_three_exercises_show_the_documents_numbers_and_equal_the_command_li
         "round-robin",
     ]);
     assert_page_equals(&b, &doc, &["fixed_window"]).await;
+    // An uploaded CSV file replaces the text.
+    let upload = dir.path().join("upload.csv");
+    std::fs::write(&upload, "t_ms,key,cost\n0,bob,1\n10,bob,1\n20,bob,1\n").unwrap();
+    b.find(Locator::Css("#trace-file"))
+        .await
+        .unwrap()
+        .send_keys(upload.to_str().unwrap())
+        .await
+        .unwrap();
+    wait_text(&b, "#run-fixed_window dd.admitted", "3").await;
     // A malformed line: the server's problem names the trace and the line.
     let text_box = b.find(Locator::Css("#trace")).await.unwrap();
     text_box.send_keys("\nsoon,alice,1").await.unwrap();
     until("the trace error", || async {
         let t = text(&b, "#sim-status").await?;
-        t.starts_with("trace: trace:4: field `t_ms`").then_some(())
+        (t.starts_with("trace: trace:") && t.contains("field `t_ms`: \"soon\"")).then_some(())
     })
     .await;
     assert_eq!(
