@@ -12,6 +12,7 @@ mod proxy;
 mod rules;
 mod serve;
 mod state;
+mod ui;
 
 /// Floodgate: a rate limiter that counts honestly and proves it.
 #[derive(Debug, Parser)]

@@ -35,6 +35,8 @@ pub struct AppState {
     pub upstream: Option<Uri>,
     /// BENCH ONLY (hidden `--bench-baseline`): serve `POST /v1/bench/bare`.
     pub bench_baseline: bool,
+    /// The web page's live view; `None` when the page is off (`--no-ui`, `[server] ui = false`).
+    pub ui: Option<Arc<crate::ui::live::Live>>,
     /// Read on every proxied request: a lock-free load, not a lock.
     config: ArcSwap<Config>,
     /// Serialises reloads (each reads the old configuration and replaces it).
@@ -66,6 +68,7 @@ impl AppState {
             shutting_down: AtomicBool::new(false),
             upstream,
             bench_baseline: false,
+            ui: None,
             config: ArcSwap::from_pointee(config),
             reload_lock: Mutex::new(()),
             config_path,

@@ -9,6 +9,7 @@
 //! admin_token = "change-me"            # or FLOODGATE_ADMIN_TOKEN; absent = admin API off
 //! trusted_proxies = ["127.0.0.1/32"]   # peers whose X-Forwarded-For is believed
 //! upstream = "http://127.0.0.1:3000"   # reverse-proxy mode
+//! ui = true                            # the web page at /ui/ (default; --no-ui turns it off)
 //!
 //! [store]
 //! kind = "memory"                      # or "redis", with url = "redis://..." (or nodes = [...])
@@ -105,6 +106,8 @@ pub struct ServerConfig {
     /// IPv6 clients are counted per prefix of this length (default 64, what one subscriber
     /// usually holds).
     pub ipv6_prefix: u8,
+    /// Serve the web page at `/ui/` on the API listener (default true); `--no-ui` overrides.
+    pub ui: bool,
 }
 
 impl Default for ServerConfig {
@@ -116,6 +119,7 @@ impl Default for ServerConfig {
             upstream: None,
             forwarded_header: ForwardedHeader::XForwardedFor,
             ipv6_prefix: 64,
+            ui: true,
         }
     }
 }
@@ -415,6 +419,9 @@ impl Validator<'_> {
                     format!("must be between 0 and 128, got {}", p.get_ref()),
                 ),
             }
+        }
+        if let Some(ui) = s.ui {
+            out.ui = ui;
         }
         if let Some(up) = &s.upstream {
             match parse_upstream(up.get_ref()) {

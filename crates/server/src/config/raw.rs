@@ -27,6 +27,7 @@ pub(crate) struct RawServer {
     pub upstream: Option<Spanned<String>>,
     pub forwarded_header: Option<Spanned<String>>,
     pub ipv6_prefix: Option<Spanned<i64>>,
+    pub ui: Option<bool>,
 }
 
 /// `[store]`.

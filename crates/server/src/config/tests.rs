@@ -29,6 +29,7 @@ trusted_proxies = ["10.0.0.0/8", "::1", "127.0.0.1"]
 upstream = "http://127.0.0.1:3000"
 forwarded_header = "Forwarded"
 ipv6_prefix = 56
+ui = false
 
 [store]
 kind = "memory"
@@ -71,6 +72,8 @@ algorithm = "sliding-window"
         floodgate_tower::ForwardedHeader::Forwarded
     );
     assert_eq!(c.server.ipv6_prefix, 56);
+    assert!(!c.server.ui);
+    assert!(embedded_default().server.ui);
     assert_eq!(c.store.max_keys, 50);
     assert_eq!(c.store.on_full, OnFull::AdmitUntracked);
     let r = &c.rules[0];
@@ -156,6 +159,8 @@ fn wrong_types_and_missing_fields_name_the_field() {
     assert!(e.starts_with("rules.toml:1: "), "{e}");
     let e = err("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\ncost = 1.5\n");
     assert!(e.starts_with("rules.toml:4: rules[0].cost: "), "{e}");
+    let e = err("[server]\nui = \"off\"\n");
+    assert!(e.starts_with("rules.toml:2: server.ui: "), "{e}");
 }
 
 #[test]

@@ -9,6 +9,7 @@
 //! | `GET`/`POST /v1/forward-auth` | Traefik ForwardAuth, Caddy `forward_auth`, nginx `auth_request` |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz`, `GET /readyz` | liveness; readiness (503 while shutting down) |
+//! | `POST /v1/simulate`, `GET /ui/`, `GET /v1/ui/live` | the simulator and the web page (see `crate::ui`) |
 //! | `POST /v1/debug/clock/advance` | TEST ONLY, with `--manual-clock`: move time |
 //!
 //! Every error is `application/problem+json` (RFC 9457) with `type`, `title`, `status`,
@@ -40,6 +41,7 @@ use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
 use crate::state::AppState;
+pub(crate) use ops::store_state;
 
 /// Largest accepted request body on the API, in bytes (64 KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -79,6 +81,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz));
+    // The web page and `/v1/simulate` (see `crate::ui`).
+    router = crate::ui::routes(router, &state);
     if state.manual_clock.is_some() {
         router = router.route("/v1/debug/clock/advance", post(ops::advance_clock));
     }

@@ -141,6 +141,11 @@ impl StoreReadiness {
     }
 }
 
+/// The store's state as `/readyz` reports it (`kind`, `state`, `reason`), for the web page.
+pub(crate) async fn store_state(store: &AnyStore) -> serde_json::Value {
+    store_readiness(store).await.to_json(store.kind())
+}
+
 async fn store_readiness(store: &AnyStore) -> StoreReadiness {
     let Some(redis) = store.redis() else {
         return StoreReadiness::NotChecked;

@@ -106,6 +106,10 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_name = "START_US")]
     pub manual_clock: Option<u64>,
 
+    /// Do not serve the web page (`/ui/`, `/v1/ui/live`) [default: `[server] ui`, on].
+    #[arg(long)]
+    pub no_ui: bool,
+
     /// BENCH ONLY: also serve `POST /v1/bench/bare`, a bare axum handler behind the same
     /// server stack (see [`crate::http::bare`]): the baseline of `floodgate bench --what http`.
     #[arg(long, hide = true)]
@@ -230,6 +234,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .or(config.server.listen)
         .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address"));
 
+    let ui = config.server.ui && !args.no_ui;
     let mut state = AppState::new(
         config,
         args.config.clone(),
@@ -241,6 +246,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         upstream.clone(),
     );
     state.bench_baseline = args.bench_baseline;
+    state.ui = ui.then(|| Arc::new(crate::ui::live::Live::new(None)));
     let state = Arc::new(state);
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -289,10 +295,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         rules = state.config().rules.len(),
         file = %state.config().file,
         proxy = upstream.is_some(),
+        ui = state.ui.is_some(),
         "floodgate serving"
     );
 
-    let background = vec![
+    let mut background = vec![
         tokio::spawn(reload::watch(
             Arc::clone(&state),
             signals.hup,
@@ -302,6 +309,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         )),
         tokio::spawn(housekeeping(Arc::clone(&state), shutdown_rx.clone())),
     ];
+    if let Some(live) = &state.ui {
+        background.push(tokio::spawn(crate::ui::live::sample(
+            Arc::clone(&state),
+            Arc::clone(live),
+            shutdown_rx.clone(),
+        )));
+    }
 
     let (mut term, mut int) = (signals.term, signals.int);
     tokio::select! {

@@ -1,0 +1,214 @@
+//! The busiest denied keys: a bounded top-k of `(rule, key)` pairs by denials, kept with the
+//! space-saving algorithm (Metwally, Agrawal and El Abbadi, "Efficient Computation of Frequent
+//! and Top-k Elements in Data Streams", ICDT 2005).
+//!
+//! At most `capacity` entries are held whatever the traffic. A new pair arriving when all are
+//! taken replaces the entry with the fewest denials and inherits its count plus one, recording
+//! that count as the entry's possible overestimate (`error`): the true count of an entry lies in
+//! `[count - error, count]`, and any pair denied more than `total / capacity` times is held.
+//!
+//! Opt-in: keys can be personal data (an IP, a user id). [`DeniedKeys::record_denied`] is the
+//! entry point for the one place that makes decisions.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+/// Longest key kept, in bytes (longer keys are cut at a character boundary).
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// Most entries a [`DeniedKeys`] may hold.
+pub const MAX_CAPACITY: usize = 1_000;
+
+/// One held pair: its denials, at most `error` of them overcounted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeniedKey {
+    /// The rule that denied.
+    pub rule: String,
+    /// The key it denied (cut to [`MAX_KEY_BYTES`]).
+    pub key: String,
+    /// Denials counted for the pair (an upper bound of the true count).
+    pub count: u64,
+    /// How many of `count` may belong to pairs it replaced (`count - error` is a lower bound).
+    pub error: u64,
+}
+
+/// A bounded top-k of denied `(rule, key)` pairs (see the module docs). Cheap to share: one
+/// short lock per recorded denial, no allocation once a pair is held.
+#[derive(Debug)]
+pub struct DeniedKeys {
+    capacity: usize,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// rule -> key -> index in `entries`.
+    index: HashMap<String, HashMap<String, usize>>,
+    entries: Vec<DeniedKey>,
+    /// Denials recorded in all.
+    total: u64,
+}
+
+impl DeniedKeys {
+    /// Holds at most `capacity` pairs (clamped to `1..=MAX_CAPACITY`).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.clamp(1, MAX_CAPACITY),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// The most pairs held.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Counts one denial of `key` by `rule`.
+    pub fn record_denied(&self, rule: &str, key: &str) {
+        let key = cut(key);
+        let mut inner = self.inner.lock();
+        inner.total += 1;
+        // Look up without allocating; the owned pair is built only for a new entry.
+        if let Some(&i) = inner.index.get(rule).and_then(|keys| keys.get(key)) {
+            inner.entries[i].count += 1;
+            return;
+        }
+        if inner.entries.len() < self.capacity {
+            let i = inner.entries.len();
+            inner.entries.push(DeniedKey {
+                rule: rule.to_string(),
+                key: key.to_string(),
+                count: 1,
+                error: 0,
+            });
+            inner.insert_index(rule, key, i);
+            return;
+        }
+        // Replace the entry with the fewest denials; the newcomer inherits its count.
+        let Some((i, min)) = inner
+            .entries
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, e)| e.count)
+            .map(|(i, e)| (i, e.count))
+        else {
+            return;
+        };
+        let old = std::mem::replace(
+            &mut inner.entries[i],
+            DeniedKey {
+                rule: rule.to_string(),
+                key: key.to_string(),
+                count: min + 1,
+                error: min,
+            },
+        );
+        if let Some(keys) = inner.index.get_mut(&old.rule) {
+            keys.remove(&old.key);
+            if keys.is_empty() {
+                inner.index.remove(&old.rule);
+            }
+        }
+        inner.insert_index(rule, key, i);
+    }
+
+    /// The held pairs, most denied first (ties by rule, then key), and the denials recorded.
+    pub fn top(&self) -> (Vec<DeniedKey>, u64) {
+        let inner = self.inner.lock();
+        let mut entries = inner.entries.clone();
+        entries.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.rule.cmp(&b.rule))
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        (entries, inner.total)
+    }
+}
+
+impl Inner {
+    fn insert_index(&mut self, rule: &str, key: &str, i: usize) {
+        match self.index.get_mut(rule) {
+            Some(keys) => {
+                keys.insert(key.to_string(), i);
+            }
+            None => {
+                self.index
+                    .insert(rule.to_string(), HashMap::from([(key.to_string(), i)]));
+            }
+        }
+    }
+}
+
+fn cut(key: &str) -> &str {
+    if key.len() <= MAX_KEY_BYTES {
+        return key;
+    }
+    let mut end = MAX_KEY_BYTES;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    &key[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn counts_exactly_while_there_is_room() {
+        let d = DeniedKeys::new(3);
+        for key in ["a", "b", "a", "c", "a", "b"] {
+            d.record_denied("per-ip", key);
+        }
+        d.record_denied("per-user", "a");
+        let (top, total) = d.top();
+        assert_eq!(total, 7);
+        let got: Vec<_> = top.iter().map(|e| (e.key.as_str(), e.count)).collect();
+        // "per-user a" arrived when all three entries were taken: it replaced "c" (1 denial).
+        assert_eq!(got, [("a", 3), ("b", 2), ("a", 2)]);
+        assert_eq!(top[2].rule, "per-user");
+        assert_eq!(top[2].error, 1);
+        assert_eq!(top[0].error, 0);
+    }
+
+    #[test]
+    fn long_keys_are_cut_at_a_character_boundary() {
+        let d = DeniedKeys::new(2);
+        let long = "é".repeat(200);
+        d.record_denied("r", &long);
+        let (top, _) = d.top();
+        assert!(top[0].key.len() <= MAX_KEY_BYTES);
+        assert!(long.starts_with(&top[0].key));
+    }
+
+    proptest! {
+        /// The space-saving guarantees: bounded size, each held count an upper bound within
+        /// `error` of the truth, and every pair denied more than total / capacity times held.
+        #[test]
+        fn space_saving_bounds(keys in proptest::collection::vec(0u8..20, 0..400), k in 1usize..8) {
+            let d = DeniedKeys::new(k);
+            let mut truth: HashMap<String, u64> = HashMap::new();
+            for key in &keys {
+                d.record_denied("r", &key.to_string());
+                *truth.entry(key.to_string()).or_default() += 1;
+            }
+            let (top, total) = d.top();
+            prop_assert_eq!(total, keys.len() as u64);
+            prop_assert!(top.len() <= k);
+            for e in &top {
+                let real = truth.get(&e.key).copied().unwrap_or(0);
+                prop_assert!(e.count >= real && e.count - e.error <= real);
+            }
+            for (key, count) in &truth {
+                if *count > total / k as u64 {
+                    prop_assert!(top.iter().any(|e| &e.key == key), "{key} ({count}) missing");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The live view's data: what every rule decided per second over the last minutes.
+//!
+//! The counts come from the one place that counts decisions: the
+//! `floodgate_decisions_total{rule, outcome}` series `floodgate_tower::RateLimiter` records.
+//! Once a second [`sample`] reads them from the Prometheus handle (the `/metrics` text) and keeps
+//! the change since the previous second in a ring of [`WINDOW_SECONDS`] seconds per rule in
+//! force, so memory is bounded by the rules, never by the traffic. `GET /v1/ui/live` answers
+//! [`Live::to_json`].
+//!
+//! The outcomes are grouped as the page shows them: `admitted` (allowed), `denied` (denied,
+//! store_full, cost_exceeds_capacity, invalid_cost), `shadow` (shadow_denied: what a shadow rule
+//! would have denied) and `error` (error_open, error_closed).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use super::denied_keys::DeniedKeys;
+use crate::state::AppState;
+
+/// Seconds of history kept per rule (5 minutes).
+pub const WINDOW_SECONDS: usize = 300;
+
+/// The groups of outcomes the page shows, in order.
+pub const GROUPS: [&str; 4] = ["admitted", "denied", "shadow", "error"];
+
+/// The group of an `outcome` label, if it is shown.
+fn group(outcome: &str) -> Option<usize> {
+    match outcome {
+        "allowed" => Some(0),
+        "denied" | "store_full" | "cost_exceeds_capacity" | "invalid_cost" => Some(1),
+        "shadow_denied" => Some(2),
+        "error_open" | "error_closed" => Some(3),
+        _ => None,
+    }
+}
+
+/// The live view's state: the per-second rings and, when opted in, the busiest denied keys.
+#[derive(Debug)]
+pub struct Live {
+    rings: Mutex<Rings>,
+    /// The busiest denied keys, when opted in (keys can be personal data).
+    pub denied_keys: Option<Arc<DeniedKeys>>,
+}
+
+#[derive(Debug, Default)]
+struct Rings {
+    /// Samples taken so far.
+    samples: u64,
+    /// The cumulative counts at the previous sample, per rule and group.
+    previous: HashMap<String, [u64; 4]>,
+    /// Per rule: one `[admitted, denied, shadow, error]` per second, oldest first.
+    seconds: HashMap<String, VecDeque<[u64; 4]>>,
+}
+
+impl Live {
+    /// A live view; `denied_keys` turns the busiest-denied-keys panel on.
+    pub fn new(denied_keys: Option<Arc<DeniedKeys>>) -> Self {
+        Self {
+            rings: Mutex::new(Rings::default()),
+            denied_keys,
+        }
+    }
+
+    /// Takes one sample: `metrics` is the Prometheus text, `rules` the names in force (rings of
+    /// other rules are dropped). The first sample only sets the baseline.
+    pub fn record(&self, metrics: &str, rules: &[&str]) {
+        let totals = decision_totals(metrics);
+        let mut r = self.rings.lock();
+        let first = r.samples == 0;
+        r.samples += 1;
+        r.seconds.retain(|name, _| rules.contains(&name.as_str()));
+        r.previous.retain(|name, _| rules.contains(&name.as_str()));
+        for &rule in rules {
+            let now = totals.get(rule).copied().unwrap_or_default();
+            let before = r.previous.insert(rule.to_string(), now);
+            let delta = match (first, before) {
+                (false, Some(before)) => std::array::from_fn(|i| now[i].saturating_sub(before[i])),
+                // A rule new since the last sample: everything it counted happened since.
+                (false, None) => now,
+                (true, _) => [0; 4],
+            };
+            let ring = r.seconds.entry(rule.to_string()).or_default();
+            if ring.len() == WINDOW_SECONDS {
+                ring.pop_front();
+            }
+            ring.push_back(delta);
+        }
+    }
+
+    /// The document of `GET /v1/ui/live` without the store: `rules` as given (`(name, about)`),
+    /// each `about` object extended with `per_second` (one array per group, a count per second,
+    /// oldest first) and `totals` (their sums).
+    pub fn to_json(&self, rules: &[(&str, Value)]) -> Value {
+        let r = self.rings.lock();
+        let rules: Vec<Value> = rules
+            .iter()
+            .map(|(name, about)| {
+                let empty = VecDeque::new();
+                let ring = r.seconds.get(*name).unwrap_or(&empty);
+                let mut rule = about.clone();
+                let mut per_second = serde_json::Map::new();
+                let mut totals = serde_json::Map::new();
+                for (g, group) in GROUPS.iter().enumerate() {
+                    let series: Vec<u64> = ring.iter().map(|s| s[g]).collect();
+                    totals.insert((*group).into(), series.iter().sum::<u64>().into());
+                    per_second.insert((*group).into(), series.into());
+                }
+                rule["per_second"] = per_second.into();
+                rule["totals"] = totals.into();
+                rule
+            })
+            .collect();
+        let denied_keys = self.denied_keys.as_ref().map(|d| {
+            let (keys, total) = d.top();
+            json!({ "capacity": d.capacity(), "denials": total, "keys": keys })
+        });
+        json!({
+            "interval_s": 1,
+            "window_s": WINDOW_SECONDS,
+            "samples": r.samples,
+            "rules": rules,
+            "denied_keys": denied_keys,
+        })
+    }
+}
+
+/// Samples `state`'s decision counters into `live` once a second until shutdown.
+pub async fn sample(state: Arc<AppState>, live: Arc<Live>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+        let config = state.config();
+        let names: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
+        live.record(&state.prometheus.render(), &names);
+    }
+}
+
+/// `floodgate_decisions_total` in Prometheus text, summed per rule into the page's groups.
+fn decision_totals(metrics: &str) -> HashMap<String, [u64; 4]> {
+    let mut out: HashMap<String, [u64; 4]> = HashMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("floodgate_decisions_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once('}') else {
+            continue;
+        };
+        let labels = parse_labels(labels);
+        let label = |name: &str| {
+            labels
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let (Some(rule), Some(g)) = (label("rule"), label("outcome").and_then(group)) else {
+            continue;
+        };
+        // Counters are rendered as integers (or floats for large values).
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        if value.is_finite() && value >= 0.0 {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let v = value as u64;
+            out.entry(rule.to_string()).or_default()[g] += v;
+        }
+    }
+    out
+}
+
+/// `a="x",b="y\"z"` -> `[("a", "x"), ("b", "y\"z")]` (Prometheus escapes `\\`, `\"`, `\n`).
+fn parse_labels(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = text.chars().peekable();
+    loop {
+        let name: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        let name = name.trim_start_matches([',', ' ']).to_string();
+        if name.is_empty() || chars.next() != Some('"') {
+            return out;
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(other) => value.push(other),
+                    None => break,
+                },
+                c => value.push(c),
+            }
+        }
+        out.push((name, value));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(allowed: u64, denied: u64) -> String {
+        format!(
+            "# TYPE floodgate_decisions_total counter\n\
+             floodgate_decisions_total{{rule=\"per-ip\",outcome=\"allowed\"}} {allowed}\n\
+             floodgate_decisions_total{{rule=\"per-ip\",outcome=\"denied\"}} {denied}\n\
+             floodgate_decisions_total{{rule=\"per-ip\",outcome=\"store_full\"}} 1\n\
+             floodgate_decisions_total{{rule=\"odd \\\"name\\\"\",outcome=\"error_open\"}} 4\n\
+             floodgate_decisions_total{{rule=\"per-ip\",outcome=\"skipped\"}} 9\n\
+             floodgate_store_keys 3\n"
+        )
+    }
+
+    #[test]
+    fn totals_group_the_outcomes_per_rule() {
+        let t = decision_totals(&metrics(5, 2));
+        assert_eq!(t["per-ip"], [5, 3, 0, 0]);
+        assert_eq!(t["odd \"name\""], [0, 0, 0, 4]);
+    }
+
+    #[test]
+    fn each_second_holds_the_change_and_the_ring_is_bounded() {
+        let live = Live::new(None);
+        live.record(&metrics(5, 2), &["per-ip"]);
+        live.record(&metrics(8, 2), &["per-ip"]);
+        live.record(&metrics(8, 6), &["per-ip"]);
+        let about = json!({"name": "per-ip"});
+        let doc = live.to_json(&[("per-ip", about.clone())]);
+        let rule = &doc["rules"][0];
+        assert_eq!(rule["per_second"]["admitted"], json!([0, 3, 0]));
+        assert_eq!(rule["per_second"]["denied"], json!([0, 0, 4]));
+        assert_eq!(rule["name"], "per-ip");
+        assert_eq!(rule["totals"]["denied"], 4);
+        assert_eq!(doc["samples"], 3);
+        for _ in 0..WINDOW_SECONDS + 10 {
+            live.record(&metrics(8, 6), &["per-ip"]);
+        }
+        let doc = live.to_json(&[("per-ip", about)]);
+        assert_eq!(
+            doc["rules"][0]["per_second"]["admitted"]
+                .as_array()
+                .unwrap()
+                .len(),
+            WINDOW_SECONDS
+        );
+        // A rule no longer in force is dropped.
+        live.record(&metrics(8, 6), &[]);
+        assert!(live.rings.lock().seconds.is_empty());
+    }
+}

@@ -1,0 +1,397 @@
+//! `POST /v1/simulate`: the simulation engine of `floodgate simulate` behind the API.
+//!
+//! The body is a JSON object whose members are the fields of [`floodgate_simulate::Spec`],
+//! every one optional (the defaults are those of `floodgate simulate` without flags):
+//!
+//! ```json
+//! {"scenario": "boundary", "algorithm": "fixed_window", "limit": "10/10s", "burst": 10,
+//!  "instances": 3, "counter": "local", "balance": "round-robin", "store": "memory",
+//!  "requests": 10, "spread": "0", "before": "500ms", "after": "500ms", "at": "4.5s",
+//!  "every": "1s", "rate": "100/10s", "duration": "10s", "max_requests": 1000,
+//!  "key": "client", "column": "1s", "preset": "clock-boundary",
+//!  "trace": "t_ms,key,cost\n950,alice,1\n"}
+//! ```
+//!
+//! Names and choices are the command line's (`--counter local` is `"counter": "local"`);
+//! durations are strings with a unit (`950ms`, `0.95s`, `4.5s`, `1min`, or `0`); `limit` is a
+//! quota (`10/10s`); `rate` is `COUNT/DURATION`; `trace` is the text of a trace (CSV
+//! `t_ms,key,cost` or JSON lines), replacing `scenario` and `preset`. Unknown members and
+//! members given twice are refused.
+//!
+//! The answer is exactly the document `floodgate simulate --format json` prints for the same
+//! inputs. Work is bounded: at most [`MAX_SIMULATE_REQUESTS`] requests (`max_requests` may
+//! lower it, never raise it), at most [`MAX_INSTANCES`] instances, a body of at most
+//! [`MAX_SIMULATE_BODY_BYTES`], counters in memory only, at most [`MAX_CONCURRENT`] runs at once
+//! on the blocking thread pool. Every error is a 400 problem+json naming the member at fault.
+
+use std::str::FromStr;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::response::{IntoResponse, Response};
+use floodgate_core::{Micros, Quota};
+use floodgate_simulate::setup::{Balance, CounterMode, StoreSpec};
+use floodgate_simulate::traffic::{parse_duration, parse_rate};
+use floodgate_simulate::{
+    build_report, json, AlgorithmChoice, Choice, Preset, ScenarioName, Spec, TraceInput,
+};
+use http::{HeaderValue, StatusCode};
+use serde::Deserialize;
+use tokio::sync::Semaphore;
+
+use crate::http::{invalid, MAX_KEY_BYTES};
+
+/// Most requests one `/v1/simulate` generates or replays. Lower than the command line's
+/// default (1,000,000) because the answer holds every decision of every algorithm (about
+/// 160 bytes each): 50,000 requests through all six algorithms answer about 50 MB.
+pub const MAX_SIMULATE_REQUESTS: u64 = 50_000;
+
+/// Most service instances one simulation may model (each keeps its own counters per key).
+pub const MAX_INSTANCES: u64 = 1_000;
+
+/// Largest accepted `/v1/simulate` body, in bytes (1 MiB: room for a pasted trace of about
+/// 50,000 lines).
+pub const MAX_SIMULATE_BODY_BYTES: usize = 1024 * 1024;
+
+/// Most simulations running at once; further requests wait for a free slot.
+pub const MAX_CONCURRENT: usize = 2;
+
+/// The request body: the [`Spec`] fields, as text where the command line takes text.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SimulateRequest {
+    scenario: Option<String>,
+    preset: Option<String>,
+    trace: Option<String>,
+    algorithm: Option<String>,
+    limit: Option<String>,
+    burst: Option<u64>,
+    instances: Option<u64>,
+    counter: Option<String>,
+    balance: Option<String>,
+    store: Option<String>,
+    requests: Option<u64>,
+    spread: Option<String>,
+    before: Option<String>,
+    after: Option<String>,
+    at: Option<String>,
+    every: Option<String>,
+    rate: Option<String>,
+    duration: Option<String>,
+    max_requests: Option<u64>,
+    key: Option<String>,
+    column: Option<String>,
+}
+
+/// The slots bounding concurrent runs (one process, one pool).
+static SLOTS: Semaphore = Semaphore::const_new(MAX_CONCURRENT);
+
+/// `POST /v1/simulate`.
+pub(crate) async fn simulate(body: Result<Bytes, BytesRejection>) -> Response {
+    let bytes = match body {
+        Ok(bytes) if bytes.len() <= MAX_SIMULATE_BODY_BYTES => bytes,
+        Ok(_) => return too_large(),
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return too_large()
+        }
+        Err(rejection) => return invalid(rejection.status(), "body", rejection.body_text()),
+    };
+    let spec = match parse_body(&bytes).and_then(spec_of) {
+        Ok(spec) => spec,
+        Err((field, detail)) => return invalid(StatusCode::BAD_REQUEST, &field, detail),
+    };
+    // `acquire` fails only on a closed semaphore, and this one is never closed.
+    let _slot = SLOTS.acquire().await.ok();
+    // The engine is CPU-bound: off the async workers, so a big run does not stall the server.
+    let run = tokio::task::spawn_blocking(move || {
+        build_report(&spec).map(|report| json::render(&report))
+    })
+    .await;
+    match run {
+        Ok(Ok(text)) => {
+            let mut response = text.into_response();
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Ok(Err(e)) => {
+            let field = e.field().unwrap_or("body");
+            invalid(StatusCode::BAD_REQUEST, field, api_words(&e.to_string()))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "simulation task failed");
+            crate::http::problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "about:blank",
+                "Internal Server Error",
+                "the simulation failed",
+                None,
+            )
+        }
+    }
+}
+
+fn too_large() -> Response {
+    invalid(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body",
+        format!("must be at most {MAX_SIMULATE_BODY_BYTES} bytes"),
+    )
+}
+
+/// `(field, detail)` of a bad request.
+type Bad = (String, String);
+
+/// Parses the body straight from the bytes (not through a `Value`, which would keep the last
+/// of two members with one name): unknown and repeated members are errors naming them.
+fn parse_body(bytes: &[u8]) -> Result<SimulateRequest, Bad> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(("body".into(), "must be a JSON object".into()));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let request: SimulateRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let message = inner.to_string();
+        // serde names an unknown or repeated member between backticks, at the object's path.
+        let named = ["unknown field `", "duplicate field `"]
+            .iter()
+            .find_map(|p| message.strip_prefix(p))
+            .and_then(|rest| rest.split('`').next())
+            .map(str::to_string);
+        let field = match (path.as_str(), named) {
+            (".", Some(name)) => name,
+            (".", None) => "body".to_string(),
+            (path, _) => path.to_string(),
+        };
+        (field, format!("invalid JSON: {message}"))
+    })?;
+    de.end()
+        .map_err(|e| ("body".to_string(), format!("invalid JSON: {e}")))?;
+    Ok(request)
+}
+
+/// One named value of a closed set, or an error listing the set.
+fn choice<T: Choice>(field: &str, text: &str) -> Result<T, Bad> {
+    T::from_name(text).ok_or_else(|| {
+        let names: Vec<_> = T::ALL.iter().map(|(_, name, _)| *name).collect();
+        (
+            field.to_string(),
+            format!(
+                "unknown value {text:?}; expected one of {}",
+                names.join(", ")
+            ),
+        )
+    })
+}
+
+fn duration(field: &str, text: Option<String>) -> Result<Option<Micros>, Bad> {
+    text.map(|t| parse_duration(&t).map_err(|e| (field.to_string(), e)))
+        .transpose()
+}
+
+/// The [`Spec`] a request describes, within the API's bounds.
+fn spec_of(r: SimulateRequest) -> Result<Spec, Bad> {
+    let bad = |field: &str, detail: String| Err((field.to_string(), detail));
+    let defaults = Spec::default();
+    if r.trace.is_some() && (r.scenario.is_some() || r.preset.is_some()) {
+        let other = if r.scenario.is_some() {
+            "scenario"
+        } else {
+            "preset"
+        };
+        return bad(
+            "trace",
+            format!("a trace replaces the built-in traffic: give trace or {other}, not both"),
+        );
+    }
+    let store = match r.store.as_deref() {
+        None => StoreSpec::Memory,
+        Some(text) => match StoreSpec::from_str(text) {
+            Ok(StoreSpec::Memory) => StoreSpec::Memory,
+            Ok(StoreSpec::Redis(_)) => {
+                return bad(
+                    "store",
+                    "the API simulates with counters in memory only; use `floodgate simulate \
+                     --store redis://...` for Redis"
+                        .into(),
+                )
+            }
+            Err(e) => return bad("store", e),
+        },
+    };
+    let max_requests = match r.max_requests {
+        None => MAX_SIMULATE_REQUESTS,
+        Some(n) if n <= MAX_SIMULATE_REQUESTS => n,
+        Some(n) => {
+            return bad(
+                "max_requests",
+                format!("{n} is above the API's cap of {MAX_SIMULATE_REQUESTS} requests"),
+            )
+        }
+    };
+    let instances = match r.instances {
+        None => defaults.instances,
+        Some(n @ 1..=MAX_INSTANCES) => usize::try_from(n).unwrap_or(1),
+        Some(n) => {
+            return bad(
+                "instances",
+                format!("must be between 1 and {MAX_INSTANCES}, got {n}"),
+            )
+        }
+    };
+    if let Some(key) = &r.key {
+        if key.is_empty() || key.len() > MAX_KEY_BYTES {
+            return bad(
+                "key",
+                format!("must be between 1 and {MAX_KEY_BYTES} bytes"),
+            );
+        }
+    }
+    Ok(Spec {
+        scenario: r
+            .scenario
+            .map(|t| choice::<ScenarioName>("scenario", &t))
+            .transpose()?
+            .unwrap_or(defaults.scenario),
+        preset: r
+            .preset
+            .map(|t| choice::<Preset>("preset", &t))
+            .transpose()?,
+        trace: r.trace.map(|text| TraceInput::Text {
+            name: "trace".into(),
+            text,
+        }),
+        algorithm: r
+            .algorithm
+            .map(|t| AlgorithmChoice::from_str(&t).map_err(|e| ("algorithm".to_string(), e)))
+            .transpose()?
+            .unwrap_or(defaults.algorithm),
+        limit: r
+            .limit
+            .map(|t| Quota::from_str(&t).map_err(|e| ("limit".to_string(), format!("{t:?}: {e}"))))
+            .transpose()?,
+        burst: r.burst,
+        instances,
+        counter: r
+            .counter
+            .map(|t| choice::<CounterMode>("counter", &t))
+            .transpose()?
+            .unwrap_or(defaults.counter),
+        balance: r
+            .balance
+            .map(|t| choice::<Balance>("balance", &t))
+            .transpose()?
+            .unwrap_or(defaults.balance),
+        store,
+        requests: r.requests,
+        spread: duration("spread", r.spread)?,
+        before: duration("before", r.before)?,
+        after: duration("after", r.after)?,
+        at: duration("at", r.at)?,
+        every: duration("every", r.every)?,
+        rate: r
+            .rate
+            .map(|t| parse_rate(&t).map_err(|e| ("rate".to_string(), e)))
+            .transpose()?,
+        duration: duration("duration", r.duration)?,
+        max_requests,
+        key: r.key.unwrap_or(defaults.key),
+        column: duration("column", r.column)?,
+    })
+}
+
+/// The engine's messages name command-line flags (`--max-requests`); the API's members are
+/// the same words in snake case (`max_requests`).
+fn api_words(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find("--") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let end = after
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '-'))
+            .unwrap_or(after.len());
+        if end == 0 {
+            out.push_str("--");
+        } else {
+            out.push_str(&after[..end].replace('-', "_"));
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(body: &str) -> Result<Spec, Bad> {
+        parse_body(body.as_bytes()).and_then(spec_of)
+    }
+
+    fn field(body: &str) -> String {
+        spec(body).unwrap_err().0
+    }
+
+    #[test]
+    fn empty_object_is_the_command_lines_default_within_the_api_cap() {
+        let s = spec("{}").unwrap();
+        assert_eq!(
+            s,
+            Spec {
+                max_requests: MAX_SIMULATE_REQUESTS,
+                ..Spec::default()
+            }
+        );
+    }
+
+    #[test]
+    fn members_map_onto_the_spec() {
+        let s = spec(
+            r#"{"scenario": "calm-spike", "algorithm": "token_bucket", "limit": "10/10s",
+                "burst": 5, "instances": 3, "counter": "shared", "balance": "skewed",
+                "at": "4.5s", "every": "950ms", "duration": "20s", "key": "k", "column": "1s",
+                "max_requests": 100}"#,
+        )
+        .unwrap();
+        assert_eq!(s.scenario, ScenarioName::CalmSpike);
+        assert_eq!(s.limit, Some("10/10s".parse().unwrap()));
+        assert_eq!((s.burst, s.instances), (Some(5), 3));
+        assert_eq!(
+            (s.counter, s.balance),
+            (CounterMode::Shared, Balance::Skewed)
+        );
+        assert_eq!((s.at, s.every), (Some(4_500_000), Some(950_000)));
+        assert_eq!((s.duration, s.column), (Some(20_000_000), Some(1_000_000)));
+        assert_eq!((s.key.as_str(), s.max_requests), ("k", 100));
+    }
+
+    #[test]
+    fn bad_members_are_named() {
+        assert_eq!(field(r#"{"algorithm": "leaky"}"#), "algorithm");
+        assert_eq!(field(r#"{"scenario": "storm"}"#), "scenario");
+        assert_eq!(field(r#"{"limt": "1/s"}"#), "limt");
+        assert_eq!(field(r#"{"limit": "1/s", "limit": "2/s"}"#), "limit");
+        assert_eq!(field(r#"{"burst": "5"}"#), "burst");
+        assert_eq!(field(r#"{"before": "5 parsecs"}"#), "before");
+        assert_eq!(field(r#"{"store": "redis://127.0.0.1:6379"}"#), "store");
+        assert_eq!(field(r#"{"max_requests": 50001}"#), "max_requests");
+        assert_eq!(field(r#"{"instances": 0}"#), "instances");
+        assert_eq!(field(r#"{"trace": "1,a", "scenario": "flood"}"#), "trace");
+        assert_eq!(field(r#"[1]"#), "body");
+        assert_eq!(field(r#"{} {}"#), "body");
+    }
+
+    #[test]
+    fn flags_in_engine_messages_become_member_names() {
+        assert_eq!(
+            api_words("--before applies only to --scenario boundary; raise --max-requests"),
+            "before applies only to scenario boundary; raise max_requests"
+        );
+        assert_eq!(api_words("a -- b"), "a -- b");
+    }
+}

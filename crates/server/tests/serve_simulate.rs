@@ -1,0 +1,282 @@
+//! `POST /v1/simulate` and the `/ui/` switch of `floodgate serve`, end to end: the real binary,
+//! a real HTTP client, and `floodgate simulate --format json` as the reference the API must
+//! equal byte for byte.
+
+mod serve_support;
+
+use std::process::Command;
+
+use serde_json::{json, Value};
+use serve_support::{client, post_json, Floodgate};
+
+/// `floodgate simulate --format json ARGS`, as text.
+fn cli_json(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["simulate", "--format", "json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+async fn simulate_text(c: &reqwest::Client, fg: &Floodgate, body: &Value) -> (u16, String) {
+    let r = c
+        .post(fg.url("/v1/simulate"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let kind = r.headers()["content-type"].to_str().unwrap().to_string();
+    let text = r.text().await.unwrap();
+    if status == 200 {
+        assert_eq!(kind, "application/json");
+    }
+    (status, text)
+}
+
+#[tokio::test]
+async fn answers_exactly_what_the_command_line_prints() {
+    let fg = Floodgate::start(&[]);
+    let c = client();
+    let cases: [(Value, &[&str]); 5] = [
+        (json!({}), &[]),
+        (
+            json!({"scenario": "calm-spike", "algorithm": "token_bucket", "limit": "10/10s"}),
+            &[
+                "--scenario",
+                "calm-spike",
+                "--algorithm",
+                "token_bucket",
+                "--limit",
+                "10/10s",
+            ],
+        ),
+        (
+            json!({"scenario": "flood", "algorithm": "fixed_window", "instances": 3,
+                   "counter": "local", "balance": "skewed", "rate": "100/10s",
+                   "duration": "20s"}),
+            &[
+                "--scenario",
+                "flood",
+                "--algorithm",
+                "fixed_window",
+                "--instances",
+                "3",
+                "--counter",
+                "local",
+                "--balance",
+                "skewed",
+                "--rate",
+                "100/10s",
+                "--duration",
+                "20s",
+            ],
+        ),
+        (
+            json!({"preset": "clock-boundary", "before": "60ms", "spread": "10ms",
+                   "burst": 50, "column": "100ms", "key": "k"}),
+            &[
+                "--preset",
+                "clock-boundary",
+                "--before",
+                "60ms",
+                "--spread",
+                "10ms",
+                "--burst",
+                "50",
+                "--column",
+                "100ms",
+                "--key",
+                "k",
+            ],
+        ),
+        (
+            json!({"scenario": "calm-spike", "every": "950ms", "at": "4.5s", "requests": 30,
+                   "counter": "split", "instances": 2, "algorithm": "all"}),
+            &[
+                "--scenario",
+                "calm-spike",
+                "--every",
+                "950ms",
+                "--at",
+                "4.5s",
+                "--requests",
+                "30",
+                "--counter",
+                "split",
+                "--instances",
+                "2",
+            ],
+        ),
+    ];
+    for (body, args) in cases {
+        let (status, text) = simulate_text(&c, &fg, &body).await;
+        assert_eq!(status, 200, "{body}: {text}");
+        assert_eq!(text, cli_json(args), "{body}");
+    }
+}
+
+#[tokio::test]
+async fn a_pasted_trace_equals_the_same_trace_from_a_file() {
+    let fg = Floodgate::start(&[]);
+    let c = client();
+    let trace =
+        "t_ms,key,cost\n950,alice,1\n960,alice,3\n1050,bob,1\n{\"t_ms\":1100,\"key\":\"alice\"}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.csv");
+    std::fs::write(&path, trace).unwrap();
+    let body = json!({"trace": trace, "limit": "2/s", "algorithm": "gcra"});
+    let (status, text) = simulate_text(&c, &fg, &body).await;
+    assert_eq!(status, 200, "{text}");
+    let cli = cli_json(&[
+        "--trace",
+        path.to_str().unwrap(),
+        "--limit",
+        "2/s",
+        "--algorithm",
+        "gcra",
+    ]);
+    let (api, cli): (Value, Value) = (
+        serde_json::from_str(&text).unwrap(),
+        serde_json::from_str(&cli).unwrap(),
+    );
+    // The trace's name differs (`trace` for pasted text, the path for a file); nothing else.
+    assert_eq!(api["runs"], cli["runs"]);
+    assert_eq!(api["policy"], cli["policy"]);
+    assert_eq!(api["runs"][0]["summary"]["requests"], 4);
+
+    // A trace above the rest of the API's 64 KiB body limit is fine here (up to 1 MiB).
+    let big: String = (0..10_000).map(|i| format!("{i},k,1\n")).collect();
+    assert!(big.len() > 64 * 1024);
+    let (status, _, doc) = post_json(
+        &c,
+        &fg.url("/v1/simulate"),
+        &json!({"trace": big, "algorithm": "sliding_log", "limit": "100/s"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(doc["runs"][0]["summary"]["requests"], 10_000);
+    assert_eq!(doc["runs"][0]["summary"]["admitted"], 1_000);
+}
+
+/// `(status, content type, field, detail)` of a `/v1/simulate` answer.
+async fn problem(c: &reqwest::Client, fg: &Floodgate, body: &str) -> (u16, String, Value, String) {
+    let r = c
+        .post(fg.url("/v1/simulate"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let kind = r.headers()["content-type"].to_str().unwrap().to_string();
+    let doc: Value = r.json().await.unwrap();
+    let detail = doc["detail"].as_str().unwrap_or_default().to_string();
+    (status, kind, doc["field"].clone(), detail)
+}
+
+#[tokio::test]
+async fn bad_input_is_a_400_problem_naming_the_field() {
+    let fg = Floodgate::start(&[]);
+    let c = client();
+    let cases = [
+        // An unknown algorithm.
+        (
+            r#"{"algorithm": "leaky"}"#,
+            "algorithm",
+            "unknown algorithm",
+        ),
+        // A flood above the cap: 1,000,000/s for one period of 10 s.
+        (
+            r#"{"scenario": "flood", "rate": "1000000/1s"}"#,
+            "max_requests",
+            "would generate 10000000 requests",
+        ),
+        // A malformed trace line: the line number is in the detail.
+        (
+            r#"{"trace": "t_ms,key,cost\n950,alice,1\nsoon,alice,1\n"}"#,
+            "trace",
+            "trace:3: field `t_ms`",
+        ),
+        (r#"{"max_requests": 1000000}"#, "max_requests", "cap"),
+        (
+            r#"{"store": "redis://127.0.0.1:6379"}"#,
+            "store",
+            "memory only",
+        ),
+        (r#"{"limit": "1/s", "limit": "2/s"}"#, "limit", "duplicate"),
+        (r#"{"colour": "red"}"#, "colour", "unknown field"),
+        (r#"{"before": "1 fortnight"}"#, "before", "unknown unit"),
+        (
+            r#"{"scenario": "flood", "before": "1s"}"#,
+            "before",
+            "applies only to scenario boundary",
+        ),
+        (r#"{"balance": "skewed"}"#, "balance", "needs instances > 1"),
+        (r#"{"instances": 100000}"#, "instances", "between 1 and"),
+        (r#"{"burst": -1}"#, "burst", "invalid"),
+        (r#"[]"#, "body", "object"),
+    ];
+    for (body, field, words) in cases {
+        let (status, kind, got, detail) = problem(&c, &fg, body).await;
+        assert_eq!(status, 400, "{body}: {detail}");
+        assert_eq!(kind, "application/problem+json", "{body}");
+        assert_eq!(got, field, "{body}: {detail}");
+        assert!(detail.contains(words), "{body}: {detail}");
+        if field != "store" {
+            assert!(!detail.contains("--"), "{body}: names a flag: {detail}");
+        }
+    }
+    // Bigger than the body limit (1 MiB): a 413 naming the body.
+    let huge = format!(r#"{{"trace": "{}"}}"#, "1,a\\n".repeat(300_000));
+    let (status, _, field, _) = problem(&c, &fg, &huge).await;
+    assert_eq!((status, field), (413, json!("body")));
+}
+
+#[tokio::test]
+async fn the_page_is_on_by_default_and_off_with_no_ui_or_the_config() {
+    let c = client();
+    let on = Floodgate::start(&[]);
+    let page = c.get(on.url("/ui/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page
+        .text()
+        .await
+        .unwrap()
+        .contains("<title>Floodgate</title>"));
+    for asset in [
+        "app.js",
+        "style.css",
+        "vendor/uPlot.iife.min.js",
+        "choices.json",
+    ] {
+        let r = c.get(on.url(&format!("/ui/{asset}"))).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{asset}");
+    }
+    let (status, _, live) =
+        serve_support::split(c.get(on.url("/v1/ui/live")).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert_eq!(live["rules"][0]["name"], "per-client-ip");
+    assert_eq!(live["store"]["kind"], "memory");
+
+    let flag = Floodgate::start(&["--no-ui"]);
+    let file = Floodgate::with_config(
+        "[server]\nui = false\n[[rules]]\nname = \"r\"\nlimit = \"1/s\"\nkey = \"client_ip\"\n",
+        &[],
+    );
+    for off in [&flag, &file] {
+        for path in ["/ui/", "/v1/ui/live"] {
+            let r = c.get(off.url(path)).send().await.unwrap();
+            assert_eq!(r.status(), 404, "{path}");
+        }
+        // The simulation API is not part of the page: it stays.
+        let (status, _, body) = post_json(&c, &off.url("/v1/simulate"), &json!({})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+}

@@ -1,0 +1,399 @@
+// Floodgate's web page: the simulator (POST /v1/simulate, the engine of `floodgate simulate`)
+// and the live view of the rules in force (GET /v1/ui/live, polled once a second).
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const el = (tag, attrs = {}, ...children) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "text") e.textContent = v;
+    else if (v !== false && v !== null && v !== undefined) e.setAttribute(k, v === true ? "" : v);
+  }
+  e.append(...children);
+  return e;
+};
+const GREEN = "#2e9e44", RED = "#c0392b";
+// Axis steps for counts: whole numbers only.
+const COUNT_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 1e6, 1e7];
+
+// ---------- the views (tabs, keyboard: arrows move between them) ----------
+const tabs = [...document.querySelectorAll("[role=tab]")];
+function selectTab(tab) {
+  for (const t of tabs) {
+    const on = t === tab;
+    t.setAttribute("aria-selected", on);
+    t.tabIndex = on ? 0 : -1;
+    $("#" + t.getAttribute("aria-controls")).hidden = !on;
+  }
+  tab.focus();
+  if (tab.id === "tab-live") startLive(); else stopLive();
+}
+for (const t of tabs) {
+  t.addEventListener("click", () => selectTab(t));
+  t.addEventListener("keydown", (e) => {
+    const i = tabs.indexOf(t);
+    if (e.key === "ArrowRight") selectTab(tabs[(i + 1) % tabs.length]);
+    if (e.key === "ArrowLeft") selectTab(tabs[(i + tabs.length - 1) % tabs.length]);
+  });
+}
+
+// ---------- simulator controls ----------
+const EXERCISES = {
+  1: { scenario: "boundary", algorithms: ["fixed_window", "sliding_window"], instances: 1,
+       note: "Ten requests just before the window edge at 10 s and ten just after. The fixed " +
+             "window admits all twenty (twice the limit in one second); the sliding window " +
+             "rejects the second burst and admits ten." },
+  2: { scenario: "calm-spike", algorithms: ["fixed_window", "sliding_window", "token_bucket"],
+       instances: 1,
+       note: "A calm client sends one request a second; at 4.5 s a spike of 15 arrives on the " +
+             "same key. With either window the spike uses up the allowance and the calm client " +
+             "gets rejected too. The token bucket lets the spike through up to its burst (ten " +
+             "that second, the calm request included) and never rejects the calm requests." },
+  3: { scenario: "flood", algorithms: ["fixed_window"], instances: 3, counter: "local",
+       note: "Three instances, each with its own counter, behind a round-robin balancer: thirty " +
+             "pass in ten seconds against a limit of ten. Switch the counter to shared: ten " +
+             "again." },
+};
+
+function radios(container, name, list, checked) {
+  for (const { name: value, description } of list) {
+    const id = `${name}-${value}`;
+    const input = el("input", { type: "radio", name, id, value, checked: value === checked });
+    container.append(el("label", { for: id, title: description }, input, " " + value));
+  }
+}
+
+async function setupControls() {
+  const choices = await (await fetch("choices.json")).json();
+  const algos = $("#algorithms");
+  for (const { name } of choices.algorithm) {
+    const id = `algorithm-${name}`;
+    const input = el("input", { type: "checkbox", name: "algorithm", id, value: name,
+                                checked: name === "fixed_window" || name === "sliding_window" });
+    algos.append(el("label", { for: id }, input, " " + name));
+  }
+  radios($("#scenarios"), "scenario",
+         [...choices.scenario, { name: "trace", description: "your own requests (CSV or JSON lines)" }],
+         "boundary");
+  radios($("#counters"), "counter", choices.counter, "local");
+  radios($("#balances"), "balance", choices.balance, "round-robin");
+  const form = $("#sim-form");
+  form.addEventListener("input", () => { clearPreset(); schedule(); });
+  form.addEventListener("change", () => { clearPreset(); schedule(); });
+  form.addEventListener("submit", (e) => e.preventDefault());
+  $("#trace-file").addEventListener("change", async (e) => {
+    const file = e.target.files[0];
+    if (file) { $("#trace").value = await file.text(); schedule(); }
+  });
+  for (const b of document.querySelectorAll("[data-preset]")) {
+    b.addEventListener("click", () => applyExercise(b.dataset.preset));
+  }
+  syncControls();
+  run();
+}
+
+function clearPreset() {
+  for (const b of document.querySelectorAll("[data-preset]")) b.setAttribute("aria-pressed", "false");
+}
+
+function applyExercise(n) {
+  const ex = EXERCISES[n];
+  for (const box of document.querySelectorAll("[name=algorithm]")) box.checked = ex.algorithms.includes(box.value);
+  $(`#scenario-${ex.scenario}`).checked = true;
+  $("#instances").value = ex.instances;
+  $(`#counter-${ex.counter || "local"}`).checked = true;
+  $("#balance-round-robin").checked = true;
+  $("#limit").value = "10/10s";
+  $("#burst").value = "";
+  clearPreset();
+  $(`#preset-${n}`).setAttribute("aria-pressed", "true");
+  $("#preset-note").textContent = ex.note;
+  run();
+}
+
+function syncControls() {
+  const trace = $("#scenario-trace").checked;
+  $("#trace-box").hidden = !trace;
+  const many = Number($("#instances").value) > 1;
+  for (const input of document.querySelectorAll("#counters input, #balances input")) {
+    input.disabled = !many;
+    input.parentElement.classList.toggle("disabled", !many);
+  }
+}
+
+/** The /v1/simulate body the controls describe, and the algorithms to show. */
+function request() {
+  const shown = [...document.querySelectorAll("[name=algorithm]:checked")].map((b) => b.value);
+  const body = { algorithm: shown.length === 1 ? shown[0] : "all", limit: $("#limit").value.trim() };
+  const scenario = document.querySelector("[name=scenario]:checked").value;
+  if (scenario === "trace") body.trace = $("#trace").value; else body.scenario = scenario;
+  if ($("#burst").value !== "") body.burst = Number($("#burst").value);
+  const instances = Number($("#instances").value);
+  body.instances = instances;
+  if (instances > 1) {
+    body.counter = document.querySelector("[name=counter]:checked").value;
+    body.balance = document.querySelector("[name=balance]:checked").value;
+  }
+  return { body, shown };
+}
+
+let timer = null, generation = 0;
+function schedule() { clearTimeout(timer); timer = setTimeout(run, 250); }
+
+const FIELD_CONTROL = { limit: "#limit", burst: "#burst", instances: "#instances", trace: "#trace" };
+
+async function run() {
+  syncControls();
+  const { body, shown } = request();
+  const status = $("#sim-status");
+  for (const c of document.querySelectorAll("[aria-invalid]")) c.removeAttribute("aria-invalid");
+  if (shown.length === 0) {
+    status.textContent = "Choose at least one algorithm.";
+    return;
+  }
+  const mine = ++generation;
+  status.className = "";
+  status.textContent = "Simulating…";
+  const answer = await fetch("/v1/simulate", {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+  });
+  const doc = await answer.json();
+  if (mine !== generation) return; // a newer run started meanwhile
+  if (!answer.ok) {
+    status.className = "error";
+    status.setAttribute("role", "alert");
+    status.textContent = doc.detail || doc.title;
+    const control = FIELD_CONTROL[doc.field];
+    if (control) $(control).setAttribute("aria-invalid", "true");
+    return;
+  }
+  status.setAttribute("role", "status");
+  status.textContent = `${doc.traffic}; ${describeSetup(doc.setup)}; limit ${doc.policy.limit} per ` +
+    `${seconds(doc.policy.period_us)}, burst ${doc.policy.burst}.`;
+  drawRuns(doc, shown);
+}
+
+function describeSetup(s) {
+  if (s.instances === 1) return "1 instance";
+  return `${s.instances} instances, ${s.counter} counters, ${s.balance} balancing`;
+}
+
+function seconds(us) {
+  const s = us / 1e6;
+  return Number.isInteger(s) ? `${s} s` : `${s.toFixed(3).replace(/0+$/, "")} s`;
+}
+
+// ---------- simulator charts ----------
+let hatch = null;
+function hatchPattern(ctx) {
+  if (hatch) return hatch;
+  const c = document.createElement("canvas");
+  c.width = c.height = 8;
+  const g = c.getContext("2d");
+  g.fillStyle = "#f6d5d1"; g.fillRect(0, 0, 8, 8);
+  g.strokeStyle = RED; g.lineWidth = 2;
+  g.beginPath(); g.moveTo(0, 8); g.lineTo(8, 0); g.moveTo(-2, 2); g.lineTo(2, -2); g.moveTo(6, 10); g.lineTo(10, 6); g.stroke();
+  hatch = ctx.createPattern(c, "repeat");
+  return hatch;
+}
+
+const charts = [];
+function drawRuns(doc, shown) {
+  for (const c of charts.splice(0)) c.destroy();
+  const runs = doc.runs.filter((r) => shown.includes(r.algorithm));
+  // One vertical scale for every panel, as the terminal and the SVG share one.
+  const scale = Math.max(1, ...runs.flatMap((r) => r.summary.columns.map((c) => c.admitted + c.rejected + c.impossible)));
+  const box = $("#runs");
+  box.replaceChildren(...runs.map((r) => runPanel(doc, r, scale)));
+}
+
+function runPanel(doc, run, scale) {
+  const s = run.summary;
+  const period = seconds(doc.policy.period_us);
+  const maxUnits = s.max_in_period ? s.max_in_period.units : 0;
+  const ratio = `${s.over_admission.toFixed(2)}x`;
+  const panel = el("article", { class: "run", id: `run-${run.algorithm}`, "data-algorithm": run.algorithm },
+                   el("h3", { text: run.algorithm }));
+  const chart = el("div", { class: "chart", role: "img",
+    "aria-label": `${run.algorithm}: ${s.admitted} admitted, ${s.rejected} rejected, at most ` +
+                  `${maxUnits} in any ${period} (${ratio} the limit)` });
+  panel.append(chart);
+  const totals = el("dl", { class: "totals" });
+  const row = (label, cls, value) => totals.append(el("dt", { text: label }), el("dd", { class: cls, text: String(value) }));
+  row("admitted", "admitted", s.admitted);
+  row("rejected", "rejected", s.rejected);
+  if (s.impossible) row("impossible (cost above capacity)", "impossible", s.impossible);
+  row(`most admitted in any ${period}`, "max", maxUnits);
+  row("vs limit", "ratio", ratio);
+  if (s.shared_reference) {
+    row("with one shared counter", "shared",
+        `${s.shared_reference.admitted} admitted, max ${s.shared_reference.max_in_period}`);
+  }
+  panel.append(totals);
+  if (s.per_source.length > 1) {
+    const t = el("table", { class: "sources" }, el("caption", { class: "sr-only", text: `${run.algorithm} by source` }),
+      el("tr", {}, el("th", { text: "source" }), el("th", { text: "admitted" }), el("th", { text: "rejected" })));
+    for (const src of s.per_source) {
+      t.append(el("tr", { "data-source": src.source }, el("td", { text: src.source }),
+        el("td", { class: "admitted", text: String(src.admitted) }),
+        el("td", { class: "rejected", text: String(src.rejected) })));
+    }
+    panel.append(t);
+  }
+  const cols = el("table", { class: "columns" },
+    el("tr", {}, el("th", { text: "from" }), el("th", { text: "admitted" }), el("th", { text: "rejected" })));
+  for (const c of s.columns) {
+    cols.append(el("tr", {}, el("td", { text: seconds(c.start_us) }), el("td", { text: String(c.admitted) }),
+      el("td", { text: String(c.rejected + c.impossible) })));
+  }
+  panel.append(el("details", {}, el("summary", { text: `Per ${seconds(s.column_us)} table` }), cols));
+  // The chart needs the panel in the document to measure its width: drawn on the next frame.
+  requestAnimationFrame(() => charts.push(barChart(chart, doc, s, scale)));
+  return panel;
+}
+
+function barChart(target, doc, s, scale) {
+  const colS = s.column_us / 1e6;
+  const xs = s.columns.map((c) => c.start_us / 1e6);
+  const admitted = s.columns.map((c) => c.admitted);
+  const total = s.columns.map((c) => c.admitted + c.rejected + c.impossible);
+  // Empty columns draw nothing (null), not a hairline at zero.
+  const orNull = (v) => (v === 0 ? null : v);
+  const periodS = doc.policy.period_us / 1e6;
+  const bars = uPlot.paths.bars({ size: [0.85, Infinity], align: 1 });
+  const end = xs.length ? xs[xs.length - 1] + colS : 1;
+  const opts = {
+    width: 360, height: 200,
+    scales: { x: { time: false, range: [0, end] }, y: { range: [0, scale] } },
+    axes: [{ values: (u, v) => v.map((x) => `${+x.toFixed(3)}s`) }, { size: 40, incrs: COUNT_STEPS }],
+    legend: { show: false },
+    cursor: { show: false },
+    series: [
+      {},
+      { label: "rejected", paths: bars, points: { show: false }, stroke: RED, width: 1,
+        fill: (u) => hatchPattern(u.ctx) },
+      { label: "admitted", paths: bars, points: { show: false }, stroke: GREEN, width: 1, fill: GREEN },
+    ],
+    hooks: { draw: [(u) => drawMarks(u, xs, admitted, total, colS, periodS, end)] },
+  };
+  return new uPlot(opts, [xs, total.map(orNull), admitted.map(orNull)], target);
+}
+
+/** An x on every rejected part of a column, and a dashed line at every window edge. */
+function drawMarks(u, xs, admitted, total, colS, periodS, end) {
+  const ctx = u.ctx;
+  ctx.save();
+  ctx.strokeStyle = "#7a1f16";
+  ctx.lineWidth = 2 * devicePixelRatio;
+  const colPx = u.valToPos(colS, "x", true) - u.valToPos(0, "x", true);
+  for (let i = 0; i < xs.length; i++) {
+    if (total[i] <= admitted[i]) continue;
+    const cx = u.valToPos(xs[i] + colS / 2, "x", true);
+    const top = u.valToPos(total[i], "y", true), bottom = u.valToPos(admitted[i], "y", true);
+    const r = Math.min(colPx * 0.3, (bottom - top) / 2, 8 * devicePixelRatio);
+    const cy = (top + bottom) / 2;
+    ctx.beginPath();
+    ctx.moveTo(cx - r, cy - r); ctx.lineTo(cx + r, cy + r);
+    ctx.moveTo(cx + r, cy - r); ctx.lineTo(cx - r, cy + r);
+    ctx.stroke();
+  }
+  ctx.strokeStyle = "#5b6670";
+  ctx.lineWidth = devicePixelRatio;
+  ctx.setLineDash([4 * devicePixelRatio, 4 * devicePixelRatio]);
+  for (let edge = periodS; edge < end; edge += periodS) {
+    const x = u.valToPos(edge, "x", true);
+    ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
+  }
+  ctx.restore();
+}
+
+// ---------- live view ----------
+let liveTimer = null;
+const liveCharts = new Map();
+function startLive() { if (!liveTimer) { poll(); liveTimer = setInterval(poll, 1000); } }
+function stopLive() { clearInterval(liveTimer); liveTimer = null; }
+
+async function poll() {
+  const status = $("#live-status");
+  let doc;
+  try {
+    const answer = await fetch("/v1/ui/live");
+    doc = await answer.json();
+    if (!answer.ok) throw new Error(doc.detail || answer.statusText);
+  } catch (e) {
+    status.className = "error";
+    status.textContent = `Cannot reach the server: ${e.message}`;
+    return;
+  }
+  status.className = "";
+  status.textContent = `Configuration generation ${doc.generation}; ${doc.samples} samples, ` +
+    `one a second, last ${doc.window_s / 60} minutes kept.`;
+  drawStore(doc.store);
+  drawRules(doc);
+  drawDeniedKeys(doc.denied_keys);
+}
+
+function drawStore(store) {
+  const dl = $("#store");
+  const rows = [["kind", store.kind], ["state", store.state]];
+  if (store.keys !== undefined) rows.push(["keys held", `${store.keys} of ${store.max_keys}`]);
+  if (store.fallback) rows.push(["fallback", store.fallback]);
+  if (store.reason) rows.push(["reason", store.reason]);
+  dl.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { class: k.replace(/ /g, "-"), text: String(v) })]));
+}
+
+const LIVE_SERIES = [["admitted", GREEN], ["denied", RED], ["shadow", "#8e44ad"], ["error", "#d68910"]];
+
+function drawRules(doc) {
+  const box = $("#rules");
+  const names = doc.rules.map((r) => r.name);
+  for (const [name, entry] of liveCharts) {
+    if (!names.includes(name)) { entry.chart.destroy(); entry.panel.remove(); liveCharts.delete(name); }
+  }
+  for (const rule of doc.rules) {
+    let entry = liveCharts.get(rule.name);
+    if (!entry) {
+      const panel = el("article", { class: "rule", "data-rule": rule.name },
+        el("h3", { text: rule.name }),
+        el("p", { class: "meta", text: `${rule.algorithm}, ${rule.quota}${rule.shadow ? ", shadow" : ""}` }));
+      const totals = el("dl", { class: "totals" });
+      const chart = el("div", { class: "chart", role: "img" });
+      panel.append(totals, chart);
+      box.append(panel);
+      const c = new uPlot({
+        width: Math.max(280, box.clientWidth - 40 || 600), height: 160,
+        scales: { x: { time: false, range: [1 - doc.window_s, 0] }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+        axes: [{ values: (u, v) => v.map((x) => `${x}s`) }, { size: 40, incrs: COUNT_STEPS }],
+        series: [{ label: "seconds ago" }, ...LIVE_SERIES.map(([label, stroke]) =>
+          ({ label, stroke, width: 2, points: { show: false }, paths: uPlot.paths.stepped({ align: 1 }) }))],
+      }, [[], [], [], [], []], chart);
+      entry = { panel, totals, chart: c };
+      liveCharts.set(rule.name, entry);
+    }
+    const n = rule.per_second.admitted.length;
+    const xs = rule.per_second.admitted.map((_, i) => i - n + 1);
+    entry.chart.setData([xs, ...LIVE_SERIES.map(([g]) => rule.per_second[g])]);
+    const window = `${Math.max(1, n)} s`;
+    entry.totals.replaceChildren(...LIVE_SERIES.flatMap(([g]) => [
+      el("dt", { text: `${g} in the last ${window}` }), el("dd", { class: g, text: String(rule.totals[g]) })]));
+    entry.panel.querySelector(".chart").setAttribute("aria-label",
+      `${rule.name}: ${LIVE_SERIES.map(([g]) => `${rule.totals[g]} ${g}`).join(", ")} in the last ${window}`);
+  }
+}
+
+function drawDeniedKeys(d) {
+  const box = $("#denied-keys");
+  if (!d) {
+    box.replaceChildren(el("p", { class: "note", text: "Off: keys can be personal data, so this panel is opt-in." }));
+    return;
+  }
+  const t = el("table", {}, el("tr", {}, el("th", { text: "rule" }), el("th", { text: "key" }),
+    el("th", { text: "denials" }), el("th", { text: "± overcount" })));
+  for (const k of d.keys) {
+    t.append(el("tr", {}, el("td", { text: k.rule }), el("td", { text: k.key }),
+      el("td", { text: String(k.count) }), el("td", { text: String(k.error) })));
+  }
+  box.replaceChildren(el("p", { class: "note", text: `The ${d.capacity} busiest of ${d.denials} denials.` }), t);
+}
+
+setupControls();
