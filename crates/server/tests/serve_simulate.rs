@@ -280,3 +280,107 @@ async fn the_page_is_on_by_default_and_off_with_no_ui_or_the_config() {
         assert_eq!(status, 200, "{body}");
     }
 }
+
+/// The busiest denied keys are listed only when asked for (`[server] ui_denied_keys`), fed by
+/// the limiter's own denials on every front end.
+#[tokio::test]
+async fn the_live_view_lists_denied_keys_only_when_opted_in() {
+    let rules = r#"
+[[rules]]
+name = "tight"
+limit = "1/min"
+key = "header:x-user"
+"#;
+    let c = client();
+    let deny = |fg: &Floodgate, user: &'static str, times: usize| {
+        let c = c.clone();
+        let url = fg.url("/v1/forward-auth");
+        async move {
+            for _ in 0..times {
+                c.get(&url).header("x-user", user).send().await.unwrap();
+            }
+        }
+    };
+    let live = |fg: &Floodgate| {
+        let c = c.clone();
+        let url = fg.url("/v1/ui/live");
+        async move {
+            let r = c.get(&url).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+
+    let off = Floodgate::with_config(rules, &[]);
+    deny(&off, "carol", 3).await;
+    assert_eq!(
+        live(&off).await["denied_keys"],
+        Value::Null,
+        "off by default"
+    );
+
+    let on = Floodgate::with_config(&format!("[server]\nui_denied_keys = 5\n{rules}"), &[]);
+    deny(&on, "carol", 3).await; // 1 admitted, 2 denied
+    deny(&on, "dave", 2).await; // 1 admitted, 1 denied
+                                // A denial through /v1/check is the limiter's too.
+    post_json(
+        &c,
+        &on.url("/v1/check"),
+        &json!({"rule": "tight", "key": "erin"}),
+    )
+    .await;
+    post_json(
+        &c,
+        &on.url("/v1/check"),
+        &json!({"rule": "tight", "key": "erin"}),
+    )
+    .await;
+    let doc = live(&on).await;
+    let keys = &doc["denied_keys"];
+    assert_eq!(keys["capacity"], 5);
+    assert_eq!(keys["denials"], 4, "{doc}");
+    let list: Vec<(String, String, u64)> = keys["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["rule"].as_str().unwrap().to_string(),
+                k["key"].as_str().unwrap().to_string(),
+                k["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        list,
+        [
+            ("tight".into(), "x-user=carol".into(), 2),
+            ("tight".into(), "key=erin".into(), 1),
+            ("tight".into(), "x-user=dave".into(), 1),
+        ]
+    );
+
+    // Out of range: refused at start, naming the field.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["check-config", "/dev/stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(b"[server]\nui_denied_keys = 5000\n")?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("server.ui_denied_keys"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

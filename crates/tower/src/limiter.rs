@@ -56,6 +56,7 @@ use crate::rule::{CostError, FailureMode, RuleSet};
 pub struct RateLimiter<S> {
     store: Arc<S>,
     rules: Arc<ArcSwap<RuleSet>>,
+    observer: Option<Arc<dyn DenialObserver>>,
 }
 
 impl<S> Clone for RateLimiter<S> {
@@ -63,8 +64,18 @@ impl<S> Clone for RateLimiter<S> {
         Self {
             store: Arc::clone(&self.store),
             rules: Arc::clone(&self.rules),
+            observer: self.observer.clone(),
         }
     }
+}
+
+/// Told of every key an enforcing rule denies (counted `denied`), e.g. to keep a bounded list
+/// of the busiest denied keys. Called on the decision path, after the decision: it must be
+/// quick and must not block. `key` is the store key (`ip=203.0.113.7`, `key=alice`), which can
+/// be personal data: keep such a view opt-in.
+pub trait DenialObserver: Send + Sync + std::fmt::Debug {
+    /// `rule` denied `key`.
+    fn denied(&self, rule: &str, key: &str);
 }
 
 /// What to do with a request.
@@ -308,7 +319,17 @@ impl<S: Store> RateLimiter<S> {
     /// A limiter whose rules are `rules`, shared with whoever else holds the `Arc` (e.g. the
     /// server's config reloader, which calls `rules.store(...)`).
     pub fn with_shared_rules(store: Arc<S>, rules: Arc<ArcSwap<RuleSet>>) -> Self {
-        Self { store, rules }
+        Self {
+            store,
+            rules,
+            observer: None,
+        }
+    }
+
+    /// This limiter (and its clones made from now on) tells `observer` of every denial.
+    pub fn with_denial_observer(mut self, observer: Arc<dyn DenialObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The shared, swappable rule set.
@@ -331,6 +352,11 @@ impl<S: Store> RateLimiter<S> {
     /// The store.
     pub fn store(&self) -> &Arc<S> {
         &self.store
+    }
+
+    /// The denial observer, if any.
+    pub(crate) fn observer(&self) -> Option<&Arc<dyn DenialObserver>> {
+        self.observer.as_ref()
     }
 
     /// Decides which rules apply to a request and with which keys and costs. `extensions` are
@@ -413,18 +439,25 @@ impl<S: Store> RateLimiter<S> {
     ) -> impl Future<Output = Verdict> + Send + 'static {
         let plan = self.plan_request(request);
         // Only the store is needed after planning: one reference count, not two.
+        // Only the store (and the observer, if any) are needed after planning.
         let store = Arc::clone(&self.store);
-        async move { evaluate(&*store, plan, Mode::Check).await }
+        let observer = self.observer.clone();
+        async move { evaluate(&*store, observer.as_deref(), plan, Mode::Check).await }
     }
 
     /// Runs a plan against the store (see [`RateLimiter`] for the steps).
     pub async fn evaluate(&self, plan: Plan, mode: Mode) -> Verdict {
-        evaluate(&*self.store, plan, mode).await
+        evaluate(&*self.store, self.observer.as_deref(), plan, mode).await
     }
 }
 
 /// [`RateLimiter::evaluate`] with the store.
-pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan, mode: Mode) -> Verdict {
+pub(crate) async fn evaluate<S: Store>(
+    store: &S,
+    observer: Option<&dyn DenialObserver>,
+    plan: Plan,
+    mode: Mode,
+) -> Verdict {
     let set = &*plan.rules;
     let rules = &set.rules;
     let checks = plan.checks.as_slice();
@@ -516,7 +549,12 @@ pub(crate) async fn evaluate<S: Store>(store: &S, plan: Plan, mode: Mode) -> Ver
                             // Another rule refused the request: nothing was charged here.
                             (true, false, _) => Outcome::NotCharged,
                             (false, _, true) => Outcome::StoreFull,
-                            (false, _, false) => Outcome::Denied,
+                            (false, _, false) => {
+                                if let (true, Some(observer)) = (consume, observer) {
+                                    observer.denied(&rule.name, &c.key);
+                                }
+                                Outcome::Denied
+                            }
                         },
                     );
                     // A decision of a local fallback describes its own, smaller quota.

@@ -67,11 +67,17 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let plan = self.limiter.plan_request(&request);
         let store = Arc::clone(self.limiter.store());
+        let observer = self.limiter.observer().cloned();
         // The evaluation future is made inside this one, not captured by it: a captured future
         // would be held twice (as capture and as awaitee), and a store's future can be large.
         Box::pin(async move {
-            let verdict =
-                crate::limiter::evaluate(&*store, plan, crate::limiter::Mode::Check).await;
+            let verdict = crate::limiter::evaluate(
+                &*store,
+                observer.as_deref(),
+                plan,
+                crate::limiter::Mode::Check,
+            )
+            .await;
             if let Some(response) = verdict.response() {
                 return Ok(response.map(ResponseBody::full));
             }

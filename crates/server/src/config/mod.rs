@@ -10,6 +10,7 @@
 //! trusted_proxies = ["127.0.0.1/32"]   # peers whose X-Forwarded-For is believed
 //! upstream = "http://127.0.0.1:3000"   # reverse-proxy mode
 //! ui = true                            # the web page at /ui/ (default; --no-ui turns it off)
+//! ui_denied_keys = 20                  # its live view lists the 20 busiest denied keys (default 0: off)
 //!
 //! [store]
 //! kind = "memory"                      # or "redis", with url = "redis://..." (or nodes = [...])
@@ -108,6 +109,9 @@ pub struct ServerConfig {
     pub ipv6_prefix: u8,
     /// Serve the web page at `/ui/` on the API listener (default true); `--no-ui` overrides.
     pub ui: bool,
+    /// `ui_denied_keys`: how many of the busiest denied keys the web page's live view shows
+    /// (0, the default: none; keys can be personal data, so the list is opt-in; at most 1,000).
+    pub ui_denied_keys: usize,
 }
 
 impl Default for ServerConfig {
@@ -120,6 +124,7 @@ impl Default for ServerConfig {
             forwarded_header: ForwardedHeader::XForwardedFor,
             ipv6_prefix: 64,
             ui: true,
+            ui_denied_keys: 0,
         }
     }
 }
@@ -422,6 +427,16 @@ impl Validator<'_> {
         }
         if let Some(ui) = s.ui {
             out.ui = ui;
+        }
+        if let Some(n) = &s.ui_denied_keys {
+            match usize::try_from(*n.get_ref()) {
+                Ok(n) if n <= 1_000 => out.ui_denied_keys = n,
+                _ => self.push(
+                    n,
+                    "server.ui_denied_keys".into(),
+                    format!("must be between 0 and 1000, got {}", n.get_ref()),
+                ),
+            }
         }
         if let Some(up) = &s.upstream {
             match parse_upstream(up.get_ref()) {

@@ -28,6 +28,7 @@ pub(crate) struct RawServer {
     pub forwarded_header: Option<Spanned<String>>,
     pub ipv6_prefix: Option<Spanned<i64>>,
     pub ui: Option<bool>,
+    pub ui_denied_keys: Option<Spanned<i64>>,
 }
 
 /// `[store]`.

@@ -235,6 +235,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address"));
 
     let ui = config.server.ui && !args.no_ui;
+    // Opt-in: the busiest denied keys, fed by the limiter.
+    let denied_keys = (ui && config.server.ui_denied_keys > 0).then(|| {
+        Arc::new(crate::ui::denied_keys::DeniedKeys::new(
+            config.server.ui_denied_keys,
+        ))
+    });
     let mut state = AppState::new(
         config,
         args.config.clone(),
@@ -246,7 +252,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         upstream.clone(),
     );
     state.bench_baseline = args.bench_baseline;
-    state.ui = ui.then(|| Arc::new(crate::ui::live::Live::new(None)));
+    if let Some(keys) = &denied_keys {
+        state.limiter = state.limiter.clone().with_denial_observer(keys.clone());
+    }
+    state.ui = ui.then(|| Arc::new(crate::ui::live::Live::new(denied_keys)));
     let state = Arc::new(state);
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);

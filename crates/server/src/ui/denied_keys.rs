@@ -51,6 +51,13 @@ struct Inner {
     total: u64,
 }
 
+/// The limiter tells the list of every denial (`[server] ui_denied_keys`).
+impl floodgate_tower::DenialObserver for DeniedKeys {
+    fn denied(&self, rule: &str, key: &str) {
+        self.record_denied(rule, key);
+    }
+}
+
 impl DeniedKeys {
     /// Holds at most `capacity` pairs (clamped to `1..=MAX_CAPACITY`).
     pub fn new(capacity: usize) -> Self {

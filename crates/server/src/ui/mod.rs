@@ -12,9 +12,7 @@
 //! elsewhere. `--no-ui` or `[server] ui = false` turn the page and `/v1/ui/live` off;
 //! `/v1/simulate` stays (it is an API of its own, bounded like the command line).
 
-// Nothing records denials yet: `floodgate_tower::RateLimiter` is to call
-// `DeniedKeys::record_denied` (opt-in) once its denial hook exists.
-#[allow(dead_code)]
+// Fed by `floodgate_tower::RateLimiter`'s denial observer when `[server] ui_denied_keys` > 0.
 pub mod denied_keys;
 pub mod live;
 pub mod simulate;
