@@ -71,3 +71,11 @@ pub use rule::{
     parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,
 };
 pub use service::RateLimit;
+
+// What a rule and a store are made of, so that one dependency suffices.
+pub use floodgate_core::{AlgorithmKind, ManualClock, Policy, Quota, SystemClock};
+pub use floodgate_store::MemoryStore;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

@@ -101,6 +101,13 @@ pub enum Action {
         /// numbering); `None` when several items of one rule and key together exceed it.
         check: Option<usize>,
     },
+    /// `rule` counts by client IP but the request has no peer address (the app is served
+    /// without one): answer 500 ([`response::no_client_address`]); nothing was charged. A setup
+    /// error, logged and counted (`no_client_address`), never a silent pass.
+    NoClientAddress {
+        /// The rule.
+        rule: Arc<str>,
+    },
     /// `rule`'s cost header holds something that is not a positive whole number: answer 400
     /// ([`response::invalid_cost`]); nothing was charged.
     InvalidCost {
@@ -172,6 +179,7 @@ impl Verdict {
                 ..
             } => Some(response::cost_exceeds_capacity(rule, *cost, *capacity)),
             Action::InvalidCost { rule, header } => Some(response::invalid_cost(rule, header)),
+            Action::NoClientAddress { rule } => Some(response::no_client_address(rule)),
         }
     }
 
@@ -217,6 +225,8 @@ struct Refusal {
 
 #[derive(Debug, Clone)]
 enum CostRefusal {
+    /// The rule counts by client IP and the request has no peer address.
+    NoClientAddress,
     /// A cost header that is not a positive whole number.
     Invalid(http::HeaderName),
     /// A cost above the rule's capacity.
@@ -310,6 +320,14 @@ impl Plan {
     }
 }
 
+impl RateLimiter<floodgate_store::MemoryStore> {
+    /// A limiter with `rules` over a [`MemoryStore`](floodgate_store::MemoryStore) of the
+    /// default configuration on the system clock: counters in this process.
+    pub fn in_memory(rules: RuleSet) -> Self {
+        Self::new(Arc::new(floodgate_store::MemoryStore::default()), rules)
+    }
+}
+
 impl<S: Store> RateLimiter<S> {
     /// A limiter over `store` with `rules`.
     pub fn new(store: Arc<S>, rules: RuleSet) -> Self {
@@ -378,11 +396,23 @@ impl<S: Store> RateLimiter<S> {
             if !rule.matcher.matches(method, uri, headers) {
                 continue;
             }
-            if rule.key.uses_client_ip() && !client_ip_resolved {
-                client_ip_resolved = true;
-                client_addr = crate::ip::peer_addr(extensions)
-                    .map(|peer| rules.client_ip.client_ip(peer.ip(), headers));
-                client_ip = client_addr.map(|addr| rules.client_ip.group(addr));
+            if rule.key.uses_client_ip() {
+                if !client_ip_resolved {
+                    client_ip_resolved = true;
+                    client_addr = crate::ip::peer_addr(extensions)
+                        .map(|peer| rules.client_ip.client_ip(peer.ip(), headers));
+                    client_ip = client_addr.map(|addr| rules.client_ip.group(addr));
+                }
+                if client_addr.is_none() {
+                    // Without a peer address a client-IP rule would skip every request: the
+                    // app is served without one, which must be loud, not "nothing limited".
+                    refusal.get_or_insert(Refusal {
+                        rule: index,
+                        check: None,
+                        error: CostRefusal::NoClientAddress,
+                    });
+                    continue;
+                }
             }
             let cx = KeyContext {
                 method,
@@ -480,6 +510,13 @@ pub(crate) async fn evaluate<S: Store>(
     if let Some(refusal) = &plan.refusal {
         let rule = &rules[refusal.rule];
         let action = match &refusal.error {
+            CostRefusal::NoClientAddress => {
+                count(refusal.rule, Outcome::NoClientAddress);
+                log_no_client_address(&rule.name);
+                Action::NoClientAddress {
+                    rule: Arc::clone(&rule.name),
+                }
+            }
             CostRefusal::Invalid(header) => {
                 count(refusal.rule, Outcome::InvalidCost);
                 Action::InvalidCost {
@@ -696,6 +733,27 @@ fn count_store_error(error: &StoreError) {
         _ => "other",
     };
     metrics::counter!("floodgate_store_errors_total", "kind" => kind).increment(1);
+}
+
+/// Logs a missing client address at `error`, at most once a minute per process.
+fn log_no_client_address(rule: &str) {
+    use floodgate_core::{Clock, SystemClock};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_US: AtomicU64 = AtomicU64::new(0);
+    let now = SystemClock.now();
+    let last = LAST_US.load(Ordering::Relaxed);
+    if (last == 0 || now.saturating_sub(last) >= 60_000_000)
+        && LAST_US
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::error!(
+            rule,
+            "a rule counts by client IP but requests carry no peer address: every such \
+             request is answered 500; serve the app with \
+             into_make_service_with_connect_info::<SocketAddr>() (axum) or insert a PeerAddr"
+        );
+    }
 }
 
 /// Logs a store failure at `warn` at most once per second per process (the rest at `debug`),

@@ -44,11 +44,14 @@ pub enum Outcome {
     CostExceedsCapacity,
     /// The request's cost header is not a positive whole number (answered 400).
     InvalidCost,
+    /// The rule counts by client IP but the request has no peer address: the app is served
+    /// without one (answered 500).
+    NoClientAddress,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 12] = [
         Outcome::Allowed,
         Outcome::NotCharged,
         Outcome::Denied,
@@ -60,10 +63,11 @@ impl Outcome {
         Outcome::ErrorClosed,
         Outcome::CostExceedsCapacity,
         Outcome::InvalidCost,
+        Outcome::NoClientAddress,
     ];
 
     /// The label value: `allowed`, `not_charged`, `denied`, `store_full`, `shadow_allowed`, `shadow_denied`,
-    /// `skipped`, `error_open`, `error_closed`, `cost_exceeds_capacity` or `invalid_cost`.
+    /// `skipped`, `error_open`, `error_closed`, `cost_exceeds_capacity`, `invalid_cost` or `no_client_address`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Allowed => "allowed",
@@ -77,6 +81,7 @@ impl Outcome {
             Outcome::ErrorClosed => "error_closed",
             Outcome::CostExceedsCapacity => "cost_exceeds_capacity",
             Outcome::InvalidCost => "invalid_cost",
+            Outcome::NoClientAddress => "no_client_address",
         }
     }
 }

@@ -49,6 +49,9 @@ pub const PROBLEM_COST_EXCEEDS_CAPACITY: &str = "urn:floodgate:problem:cost-exce
 pub const PROBLEM_INVALID_COST: &str = "urn:floodgate:problem:invalid-cost";
 /// The `Content-Type` of problem bodies.
 pub const PROBLEM_JSON: &str = "application/problem+json";
+/// Problem type of a request whose client address the limiter could not find
+/// ([`no_client_address`]).
+pub const PROBLEM_NO_CLIENT_ADDRESS: &str = "urn:floodgate:problem:no-client-address";
 
 /// The quota actually enforced by `decision`, when it differs from `policy`'s: a decision made
 /// under a smaller capacity than the policy's (the local fallback of a shared store, deciding
@@ -255,6 +258,25 @@ pub fn service_unavailable(retry_after_secs: u64) -> Response<Bytes> {
         .headers_mut()
         .insert(RETRY_AFTER, HeaderValue::from(retry_after_secs.max(1)));
     response
+}
+
+/// `500 Internal Server Error` for a request to a rule counted by client IP when the request
+/// carries no peer address: the app is served without one (axum: `axum::serve(listener, app)`
+/// instead of `app.into_make_service_with_connect_info::<SocketAddr>()`), a setup error that
+/// must not pass silently as "nothing is limited".
+pub fn no_client_address(rule: &str) -> Response<Bytes> {
+    let body = serde_json::json!({
+        "type": PROBLEM_NO_CLIENT_ADDRESS,
+        "title": "Internal Server Error",
+        "status": 500,
+        "detail": format!(
+            "rule {rule:?} counts by client IP but the request has no peer address: serve the \
+             app with into_make_service_with_connect_info::<SocketAddr>() (axum) or insert a \
+             floodgate_tower::PeerAddr extension"
+        ),
+        "rule": rule,
+    });
+    problem_response(StatusCode::INTERNAL_SERVER_ERROR, &body)
 }
 
 /// `400 Bad Request` for a request whose cost can never be admitted by `rule` (cost above the

@@ -330,3 +330,53 @@ fn a_store_full_refusal_is_counted_as_store_full_and_its_t_agrees_with_retry_aft
     assert_eq!(count("store_full"), 1);
     assert_eq!(count("denied"), 0);
 }
+
+/// An app served without connect info (`axum::serve(listener, app)`) has no peer address: a
+/// client-IP rule used to skip every request silently; it is now a 500 problem naming the
+/// rule, counted, and rules that do not need the address still decide.
+#[tokio::test]
+async fn a_client_ip_rule_without_a_peer_address_is_a_loud_500() {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let policy =
+        floodgate_core::Policy::parse(floodgate_core::AlgorithmKind::Gcra, "5/min").unwrap();
+    let h = common::harness(RuleSet::new(vec![Rule::new(
+        "per-ip",
+        policy.clone(),
+        KeySource::ClientIp,
+    )]));
+    // No PeerAddr and no ConnectInfo in the request's extensions.
+    let r = h.send(http::Request::new(String::new())).await;
+    assert_eq!(r.status, http::StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    let body = r.json();
+    assert_eq!(body["type"], "urn:floodgate:problem:no-client-address");
+    assert_eq!(body["rule"], "per-ip");
+    assert!(body["detail"]
+        .as_str()
+        .unwrap()
+        .contains("into_make_service_with_connect_info"));
+    assert_eq!(h.backend.calls(), 0, "not passed on unlimited");
+    let counted = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .any(|(k, _, _, v)| {
+            k.key().name() == "floodgate_decisions_total"
+                && k.key()
+                    .labels()
+                    .any(|l| l.key() == "outcome" && l.value() == "no_client_address")
+                && v == metrics_util::debugging::DebugValue::Counter(1)
+        });
+    assert!(counted, "counted as no_client_address");
+
+    // A rule that does not need the address decides as usual.
+    let h = common::harness(RuleSet::new(vec![Rule::new(
+        "global",
+        policy,
+        KeySource::Constant("all".into()),
+    )]));
+    let r = h.send(http::Request::new(String::new())).await;
+    assert_eq!(r.status, http::StatusCode::OK);
+}

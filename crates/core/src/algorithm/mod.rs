@@ -272,6 +272,22 @@ dispatch! {
 }
 
 impl Policy {
+    /// Builds the `kind` algorithm for the quota text `quota` (`"100/s"`, `"10/10s"`,
+    /// `"600/min burst 200"`: see [`Quota`]'s `FromStr`).
+    ///
+    /// # Errors
+    /// [`QuotaError`] when the text is not a quota or the algorithm refuses it.
+    ///
+    /// ```
+    /// use floodgate_core::{AlgorithmKind, Policy};
+    /// let policy = Policy::parse(AlgorithmKind::Gcra, "2/s burst 5").unwrap();
+    /// assert_eq!(policy.capacity(), 5);
+    /// assert!(Policy::parse(AlgorithmKind::Gcra, "2 per second").is_err());
+    /// ```
+    pub fn parse(kind: AlgorithmKind, quota: &str) -> Result<Self, QuotaError> {
+        Self::new(kind, quota.parse()?)
+    }
+
     /// See [`Algorithm::check`].
     ///
     /// # Errors

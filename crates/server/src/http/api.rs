@@ -479,7 +479,8 @@ fn answer(items: &[Item<'_>], verdict: &Verdict, consume: bool) -> Response {
                 ),
             );
         }
-        Action::Unavailable | Action::CostExceedsCapacity { .. } | Action::InvalidCost { .. } => {
+        // Every other refusal is answered as the limiter words it.
+        _ => {
             if let Some(refused) = verdict.response() {
                 return super::from_tower(refused);
             }

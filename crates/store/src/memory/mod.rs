@@ -462,7 +462,16 @@ impl MemoryStore {
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         Self::new(MemoryStoreConfig::default(), clock)
     }
+}
 
+/// The default configuration on the system clock ([`floodgate_core::SystemClock`]).
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::with_clock(Arc::new(floodgate_core::SystemClock))
+    }
+}
+
+impl MemoryStore {
     /// The configuration in force (`shards` and `max_keys` as adjusted by [`MemoryStore::new`]).
     pub fn config(&self) -> &MemoryStoreConfig {
         &self.shared.config
