@@ -1329,3 +1329,34 @@ limit = "10/min"
     assert_eq!(r.headers()["ratelimit-policy"], "\"per-user\";q=5;w=60");
     assert_eq!(r.headers()["ratelimit"], "\"per-user\";r=4;t=12");
 }
+
+/// `--admin-token short` and `FLOODGATE_ADMIN_TOKEN=x` used to start and accept `Bearer x`:
+/// the file's minimum length is the rule everywhere.
+#[test]
+fn a_short_admin_token_is_refused_from_the_flag_and_the_environment() {
+    let run = |args: &[&str], env: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"));
+        cmd.arg("serve").args(["--listen", "127.0.0.1:0"]).args(args);
+        cmd.env_remove("FLOODGATE_ADMIN_TOKEN");
+        if let Some(token) = env {
+            cmd.env("FLOODGATE_ADMIN_TOKEN", token);
+        }
+        let out = cmd
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("floodgate runs");
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    for (args, env) in [
+        (&["--admin-token", "short"][..], None),
+        (&[][..], Some("x")),
+        (&["--admin-token", "sixteen chars ok"][..], None),
+    ] {
+        let (ok, stderr) = run(args, env);
+        assert!(!ok, "{args:?} {env:?} started");
+        assert!(
+            stderr.contains("at least 16 printable ASCII characters without spaces"),
+            "{stderr}"
+        );
+    }
+}

@@ -197,6 +197,19 @@ pub fn is_tls_redis_url(url: &str) -> bool {
     url.starts_with("rediss://")
 }
 
+/// The one rule for an admin token, wherever it comes from (`[server] admin_token`,
+/// `--admin-token`, `FLOODGATE_ADMIN_TOKEN`): at least 16 printable ASCII characters without
+/// spaces.
+///
+/// # Errors
+/// What is wrong with it.
+pub fn check_admin_token(token: &str) -> Result<(), String> {
+    if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("must be at least 16 printable ASCII characters without spaces".into());
+    }
+    Ok(())
+}
+
 /// One validated `[[rules]]` entry.
 #[derive(Debug, Clone)]
 pub struct RuleConfig {
@@ -384,15 +397,9 @@ impl Validator<'_> {
             }
         }
         if let Some(token) = &s.admin_token {
-            let t = token.get_ref();
-            if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) {
-                self.push(
-                    token,
-                    "server.admin_token".into(),
-                    "must be at least 16 printable ASCII characters without spaces".into(),
-                );
-            } else {
-                out.admin_token = Some(t.clone());
+            match check_admin_token(token.get_ref()) {
+                Ok(()) => out.admin_token = Some(token.get_ref().clone()),
+                Err(msg) => self.push(token, "server.admin_token".into(), msg),
             }
         }
         for (i, p) in s.trusted_proxies.iter().enumerate() {

@@ -66,12 +66,14 @@ pub struct ServeArgs {
     pub admin_listen: Option<SocketAddr>,
 
     /// Bearer token for the admin API (`/v1/keys/...`); overrides `[server] admin_token`.
-    /// Without any token the admin API is disabled.
+    /// At least 16 printable ASCII characters without spaces (as in the file); an empty value
+    /// counts as none. Without any token the admin API is disabled.
     #[arg(
         long,
         env = "FLOODGATE_ADMIN_TOKEN",
         hide_env_values = true,
-        value_name = "TOKEN"
+        value_name = "TOKEN",
+        value_parser = parse_admin_token
     )]
     pub admin_token: Option<String>,
 
@@ -525,6 +527,17 @@ async fn housekeeping(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>)
             state.prometheus.run_upkeep();
         }
     }
+}
+
+/// `--admin-token` / `FLOODGATE_ADMIN_TOKEN`: the file's rule ([`config::check_admin_token`]);
+/// empty means unset.
+fn parse_admin_token(text: &str) -> Result<String, String> {
+    if !text.is_empty() {
+        config::check_admin_token(text).map_err(|msg| {
+            format!("{msg} (the rule of [server] admin_token, also for FLOODGATE_ADMIN_TOKEN)")
+        })?;
+    }
+    Ok(text.to_string())
 }
 
 fn describe_metrics() {
