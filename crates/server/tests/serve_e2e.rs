@@ -672,9 +672,25 @@ async fn bad_requests_get_problem_json_naming_the_field_and_touch_nothing() {
         ),
         (r#"{"rule": "per-client-ip", "key": "alice", "cost": -1}"#.into(), 400, "cost", "whole number between 0 and 1000000"),
         (r#"{"rule": "per-client-ip", "key": "alice", "cost": 1.5}"#.into(), 400, "cost", "whole number between 0 and 1000000"),
+        (r#"{"rule": "per-client-ip", "key": "alice", "cost": 1.0}"#.into(), 400, "cost", "written without a fraction or exponent, got 1.0"),
         (r#"{"rule": "per-client-ip", "key": "alice", "cost": 1e300}"#.into(), 400, "cost", "whole number between 0 and 1000000"),
         (r#"{"rule": "per-client-ip", "key": "alice", "cost": 11}"#.into(), 400, "cost", "exceeds the capacity"),
         (r#"{"descriptors": []}"#.into(), 400, "descriptors", "between 1 and 16"),
+        // Repeated members are refused, never "the last one wins" (the first would be charged).
+        (r#"{"rule": "zzz", "rule": "per-client-ip", "key": "alice"}"#.into(), 400, "rule", "duplicate field `rule`"),
+        (
+            r#"{"descriptors": [{"rule": "per-client-ip", "key": "a", "key": "b"}]}"#.into(),
+            400,
+            "descriptors[0].key",
+            "duplicate field `key`",
+        ),
+        // A missing member is named itself, not its object.
+        (
+            r#"{"descriptors": [{"rule": "per-client-ip", "key": "a"}, {"rule": "per-client-ip"}]}"#.into(),
+            400,
+            "descriptors[1].key",
+            "missing field `key`",
+        ),
         (
             r#"{"descriptors": [{"rule": "per-client-ip", "key": "alice"}, {"rule": "x", "key": "alice"}]}"#.into(),
             400,
@@ -1336,7 +1352,9 @@ limit = "10/min"
 fn a_short_admin_token_is_refused_from_the_flag_and_the_environment() {
     let run = |args: &[&str], env: Option<&str>| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"));
-        cmd.arg("serve").args(["--listen", "127.0.0.1:0"]).args(args);
+        cmd.arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args);
         cmd.env_remove("FLOODGATE_ADMIN_TOKEN");
         if let Some(token) = env {
             cmd.env("FLOODGATE_ADMIN_TOKEN", token);
@@ -1345,7 +1363,10 @@ fn a_short_admin_token_is_refused_from_the_flag_and_the_environment() {
             .stdin(std::process::Stdio::null())
             .output()
             .expect("floodgate runs");
-        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     for (args, env) in [
         (&["--admin-token", "short"][..], None),

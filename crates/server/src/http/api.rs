@@ -201,36 +201,42 @@ pub(super) fn read_json<T: serde::de::DeserializeOwned>(
     parse_json(&bytes)
 }
 
-/// Parses a JSON object into `T`: syntax first (a whole JSON object), then the shape, with the
-/// path of the failing field; errors are 400 problems naming it.
-fn parse_json<'de, T: Deserialize<'de>>(bytes: &[u8]) -> Result<T, Response> {
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
-        invalid(
-            StatusCode::BAD_REQUEST,
-            "body",
-            format!("invalid JSON: {e}"),
-        )
-    })?;
-    if !value.is_object() {
-        return Err(invalid(
-            StatusCode::BAD_REQUEST,
-            "body",
-            "invalid JSON: expected an object",
-        ));
+/// Parses a JSON object into `T`, refusing what the typed request refuses: unknown and
+/// repeated members (`{"rule": "a", "rule": "b"}` is an error, never "the last one wins"), a
+/// body that is not an object, trailing data. Errors are 400 problems naming the field at fault
+/// (`body` for the syntax).
+fn parse_json<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, Response> {
+    let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        // Valid JSON of another shape, or not JSON at all.
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                Ok(_) => bad("body", "invalid JSON: expected an object".into()),
+                Err(e) => bad("body", format!("invalid JSON: {e}")),
+            },
+        );
     }
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
-        let field = if path == "." {
-            "body".to_string()
-        } else {
-            path
+        let inner = e.into_inner();
+        let message = inner.to_string();
+        // A missing or repeated member is reported at its object; name the member itself.
+        let member = ["missing field `", "duplicate field `"]
+            .iter()
+            .find_map(|p| message.strip_prefix(p)?.split('`').next());
+        let field = match (member, path.as_str()) {
+            _ if inner.is_syntax() || inner.is_eof() => "body".to_string(),
+            (Some(m), ".") => m.to_string(),
+            (Some(m), at) => format!("{at}.{m}"),
+            (None, ".") => "body".to_string(),
+            (None, at) => at.to_string(),
         };
-        invalid(
-            StatusCode::BAD_REQUEST,
-            &field,
-            format!("invalid JSON: {}", e.into_inner()),
-        )
-    })
+        bad(&field, format!("invalid JSON: {inner}"))
+    })?;
+    de.end()
+        .map_err(|e| bad("body", format!("invalid JSON: {e}")))?;
+    Ok(value)
 }
 
 fn validate<'a>(
@@ -331,10 +337,16 @@ fn validate_one<'a>(
         Some(n) => match n.as_u64() {
             Some(c) if c <= MAX_COST => c,
             _ => {
+                // `1.0` and `1e2` are numbers with a fraction or an exponent in JSON: say so.
+                let hint = if n.is_f64() {
+                    " written without a fraction or exponent"
+                } else {
+                    ""
+                };
                 return Err(bad(
                     "cost",
-                    format!("must be a whole number between 0 and {MAX_COST}"),
-                ))
+                    format!("must be a whole number between 0 and {MAX_COST}{hint}, got {n}"),
+                ));
             }
         },
     };
