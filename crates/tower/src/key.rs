@@ -180,6 +180,24 @@ impl KeySource {
         }
     }
 
+    /// The first header this source reads that the request carries more than once: a key
+    /// from one of two values would be a guess (the upstream sees both), so the limiter refuses
+    /// the request instead.
+    pub fn repeated_header<'s>(&'s self, headers: &http::HeaderMap) -> Option<&'s HeaderName> {
+        let repeated = |name: &'s HeaderName| {
+            let mut values = headers.get_all(name).iter();
+            (values.next().is_some() && values.next().is_some()).then_some(name)
+        };
+        match self {
+            KeySource::User { header } | KeySource::ApiKey { header } => repeated(header),
+            KeySource::Header { name } => repeated(name),
+            KeySource::All(s) | KeySource::FirstOf(s) => {
+                s.iter().find_map(|source| source.repeated_header(headers))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether this source (or any part of it) reads the client IP, so the limiter resolves it
     /// only when needed.
     pub fn uses_client_ip(&self) -> bool {

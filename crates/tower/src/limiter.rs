@@ -108,6 +108,14 @@ pub enum Action {
         /// The rule.
         rule: Arc<str>,
     },
+    /// The request carries `header`, which `rule` counts by, more than once: answer 400
+    /// ([`response::ambiguous_key`]); nothing was charged.
+    AmbiguousKey {
+        /// The rule.
+        rule: Arc<str>,
+        /// The header.
+        header: http::HeaderName,
+    },
     /// `rule`'s cost header holds something that is not a positive whole number: answer 400
     /// ([`response::invalid_cost`]); nothing was charged.
     InvalidCost {
@@ -180,6 +188,7 @@ impl Verdict {
             } => Some(response::cost_exceeds_capacity(rule, *cost, *capacity)),
             Action::InvalidCost { rule, header } => Some(response::invalid_cost(rule, header)),
             Action::NoClientAddress { rule } => Some(response::no_client_address(rule)),
+            Action::AmbiguousKey { rule, header } => Some(response::ambiguous_key(rule, header)),
         }
     }
 
@@ -227,6 +236,8 @@ struct Refusal {
 enum CostRefusal {
     /// The rule counts by client IP and the request has no peer address.
     NoClientAddress,
+    /// The request carries a header the rule counts by more than once.
+    AmbiguousKey(http::HeaderName),
     /// A cost header that is not a positive whole number.
     Invalid(http::HeaderName),
     /// A cost above the rule's capacity.
@@ -396,6 +407,14 @@ impl<S: Store> RateLimiter<S> {
             if !rule.matcher.matches(method, uri, headers) {
                 continue;
             }
+            if let Some(header) = rule.key.repeated_header(headers) {
+                refusal.get_or_insert(Refusal {
+                    rule: index,
+                    check: None,
+                    error: CostRefusal::AmbiguousKey(header.clone()),
+                });
+                continue;
+            }
             if rule.key.uses_client_ip() {
                 if !client_ip_resolved {
                     client_ip_resolved = true;
@@ -510,6 +529,13 @@ pub(crate) async fn evaluate<S: Store>(
     if let Some(refusal) = &plan.refusal {
         let rule = &rules[refusal.rule];
         let action = match &refusal.error {
+            CostRefusal::AmbiguousKey(header) => {
+                count(refusal.rule, Outcome::AmbiguousKey);
+                Action::AmbiguousKey {
+                    rule: Arc::clone(&rule.name),
+                    header: header.clone(),
+                }
+            }
             CostRefusal::NoClientAddress => {
                 count(refusal.rule, Outcome::NoClientAddress);
                 log_no_client_address(&rule.name);

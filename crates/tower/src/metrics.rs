@@ -47,11 +47,13 @@ pub enum Outcome {
     /// The rule counts by client IP but the request has no peer address: the app is served
     /// without one (answered 500).
     NoClientAddress,
+    /// The request carries a header the rule counts by more than once (answered 400).
+    AmbiguousKey,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 13] = [
         Outcome::Allowed,
         Outcome::NotCharged,
         Outcome::Denied,
@@ -64,10 +66,11 @@ impl Outcome {
         Outcome::CostExceedsCapacity,
         Outcome::InvalidCost,
         Outcome::NoClientAddress,
+        Outcome::AmbiguousKey,
     ];
 
     /// The label value: `allowed`, `not_charged`, `denied`, `store_full`, `shadow_allowed`, `shadow_denied`,
-    /// `skipped`, `error_open`, `error_closed`, `cost_exceeds_capacity`, `invalid_cost` or `no_client_address`.
+    /// `skipped`, `error_open`, `error_closed`, `cost_exceeds_capacity`, `invalid_cost`, `no_client_address` or `ambiguous_key`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Allowed => "allowed",
@@ -82,6 +85,7 @@ impl Outcome {
             Outcome::CostExceedsCapacity => "cost_exceeds_capacity",
             Outcome::InvalidCost => "invalid_cost",
             Outcome::NoClientAddress => "no_client_address",
+            Outcome::AmbiguousKey => "ambiguous_key",
         }
     }
 }

@@ -49,6 +49,8 @@ pub const PROBLEM_COST_EXCEEDS_CAPACITY: &str = "urn:floodgate:problem:cost-exce
 pub const PROBLEM_INVALID_COST: &str = "urn:floodgate:problem:invalid-cost";
 /// The `Content-Type` of problem bodies.
 pub const PROBLEM_JSON: &str = "application/problem+json";
+/// Problem type of a request carrying a key header twice ([`ambiguous_key`]).
+pub const PROBLEM_AMBIGUOUS_KEY: &str = "urn:floodgate:problem:ambiguous-key";
 /// Problem type of a request whose client address the limiter could not find
 /// ([`no_client_address`]).
 pub const PROBLEM_NO_CLIENT_ADDRESS: &str = "urn:floodgate:problem:no-client-address";
@@ -277,6 +279,23 @@ pub fn no_client_address(rule: &str) -> Response<Bytes> {
         "rule": rule,
     });
     problem_response(StatusCode::INTERNAL_SERVER_ERROR, &body)
+}
+
+/// `400 Bad Request` for a request that carries `header`, which `rule` counts by, more than
+/// once: which value is the client would be a guess.
+pub fn ambiguous_key(rule: &str, header: &HeaderName) -> Response<Bytes> {
+    let body = serde_json::json!({
+        "type": PROBLEM_AMBIGUOUS_KEY,
+        "title": "Ambiguous rate-limit key",
+        "status": 400,
+        "detail": format!(
+            "header {} appears more than once, and rule {rule:?} counts by it: send it once",
+            header.as_str()
+        ),
+        "rule": rule,
+        "field": header.as_str(),
+    });
+    problem_response(StatusCode::BAD_REQUEST, &body)
 }
 
 /// `400 Bad Request` for a request whose cost can never be admitted by `rule` (cost above the

@@ -367,3 +367,39 @@ async fn a_wider_ipv6_limit_catches_address_rotation_inside_a_48() {
     );
     assert_eq!(h.status("/", "[2001:db8:2:1::1]:1").await, StatusCode::OK);
 }
+
+/// `X-User-Id: carol` and `X-User-Id: dave` in one request used to be counted under carol
+/// while the upstream saw both: the request is now refused naming the header, nothing charged.
+#[tokio::test]
+async fn an_identity_header_sent_twice_is_refused_not_guessed() {
+    let rule = Rule::new(
+        "per-user",
+        common::gcra("2/min"),
+        KeySource::FirstOf(vec![
+            KeySource::User {
+                header: HeaderName::from_static("x-user-id"),
+            },
+            KeySource::ClientIp,
+        ]),
+    );
+    let h = harness(RuleSet::new(vec![rule]));
+    let twice = request(
+        "/",
+        "192.0.2.1:1",
+        &[("x-user-id", "carol"), ("x-user-id", "dave")],
+    );
+    let r = h.send(twice).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    let body = r.json();
+    assert_eq!(body["type"], "urn:floodgate:problem:ambiguous-key");
+    assert_eq!(body["field"], "x-user-id");
+    assert_eq!(body["rule"], "per-user");
+    assert_eq!(h.backend.calls(), 0);
+    // Once: counted for carol, whose allowance the refused request did not touch.
+    let once = || request("/", "192.0.2.1:1", &[("x-user-id", "carol")]);
+    assert_eq!(
+        h.send(once()).await.header("ratelimit"),
+        Some("\"per-user\";r=1;t=30")
+    );
+}
