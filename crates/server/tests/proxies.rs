@@ -54,8 +54,8 @@ fn snippet(name: &str, proxy: SocketAddr, floodgate: &str, app: SocketAddr) -> S
         ("127.0.0.1:3000", app.to_string()),
     ];
     let used = match name {
-        "traefik.yml" => &all[..1],
-        "traefik-dynamic.yml" => &all[1..],
+        "traefik.yml" | "traefik-headers.yml" => &all[..1],
+        "traefik-dynamic.yml" | "traefik-headers-dynamic.yml" => &all[1..],
         _ => &all[..],
     };
     let mut out = text.clone();
@@ -473,7 +473,12 @@ enum Kind {
     Nginx,
     Caddy,
     Traefik,
+    /// Traefik with the local plugin of `docs/proxies/traefik-plugin/`.
+    TraefikWithPlugin,
 }
+
+/// The files of the Traefik plugin.
+const PLUGIN_FILES: [&str; 3] = [".traefik.yml", "go.mod", "ratelimitheaders.go"];
 
 impl Kind {
     /// Starts this proxy with its snippet, pointed at `floodgate` (`host:port`) and `app`.
@@ -539,7 +544,13 @@ impl Kind {
                 )
                 .await
             }
-            Kind::Traefik => {
+            Kind::Traefik | Kind::TraefikWithPlugin => {
+                let plugin = matches!(self, Kind::TraefikWithPlugin);
+                let (static_name, dynamic_name) = if plugin {
+                    ("traefik-headers.yml", "traefik-headers-dynamic.yml")
+                } else {
+                    ("traefik.yml", "traefik-dynamic.yml")
+                };
                 let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
                 let traefik = binary(
                     "traefik",
@@ -549,11 +560,22 @@ impl Kind {
                 start_proxy(
                     |addr| {
                         let dir = tempfile::tempdir().unwrap();
-                        for name in ["traefik.yml", "traefik-dynamic.yml"] {
+                        for name in [static_name, dynamic_name] {
                             let text = snippet(name, addr, floodgate, app);
                             std::fs::write(dir.path().join(name), text).unwrap();
                         }
-                        let static_file = dir.path().join("traefik.yml");
+                        if plugin {
+                            // Where Traefik looks for a local plugin: under its working folder.
+                            let to = dir
+                                .path()
+                                .join("plugins-local/src/floodgate/ratelimitheaders");
+                            std::fs::create_dir_all(&to).unwrap();
+                            for name in PLUGIN_FILES {
+                                let from = docs().join("proxies/traefik-plugin").join(name);
+                                std::fs::copy(from, to.join(name)).unwrap();
+                            }
+                        }
+                        let static_file = dir.path().join(static_name);
                         let args = vec![format!("--configFile={}", static_file.display())];
                         let env = vec![("HOME", dir.path().to_path_buf())];
                         (dir, traefik.clone(), args, env)
@@ -621,6 +643,16 @@ async fn the_traefik_snippet_carries_denials_to_the_client_and_headers_to_the_ap
     run(Kind::Traefik, &carries, 500).await;
 }
 
+#[tokio::test]
+async fn the_traefik_snippet_with_the_plugin_carries_headers_to_the_client_too() {
+    let carries = Carries {
+        headers_on_200: true,
+        floodgate_bodies: true,
+        headers_to_app: true,
+    };
+    run(Kind::TraefikWithPlugin, &carries, 500).await;
+}
+
 #[test]
 fn docs_proxies_md_shows_every_snippet_verbatim() {
     let guide = std::fs::read_to_string(docs().join("proxies.md")).unwrap();
@@ -629,6 +661,11 @@ fn docs_proxies_md_shows_every_snippet_verbatim() {
         "Caddyfile",
         "traefik.yml",
         "traefik-dynamic.yml",
+        "traefik-headers.yml",
+        "traefik-headers-dynamic.yml",
+        "traefik-plugin/.traefik.yml",
+        "traefik-plugin/go.mod",
+        "traefik-plugin/ratelimitheaders.go",
     ] {
         let text = std::fs::read_to_string(docs().join("proxies").join(name)).unwrap();
         assert!(
