@@ -4,8 +4,8 @@
 //! going:
 //! - Traefik `ForwardAuth` and Caddy `forward_auth`: `X-Forwarded-Method`, `X-Forwarded-Host`,
 //!   `X-Forwarded-Uri`, `X-Forwarded-For`;
-//! - nginx `auth_request`: `X-Original-URI` (and `X-Original-Method` if the snippet sets it),
-//!   `X-Forwarded-For`.
+//! - nginx `auth_request`: what its configuration sets; the one in `docs/proxies/` sets the
+//!   same four `X-Forwarded-*` headers (others use `X-Original-URI` / `X-Original-Method`).
 //!
 //! The original method, URI and host are rebuilt from these (the method and host falling back
 //! to the sub-request's own, the URI to `/` when neither header is sent), and the rules are
