@@ -4,11 +4,14 @@
 //! going:
 //! - Traefik `ForwardAuth` and Caddy `forward_auth`: `X-Forwarded-Method`, `X-Forwarded-Host`,
 //!   `X-Forwarded-Uri`, `X-Forwarded-For`;
-//! - nginx `auth_request`: `X-Original-URI` (and `X-Original-Method` if the snippet sets it),
-//!   `X-Forwarded-For`.
+//! - nginx `auth_request`: what its configuration sets; the one in `docs/proxies/` sets the
+//!   same four `X-Forwarded-*` headers (others use `X-Original-URI` / `X-Original-Method`).
 //!
-//! The original method, URI and host are rebuilt from these (falling back to the sub-request's
-//! own), and the rules are evaluated by floodgate-tower exactly as for a proxied request. The
+//! The original method, URI and host are rebuilt from these (the method and host falling back
+//! to the sub-request's own, the URI to `/` when neither header is sent), and the rules are
+//! evaluated by floodgate-tower exactly as for a proxied request. The URI is the proxy's bytes,
+//! never widened: see [`super::forwarded_uri`]; a value that cannot be read is a 400 naming the
+//! header, counted in `floodgate_requests_rejected_total{reason="invalid"}`. The
 //! client IP is the TCP peer (the proxy) unless the peer is in `[server] trusted_proxies`, in
 //! which case `X-Forwarded-For` is read from the right. Answers: 200 with `RateLimit-Policy` /
 //! `RateLimit` headers when admitted; 429 problem+json with `Retry-After` when denied (Traefik
@@ -20,7 +23,7 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
 use floodgate_tower::{Mode, PeerAddr};
-use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 
 use crate::state::AppState;
 
@@ -46,7 +49,10 @@ pub(super) async fn forward_auth(
             )
         }
     };
-    let (method, uri) = original_request(&method, &mut headers);
+    let (method, uri) = match original_request(&method, &mut headers) {
+        Ok(original) => original,
+        Err(problem) => return problem,
+    };
     let mut extensions = http::Extensions::new();
     extensions.insert(PeerAddr(peer));
     let plan = state.limiter.plan(&method, &uri, &headers, &extensions);
@@ -92,9 +98,22 @@ fn with_status(
     http::Response::from_parts(parts, body)
 }
 
+/// The headers that carry the original URI, in the order they are read.
+const URI_HEADERS: [HeaderName; 2] = [
+    HeaderName::from_static("x-forwarded-uri"),
+    HeaderName::from_static("x-original-uri"),
+];
+
 /// The original method and URI from the forwarding headers; also points `Host` at the
 /// original host so host matchers see it.
-fn original_request(own_method: &Method, headers: &mut HeaderMap) -> (Method, Uri) {
+///
+/// # Errors
+/// A 400 problem naming the URI header when it is sent twice or cannot be read
+/// ([`super::forwarded_uri::read`]).
+fn original_request(
+    own_method: &Method,
+    headers: &mut HeaderMap,
+) -> Result<(Method, Uri), Response> {
     let text = |h: &HeaderMap, name: &str| {
         h.get(name)
             .and_then(|v| v.to_str().ok())
@@ -106,21 +125,34 @@ fn original_request(own_method: &Method, headers: &mut HeaderMap) -> (Method, Ur
         .or_else(|| text(headers, "x-original-method"))
         .and_then(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
         .unwrap_or_else(|| own_method.clone());
-    let uri = text(headers, "x-forwarded-uri")
-        .or_else(|| text(headers, "x-original-uri"))
-        .and_then(|u| u.parse::<Uri>().ok())
-        // An absolute URI (some proxies send one) is reduced to its path and query.
-        .map(|u| match u.path_and_query() {
-            Some(pq) => pq.as_str().parse().unwrap_or(u),
-            None => u,
-        })
-        .unwrap_or_else(|| Uri::from_static("/"));
+    let uri = original_uri(headers)?;
     if let Some(host) = text(headers, "x-forwarded-host") {
         if let Ok(v) = HeaderValue::from_str(&host) {
             headers.insert(http::header::HOST, v);
         }
     }
-    (method, uri)
+    Ok((method, uri))
+}
+
+/// The URI of the first of [`URI_HEADERS`] that is present, `/` when neither is.
+fn original_uri(headers: &HeaderMap) -> Result<Uri, Response> {
+    for name in &URI_HEADERS {
+        let mut values = headers.get_all(name).iter();
+        let Some(value) = values.next() else {
+            continue;
+        };
+        if values.next().is_some() {
+            // Two values could name two paths: which one the upstream serves is not known.
+            return Err(super::invalid(
+                StatusCode::BAD_REQUEST,
+                name.as_str(),
+                "sent more than once",
+            ));
+        }
+        return super::forwarded_uri::read(value.as_bytes())
+            .map_err(|why| super::invalid(StatusCode::BAD_REQUEST, name.as_str(), why));
+    }
+    Ok(Uri::from_static("/"))
 }
 
 #[cfg(test)]
@@ -143,7 +175,7 @@ mod tests {
             ("x-forwarded-host", "api.example.com"),
             ("host", "floodgate:8080"),
         ]);
-        let (m, u) = original_request(&Method::GET, &mut h);
+        let (m, u) = original_request(&Method::GET, &mut h).unwrap();
         assert_eq!(m, Method::POST);
         assert_eq!(u, "/api/search?q=1");
         assert_eq!(h["host"], "api.example.com");
@@ -174,12 +206,53 @@ mod tests {
     #[test]
     fn nginx_headers_and_fallbacks() {
         let mut h = headers(&[("x-original-uri", "/login"), ("x-original-method", "PUT")]);
-        let (m, u) = original_request(&Method::GET, &mut h);
+        let (m, u) = original_request(&Method::GET, &mut h).unwrap();
         assert_eq!((m, u.path()), (Method::PUT, "/login"));
         let mut h = headers(&[]);
-        let (m, u) = original_request(&Method::GET, &mut h);
+        let (m, u) = original_request(&Method::GET, &mut h).unwrap();
         assert_eq!((m, u.path()), (Method::GET, "/"));
         let mut h = headers(&[("x-forwarded-uri", "http://example.com/a?b")]);
-        assert_eq!(original_request(&Method::GET, &mut h).1, "/a?b");
+        assert_eq!(original_request(&Method::GET, &mut h).unwrap().1, "/a?b");
+    }
+
+    #[test]
+    fn x_forwarded_uri_wins_over_x_original_uri() {
+        let mut h = headers(&[("x-original-uri", "/public"), ("x-forwarded-uri", "/api")]);
+        assert_eq!(original_request(&Method::GET, &mut h).unwrap().1, "/api");
+    }
+
+    async fn problem_of(response: Response) -> (StatusCode, serde_json::Value) {
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_uri_is_a_400_naming_its_header() {
+        for (name, value) in [
+            ("x-forwarded-uri", "api/login"),
+            ("x-original-uri", "/x#/../api"),
+            ("x-forwarded-uri", ""),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_static(value));
+            let problem = original_request(&Method::GET, &mut h).unwrap_err();
+            let (status, body) = problem_of(problem).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{value}");
+            assert_eq!(body["field"], name, "{body}");
+            assert!(body["detail"].as_str().unwrap().starts_with(name), "{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_uri_header_sent_twice_is_a_400() {
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-uri", HeaderValue::from_static("/public"));
+        h.append("x-forwarded-uri", HeaderValue::from_static("/api/login"));
+        let (status, body) = problem_of(original_request(&Method::GET, &mut h).unwrap_err()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body["detail"], "x-forwarded-uri: sent more than once");
     }
 }

@@ -26,6 +26,7 @@ mod admin;
 mod api;
 pub mod bare;
 mod forward_auth;
+mod forwarded_uri;
 mod ops;
 #[cfg(test)]
 mod tests;

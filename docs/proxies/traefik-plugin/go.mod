@@ -1,0 +1,3 @@
+module floodgate/ratelimitheaders
+
+go 1.22
