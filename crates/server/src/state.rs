@@ -143,6 +143,7 @@ impl AppState {
                     fresh = ?fresh,
                     "configuration reloaded"
                 );
+                config::describe::log_rules(&self.config());
                 Ok(())
             }
             Err(errors) => {

@@ -25,14 +25,17 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 describe_store(&config.store)
             );
             for r in &config.rules {
-                println!(
-                    "  {}: {} {} ({}), key {}{}",
-                    r.name,
-                    r.policy.kind(),
-                    r.policy.quota(),
-                    r.policy.quota().describe(),
-                    super::describe_key(&r.key),
-                    if r.shadow { ", shadow" } else { "" }
+                let d = super::describe::describe_rule(r);
+                let [headline, details @ ..] = d.lines();
+                println!("  {headline}");
+                for line in details {
+                    println!("      {line}");
+                }
+            }
+            if config.rules.is_empty() {
+                eprintln!(
+                    "{}: warning: 0 rules: nothing is limited (add [[rules]] entries)",
+                    config.file
                 );
             }
             Ok(ExitCode::SUCCESS)

@@ -23,6 +23,7 @@
 //! ```
 
 pub mod check;
+pub mod describe;
 pub mod error;
 mod raw;
 
@@ -267,8 +268,9 @@ pub fn embedded_default() -> Config {
 /// Parses and validates `text`; `file` is the name errors give.
 ///
 /// # Errors
-/// [`ConfigErrors`]: the first syntax or type error (unknown field, wrong type, missing field),
-/// or every semantic error (invalid quota, duplicate rule name, cost above capacity, ...).
+/// [`ConfigErrors`]: the first syntax or type error (unknown field, wrong type, missing field:
+/// TOML cannot be read past it), or every semantic error (invalid quota, duplicate rule name,
+/// cost above capacity, ...), in line order.
 pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
     let src = Source::new(file, text);
     let raw = deserialize(&src, text).map_err(|e| ConfigErrors(vec![e]))?;
@@ -319,6 +321,8 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
             rules,
         })
     } else {
+        // In the order they stand in the file (a stable sort keeps each line's own order).
+        v.errors.sort_by_key(|e| e.line);
         Err(ConfigErrors(v.errors))
     }
 }

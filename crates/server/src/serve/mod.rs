@@ -309,6 +309,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         ui = state.ui.is_some(),
         "floodgate serving"
     );
+    config::describe::log_rules(&state.config());
 
     let mut background = vec![
         tokio::spawn(reload::watch(
