@@ -43,6 +43,8 @@ pub struct AppState {
     reload_lock: Mutex<()>,
     config_path: Option<PathBuf>,
     admin_token_override: Option<String>,
+    /// `--api-token` / `FLOODGATE_API_TOKEN` (see [`AppState::api_token`]); set after `new`.
+    pub api_token_override: Option<String>,
     generation: AtomicU64,
 }
 
@@ -73,6 +75,7 @@ impl AppState {
             reload_lock: Mutex::new(()),
             config_path,
             admin_token_override: admin_token_override.filter(|t| !t.is_empty()),
+            api_token_override: None,
             generation: AtomicU64::new(1),
         }
     }
@@ -109,6 +112,14 @@ impl AppState {
         self.admin_token_override
             .clone()
             .or_else(|| self.config().server.admin_token.clone())
+    }
+
+    /// The decision API's bearer token: `--api-token` / `FLOODGATE_API_TOKEN`, else
+    /// `[server] api_token`; `None` leaves the decision API open to whoever reaches it.
+    pub fn api_token(&self) -> Option<String> {
+        self.api_token_override
+            .clone()
+            .or_else(|| self.config().server.api_token.clone())
     }
 
     /// The rule named `name` in the configuration in force.

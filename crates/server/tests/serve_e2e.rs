@@ -1381,3 +1381,33 @@ fn a_short_admin_token_is_refused_from_the_flag_and_the_environment() {
         );
     }
 }
+
+/// Junk keys from `/v1/check` share the store's room with request-derived keys; an API token
+/// keeps whoever merely reaches the listener from deciding (and creating keys) at all.
+#[tokio::test]
+async fn with_an_api_token_the_decision_api_needs_it_and_forward_auth_does_not() {
+    let fg = Floodgate::with_config(
+        "[server]\napi_token = \"decide-only-with-this\"\n[[rules]]\nname = \"r\"\nlimit = \"5/min\"\n",
+        &[],
+    );
+    let c = client();
+    let body = json!({"rule": "r", "key": "alice"});
+    let send = |token: Option<&'static str>| {
+        let mut r = c.post(fg.url("/v1/check")).json(&body);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+    let (status, headers, problem) = split(send(None).await.unwrap()).await;
+    assert_eq!(status, 401, "{problem}");
+    assert_eq!(headers["www-authenticate"], "Bearer");
+    assert_eq!(problem["detail"], "send Authorization: Bearer <API token>");
+    let (status, _, problem) = split(send(Some("not-the-token-at-all")).await.unwrap()).await;
+    assert_eq!(status, 403, "{problem}");
+    let (status, _, decision) = split(send(Some("decide-only-with-this")).await.unwrap()).await;
+    assert_eq!((status, &decision["remaining"]), (200, &json!(4)));
+    // Nothing was charged by the refused ones; forward-auth is for the proxy, not the token.
+    let r = c.get(fg.url("/v1/forward-auth")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}

@@ -7,6 +7,7 @@
 //! [server]
 //! listen = "127.0.0.1:8080"
 //! admin_token = "change-me"            # or FLOODGATE_ADMIN_TOKEN; absent = admin API off
+//! api_token = "change-me-too"          # or FLOODGATE_API_TOKEN; /v1/check and /v1/peek need it
 //! trusted_proxies = ["127.0.0.1/32"]   # peers whose X-Forwarded-For is believed
 //! upstream = "http://127.0.0.1:3000"   # reverse-proxy mode
 //! ui = true                            # the web page at /ui/ (default; --no-ui turns it off)
@@ -99,6 +100,9 @@ pub struct ServerConfig {
     pub listen: Option<SocketAddr>,
     /// Bearer token that guards the admin API; `None` disables it.
     pub admin_token: Option<String>,
+    /// `api_token`: when set, `/v1/check` and `/v1/peek` need `Authorization: Bearer <it>`
+    /// (`--api-token` / `FLOODGATE_API_TOKEN` override it); the same rule as `admin_token`.
+    pub api_token: Option<String>,
     /// TCP peers whose `X-Forwarded-For` is believed (counted from the right).
     pub trusted_proxies: Vec<IpNet>,
     /// Reverse-proxy upstream (`http://host:port`); `--upstream` overrides it.
@@ -120,6 +124,7 @@ impl Default for ServerConfig {
         Self {
             listen: None,
             admin_token: None,
+            api_token: None,
             trusted_proxies: Vec::new(),
             upstream: None,
             forwarded_header: ForwardedHeader::XForwardedFor,
@@ -404,6 +409,12 @@ impl Validator<'_> {
             match check_admin_token(token.get_ref()) {
                 Ok(()) => out.admin_token = Some(token.get_ref().clone()),
                 Err(msg) => self.push(token, "server.admin_token".into(), msg),
+            }
+        }
+        if let Some(token) = &s.api_token {
+            match check_admin_token(token.get_ref()) {
+                Ok(()) => out.api_token = Some(token.get_ref().clone()),
+                Err(msg) => self.push(token, "server.api_token".into(), msg),
             }
         }
         for (i, p) in s.trusted_proxies.iter().enumerate() {

@@ -22,6 +22,7 @@ pub(crate) struct RawConfig {
 pub(crate) struct RawServer {
     pub listen: Option<Spanned<String>>,
     pub admin_token: Option<Spanned<String>>,
+    pub api_token: Option<Spanned<String>>,
     #[serde(default)]
     pub trusted_proxies: Vec<Spanned<String>>,
     pub upstream: Option<Spanned<String>>,

@@ -152,7 +152,7 @@ fn locate(
     Ok((config, index, store_key))
 }
 
-/// `Ok` when the request carries the configured bearer token. 404 when no token is configured
+/// `Ok` when the request carries the configured admin token. 404 when no token is configured
 /// (the admin API is off), 401 without credentials, 403 with a wrong token.
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
     let Some(token) = state.admin_token() else {
@@ -164,6 +164,17 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
             None,
         ));
     };
+    check_bearer(headers, &token, "admin token")
+}
+
+/// `Ok` when `headers` carry `Authorization: Bearer <expected>` (compared in constant time);
+/// 401 with `WWW-Authenticate: Bearer` without credentials, 403 with a wrong token. `what`
+/// names the token in the answer (`admin token`, `API token`).
+pub(super) fn check_bearer(
+    headers: &HeaderMap,
+    expected: &str,
+    what: &str,
+) -> Result<(), Response> {
     let given = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -174,7 +185,7 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
                 StatusCode::UNAUTHORIZED,
                 "urn:floodgate:problem:unauthorized",
                 "Unauthorized",
-                "send Authorization: Bearer <admin token>",
+                format!("send Authorization: Bearer <{what}>"),
                 None,
             );
             r.headers_mut().insert(
@@ -183,12 +194,12 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
             );
             Err(r)
         }
-        Some(given) if constant_time_eq(given.as_bytes(), token.as_bytes()) => Ok(()),
+        Some(given) if constant_time_eq(given.as_bytes(), expected.as_bytes()) => Ok(()),
         Some(_) => Err(problem(
             StatusCode::FORBIDDEN,
             "urn:floodgate:problem:forbidden",
             "Forbidden",
-            "wrong admin token",
+            format!("wrong {what}"),
             None,
         )),
     }

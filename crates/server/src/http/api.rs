@@ -122,20 +122,39 @@ impl<T> From<Vec<T>> for OneOrMany<T> {
 /// `POST /v1/check`.
 pub(super) async fn check(
     State(state): State<Arc<AppState>>,
+    headers: http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    handle(&state, body, true).await
+    handle(&state, &headers, body, true).await
 }
 
 /// `POST /v1/peek`.
 pub(super) async fn peek(
     State(state): State<Arc<AppState>>,
+    headers: http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    handle(&state, body, false).await
+    handle(&state, &headers, body, false).await
 }
 
-async fn handle(state: &AppState, body: Result<Bytes, BytesRejection>, consume: bool) -> Response {
+/// With `[server] api_token` (or `--api-token`) set, the decision API answers only requests
+/// that carry it: anyone else could otherwise fill the store with junk keys.
+pub(super) fn authorize(state: &AppState, headers: &http::HeaderMap) -> Result<(), Response> {
+    match state.api_token() {
+        Some(token) => super::admin::check_bearer(headers, &token, "API token"),
+        None => Ok(()),
+    }
+}
+
+async fn handle(
+    state: &AppState,
+    headers: &http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    consume: bool,
+) -> Response {
+    if let Err(refused) = authorize(state, headers) {
+        return refused;
+    }
     let body = match body {
         Ok(bytes) if bytes.len() <= MAX_BODY_BYTES => bytes,
         other => match read_json::<serde::de::IgnoredAny>(other) {

@@ -77,6 +77,18 @@ pub struct ServeArgs {
     )]
     pub admin_token: Option<String>,
 
+    /// Bearer token the decision API (`/v1/check`, `/v1/peek`) then requires; overrides
+    /// `[server] api_token`. The same rule as the admin token; empty counts as none. Without
+    /// any, whoever reaches the API listener may decide (and create keys).
+    #[arg(
+        long,
+        env = "FLOODGATE_API_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        value_parser = parse_admin_token
+    )]
+    pub api_token: Option<String>,
+
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -254,6 +266,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         upstream.clone(),
     );
     state.bench_baseline = args.bench_baseline;
+    state.api_token_override = args.api_token.clone().filter(|t| !t.is_empty());
     if let Some(keys) = &denied_keys {
         state.limiter = state.limiter.clone().with_denial_observer(keys.clone());
     }
@@ -535,7 +548,9 @@ async fn housekeeping(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>)
 fn parse_admin_token(text: &str) -> Result<String, String> {
     if !text.is_empty() {
         config::check_admin_token(text).map_err(|msg| {
-            format!("{msg} (the rule of [server] admin_token, also for FLOODGATE_ADMIN_TOKEN)")
+            format!(
+                "{msg} (the rule of [server] admin_token and api_token, also from the environment)"
+            )
         })?;
     }
     Ok(text.to_string())
