@@ -2,7 +2,7 @@
 //!
 //! Golden vectors for every Floodgate algorithm, and a runner that plays them against any
 //! [`Backend`]: the reference implementation in `floodgate-core` ([`CoreBackend`]), the memory
-//! store, the Redis scripts. The vectors (`vectors/<algorithm>.toml` in this crate, see
+//! store ([`MemoryBackend`]), the Redis scripts (`RedisBackend`, feature `redis`). The vectors (`vectors/<algorithm>.toml` in this crate, see
 //! [`vectors_dir`]) are hand-checked against the integer formulas of `docs/spec/`; a backend
 //! conforms when it returns exactly the same [`Decision`] (or error) at every step.
 //!
@@ -324,6 +324,70 @@ impl Backend for CoreBackend {
         } else {
             policy.check(state, now_us, cost)
         })
+    }
+}
+
+/// The memory store ([`floodgate_store::MemoryStore`]): each step a one-item batch at the step's
+/// time ([`MemoryStore::check_at`](floodgate_store::MemoryStore::check_at) or `peek_at`).
+/// [`Backend::reset`] starts a new store.
+#[derive(Debug)]
+pub struct MemoryBackend {
+    store: floodgate_store::MemoryStore,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self {
+            store: Self::fresh(),
+        }
+    }
+}
+
+impl MemoryBackend {
+    fn fresh() -> floodgate_store::MemoryStore {
+        // The clock is never read: every step passes its own time.
+        floodgate_store::MemoryStore::with_clock(std::sync::Arc::new(
+            floodgate_core::ManualClock::new(0),
+        ))
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    fn reset(&mut self) -> Result<(), BackendFailure> {
+        self.store = Self::fresh();
+        Ok(())
+    }
+
+    fn check(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        cost: u64,
+        peek: bool,
+    ) -> Reply {
+        let item = floodgate_store::CheckItem {
+            rule: "conformance",
+            policy,
+            key,
+            cost,
+        };
+        let result = if peek {
+            self.store.peek_at(&[item], now_us)
+        } else {
+            self.store.check_at(&[item], now_us)
+        };
+        match result {
+            Ok(batch) => Reply::Answer(Ok(batch.decisions[0])),
+            Err(floodgate_store::StoreError::InsufficientCapacity { cost, capacity, .. }) => {
+                Reply::Answer(Err(CheckError::InsufficientCapacity { cost, capacity }))
+            }
+            Err(e) => Reply::Failed(Box::new(e)),
+        }
     }
 }
 

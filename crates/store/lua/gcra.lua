@@ -1,9 +1,13 @@
 -- gcra.lua: GCRA (virtual scheduling, ATM Forum TM 4.0 annex C), docs/spec/gcra.md
 -- ("Decision", "Backwards time", "Writes and TTL"). A library file (no KEYS/ARGV of its own).
 --
--- State: tat (us) and tat_ticks (0 <= tat_ticks < den), i.e. the theoretical arrival time
--- tat x den + tat_ticks in ticks, stored as that ONE integer (pack2 with m = den); when den >
--- 2^23 as the string '<tat>:<tat_ticks>'. A missing key is (0, 0).
+-- State: tat (us), tat_ticks (0 <= tat_ticks < den), i.e. the theoretical arrival time
+-- tat x den + tat_ticks in ticks, and last_update (us, the effective now of the last
+-- admission, never after tat). Stored as '<tat x den + tat_ticks>:<tat - last_update>' (pack2
+-- with m = den; the second number is short, at most burst x T in us, which keeps the value in
+-- a smaller allocation); when den > 2^23 as '<tat>:<tat_ticks>:<tat - last_update>'. A value of
+-- a version without last_update (one packed integer, or '<tat>:<tat_ticks>' for den > 2^23)
+-- reads with last_update = 0. A missing key is (0, 0, 0).
 -- p = {limit, period, burst, num, den}: interval = num ticks per unit, tau = burst x num <= 2^51.
 -- decide(s, p, now, cost, consume) -> allowed, remaining, reset_after, retry_after (-1 = none),
 --   mark (unused, 0).
@@ -14,19 +18,42 @@ local gcra = {}
 function gcra.load(key, p)
   local v = redis.call('GET', key)
   if not v then
-    return { tat = 0, tat_ticks = 0, den = p.den, exists = false }
+    return { tat = 0, tat_ticks = 0, last_update = 0, den = p.den, exists = false }
   end
-  local tat, tat_ticks = split2(v)
-  if not tat then
-    tat, tat_ticks = unpack2(v, p.den)
+  local s = { tat = 0, tat_ticks = 0, last_update = 0, den = p.den, exists = true }
+  local first = string.find(v, ':', 1, true)
+  if not first then
+    s.tat, s.tat_ticks = unpack2(v, p.den)
+    return s
   end
-  return { tat = tat, tat_ticks = tat_ticks, den = p.den, exists = true }
+  local second = string.find(v, ':', first + 1, true)
+  if second then
+    s.tat = tonumber(string.sub(v, 1, first - 1))
+    s.tat_ticks = tonumber(string.sub(v, first + 1, second - 1))
+    s.last_update = s.tat - tonumber(string.sub(v, second + 1))
+  elseif p.den > PACK_MAX then
+    s.tat, s.tat_ticks = split2(v)
+  else
+    s.tat, s.tat_ticks = unpack2(string.sub(v, 1, first - 1), p.den)
+    s.last_update = s.tat - tonumber(string.sub(v, first + 1))
+  end
+  return s
 end
 
 -- Packed with the den the state was loaded with (one key, one quota, in practice).
 function gcra.save(key, s, ttl)
-  save_value(key, pack2(s.tat, s.den, s.tat_ticks)
-    or string.format('%d:%d', s.tat, s.tat_ticks), ttl)
+  local packed = pack2(s.tat, s.den, s.tat_ticks)
+  local v
+  local lag = s.tat - s.last_update
+  if type(packed) == 'number' then
+    v = string.format('%d:%d', packed, lag)
+  elseif packed then
+    -- already decimal text (above 2^53); never tostring a number (%.14g rounds it)
+    v = packed .. ':' .. string.format('%d', lag)
+  else
+    v = string.format('%d:%d:%d', s.tat, s.tat_ticks, lag)
+  end
+  save_value(key, v, ttl)
 end
 
 -- tat - tau rounded up to a whole microsecond (0 when negative), without forming tat x den.
@@ -50,7 +77,9 @@ function gcra.decide(s, p, now, cost, consume)
   local interval, den = p.num, p.den
   local tau = p.burst * interval
   local tau_us = fdiv(tau, den)
-  now = max(now, earliest(s, tau_us, tau - tau_us * den))
+  -- backwards time: no time passed since the last admission (then the earliest consistent
+  -- time, for a state stored without last_update)
+  now = max(max(now, s.last_update), earliest(s, tau_us, tau - tau_us * den))
   local ahead = ahead_at(s, den, now)
   local new = ahead + cost * interval -- <= 2 tau
   local allowed = new <= tau
@@ -59,6 +88,7 @@ function gcra.decide(s, p, now, cost, consume)
     local q = fdiv(new, den)
     s.tat = now + q
     s.tat_ticks = new - q * den
+    s.last_update = now
     ahead_after = new
   end
   local retry_after = -1
@@ -72,10 +102,11 @@ function gcra.refund(s, p, now, cost, mark)
   local interval, den = p.num, p.den
   local tau = p.burst * interval
   local tau_us = fdiv(tau, den)
-  now = max(now, earliest(s, tau_us, tau - tau_us * den))
+  now = max(max(now, s.last_update), earliest(s, tau_us, tau - tau_us * den))
   local ahead = max(ahead_at(s, den, now) - cost * interval, 0)
   local q = fdiv(ahead, den)
   s.tat = now + q
   s.tat_ticks = ahead - q * den
+  s.last_update = now
   return true
 end

@@ -9,6 +9,7 @@
 //! a request of `cost` units at `now` is admitted when
 //!
 //! ```text
+//! now     = max(now, last_update)            -- a stale `now`: no time passed
 //! new_tat = max(tat, now) + cost x T        new_tat - now <= tau
 //! ```
 //!
@@ -59,13 +60,19 @@ pub struct Gcra {
     interval_rem: u64,
 }
 
-/// GCRA state of one key: the theoretical arrival time `tat + tat_ticks / denominator` us.
+/// GCRA state of one key: the theoretical arrival time `tat + tat_ticks / denominator` us, and
+/// the time the state last moved to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct GcraState {
     /// Whole microseconds of the theoretical arrival time (since the Unix epoch).
     pub tat: Timestamp,
     /// The fraction of a microsecond beyond `tat`, in ticks (`0 <= tat_ticks < denominator`).
     pub tat_ticks: u64,
+    /// The effective `now` of the last admission (microseconds since the Unix epoch; 0 for a
+    /// fresh key): a stale `now` before it is read as it, "no time passed", exactly as the
+    /// leaky bucket reads one before its `last_leak`. The annex C continuous-state form calls
+    /// it the last conformance time.
+    pub last_update: Timestamp,
 }
 
 impl Gcra {
@@ -84,6 +91,10 @@ impl Gcra {
 
     /// Ticks from `now` up to `tat` (0 when `tat <= now`). Callers guarantee
     /// `now >= earliest(state)`, so the result is at most `tau` (< 2^53).
+    ///
+    /// (`earliest` never binds for a state this algorithm wrote: its `last_update` is at or
+    /// after it. It bounds the arithmetic for a hand-made state, or one stored by a version
+    /// without `last_update`.)
     #[inline]
     fn ticks_after(&self, state: GcraState, now: Timestamp) -> u64 {
         if state.tat < now {
@@ -132,9 +143,12 @@ impl Algorithm for Gcra {
     // Always inlined so that a caller reading only `allowed` pays for nothing else.
     #[inline(always)]
     fn decide(&self, state: &mut GcraState, now: Timestamp, cost: u64, consume: bool) -> Decision {
-        // A stale `now` is raised to tat - tau (rounded up), the earliest time consistent with
-        // the state: no request was admitted before it. This keeps every product below 2^53,
-        // and `ahead <= tau`, so a peek of cost 0 is always allowed.
+        // A stale `now` (before the last admission) means no time passed, as in the token and
+        // leaky buckets: the three then decide identically whatever the order of `now`s.
+        let now = now.max(state.last_update);
+        // A `now` still before tat - tau (rounded up), the earliest time consistent with the
+        // state, is raised to it (only a state without `last_update` can get here): this keeps
+        // every product below 2^53, and `ahead <= tau`, so a peek of cost 0 is always allowed.
         //
         // The usual checks need no clamp, and are told apart by comparisons only, so that the
         // next check's state does not wait for the clamp's arithmetic (the chain from one
@@ -179,6 +193,7 @@ impl Algorithm for Gcra {
                 state.tat = now.saturating_add(whole);
                 state.tat_ticks = ticks;
             }
+            state.last_update = now;
             new_ahead
         } else {
             ahead
@@ -215,13 +230,14 @@ mod tests {
             for (delta, back) in steps {
                 now = if back { now - delta / 4 } else { now + delta % (period + 2) };
                 let before = state;
-                let clamped = now.max(gcra.earliest(before));
+                let clamped = now.max(before.last_update).max(gcra.earliest(before));
                 let new_ahead = gcra.ticks_after(before, clamped) + gcra.interval;
                 let d = gcra.check(&mut state, now, 1).unwrap();
                 prop_assert_eq!(d.allowed, new_ahead <= gcra.tau);
                 if d.allowed {
                     prop_assert_eq!(state.tat, clamped + new_ahead / gcra.ticks_per_us);
                     prop_assert_eq!(state.tat_ticks, new_ahead % gcra.ticks_per_us);
+                    prop_assert_eq!(state.last_update, clamped);
                 } else {
                     prop_assert_eq!(state, before);
                 }
@@ -231,7 +247,7 @@ mod tests {
 
     /// Regression: the stale-`now` clamp used `tat - floor(tau)` us, up to one microsecond
     /// before the earliest consistent time, so `ahead` could exceed `tau` and a peek of cost 0
-    /// was denied.
+    /// was denied. (The clamp now only serves states without `last_update`.)
     #[test]
     fn stale_peek_of_cost_zero_is_allowed() {
         // 7 per 2 us, burst 5: T = 2/7 us (2 ticks of 1/7 us), tau = 10 ticks = 1 us + 3 ticks.
@@ -239,7 +255,9 @@ mod tests {
         let mut s = gcra.initial_state();
         assert!(gcra.check(&mut s, 100, 3).unwrap().allowed);
         // tat = 100 us + 6 ticks; earliest consistent time = 700 + 6 - 10 = 696 ticks -> 100 us.
-        assert_eq!((s.tat, s.tat_ticks), (100, 6));
+        assert_eq!((s.tat, s.tat_ticks, s.last_update), (100, 6, 100));
+        // As stored by a version without `last_update`: the earliest time bounds `now`.
+        s.last_update = 0;
         let d = gcra.peek(&s, 50, 0).unwrap();
         assert!(d.allowed);
         // Relative to the effective now of 100 us: 6 ticks ahead -> 1 us to reset, 4 ticks

@@ -617,6 +617,33 @@ proptest! {
         }
     }
 
+    /// The same with time that also steps backwards (a stale `now`, issue 17): all three read
+    /// a `now` before their last admission as that time, so they still decide identically.
+    #[test]
+    fn buckets_and_gcra_decide_identically_with_backwards_time(
+        quota in prop_oneof![small_quota(), big_quota()],
+        moves in moves(),
+    ) {
+        let kinds = [AlgorithmKind::Gcra, AlgorithmKind::TokenBucket, AlgorithmKind::LeakyBucket];
+        let policies: Vec<Policy> =
+            kinds.iter().map(|&k| Policy::new(k, quota).unwrap()).collect();
+        let mut states: Vec<State> = policies.iter().map(Policy::initial_state).collect();
+        let mut now = T0;
+        for (i, (backwards, o)) in moves.iter().enumerate() {
+            let step = o.step(quota.period());
+            now = if *backwards { now.saturating_sub(step) } else { now + step };
+            let cost = o.cost(quota.burst());
+            let results: Vec<_> = policies
+                .iter()
+                .zip(&mut states)
+                .map(|(p, s)| if o.peek { p.peek(s, now, cost) } else { p.check(s, now, cost) })
+                .collect();
+            for (k, r) in kinds.iter().zip(&results).skip(1) {
+                prop_assert_eq!(r, &results[0], "{} differs from gcra at request {}", k, i);
+            }
+        }
+    }
+
     #[test]
     fn token_bucket_never_exceeds_burst_plus_rate(
         quota in small_quota(),
@@ -665,6 +692,31 @@ proptest! {
                 in_window <= quota.limit(),
                 "{} units in [{}, {} + period)", in_window, t, t
             );
+        }
+    }
+}
+
+/// Issue 17, case 1: a caller whose time lags the stored state (a node whose clock was stepped
+/// back 1 h, or 10 ms) must not be refused by GCRA with free capacity: with 4 of 5 cells free
+/// GCRA admits exactly what the token and leaky buckets admit (4 more), as "no time passed".
+#[test]
+fn gcra_stale_now_admits_what_the_buckets_admit() {
+    for lag in [HOUR, 10_000, 1] {
+        for kind in [
+            AlgorithmKind::Gcra,
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::LeakyBucket,
+        ] {
+            let p = policy(kind, "5/s");
+            let mut s = p.initial_state();
+            assert!(p.check(&mut s, T0, 1).unwrap().allowed);
+            let admitted: Vec<Decision> = (0..5)
+                .map(|_| p.check(&mut s, T0 - lag, 1).unwrap())
+                .collect();
+            let allowed = admitted.iter().filter(|d| d.allowed).count();
+            assert_eq!(allowed, 4, "{kind} lag {lag}: {admitted:?}");
+            // The fifth is refused exactly as at T0 itself: one cell frees 200 ms after T0.
+            assert_eq!(admitted[4].retry_after, Some(200_000), "{kind} lag {lag}");
         }
     }
 }
