@@ -78,7 +78,11 @@ impl Algorithm for LeakyBucket {
     type State = LeakyBucketState;
     const KIND: AlgorithmKind = AlgorithmKind::LeakyBucket;
 
+    /// # Errors
+    /// [`QuotaError::BurstTooSmall`] for a rate finer than 1 us per unit whose burst cannot
+    /// hold one microsecond's refill ([`Quota::check_bucket_exact`]).
     fn new(quota: Quota) -> Result<Self, QuotaError> {
+        quota.check_bucket_exact()?;
         let (interval, ticks_per_us) = quota.emission_interval();
         // Quota::with_burst already bounds burst x interval by MAX_EXACT.
         let capacity_ticks = quota.burst() * interval;

@@ -246,7 +246,9 @@ fn small_quota() -> impl Strategy<Value = Quota> {
         1u64..=30,
     )
         .prop_filter_map("not exact", |(limit, period, burst)| {
-            Quota::with_burst(limit, period, burst).ok()
+            Quota::with_burst(limit, period, burst)
+                .ok()
+                .filter(|q| q.check_bucket_exact().is_ok())
         })
 }
 
@@ -258,6 +260,9 @@ fn big_quota() -> impl Strategy<Value = Quota> {
         let max_burst = (MAX_EXACT / numerator).max(1);
         prop_oneof![1..=max_burst.min(50), Just(max_burst)]
             .prop_map(move |burst| Quota::with_burst(limit, period, burst).unwrap())
+            .prop_filter("bursts the buckets refuse", |q| {
+                q.check_bucket_exact().is_ok()
+            })
     })
 }
 
@@ -569,7 +574,9 @@ macro_rules! every_algorithm {
                         match Policy::new(KIND, quota) {
                             Ok(p) => exercise_exactly(&p, now)?,
                             Err(e) => {
-                                let not_exact = matches!(e, QuotaError::NotExact { .. });
+                                let not_exact = matches!(e, QuotaError::NotExact { .. })
+                                    || (is_bucket(KIND)
+                                        && matches!(e, QuotaError::BurstTooSmall { .. }));
                                 prop_assert!(not_exact, "{}", e);
                             }
                         }
@@ -717,6 +724,42 @@ fn gcra_stale_now_admits_what_the_buckets_admit() {
             assert_eq!(allowed, 4, "{kind} lag {lag}: {admitted:?}");
             // The fifth is refused exactly as at T0 itself: one cell frees 200 ms after T0.
             assert_eq!(admitted[4].retry_after, Some(200_000), "{kind} lag {lag}");
+        }
+    }
+}
+
+/// Issue 17, case 3: `2000000/s burst 1` admits at most one unit per microsecond, half its
+/// rate, so the bucket algorithms refuse it naming the smallest exact burst (2); with that
+/// burst a full-demand client gets exactly `burst + t x rate`. The windows ignore the burst
+/// and count any number of units per microsecond.
+#[test]
+fn sub_microsecond_rates_are_refused_or_exact() {
+    let quota: Quota = "2000000/s burst 1".parse().unwrap();
+    for kind in AlgorithmKind::ALL {
+        let result = Policy::new(kind, quota);
+        if is_bucket(kind) {
+            assert!(
+                matches!(
+                    result,
+                    Err(QuotaError::BurstTooSmall {
+                        burst: 1,
+                        min_burst: 2,
+                        ..
+                    })
+                ),
+                "{kind}: {result:?}"
+            );
+            let p = Policy::new(kind, quota.burst_of(2).unwrap()).unwrap();
+            // [T0, T0 + 1 ms]: the burst of 2 plus 2 per microsecond.
+            assert_eq!(
+                full_demand(&p, T0, T0 + 1_000, true).len(),
+                2 + 2_000,
+                "{kind}"
+            );
+        } else {
+            let p = result.unwrap();
+            let mut s = p.initial_state();
+            assert!(p.check(&mut s, T0, 2_000_000).unwrap().allowed, "{kind}");
         }
     }
 }
