@@ -46,7 +46,7 @@ pub use algorithm::{
     LeakyBucketState, Policy, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState,
     State, TokenBucket, TokenBucketState,
 };
-pub use decision::Decision;
+pub use decision::{Decision, Reservation};
 pub use error::{CheckError, QuotaError};
 pub use fast_clock::{CoarseClock, QuantaClock};
 pub use quota::Quota;

@@ -56,10 +56,14 @@ function gcra.save(key, s, ttl)
   save_value(key, v, ttl)
 end
 
--- tat - tau rounded up to a whole microsecond (0 when negative), without forming tat x den.
-local function earliest(s, tau_us, tau_rem)
-  local e = max(s.tat - tau_us, 0)
-  if s.tat >= tau_us and s.tat_ticks > tau_rem then
+-- tat - 2 tau (the most a state holds ahead of its last update: a burst, plus at most one more
+-- reserved or charged) rounded up to a whole microsecond (0 when negative), without forming
+-- tat x den. Only a state without last_update can be read before it.
+local function earliest(s, p)
+  local span = 2 * p.burst * p.num
+  local span_us = fdiv(span, p.den)
+  local e = max(s.tat - span_us, 0)
+  if s.tat >= span_us and s.tat_ticks > span - span_us * p.den then
     e = e + 1
   end
   return e
@@ -76,10 +80,9 @@ end
 function gcra.decide(s, p, now, cost, consume)
   local interval, den = p.num, p.den
   local tau = p.burst * interval
-  local tau_us = fdiv(tau, den)
   -- backwards time: no time passed since the last admission (then the earliest consistent
   -- time, for a state stored without last_update)
-  now = max(max(now, s.last_update), earliest(s, tau_us, tau - tau_us * den))
+  now = max(max(now, s.last_update), earliest(s, p))
   local ahead = ahead_at(s, den, now)
   local new = ahead + cost * interval -- <= 2 tau
   local allowed = new <= tau
@@ -100,9 +103,7 @@ end
 
 function gcra.refund(s, p, now, cost, mark)
   local interval, den = p.num, p.den
-  local tau = p.burst * interval
-  local tau_us = fdiv(tau, den)
-  now = max(max(now, s.last_update), earliest(s, tau_us, tau - tau_us * den))
+  now = max(max(now, s.last_update), earliest(s, p))
   local ahead = max(ahead_at(s, den, now) - cost * interval, 0)
   local q = fdiv(ahead, den)
   s.tat = now + q

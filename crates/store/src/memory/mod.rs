@@ -38,10 +38,10 @@
 //!   quota (GCRA: its arrival time; token and leaky bucket: the last refill or leak plus the
 //!   time to refill or drain; fixed window: the end of the window; sliding window counter: the
 //!   last microsecond of the next window). Only the sliding log stores its expiry (8 bytes).
-//!   A bucket is **24 bytes** for the token bucket, leaky bucket and fixed window, 32
-//!   for GCRA (its arrival time in whole microseconds and ticks, and its last admission time,
-//!   which a stale `now` is read as) and the sliding window counter, 72 plus the log's heap buffer for the sliding log
-//!   (checked by a unit test), plus hashbrown's 1 control byte per bucket. A table keeps at
+//!   A bucket is **24 bytes** for the token bucket, leaky bucket and fixed window, 32 for
+//!   GCRA (its arrival time in whole microseconds and ticks, and its last admission time,
+//!   which a stale `now` is read as) and the sliding window counter, 80 plus the log's heap
+//!   buffer for the sliding log (checked by a unit test), plus hashbrown's 1 control byte per bucket. A table keeps at
 //!   most 7/8 of its buckets in use and doubles past it (so 7/16 to 7/8 are live after its
 //!   first growth); at a million keys a shard of about 15,600 keys has 32,768 buckets (48%
 //!   full), so a key costs about `25 / 0.48 = 52` bytes, a GCRA or sliding window key 69

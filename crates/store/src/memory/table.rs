@@ -127,7 +127,7 @@ derived!(
     |a| bucket_ticks(a.quota()),
     |e, s| s
         .last_refill
-        .saturating_add(e.0.saturating_sub(s.tokens).div_ceil(e.1))
+        .saturating_add((e.0 as i64 - s.tokens).max(0).unsigned_abs().div_ceil(e.1))
 );
 
 // Leaky bucket: empty again `ceil(level / rate)` after its last leak.
@@ -140,15 +140,18 @@ derived!(
     |e, s| s.last_leak.saturating_add(s.level.div_ceil(*e))
 );
 
-// Fixed window: a count stops counting at the end of its window.
+// Fixed window: a count stops counting at the end of its window; what it carries into the
+// next window (a count above the limit: units reserved there) at the end of that one.
 derived!(
     FixedWindow,
     FixedWindowState,
     FixedWindow,
-    Micros,
-    |a| a.quota().period(),
-    |e, s| if s.count > 0 {
-        s.window_start.saturating_add(*e)
+    (Micros, u64),
+    |a| (a.quota().period(), a.quota().limit()),
+    |e, s| if s.count > e.1 {
+        s.window_start.saturating_add(2 * e.0)
+    } else if s.count > 0 {
+        s.window_start.saturating_add(e.0)
     } else {
         0
     }

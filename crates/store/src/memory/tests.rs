@@ -110,7 +110,7 @@ fn derived_expiries_hand_checked() {
     let tb = TokenBucket::new(quota).unwrap();
     let (interval, _) = quota.emission_interval();
     let s = TokenBucketState {
-        tokens: interval,
+        tokens: interval as i64,
         last_refill: T0,
     };
     assert_eq!(TokenBucket::expires_at(&tb.expiry(), &s), T0 + 1_500_000);
@@ -161,7 +161,7 @@ fn bucket_sizes_are_as_documented() {
     assert_eq!(bucket::<LeakyBucket>(), 24);
     assert_eq!(bucket::<FixedWindow>(), 24);
     assert_eq!(bucket::<SlidingWindow>(), 32);
-    assert_eq!(bucket::<SlidingLog>(), 72);
+    assert_eq!(bucket::<SlidingLog>(), 80);
 }
 
 #[test]
