@@ -45,10 +45,14 @@ pub struct Gcra {
     ticks_per_us: u64,
     /// Delay variation tolerance in ticks: `burst x interval`.
     tau: u64,
-    /// `floor(tau / ticks_per_us)`: tau in whole microseconds (the longest reservation wait).
+    /// `floor(tau / ticks_per_us)`: tau in whole microseconds.
     tau_us: u64,
-    /// `2 tau`: the most a state ever holds ahead of its `last_update` (a full burst plus, from
-    /// reservations and settles, at most one more: the bounded debt), in ticks.
+    /// `ceil(tau / ticks_per_us)`: the time a full burst takes to refill, the longest
+    /// reservation wait.
+    horizon_us: u64,
+    /// `tau + horizon_us x ticks_per_us` (`< 2 tau + ticks_per_us`): the most a state ever holds
+    /// ahead of its `last_update` (a full burst, plus what reservations and settles may add:
+    /// the bounded debt), in ticks.
     span: u64,
     /// `floor(span / ticks_per_us)` and `span % ticks_per_us`.
     span_us: u64,
@@ -80,8 +84,8 @@ pub struct GcraState {
 }
 
 impl Gcra {
-    /// The earliest time consistent with `state`, in whole microseconds: `tat - 2 tau` rounded
-    /// up (0 for a fresh state). No state is ever more than `2 tau` ahead of its last update.
+    /// The earliest time consistent with `state`, in whole microseconds: `tat - span` rounded
+    /// up (0 for a fresh state). No state is ever more than `span` ahead of its last update.
     #[inline]
     fn earliest(&self, state: GcraState) -> Timestamp {
         // tat + tat_ticks/d - (span_us + span_rem/d), rounded up, without forming tat x d.
@@ -154,9 +158,10 @@ impl Algorithm for Gcra {
             ticks_per_us,
             tau,
             tau_us: tau / ticks_per_us,
-            span: 2 * tau,
-            span_us: 2 * tau / ticks_per_us,
-            span_rem: 2 * tau % ticks_per_us,
+            horizon_us: tau.div_ceil(ticks_per_us),
+            span: tau + tau.div_ceil(ticks_per_us) * ticks_per_us,
+            span_us: (tau + tau.div_ceil(ticks_per_us) * ticks_per_us) / ticks_per_us,
+            span_rem: (tau + tau.div_ceil(ticks_per_us) * ticks_per_us) % ticks_per_us,
             interval_div: Divisor::new(interval),
             ticks_div: Divisor::new(ticks_per_us),
             interval_us: interval / ticks_per_us,
@@ -246,7 +251,7 @@ impl Algorithm for Gcra {
     }
 
     fn max_wait(&self) -> Micros {
-        self.tau_us
+        self.horizon_us
     }
 
     fn reserve_at(
@@ -256,7 +261,7 @@ impl Algorithm for Gcra {
         cost: u64,
         wait: Micros,
     ) -> Option<Reservation> {
-        if wait > self.tau_us {
+        if wait > self.horizon_us {
             return None;
         }
         let now = self.effective_now(*state, now);
@@ -265,7 +270,7 @@ impl Algorithm for Gcra {
             return Some(Reservation::granted_at(self.standing(ahead), now, wait));
         }
         // The tat an admission at the scheduled time leaves, max(tat, now + wait) + cost x T:
-        // scheduled on the theoretical arrival time. At most tau_us x d + tau <= 2 tau ticks
+        // scheduled on the theoretical arrival time. At most horizon_us x d + tau = span ticks
         // ahead of now.
         let shift = wait * self.ticks_per_us;
         let new_ahead = ahead.max(shift) + cost * self.interval;
@@ -290,7 +295,7 @@ impl Algorithm for Gcra {
             // Back by the difference, never before now (an empty bucket holds nothing more).
             ahead.saturating_sub((reserved - actual) * self.interval)
         } else {
-            // Charged unconditionally, up to the bounded debt of 2 tau.
+            // Charged unconditionally, up to the bounded debt (span).
             ahead
                 .saturating_add((actual - reserved).saturating_mul(self.interval))
                 .min(self.span)

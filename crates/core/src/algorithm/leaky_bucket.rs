@@ -48,8 +48,6 @@ pub struct LeakyBucket {
     capacity_ticks: u64,
     /// Microseconds that drain a full bucket completely: `ceil(capacity_ticks / ticks_per_us)`.
     drain_us: u64,
-    /// `floor(capacity_ticks / ticks_per_us)`: the longest reservation wait.
-    max_wait_us: u64,
 }
 
 /// Leaky bucket state of one key.
@@ -59,8 +57,9 @@ pub struct LeakyBucket {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct LeakyBucketState {
     /// The water level at `last_leak`, in ticks (one unit = the emission interval's `numerator`
-    /// ticks); `0 <= level <= 2 x burst x numerator` (above the capacity while units are
-    /// reserved for later, or after a settle charged more: the bounded debt).
+    /// ticks); `0 <= level <= capacity + drain time x denominator` (below twice the capacity
+    /// plus a microsecond; above the capacity while units are reserved for later, or after a
+    /// settle charged more: the bounded debt).
     pub level: u64,
     /// When `level` was last brought up to date, in microseconds since the Unix epoch.
     pub last_leak: Timestamp,
@@ -106,7 +105,6 @@ impl Algorithm for LeakyBucket {
             ticks_per_us,
             capacity_ticks,
             drain_us: capacity_ticks.div_ceil(ticks_per_us),
-            max_wait_us: capacity_ticks / ticks_per_us,
         })
     }
 
@@ -157,8 +155,9 @@ impl Algorithm for LeakyBucket {
         }
     }
 
+    /// The time a full bucket takes to drain.
     fn max_wait(&self) -> Micros {
-        self.max_wait_us
+        self.drain_us
     }
 
     fn reserve_at(
@@ -168,7 +167,7 @@ impl Algorithm for LeakyBucket {
         cost: u64,
         wait: Micros,
     ) -> Option<Reservation> {
-        if wait > self.max_wait_us {
+        if wait > self.drain_us {
             return None;
         }
         let now = now.max(state.last_leak);
@@ -177,7 +176,7 @@ impl Algorithm for LeakyBucket {
             return Some(Reservation::granted_at(self.standing(level), now, wait));
         }
         // The level an admission at the scheduled time leaves, seen from now: it drains to
-        // exactly that by then. At most 2 x capacity.
+        // exactly that by then. At most capacity + drain_us x d.
         let shift = wait * self.ticks_per_us;
         let new_level = level.max(shift) + cost * self.interval;
         if new_level - shift > self.capacity_ticks {
@@ -205,7 +204,7 @@ impl Algorithm for LeakyBucket {
         } else {
             level
                 .saturating_add((actual - reserved).saturating_mul(self.interval))
-                .min(2 * self.capacity_ticks)
+                .min(self.capacity_ticks + self.drain_us * self.ticks_per_us)
         };
         *state = LeakyBucketState {
             level,

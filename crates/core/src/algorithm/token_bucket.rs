@@ -46,8 +46,6 @@ pub struct TokenBucket {
     capacity_ticks: u64,
     /// Microseconds that refill an empty bucket completely: `ceil(capacity_ticks / ticks_per_us)`.
     fill_us: u64,
-    /// `floor(capacity_ticks / ticks_per_us)`: the longest reservation wait.
-    max_wait_us: u64,
 }
 
 /// Token bucket state of one key.
@@ -56,8 +54,9 @@ pub struct TokenBucket {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TokenBucketState {
     /// Tokens in the bucket at `last_refill`, in ticks (one token = the emission interval's
-    /// `numerator` ticks); `-burst x numerator <= tokens <= burst x numerator`. Negative while
-    /// units are reserved for later, or after a settle charged more: the bounded debt.
+    /// `numerator` ticks); `-(fill time x denominator) <= tokens <= burst x numerator` (the
+    /// fill time is `ceil(burst x numerator / denominator)` us). Negative while units are
+    /// reserved for later, or after a settle charged more: the bounded debt.
     pub tokens: i64,
     /// When `tokens` was last brought up to date, in microseconds since the Unix epoch.
     pub last_refill: Timestamp,
@@ -105,7 +104,6 @@ impl Algorithm for TokenBucket {
             ticks_per_us,
             capacity_ticks,
             fill_us: capacity_ticks.div_ceil(ticks_per_us),
-            max_wait_us: capacity_ticks / ticks_per_us,
         })
     }
 
@@ -163,8 +161,9 @@ impl Algorithm for TokenBucket {
         }
     }
 
+    /// The time an empty bucket takes to fill.
     fn max_wait(&self) -> Micros {
-        self.max_wait_us
+        self.fill_us
     }
 
     fn reserve_at(
@@ -174,7 +173,7 @@ impl Algorithm for TokenBucket {
         cost: u64,
         wait: Micros,
     ) -> Option<Reservation> {
-        if wait > self.max_wait_us {
+        if wait > self.fill_us {
             return None;
         }
         let now = now.max(state.last_refill);
@@ -183,7 +182,7 @@ impl Algorithm for TokenBucket {
             return Some(Reservation::granted_at(self.standing(tokens), now, wait));
         }
         // Into debt: the tokens an admission at the scheduled time leaves, seen from now (the
-        // bucket refills to exactly that by then). At least -capacity.
+        // bucket refills to exactly that by then). At least -fill_us x d.
         let cap = self.capacity_ticks as i64;
         let shift = (wait * self.ticks_per_us) as i64;
         let level = (cap - tokens).max(shift) + (cost * self.interval) as i64;
@@ -216,11 +215,12 @@ impl Algorithm for TokenBucket {
             // Never above the burst.
             (tokens + ((reserved - actual) * self.interval) as i64).min(cap)
         } else {
-            // Charged unconditionally, down to the bounded debt of one burst.
+            // Charged unconditionally, down to the bounded debt (a full fill time).
+            let floor = -((self.fill_us * self.ticks_per_us) as i64);
             let charge = (actual - reserved)
                 .saturating_mul(self.interval)
-                .min(2 * self.capacity_ticks);
-            (tokens - charge as i64).max(-cap)
+                .min(2 * self.capacity_ticks + self.ticks_per_us);
+            (tokens - charge as i64).max(floor)
         };
         *state = TokenBucketState {
             tokens,

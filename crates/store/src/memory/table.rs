@@ -405,10 +405,15 @@ impl<A: Kind> Locked<'_, A> {
 
     /// Writes back a consumed state: into its slot when the key is held, else as a new key.
     pub(crate) fn save(&mut self, fp: u64, state: A::State, expires_at: Timestamp) {
+        let table = self.table;
         match self.find_mut(fp) {
             Some(slot) => {
                 *A::state_mut(slot) = state;
                 A::extend(slot, expires_at);
+                // A settle that gives units back can bring a derived expiry forward: keep the
+                // shard's lower bound a lower bound.
+                let at = A::expires_at(&table.expiry, slot);
+                self.guard.earliest_expiry = self.guard.earliest_expiry.min(at);
             }
             None => self.insert(fp, state, expires_at),
         }
