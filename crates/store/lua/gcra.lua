@@ -56,11 +56,17 @@ function gcra.save(key, s, ttl)
   save_value(key, v, ttl)
 end
 
--- tat - 2 tau (the most a state holds ahead of its last update: a burst, plus at most one more
--- reserved or charged) rounded up to a whole microsecond (0 when negative), without forming
--- tat x den. Only a state without last_update can be read before it.
+-- The most a state holds ahead of its last update, in ticks: tau plus the longest reservation
+-- wait (the time a full burst refills, rounded up) x den: the bounded debt.
+local function span_of(p)
+  local tau = p.burst * p.num
+  return tau + cdiv(tau, p.den) * p.den
+end
+
+-- tat - span rounded up to a whole microsecond (0 when negative), without forming tat x den.
+-- Only a state without last_update can be read before it.
 local function earliest(s, p)
-  local span = 2 * p.burst * p.num
+  local span = span_of(p)
   local span_us = fdiv(span, p.den)
   local e = max(s.tat - span_us, 0)
   if s.tat >= span_us and s.tat_ticks > span - span_us * p.den then
@@ -84,8 +90,9 @@ function gcra.decide(s, p, now, cost, consume)
   -- time, for a state stored without last_update)
   now = max(max(now, s.last_update), earliest(s, p))
   local ahead = ahead_at(s, den, now)
-  local new = ahead + cost * interval -- <= 2 tau
-  local allowed = new <= tau
+  local new = ahead + cost * interval -- <= span + tau
+  -- cost 0 is a peek, allowed even while reservations hold the key beyond its burst
+  local allowed = (cost == 0) or new <= tau
   local ahead_after = ahead
   if allowed and consume then
     local q = fdiv(new, den)
@@ -98,7 +105,60 @@ function gcra.decide(s, p, now, cost, consume)
   if not allowed then
     retry_after = cdiv(new - tau, den)
   end
-  return allowed, fdiv(tau - ahead_after, interval), cdiv(ahead_after, den), retry_after, 0
+  return allowed, fdiv(max(tau - ahead_after, 0), interval), cdiv(ahead_after, den),
+    retry_after, 0
+end
+
+-- The longest reservation wait: the time a full burst refills, rounded up.
+function gcra.max_wait(p)
+  return cdiv(p.burst * p.num, p.den)
+end
+
+local function set_ahead(s, den, now, ahead)
+  local q = fdiv(ahead, den)
+  s.tat = now + q
+  s.tat_ticks = ahead - q * den
+  s.last_update = now
+end
+
+-- Reserves `cost` units for now + wait (docs/spec/reservations.md): the tat an admission at
+-- that time leaves. Returns false when they do not fit then, else true, remaining,
+-- reset_after and the effective now.
+function gcra.reserve_at(s, p, now, cost, wait)
+  if wait > gcra.max_wait(p) then
+    return false
+  end
+  local interval, den = p.num, p.den
+  local tau = p.burst * interval
+  now = max(max(now, s.last_update), earliest(s, p))
+  local ahead = ahead_at(s, den, now)
+  if cost > 0 then
+    local shift = wait * den
+    local new = max(ahead, shift) + cost * interval
+    if new - shift > tau then
+      return false
+    end
+    set_ahead(s, den, now, new)
+    ahead = new
+  end
+  return true, fdiv(max(tau - ahead, 0), interval), cdiv(ahead, den), now
+end
+
+-- Settles a reservation of `reserved` units that cost `actual`: back by the difference (not
+-- before now), or charged (up to the span). Returns remaining and reset_after.
+function gcra.settle(s, p, now, at, reserved, actual)
+  local interval, den = p.num, p.den
+  local tau = p.burst * interval
+  local span = span_of(p)
+  now = max(max(now, s.last_update), earliest(s, p))
+  local ahead = ahead_at(s, den, now)
+  if actual <= reserved then
+    ahead = max(ahead - (reserved - actual) * interval, 0)
+  else
+    ahead = min(ahead + min(actual - reserved, cdiv(span, interval)) * interval, span)
+  end
+  set_ahead(s, den, now, ahead)
+  return fdiv(max(tau - ahead, 0), interval), cdiv(ahead, den)
 end
 
 function gcra.refund(s, p, now, cost, mark)

@@ -140,20 +140,24 @@ impl BatchDecision {
 
 /// The answer to a reservation batch ([`Store::reserve`]).
 ///
-/// Every item of a granted batch is reserved for the same scheduled time, so the caller runs
-/// the request once, `wait` microseconds from now.
+/// Every item of a granted batch is reserved for the same `wait` after its key's effective
+/// `now` (the store's `now`, or the later time a key last moved to when that `now` is stale:
+/// "no time passed" for that key), so the caller runs the request once, `wait` microseconds
+/// from now, and each rule counts it at that moment of its own time line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchReservation {
     /// As for a check: `allowed` when every item's units were reserved; the decisions after
     /// the reservation (then `remaining` is 0 for a key holding units reserved for later), or
     /// the peeks when denied (nothing was consumed).
     pub batch: BatchDecision,
-    /// Microseconds from the store's `now` until the reserved units may be used: 0 when at
-    /// once; `None` when denied. At most the `max_wait` asked for.
+    /// Microseconds until the reserved units may be used: 0 when at once; `None` when denied.
+    /// At most the `max_wait` asked for.
     pub wait: Option<Micros>,
-    /// The scheduled time (microseconds since the Unix epoch) every item was reserved for;
-    /// `None` when denied. A settle passes it back ([`SettleItem::scheduled_at`]).
-    pub scheduled_at: Option<Timestamp>,
+    /// Per item, in order: the scheduled time (microseconds since the Unix epoch) it was
+    /// reserved for (its key's effective `now` + `wait`; the same for every item unless a
+    /// key's state is ahead of the store's `now`). Empty when denied. A settle passes each
+    /// back ([`SettleItem::scheduled_at`]).
+    pub scheduled_at: Vec<Timestamp>,
 }
 
 /// One item of a settle ([`Store::settle`]): the reservation of `reserved` units for
@@ -173,7 +177,7 @@ pub struct SettleItem<'a> {
     pub reserved: u64,
     /// The units actually used: below `reserved` gives the difference back, above charges it.
     pub actual: u64,
-    /// [`BatchReservation::scheduled_at`] of the reservation.
+    /// The item's [`BatchReservation::scheduled_at`] in the reservation.
     pub scheduled_at: Timestamp,
 }
 
@@ -278,8 +282,8 @@ pub trait Store: Send + Sync + 'static {
         key: &str,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
 
-    /// A check that may wait: reserves every item for the earliest time at which all of them
-    /// fit, when that is at most `max_wait` microseconds away (clamped per item to
+    /// A check that may wait: reserves every item for the shortest wait after which all of
+    /// them fit, when that is at most `max_wait` microseconds (clamped per item to
     /// [`Policy::max_wait`]), consuming the units now for that time; otherwise denies as
     /// [`Store::check`] does, consuming nothing. `max_wait = 0` answers exactly as a check.
     /// All or nothing, like a check. See `docs/spec/reservations.md`.

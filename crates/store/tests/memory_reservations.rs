@@ -48,7 +48,7 @@ fn a_batch_is_reserved_for_one_scheduled_time() {
         .unwrap();
     assert!(granted.batch.allowed);
     assert_eq!(granted.wait, Some(500_000));
-    assert_eq!(granted.scheduled_at, Some(T0 + 1_400_000));
+    assert_eq!(granted.scheduled_at, [T0 + 1_400_000, T0 + 1_400_000]);
     // At the scheduled time both rules hold the reserved unit: GCRA has 0 left, the window
     // [1 s, 2 s) has counted 1 of 3.
     clock.set(T0 + 1_400_000);
@@ -148,7 +148,7 @@ fn settle_charges_what_was_used_beyond_the_reservation() {
         key: "user=alice",
         reserved: 4,
         actual: 7,
-        scheduled_at: r.scheduled_at.unwrap(),
+        scheduled_at: r.scheduled_at[0],
     };
     assert_eq!(store.settle(&[settle]).await_now()[0].remaining, 3);
     // A reserved cost above the capacity was never a reservation.

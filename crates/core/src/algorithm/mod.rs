@@ -190,7 +190,8 @@ pub trait Algorithm: Clone + fmt::Debug + Send + Sync + 'static {
         Ok(self.decide_reserve(state, now, cost, max_wait))
     }
 
-    /// Settles a reservation (see [`Algorithm::decide_settle`]).
+    /// Settles a reservation (see [`Algorithm::decide_settle`]). A give-back to a fresh key
+    /// (never seen, or expired: a store no longer holds it) changes nothing.
     ///
     /// # Errors
     /// [`CheckError::InsufficientCapacity`] when `reserved > capacity()` (no reservation was
@@ -204,6 +205,9 @@ pub trait Algorithm: Clone + fmt::Debug + Send + Sync + 'static {
         actual: u64,
     ) -> Result<Decision, CheckError> {
         self.validate_cost(reserved)?;
+        if actual <= reserved && *state == self.initial_state() {
+            return Ok(self.decide(&mut state.clone(), now, 0, false));
+        }
         Ok(self.decide_settle(state, now, scheduled_at, reserved, actual))
     }
 }
@@ -480,6 +484,9 @@ impl Policy {
         actual: u64,
     ) -> Result<Decision, CheckError> {
         self.validate_cost(reserved)?;
+        if actual <= reserved && *state == self.initial_state() {
+            return Ok(self.decide(&mut state.clone(), now, 0, false));
+        }
         Ok(self.decide_settle(state, now, scheduled_at, reserved, actual))
     }
 }

@@ -358,8 +358,11 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    /// One period, less for periods above 2^44 us (about 200 days), so that a reserved
+    /// entry's gap from the newest live one fits the 45-bit word.
     fn max_wait(&self) -> Micros {
-        self.quota.period()
+        let period = self.quota.period();
+        period.min(((1 << 45) - 1_u64).saturating_sub(period))
     }
 
     fn reserve_at(
@@ -370,18 +373,19 @@ impl Algorithm for SlidingLog {
         wait: Micros,
     ) -> Option<Reservation> {
         let (limit, period) = (self.quota.limit(), self.quota.period());
-        if wait > period {
+        if wait > self.max_wait() {
             return None;
         }
         let now = now.max(state.last_update);
         if cost > 0 {
             // Logged at the scheduled time, never before the newest entry (first come, first
-            // served); entries expired by then are dropped.
+            // served). Only what expired by now is dropped: entries that expire before the
+            // scheduled time still count until then (a settle may take the reservation back).
             let at = now + wait;
             if at < state.newest || cost > limit.saturating_sub(state.live_at(at, period)) {
                 return None;
             }
-            state.prune(at, period);
+            state.prune(now, period);
             state.push(at, cost, limit);
             state.last_update = now;
         }
@@ -397,8 +401,11 @@ impl Algorithm for SlidingLog {
         reserved: u64,
         actual: u64,
     ) -> Decision {
-        let limit = self.quota.limit();
+        let (limit, period) = (self.quota.limit(), self.quota.period());
         let now = now.max(state.last_update);
+        // Expired entries count for nothing: gone first, so that an expired reservation gets
+        // nothing back and a charge is never logged where it no longer counts.
+        state.prune(now, period);
         let mut entries: Vec<(Timestamp, u64)> = state.entries().collect();
         let own = entries.iter().position(|&(t, _)| t == scheduled_at);
         if actual <= reserved {

@@ -625,12 +625,12 @@ impl MemoryStore {
     }
 
     /// [`Store::reserve`] at a caller-supplied `now`, synchronously: every item reserved for
-    /// the earliest time at which all of them fit, when it is at most `max_wait` away.
+    /// the shortest wait after which all of them fit, when it is at most `max_wait`.
     ///
     /// Two passes on working copies under the batch's locks: the first finds each item's
-    /// earliest scheduled time (in order, each seeing the earlier items' tentative
-    /// reservations); the second reserves every item for the latest of them
-    /// ([`Policy::reserve_at`]); an item that does not fit then denies the batch. A granted
+    /// shortest wait (in order, each seeing the earlier items' tentative reservations); the
+    /// second reserves every item for the longest of them ([`Policy::reserve_at`]); an item
+    /// that does not fit then denies the batch. A granted
     /// batch is written as a check is (new keys need room in the store).
     ///
     /// # Errors
@@ -671,11 +671,10 @@ impl MemoryStore {
         }
         self.shared.count_expired(expired);
 
-        // Pass 1: each item's earliest scheduled time, and its effective now.
+        // Pass 1: each item's shortest wait (after its key's effective now).
         let mut trial: Vec<State> = slots.iter().map(|s| s.state.clone()).collect();
         let mut peeks = Vec::with_capacity(items.len());
-        let mut effective = Vec::with_capacity(items.len());
-        let mut latest = Some(now);
+        let mut longest = Some(0);
         for (item, &slot) in items.iter().zip(&slot_of_item) {
             let state = &mut trial[slot];
             peeks.push(
@@ -685,16 +684,10 @@ impl MemoryStore {
             let r = item
                 .policy
                 .decide_reserve(state, now, item.cost, Micros::MAX);
-            match (r.scheduled_at, r.wait) {
-                (Some(at), Some(wait)) => {
-                    latest = latest.map(|l| l.max(at));
-                    effective.push(at - wait);
-                }
-                _ => {
-                    latest = None;
-                    effective.push(now);
-                }
-            }
+            longest = match (longest, r.wait) {
+                (Some(l), Some(wait)) => Some(wait.max(l)),
+                _ => None,
+            };
         }
         let denied = |peeks: Vec<Decision>| BatchReservation {
             batch: BatchDecision {
@@ -703,32 +696,38 @@ impl MemoryStore {
                 store_full: None,
             },
             wait: None,
-            scheduled_at: None,
+            scheduled_at: Vec::new(),
         };
-        let Some(at) = latest.filter(|&at| at - now <= max_wait) else {
+        let Some(wait) = longest.filter(|&wait| wait <= max_wait) else {
             return Ok(denied(peeks));
         };
 
-        // Pass 2: every item for `at`.
+        // Pass 2: every item for that wait.
         let mut decisions = Vec::with_capacity(items.len());
+        let mut scheduled_at = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             let slot = &mut slots[slot_of_item[i]];
-            if item.cost == 0 {
-                decisions.push(item.policy.decide(&mut slot.state.clone(), now, 0, false));
-                continue;
-            }
-            let wait = at - effective[i];
-            match item
-                .policy
-                .reserve_at(&mut slot.state, now, item.cost, wait)
-            {
-                Some(r) => {
+            let reserved = if item.cost == 0 {
+                // Nothing to reserve: the standing of its key at this point of the batch.
+                let mut state = slot.state.clone();
+                item.policy.reserve_at(&mut state, now, 0, 0).map(|r| {
+                    let at = r.scheduled_at.map(|t| t + wait);
+                    (r.decision, at)
+                })
+            } else {
+                item.policy
+                    .reserve_at(&mut slot.state, now, item.cost, wait)
+                    .map(|r| (r.decision, r.scheduled_at))
+            };
+            match reserved {
+                Some((decision, Some(at))) => {
                     if item.cost > 0 {
-                        slot.consumed_reset_after = Some(r.decision.reset_after);
+                        slot.consumed_reset_after = Some(decision.reset_after);
                     }
-                    decisions.push(r.decision);
+                    decisions.push(decision);
+                    scheduled_at.push(at);
                 }
-                None => return Ok(denied(peeks)),
+                _ => return Ok(denied(peeks)),
             }
         }
         let batch = self.commit_slots(
@@ -744,8 +743,8 @@ impl MemoryStore {
         let granted = batch.allowed;
         Ok(BatchReservation {
             batch,
-            wait: granted.then_some(at - now),
-            scheduled_at: granted.then_some(at),
+            wait: granted.then_some(wait),
+            scheduled_at: if granted { scheduled_at } else { Vec::new() },
         })
     }
 
