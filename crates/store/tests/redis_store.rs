@@ -221,6 +221,55 @@ async fn server_time_decides_and_retry_after_is_consistent() {
     );
 }
 
+/// Issue 17, case 1, across processes: two stores ("nodes") on one Redis with caller-supplied
+/// time, one an hour (or 10 ms) behind the other. With 4 of 5 cells free the lagging node gets
+/// exactly 4 more on GCRA, as on the token and leaky buckets (it used to be refused every one,
+/// each with `Retry-After: 1`).
+#[tokio::test]
+async fn gcra_with_a_node_whose_clock_lags_admits_what_the_buckets_admit() {
+    let server = RedisServer::start().unwrap();
+    let node = |clock: &Arc<ManualClock>| {
+        let mut config = slow_ok(&server);
+        config.time_source = TimeSource::Caller;
+        config.ttl_extra = Duration::from_secs(3600);
+        RedisStore::new(config, clock.clone()).unwrap()
+    };
+    for lag in [3_600_000_000u64, 10_000] {
+        let (ahead_clock, behind_clock) = (
+            Arc::new(ManualClock::new(T0)),
+            Arc::new(ManualClock::new(T0 - lag)),
+        );
+        let (ahead, behind) = (node(&ahead_clock), node(&behind_clock));
+        for kind in [
+            AlgorithmKind::Gcra,
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::LeakyBucket,
+        ] {
+            let p = policy(kind, "5/s");
+            let rule = format!("lag-{lag}");
+            assert!(
+                ahead
+                    .check(&[item(&rule, &p, "k", 1)])
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+            let mut admitted = 0;
+            for _ in 0..6 {
+                if behind
+                    .check(&[item(&rule, &p, "k", 1)])
+                    .await
+                    .unwrap()
+                    .allowed
+                {
+                    admitted += 1;
+                }
+            }
+            assert_eq!(admitted, 4, "{kind}, lag {lag} us");
+        }
+    }
+}
+
 /// A GCRA value written before `last_update` existed (one packed integer, or `<tat>:<ticks>`
 /// for a denominator above 2^23) is read with `last_update = 0`: it decides as it did then
 /// (a stale `now` bounded by the earliest consistent time), and the next admission writes the
