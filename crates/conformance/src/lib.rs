@@ -2,7 +2,7 @@
 //!
 //! Golden vectors for every Floodgate algorithm, and a runner that plays them against any
 //! [`Backend`]: the reference implementation in `floodgate-core` ([`CoreBackend`]), the memory
-//! store, the Redis scripts. The vectors (`vectors/<algorithm>.toml` in this crate, see
+//! store ([`MemoryBackend`]), the Redis scripts (`RedisBackend`, feature `redis`). The vectors (`vectors/<algorithm>.toml` in this crate, see
 //! [`vectors_dir`]) are hand-checked against the integer formulas of `docs/spec/`; a backend
 //! conforms when it returns exactly the same [`Decision`] (or error) at every step.
 //!
@@ -23,6 +23,11 @@
 //! reset_after_us = 500000
 //! # retry_after_us = 5         # only on denials
 //! # peek = true                # peek instead of check
+//! # max_wait_us = 300000       # a reservation instead of a check; then
+//! # wait_us = 250000           #   the wait when granted (absent when denied)
+//! # settle_actual = 2          # a settle instead: `cost` units reserved for
+//! # scheduled_at_us = 250000   #   this time (offset like at_us) actually cost 2; the
+//! #                            #   decision expected is the standing after it
 //! # error = "insufficient_capacity"   # expect that error instead of a decision
 //! # key = "a"                  # default "k": independent state per key
 //! ```
@@ -124,6 +129,41 @@ pub struct Step {
     /// Expected error instead of a decision; only `"insufficient_capacity"` exists.
     #[serde(default)]
     pub error: Option<String>,
+    /// A reservation with this wait bound (microseconds) instead of a check.
+    #[serde(default)]
+    pub max_wait_us: Option<u64>,
+    /// Expected wait of a granted reservation; absent when it is denied.
+    #[serde(default)]
+    pub wait_us: Option<u64>,
+    /// A settle instead of a check: the reservation of `cost` units for `scheduled_at_us`
+    /// actually cost this many.
+    #[serde(default)]
+    pub settle_actual: Option<u64>,
+    /// The settled reservation's scheduled time, microseconds after the case's `start_us`.
+    #[serde(default)]
+    pub scheduled_at_us: Option<u64>,
+}
+
+/// What a step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// A check (or, with `peek`, a peek).
+    Check {
+        /// Decide without consuming.
+        peek: bool,
+    },
+    /// A reservation with a wait bound.
+    Reserve {
+        /// The wait bound, microseconds.
+        max_wait: u64,
+    },
+    /// A settle of a reservation of `cost` units.
+    Settle {
+        /// The reservation's scheduled time (absolute, microseconds since the epoch).
+        scheduled_at: Timestamp,
+        /// The actual cost.
+        actual: u64,
+    },
 }
 
 /// What a step expects, resolved against the case's policy.
@@ -139,6 +179,33 @@ impl Step {
     /// The step's key, or [`DEFAULT_KEY`].
     pub fn key(&self) -> &str {
         self.key.as_deref().unwrap_or(DEFAULT_KEY)
+    }
+
+    /// What the step does, with times made absolute by `start_us`.
+    ///
+    /// # Errors
+    /// A message when the step mixes a peek, a reservation and a settle, or half a settle.
+    pub fn operation(&self, start_us: Timestamp) -> Result<Operation, String> {
+        match (
+            self.peek,
+            self.max_wait_us,
+            self.settle_actual,
+            self.scheduled_at_us,
+        ) {
+            (peek, None, None, None) => Ok(Operation::Check { peek }),
+            (false, Some(max_wait), None, None) => Ok(Operation::Reserve { max_wait }),
+            (false, None, Some(actual), Some(at)) => Ok(Operation::Settle {
+                scheduled_at: start_us
+                    .checked_add(at)
+                    .ok_or("start_us + scheduled_at_us overflows")?,
+                actual,
+            }),
+            _ => Err(
+                "a step is a check, a peek, a reservation (max_wait_us) or a settle \
+                      (settle_actual with scheduled_at_us)"
+                    .into(),
+            ),
+        }
     }
 
     /// The expected answer under `policy`.
@@ -289,6 +356,44 @@ pub trait Backend {
         cost: u64,
         peek: bool,
     ) -> Reply;
+
+    /// Reserves `cost` units for `key` at `now_us` with the wait bound `max_wait`: the decision
+    /// and, when granted, the wait. The default: unsupported (a failure).
+    fn reserve(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        cost: u64,
+        max_wait: u64,
+    ) -> ReserveReply {
+        let _ = (policy, key, now_us, cost, max_wait);
+        ReserveReply::Failed("this backend does not reserve".into())
+    }
+
+    /// Settles the reservation of `reserved` units for `key` scheduled at `scheduled_at` with
+    /// the actual cost `actual`, at `now_us`: the standing after it. The default: unsupported.
+    fn settle(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Reply {
+        let _ = (policy, key, now_us, scheduled_at, reserved, actual);
+        Reply::Failed("this backend does not settle".into())
+    }
+}
+
+/// What a backend answers for one reservation.
+#[derive(Debug)]
+pub enum ReserveReply {
+    /// The decision and, when granted, the wait (or the core's [`CheckError`]).
+    Answer(Result<(Decision, Option<u64>), CheckError>),
+    /// The backend failed.
+    Failed(BackendFailure),
 }
 
 /// The reference backend: `floodgate-core` with one [`State`] per key in a `HashMap`.
@@ -324,6 +429,172 @@ impl Backend for CoreBackend {
         } else {
             policy.check(state, now_us, cost)
         })
+    }
+
+    fn reserve(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        cost: u64,
+        max_wait: u64,
+    ) -> ReserveReply {
+        let state = self
+            .states
+            .entry(key.to_string())
+            .or_insert_with(|| policy.initial_state());
+        ReserveReply::Answer(
+            policy
+                .reserve(state, now_us, cost, max_wait)
+                .map(|r| (r.decision, r.wait)),
+        )
+    }
+
+    fn settle(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Reply {
+        let state = self
+            .states
+            .entry(key.to_string())
+            .or_insert_with(|| policy.initial_state());
+        Reply::Answer(policy.settle(state, now_us, scheduled_at, reserved, actual))
+    }
+}
+
+/// The memory store ([`floodgate_store::MemoryStore`]): each step a one-item batch at the step's
+/// time ([`MemoryStore::check_at`](floodgate_store::MemoryStore::check_at) or `peek_at`).
+/// [`Backend::reset`] starts a new store.
+#[derive(Debug)]
+pub struct MemoryBackend {
+    store: floodgate_store::MemoryStore,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self {
+            store: Self::fresh(),
+        }
+    }
+}
+
+impl MemoryBackend {
+    fn fresh() -> floodgate_store::MemoryStore {
+        // The clock is never read: every step passes its own time.
+        floodgate_store::MemoryStore::with_clock(std::sync::Arc::new(
+            floodgate_core::ManualClock::new(0),
+        ))
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    fn reset(&mut self) -> Result<(), BackendFailure> {
+        self.store = Self::fresh();
+        Ok(())
+    }
+
+    fn check(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        cost: u64,
+        peek: bool,
+    ) -> Reply {
+        let item = floodgate_store::CheckItem {
+            rule: "conformance",
+            policy,
+            key,
+            cost,
+        };
+        let result = if peek {
+            self.store.peek_at(&[item], now_us)
+        } else {
+            self.store.check_at(&[item], now_us)
+        };
+        match result {
+            Ok(batch) => Reply::Answer(Ok(batch.decisions[0])),
+            Err(e) => store_failure(e),
+        }
+    }
+
+    fn reserve(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        cost: u64,
+        max_wait: u64,
+    ) -> ReserveReply {
+        let item = floodgate_store::CheckItem {
+            rule: "conformance",
+            policy,
+            key,
+            cost,
+        };
+        reserve_reply(self.store.reserve_at(&[item], now_us, max_wait))
+    }
+
+    fn settle(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Reply {
+        let item = floodgate_store::SettleItem {
+            rule: "conformance",
+            policy,
+            key,
+            reserved,
+            actual,
+            scheduled_at,
+        };
+        settle_reply(self.store.settle_at(&[item], now_us))
+    }
+}
+
+/// A store's error as a [`Reply`]: the core's error for a cost above the capacity, else a
+/// failure.
+pub fn store_failure(e: floodgate_store::StoreError) -> Reply {
+    match e {
+        floodgate_store::StoreError::InsufficientCapacity { cost, capacity, .. } => {
+            Reply::Answer(Err(CheckError::InsufficientCapacity { cost, capacity }))
+        }
+        e => Reply::Failed(Box::new(e)),
+    }
+}
+
+/// A store's one-item reservation answer as a [`ReserveReply`].
+pub fn reserve_reply(
+    result: Result<floodgate_store::BatchReservation, floodgate_store::StoreError>,
+) -> ReserveReply {
+    match result {
+        Ok(r) => ReserveReply::Answer(Ok((r.batch.decisions[0], r.wait))),
+        Err(e) => match store_failure(e) {
+            Reply::Answer(Err(e)) => ReserveReply::Answer(Err(e)),
+            Reply::Answer(Ok(_)) => unreachable!("store_failure never answers a decision"),
+            Reply::Failed(e) => ReserveReply::Failed(e),
+        },
+    }
+}
+
+/// A store's one-item settle answer as a [`Reply`].
+pub fn settle_reply(result: Result<Vec<Decision>, floodgate_store::StoreError>) -> Reply {
+    match result {
+        Ok(standings) => Reply::Answer(Ok(standings[0])),
+        Err(e) => store_failure(e),
     }
 }
 
@@ -446,17 +717,53 @@ fn run_step(
     let Some(now) = start_us.checked_add(step.at_us) else {
         return Some("malformed step: start_us + at_us overflows".into());
     };
+    let operation = match step.operation(start_us) {
+        Ok(op) => op,
+        Err(message) => return Some(format!("malformed step: {message}")),
+    };
     let what = format!(
         "{} cost {} key {:?} at start + {} us",
-        if step.peek { "peek" } else { "check" },
+        match operation {
+            Operation::Check { peek: true } => "peek".to_string(),
+            Operation::Check { peek: false } => "check".to_string(),
+            Operation::Reserve { max_wait } => format!("reserve (max_wait {max_wait} us)"),
+            Operation::Settle { actual, .. } => format!("settle (actual {actual})"),
+        },
         step.cost,
         step.key(),
         step.at_us
     );
-    match (
-        expected,
-        backend.check(policy, step.key(), now, step.cost, step.peek),
-    ) {
+    let (reply, wait) = match operation {
+        Operation::Check { peek } => (
+            backend.check(policy, step.key(), now, step.cost, peek),
+            None,
+        ),
+        Operation::Reserve { max_wait } => {
+            match backend.reserve(policy, step.key(), now, step.cost, max_wait) {
+                ReserveReply::Answer(Ok((d, wait))) => (Reply::Answer(Ok(d)), Some(wait)),
+                ReserveReply::Answer(Err(e)) => (Reply::Answer(Err(e)), None),
+                ReserveReply::Failed(e) => (Reply::Failed(e), None),
+            }
+        }
+        Operation::Settle {
+            scheduled_at,
+            actual,
+        } => (
+            backend.settle(policy, step.key(), now, scheduled_at, step.cost, actual),
+            None,
+        ),
+    };
+    if let Some(wait) = wait {
+        if wait != step.wait_us {
+            return Some(format!(
+                "{what}: expected wait_us {:?}, got {wait:?}",
+                step.wait_us
+            ));
+        }
+    } else if step.wait_us.is_some() {
+        return Some(format!("{what}: wait_us is only for reservations"));
+    }
+    match (expected, reply) {
         (_, Reply::Failed(e)) => Some(format!("{what}: backend failed: {e}")),
         (Expected::Decision(want), Reply::Answer(Ok(got))) if want == got => None,
         (

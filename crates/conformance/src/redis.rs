@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use floodgate_core::{CheckError, ManualClock, Policy, Timestamp};
 use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
-use floodgate_store::{CheckItem, StoreError};
+use floodgate_store::{CheckItem, SettleItem, StoreError};
 
-use crate::{Backend, BackendFailure, Reply};
+use crate::{reserve_reply, settle_reply, Backend, BackendFailure, Reply, ReserveReply};
 
 /// Runs each step as a one-item batch on a [`RedisStore`] with the step's time passed to the
 /// script ([`RedisStore::check_at`]). [`Backend::reset`] switches to a new rule name, so every
@@ -95,5 +95,45 @@ impl Backend for RedisBackend {
             }
             Err(e) => Reply::Failed(Box::new(e)),
         }
+    }
+
+    fn reserve(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        cost: u64,
+        max_wait: u64,
+    ) -> ReserveReply {
+        let item = CheckItem {
+            rule: &self.rule,
+            policy,
+            key,
+            cost,
+        };
+        reserve_reply(
+            self.runtime
+                .block_on(self.store.reserve_at(&[item], now_us, max_wait)),
+        )
+    }
+
+    fn settle(
+        &mut self,
+        policy: &Policy,
+        key: &str,
+        now_us: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Reply {
+        let item = SettleItem {
+            rule: &self.rule,
+            policy,
+            key,
+            reserved,
+            actual,
+            scheduled_at,
+        };
+        settle_reply(self.runtime.block_on(self.store.settle_at(&[item], now_us)))
     }
 }

@@ -3,7 +3,7 @@
 
 use floodgate_conformance::{
     differential, load_dir, run_dir, run_vector, vectors_dir, Backend, BackendFailure, CoreBackend,
-    Reply, Report, Request, Vector,
+    MemoryBackend, Reply, Report, Request, Vector,
 };
 use floodgate_core::{AlgorithmKind, Policy, Timestamp};
 
@@ -17,6 +17,13 @@ fn every_vector_file_passes_on_the_core() {
     let report = run_dir(&mut CoreBackend::default(), &vectors_dir()).unwrap();
     assert!(report.is_ok(), "{report}");
     assert!(report.steps > 0, "no steps were run");
+}
+
+#[test]
+fn every_vector_file_passes_on_the_memory_store() {
+    let report = run_dir(&mut MemoryBackend::default(), &vectors_dir()).unwrap();
+    assert!(report.is_ok(), "{report}");
+    assert!(report.steps > 100, "only {} steps", report.steps);
 }
 
 #[test]

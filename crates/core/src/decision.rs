@@ -1,6 +1,6 @@
 //! The answer to one check.
 
-use crate::time::Micros;
+use crate::time::{Micros, Timestamp};
 
 /// The outcome of a check or peek: whether the request is admitted and what the client may do
 /// next. All times are microseconds relative to the `now` the check was made at.
@@ -37,6 +37,53 @@ impl Decision {
     /// Whole seconds until reset, rounded up, for the `RateLimit` header's `t` parameter.
     pub fn reset_after_secs(&self) -> u64 {
         self.reset_after.div_ceil(1_000_000)
+    }
+}
+
+/// The answer to a reservation: a check that may wait (see `docs/spec/reservations.md`).
+///
+/// A reservation of `cost` units with a wait bound `max_wait` is granted when the units would be
+/// admitted within `max_wait` microseconds: they are consumed at once for their scheduled time,
+/// and the caller uses them `wait` microseconds later. Beyond `max_wait` it is denied exactly
+/// as a check is, consuming nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reservation {
+    /// The decision. `allowed` when the units were reserved (for now or for later); then
+    /// `remaining` and `reset_after` describe the state after the reservation (`remaining` is 0
+    /// while later units are reserved) and `retry_after` is `None`. When denied it is exactly
+    /// the decision of a check.
+    pub decision: Decision,
+    /// When granted: microseconds from the effective `now` until the units may be used (0: at
+    /// once). `None` when denied.
+    pub wait: Option<Micros>,
+    /// When granted: the scheduled time, effective `now + wait`, microseconds since the Unix
+    /// epoch. A settle of this reservation passes it back. `None` when denied.
+    pub scheduled_at: Option<Timestamp>,
+}
+
+impl Reservation {
+    /// A denied reservation: the check's `decision`, nothing reserved.
+    pub fn denied(decision: Decision) -> Self {
+        Self {
+            decision,
+            wait: None,
+            scheduled_at: None,
+        }
+    }
+
+    /// A granted reservation: `decision` after it, the units usable `wait` microseconds after
+    /// the effective `now`.
+    pub(crate) fn granted_at(decision: Decision, now: Timestamp, wait: Micros) -> Self {
+        Self {
+            decision,
+            wait: Some(wait),
+            scheduled_at: Some(now.saturating_add(wait)),
+        }
+    }
+
+    /// Whether the units were reserved.
+    pub fn granted(&self) -> bool {
+        self.decision.allowed
     }
 }
 

@@ -34,6 +34,31 @@ pub enum QuotaError {
         /// The bound it exceeded.
         max: u64,
     },
+    /// A bucket algorithm's rate is finer than the microsecond clock (an emission interval below
+    /// 1 us) and `burst` cannot hold one microsecond's refill: decisions at whole microseconds
+    /// would then admit less than the declared rate (`2000000/s burst 1` admits at most one
+    /// unit per microsecond, half the rate). `min_burst` is the smallest burst that is exact:
+    /// `ceil((denominator + numerator - 1) / numerator)` for the emission interval
+    /// `numerator / denominator` us.
+    #[error(
+        "burst {burst} is too small for {limit} per {period} us: one unit every {numerator}/{denominator} us \
+         is finer than the microsecond clock, and a bucket of {burst} cannot hold one microsecond's \
+         refill, so it would admit less than that rate; the smallest exact burst is {min_burst}"
+    )]
+    BurstTooSmall {
+        /// The burst given.
+        burst: u64,
+        /// The smallest burst at which the rate is exact.
+        min_burst: u64,
+        /// The quota's limit.
+        limit: u64,
+        /// The quota's period in microseconds.
+        period: u64,
+        /// The emission interval's numerator (microseconds x denominator).
+        numerator: u64,
+        /// The emission interval's denominator (ticks per microsecond).
+        denominator: u64,
+    },
     /// The text form of a quota could not be parsed.
     #[error("invalid quota {input:?}: {reason}")]
     Parse {

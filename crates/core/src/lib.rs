@@ -5,7 +5,8 @@
 //! meter) and GCRA. No I/O, no clock reads, no floating point in any decision.
 //!
 //! - Time is [`Timestamp`]: `u64` microseconds since the Unix epoch, passed in by the caller.
-//!   [`ManualClock`] drives tests and simulations; [`SystemClock`] reads the wall clock.
+//!   [`ManualClock`] drives tests and simulations; [`SystemClock`] is the system clock, monotonic
+//!   within a process and anchored once to the wall clock.
 //! - A [`Quota`] is `limit` units per `period` with an optional `burst`, validated so that every
 //!   computation is exact (below 2^53, the integer limit of the Redis Lua scripts).
 //! - Each algorithm implements [`Algorithm`]: a pure function of `(state, now, cost)` giving a
@@ -45,7 +46,7 @@ pub use algorithm::{
     LeakyBucketState, Policy, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState,
     State, TokenBucket, TokenBucketState,
 };
-pub use decision::Decision;
+pub use decision::{Decision, Reservation};
 pub use error::{CheckError, QuotaError};
 pub use fast_clock::{CoarseClock, QuantaClock};
 pub use quota::Quota;

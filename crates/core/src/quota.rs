@@ -167,6 +167,48 @@ impl Quota {
         };
         format!("{} {unit} per {}", self.limit, describe_period(self.period))
     }
+
+    /// The smallest burst with which a bucket algorithm (token bucket, leaky bucket, GCRA)
+    /// admits exactly `limit / period` when time is counted in whole microseconds:
+    /// `ceil((denominator + numerator - 1) / numerator)` for an emission interval
+    /// `numerator / denominator` finer than 1 us, else 1.
+    ///
+    /// Why: a client at full demand leaves less than one unit (`numerator` ticks) in the bucket
+    /// after each microsecond's admissions, and the next microsecond refills `denominator`
+    /// ticks; nothing is lost to the cap only when `numerator - 1 + denominator <= burst x
+    /// numerator`. For an interval of 1 us or more one microsecond refills at most one unit and
+    /// any burst of 2 is exact; with burst 1 and an interval that is not a whole number of
+    /// microseconds each unit is admitted at the first whole microsecond after it refills, less
+    /// than 1 us late (so at most `1 us / T` below the rate; see `docs/spec/README.md`).
+    pub fn min_exact_burst(&self) -> u64 {
+        let (n, d) = (self.interval_numerator, self.interval_denominator);
+        if d > n {
+            (d + n - 1).div_ceil(n)
+        } else {
+            1
+        }
+    }
+
+    /// `Ok(())` when the bucket algorithms admit this quota's rate exactly (see
+    /// [`Quota::min_exact_burst`]); used by their `new`.
+    ///
+    /// # Errors
+    /// [`QuotaError::BurstTooSmall`] when the emission interval is below 1 us and `burst` is
+    /// below [`Quota::min_exact_burst`].
+    pub fn check_bucket_exact(&self) -> Result<(), QuotaError> {
+        let min_burst = self.min_exact_burst();
+        if self.burst < min_burst {
+            return Err(QuotaError::BurstTooSmall {
+                burst: self.burst,
+                min_burst,
+                limit: self.limit,
+                period: self.period,
+                numerator: self.interval_numerator,
+                denominator: self.interval_denominator,
+            });
+        }
+        Ok(())
+    }
 }
 
 fn check_exact(what: &'static str, value: u128) -> Result<(), QuotaError> {
@@ -401,6 +443,47 @@ mod tests {
         ));
         // A million per day reduces to 86,400 us per unit and is exact.
         assert!(Quota::per_day(1_000_000).is_ok());
+    }
+
+    /// Issue 17, case 3: `2000000/s burst 1` (one unit every 0.5 us) cannot be honoured with a
+    /// microsecond clock; the smallest exact burst is 2. Intervals of 1 us or more need nothing.
+    #[test]
+    fn rates_finer_than_a_microsecond_name_their_smallest_exact_burst() {
+        let q: Quota = "2000000/s burst 1".parse().unwrap();
+        assert_eq!(q.min_exact_burst(), 2);
+        let err = q.check_bucket_exact().unwrap_err();
+        assert!(matches!(
+            err,
+            QuotaError::BurstTooSmall {
+                burst: 1,
+                min_burst: 2,
+                ..
+            }
+        ));
+        assert!(
+            err.to_string().contains("smallest exact burst is 2"),
+            "{err}"
+        );
+        assert!(q.burst_of(2).unwrap().check_bucket_exact().is_ok());
+        // 5 per 3 us: T = 3/5 us; (5 + 3 - 1) / 3 rounded up = 3.
+        assert_eq!(Quota::with_burst(5, 3, 1).unwrap().min_exact_burst(), 3);
+        // 10^7/s with the default burst (the limit) is exact.
+        assert!("10000000/s"
+            .parse::<Quota>()
+            .unwrap()
+            .check_bucket_exact()
+            .is_ok());
+        for text in [
+            "1000000/s burst 1",
+            "7/s burst 1",
+            "1/h burst 1",
+            "3/2us burst 2",
+        ] {
+            assert!(
+                text.parse::<Quota>().unwrap().check_bucket_exact().is_ok(),
+                "{text}"
+            );
+        }
     }
 
     #[test]

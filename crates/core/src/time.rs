@@ -1,6 +1,7 @@
 //! Time as the algorithms see it: [`Timestamp`] is `u64` microseconds since the Unix epoch.
 //!
-//! Algorithms never read a clock; the caller passes `now`. Microseconds (about 1.8 x 10^15 in
+//! Algorithms never read a clock; the caller passes `now`. [`SystemClock`] is monotonic within a
+//! process, anchored once to the wall clock. Microseconds (about 1.8 x 10^15 in
 //! 2026) stay below 2^53, so the same values are exact in Redis Lua scripts, whose numbers are
 //! doubles. Nanoseconds since the epoch would not be.
 
@@ -24,20 +25,61 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now(&self) -> Timestamp;
 }
 
-/// The operating system's wall clock (`SystemTime`), in microseconds since the Unix epoch.
+/// The system clock as a monotonic source anchored once to the wall clock: microseconds since
+/// the Unix epoch that never go backwards within a process.
 ///
-/// A reading before the epoch (a badly set clock) is reported as 0; the algorithms then treat it
-/// as "no time passed" for every key that has state.
+/// The first reading in a process (of any `SystemClock`) takes the wall clock (`SystemTime`)
+/// and the monotonic clock (`Instant`) together; every reading is then that wall-clock time
+/// plus the monotonic time elapsed since. So a wall clock stepped back (by NTP, an operator or a
+/// virtual machine's resume) cannot move a decision's time backwards inside one process, and
+/// the readings stay microseconds since the Unix epoch, comparable with the Redis server's
+/// `TIME` and with other processes. The price: a step of the wall clock after the anchor (either
+/// way) is not followed until the process restarts; NTP's gradual slewing is, since the
+/// monotonic clock is slewed alike.
+///
+/// A wall clock before the epoch at the anchor (a badly set clock) anchors at 0; the algorithms
+/// then treat such readings as "no time passed" for every key that has state.
+///
+/// ```
+/// use floodgate_core::{Clock, SystemClock};
+/// let (a, b) = (SystemClock.now(), SystemClock.now());
+/// assert!(b >= a);
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
-impl Clock for SystemClock {
+/// The process's anchor: a monotonic instant and the wall-clock time read with it.
+static ANCHOR: std::sync::OnceLock<(std::time::Instant, Timestamp)> = std::sync::OnceLock::new();
+
+impl SystemClock {
+    /// The wall clock (`SystemTime`) in microseconds since the Unix epoch, 0 before it. Used
+    /// once, for the anchor.
     #[allow(clippy::disallowed_methods)] // the one place that reads the wall clock
-    fn now(&self) -> Timestamp {
+    fn wall() -> Timestamp {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros().min(u128::from(u64::MAX)) as u64)
             .unwrap_or(0)
+    }
+
+    /// The wall-clock time this process's readings are anchored to, in microseconds since the
+    /// Unix epoch (taken at the first reading).
+    pub fn anchor() -> Timestamp {
+        Self::anchored().1
+    }
+
+    #[allow(clippy::disallowed_methods)] // the monotonic clock, read with the wall clock once
+    fn anchored() -> (std::time::Instant, Timestamp) {
+        *ANCHOR.get_or_init(|| (std::time::Instant::now(), Self::wall()))
+    }
+}
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)] // the monotonic clock: this is the clock module
+    fn now(&self) -> Timestamp {
+        let (instant, wall) = Self::anchored();
+        let elapsed = std::time::Instant::now().saturating_duration_since(instant);
+        wall.saturating_add(elapsed.as_micros().min(u128::from(u64::MAX)) as u64)
     }
 }
 
@@ -95,6 +137,22 @@ mod tests {
     fn system_clock_is_after_2020() {
         // 2020-01-01T00:00:00Z in microseconds.
         assert!(SystemClock.now() > 1_577_836_800_000_000);
+    }
+
+    /// Issue 17: readings come from the monotonic clock after one wall-clock anchor, so they
+    /// never decrease, and stay close to the wall clock they were anchored to.
+    #[test]
+    fn system_clock_is_monotonic_and_anchored_to_the_wall_clock() {
+        let mut last = SystemClock.now();
+        assert!(last >= SystemClock::anchor());
+        for _ in 0..100_000 {
+            let t = SystemClock.now();
+            assert!(t >= last, "{t} < {last}");
+            last = t;
+        }
+        // Within a minute of the wall clock (the test process has not run that long, and the
+        // machine's clock is not stepped while it runs).
+        assert!(last.abs_diff(SystemClock::wall()) < 60_000_000);
     }
 
     #[test]

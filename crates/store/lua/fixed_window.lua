@@ -34,16 +34,34 @@ function fixed_window.save(key, s, ttl)
   save_value(key, v or string.format('%d:%d', s.window_start, s.count), ttl)
 end
 
-function fixed_window.decide(s, p, now, cost, consume)
-  local limit, period = p.limit, p.period
-  -- backwards time: never reopen an older window
-  now = max(now, s.window_start)
-  local elapsed = fmod(now, period)
+-- The window `now` (>= window_start) lies in, its count (a count above the limit is what the
+-- state's window carried into the next one) and the microseconds to its end.
+local function window_at(s, p, now)
+  local elapsed = fmod(now, p.period)
   local window = now - elapsed
   local count = 0
   if window == s.window_start then
     count = s.count
+  elseif window == s.window_start + p.period then
+    count = max(s.count - p.limit, 0)
   end
+  return window, count, p.period - elapsed
+end
+
+local function reset_of(p, count, to_edge)
+  if count > p.limit then
+    return to_edge + p.period
+  elseif count > 0 then
+    return to_edge
+  end
+  return 0
+end
+
+function fixed_window.decide(s, p, now, cost, consume)
+  local limit, period = p.limit, p.period
+  -- backwards time: never reopen an older window
+  now = max(now, s.window_start)
+  local window, count, to_edge = window_at(s, p, now)
   local allowed = cost <= max(limit - count, 0)
   local count_after = count
   if allowed and consume and cost > 0 then
@@ -51,16 +69,74 @@ function fixed_window.decide(s, p, now, cost, consume)
     s.count = count + cost
     count_after = s.count
   end
-  local to_edge = period - elapsed
-  local reset_after = 0
-  if count_after > 0 then
-    reset_after = to_edge
-  end
   local retry_after = -1
   if not allowed then
-    retry_after = to_edge
+    -- the next window holds what this one carried over; the one after is empty
+    if max(count - limit, 0) + cost <= limit then
+      retry_after = to_edge
+    else
+      retry_after = to_edge + period
+    end
   end
-  return allowed, max(limit - count_after, 0), reset_after, retry_after, window
+  return allowed, max(limit - count_after, 0), reset_of(p, count_after, to_edge), retry_after,
+    window
+end
+
+-- The longest reservation wait: one period (the next window).
+function fixed_window.max_wait(p)
+  return p.period
+end
+
+-- Reserves `cost` units for now + wait: in this window, or counted in the next one (closing
+-- this one). Returns false when they do not fit then, else true, remaining, reset_after and
+-- the effective now.
+function fixed_window.reserve_at(s, p, now, cost, wait)
+  local limit, period = p.limit, p.period
+  if wait > period then
+    return false
+  end
+  now = max(now, s.window_start)
+  local window, count, to_edge = window_at(s, p, now)
+  if cost > 0 then
+    if wait < to_edge then
+      if cost > max(limit - count, 0) then
+        return false
+      end
+      count = count + cost
+    elseif wait < to_edge + period then
+      if max(count - limit, 0) + cost > limit then
+        return false
+      end
+      count = max(count, limit) + cost
+    else
+      return false
+    end
+    s.window_start = window
+    s.count = count
+  end
+  return true, max(limit - count, 0), reset_of(p, count, to_edge), now
+end
+
+-- Settles: back to the reservation's window while it counts (not a window closed by a later
+-- reservation), or charged to this window (beyond its limit: the next one), up to 2 x limit.
+function fixed_window.settle(s, p, now, at, reserved, actual)
+  local limit, period = p.limit, p.period
+  now = max(now, s.window_start)
+  local window, count, to_edge = window_at(s, p, now)
+  local reserved_window = at - fmod(at, period)
+  if actual <= reserved then
+    local back = reserved - actual
+    if reserved_window == window and count <= limit then
+      count = count - min(back, count)
+    elseif reserved_window == window + period then
+      count = count - min(back, max(count - limit, 0))
+    end
+  else
+    count = min(count + (actual - reserved), 2 * limit)
+  end
+  s.window_start = window
+  s.count = count
+  return max(limit - count, 0), reset_of(p, count, to_edge)
 end
 
 function fixed_window.refund(s, p, now, cost, mark)

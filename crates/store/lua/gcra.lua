@@ -1,9 +1,13 @@
 -- gcra.lua: GCRA (virtual scheduling, ATM Forum TM 4.0 annex C), docs/spec/gcra.md
 -- ("Decision", "Backwards time", "Writes and TTL"). A library file (no KEYS/ARGV of its own).
 --
--- State: tat (us) and tat_ticks (0 <= tat_ticks < den), i.e. the theoretical arrival time
--- tat x den + tat_ticks in ticks, stored as that ONE integer (pack2 with m = den); when den >
--- 2^23 as the string '<tat>:<tat_ticks>'. A missing key is (0, 0).
+-- State: tat (us), tat_ticks (0 <= tat_ticks < den), i.e. the theoretical arrival time
+-- tat x den + tat_ticks in ticks, and last_update (us, the effective now of the last
+-- admission, never after tat). Stored as '<tat x den + tat_ticks>:<tat - last_update>' (pack2
+-- with m = den; the second number is short, at most burst x T in us, which keeps the value in
+-- a smaller allocation); when den > 2^23 as '<tat>:<tat_ticks>:<tat - last_update>'. A value of
+-- a version without last_update (one packed integer, or '<tat>:<tat_ticks>' for den > 2^23)
+-- reads with last_update = 0. A missing key is (0, 0, 0).
 -- p = {limit, period, burst, num, den}: interval = num ticks per unit, tau = burst x num <= 2^51.
 -- decide(s, p, now, cost, consume) -> allowed, remaining, reset_after, retry_after (-1 = none),
 --   mark (unused, 0).
@@ -14,25 +18,58 @@ local gcra = {}
 function gcra.load(key, p)
   local v = redis.call('GET', key)
   if not v then
-    return { tat = 0, tat_ticks = 0, den = p.den, exists = false }
+    return { tat = 0, tat_ticks = 0, last_update = 0, den = p.den, exists = false }
   end
-  local tat, tat_ticks = split2(v)
-  if not tat then
-    tat, tat_ticks = unpack2(v, p.den)
+  local s = { tat = 0, tat_ticks = 0, last_update = 0, den = p.den, exists = true }
+  local first = string.find(v, ':', 1, true)
+  if not first then
+    s.tat, s.tat_ticks = unpack2(v, p.den)
+    return s
   end
-  return { tat = tat, tat_ticks = tat_ticks, den = p.den, exists = true }
+  local second = string.find(v, ':', first + 1, true)
+  if second then
+    s.tat = tonumber(string.sub(v, 1, first - 1))
+    s.tat_ticks = tonumber(string.sub(v, first + 1, second - 1))
+    s.last_update = s.tat - tonumber(string.sub(v, second + 1))
+  elseif p.den > PACK_MAX then
+    s.tat, s.tat_ticks = split2(v)
+  else
+    s.tat, s.tat_ticks = unpack2(string.sub(v, 1, first - 1), p.den)
+    s.last_update = s.tat - tonumber(string.sub(v, first + 1))
+  end
+  return s
 end
 
 -- Packed with the den the state was loaded with (one key, one quota, in practice).
 function gcra.save(key, s, ttl)
-  save_value(key, pack2(s.tat, s.den, s.tat_ticks)
-    or string.format('%d:%d', s.tat, s.tat_ticks), ttl)
+  local packed = pack2(s.tat, s.den, s.tat_ticks)
+  local v
+  local lag = s.tat - s.last_update
+  if type(packed) == 'number' then
+    v = string.format('%d:%d', packed, lag)
+  elseif packed then
+    -- already decimal text (above 2^53); never tostring a number (%.14g rounds it)
+    v = packed .. ':' .. string.format('%d', lag)
+  else
+    v = string.format('%d:%d:%d', s.tat, s.tat_ticks, lag)
+  end
+  save_value(key, v, ttl)
 end
 
--- tat - tau rounded up to a whole microsecond (0 when negative), without forming tat x den.
-local function earliest(s, tau_us, tau_rem)
-  local e = max(s.tat - tau_us, 0)
-  if s.tat >= tau_us and s.tat_ticks > tau_rem then
+-- The most a state holds ahead of its last update, in ticks: tau plus the longest reservation
+-- wait (the time a full burst refills, rounded up) x den: the bounded debt.
+local function span_of(p)
+  local tau = p.burst * p.num
+  return tau + cdiv(tau, p.den) * p.den
+end
+
+-- tat - span rounded up to a whole microsecond (0 when negative), without forming tat x den.
+-- Only a state without last_update can be read before it.
+local function earliest(s, p)
+  local span = span_of(p)
+  local span_us = fdiv(span, p.den)
+  local e = max(s.tat - span_us, 0)
+  if s.tat >= span_us and s.tat_ticks > span - span_us * p.den then
     e = e + 1
   end
   return e
@@ -49,33 +86,88 @@ end
 function gcra.decide(s, p, now, cost, consume)
   local interval, den = p.num, p.den
   local tau = p.burst * interval
-  local tau_us = fdiv(tau, den)
-  now = max(now, earliest(s, tau_us, tau - tau_us * den))
+  -- backwards time: no time passed since the last admission (then the earliest consistent
+  -- time, for a state stored without last_update)
+  now = max(max(now, s.last_update), earliest(s, p))
   local ahead = ahead_at(s, den, now)
-  local new = ahead + cost * interval -- <= 2 tau
-  local allowed = new <= tau
+  local new = ahead + cost * interval -- <= span + tau
+  -- cost 0 is a peek, allowed even while reservations hold the key beyond its burst
+  local allowed = (cost == 0) or new <= tau
   local ahead_after = ahead
   if allowed and consume then
     local q = fdiv(new, den)
     s.tat = now + q
     s.tat_ticks = new - q * den
+    s.last_update = now
     ahead_after = new
   end
   local retry_after = -1
   if not allowed then
     retry_after = cdiv(new - tau, den)
   end
-  return allowed, fdiv(tau - ahead_after, interval), cdiv(ahead_after, den), retry_after, 0
+  return allowed, fdiv(max(tau - ahead_after, 0), interval), cdiv(ahead_after, den),
+    retry_after, 0
+end
+
+-- The longest reservation wait: the time a full burst refills, rounded up.
+function gcra.max_wait(p)
+  return cdiv(p.burst * p.num, p.den)
+end
+
+local function set_ahead(s, den, now, ahead)
+  local q = fdiv(ahead, den)
+  s.tat = now + q
+  s.tat_ticks = ahead - q * den
+  s.last_update = now
+end
+
+-- Reserves `cost` units for now + wait (docs/spec/reservations.md): the tat an admission at
+-- that time leaves. Returns false when they do not fit then, else true, remaining,
+-- reset_after and the effective now.
+function gcra.reserve_at(s, p, now, cost, wait)
+  if wait > gcra.max_wait(p) then
+    return false
+  end
+  local interval, den = p.num, p.den
+  local tau = p.burst * interval
+  now = max(max(now, s.last_update), earliest(s, p))
+  local ahead = ahead_at(s, den, now)
+  if cost > 0 then
+    local shift = wait * den
+    local new = max(ahead, shift) + cost * interval
+    if new - shift > tau then
+      return false
+    end
+    set_ahead(s, den, now, new)
+    ahead = new
+  end
+  return true, fdiv(max(tau - ahead, 0), interval), cdiv(ahead, den), now
+end
+
+-- Settles a reservation of `reserved` units that cost `actual`: back by the difference (not
+-- before now), or charged (up to the span). Returns remaining and reset_after.
+function gcra.settle(s, p, now, at, reserved, actual)
+  local interval, den = p.num, p.den
+  local tau = p.burst * interval
+  local span = span_of(p)
+  now = max(max(now, s.last_update), earliest(s, p))
+  local ahead = ahead_at(s, den, now)
+  if actual <= reserved then
+    ahead = max(ahead - (reserved - actual) * interval, 0)
+  else
+    ahead = min(ahead + min(actual - reserved, cdiv(span, interval)) * interval, span)
+  end
+  set_ahead(s, den, now, ahead)
+  return fdiv(max(tau - ahead, 0), interval), cdiv(ahead, den)
 end
 
 function gcra.refund(s, p, now, cost, mark)
   local interval, den = p.num, p.den
-  local tau = p.burst * interval
-  local tau_us = fdiv(tau, den)
-  now = max(now, earliest(s, tau_us, tau - tau_us * den))
+  now = max(max(now, s.last_update), earliest(s, p))
   local ahead = max(ahead_at(s, den, now) - cost * interval, 0)
   local q = fdiv(ahead, den)
   s.tat = now + q
   s.tat_ticks = ahead - q * den
+  s.last_update = now
   return true
 end

@@ -24,9 +24,15 @@ function leaky_bucket.save(key, s, ttl)
   save_value(key, string.format('%d:%d', s.level, s.last_leak), ttl)
 end
 
--- Level (ticks) at `now >= last_leak`; elapsed is capped at the drain time before multiplying.
+-- The time a full bucket drains: also the longest reservation wait.
+function leaky_bucket.max_wait(p)
+  return cdiv(p.burst * p.num, p.den)
+end
+
+-- Level (ticks) at `now >= last_leak`; elapsed is capped at twice the drain time (the most a
+-- level in debt takes) before multiplying.
 local function level_at(s, p, now)
-  local elapsed = min(now - s.last_leak, cdiv(p.burst * p.num, p.den))
+  local elapsed = min(now - s.last_leak, 2 * leaky_bucket.max_wait(p))
   return max(s.level - elapsed * p.den, 0)
 end
 
@@ -36,8 +42,9 @@ function leaky_bucket.decide(s, p, now, cost, consume)
   -- backwards time: nothing drains
   now = max(now, s.last_leak)
   local level = level_at(s, p, now)
-  local new = level + cost * interval -- <= 2 x capacity
-  local allowed = new <= capacity
+  local new = level + cost * interval
+  -- cost 0 is a peek, allowed even while reservations hold the level above capacity
+  local allowed = (cost == 0) or new <= capacity
   local level_after = level
   if allowed and consume then
     s.level = new
@@ -48,7 +55,48 @@ function leaky_bucket.decide(s, p, now, cost, consume)
   if not allowed then
     retry_after = cdiv(new - capacity, den)
   end
-  return allowed, fdiv(capacity - level_after, interval), cdiv(level_after, den), retry_after, 0
+  return allowed, fdiv(max(capacity - level_after, 0), interval), cdiv(level_after, den),
+    retry_after, 0
+end
+
+-- Reserves `cost` units for now + wait: the level an admission then leaves, seen from now.
+-- Returns false when they do not fit then, else true, remaining, reset_after, effective now.
+function leaky_bucket.reserve_at(s, p, now, cost, wait)
+  if wait > leaky_bucket.max_wait(p) then
+    return false
+  end
+  local interval, den = p.num, p.den
+  local capacity = p.burst * interval
+  now = max(now, s.last_leak)
+  local level = level_at(s, p, now)
+  if cost > 0 then
+    local shift = wait * den
+    local new = max(level, shift) + cost * interval
+    if new - shift > capacity then
+      return false
+    end
+    s.level = new
+    s.last_leak = now
+    level = new
+  end
+  return true, fdiv(max(capacity - level, 0), interval), cdiv(level, den), now
+end
+
+-- Settles: the level down by the difference (not below 0) or up (to capacity + drain x den).
+function leaky_bucket.settle(s, p, now, at, reserved, actual)
+  local interval, den = p.num, p.den
+  local capacity = p.burst * interval
+  local most = capacity + leaky_bucket.max_wait(p) * den
+  now = max(now, s.last_leak)
+  local level = level_at(s, p, now)
+  if actual <= reserved then
+    level = max(level - (reserved - actual) * interval, 0)
+  else
+    level = min(level + min(actual - reserved, cdiv(most, interval)) * interval, most)
+  end
+  s.level = level
+  s.last_leak = now
+  return fdiv(max(capacity - level, 0), interval), cdiv(level, den)
 end
 
 function leaky_bucket.refund(s, p, now, cost, mark)

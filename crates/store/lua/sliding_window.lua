@@ -71,6 +71,76 @@ function sliding_window.decide(s, p, now, cost, consume)
   return allowed, remaining, reset_after, retry_after, window
 end
 
+-- The longest reservation wait: one period (in practice the rest of this window).
+function sliding_window.max_wait(p)
+  return p.period
+end
+
+-- (elapsed, window, previous, count) at now >= window_start.
+local function window_at(s, p, now)
+  local elapsed = fmod(now, p.period)
+  local window = now - elapsed
+  local previous, count = 0, 0
+  local d = window - s.window_start
+  if d == 0 then
+    previous, count = s.previous_count, s.count
+  elseif d == p.period then
+    previous, count = s.count, 0
+  end
+  return elapsed, window, previous, count
+end
+
+-- Reserves `cost` units for now + wait, later in this window (the state has no count for the
+-- next one). Returns false when they do not fit then, else true, remaining, reset_after and
+-- the effective now.
+function sliding_window.reserve_at(s, p, now, cost, wait)
+  local limit, period = p.limit, p.period
+  if wait > period then
+    return false
+  end
+  now = max(now, s.window_start)
+  local elapsed, window, previous, count = window_at(s, p, now)
+  if cost > 0 then
+    if wait >= period - elapsed then
+      return false
+    end
+    local overlap = period - 1 - (elapsed + wait)
+    local room = limit - count - cost
+    if room < 0 or previous * overlap > room * period then
+      return false
+    end
+    s.window_start = window
+    s.count = count + cost
+    s.previous_count = previous
+  end
+  local _, remaining, reset_after = sliding_window.decide(s, p, now, 0, false)
+  return true, remaining, reset_after, now
+end
+
+-- Settles: back to the reservation's window (or, rolled once, its previous count), or charged
+-- to this window up to 2 x limit.
+function sliding_window.settle(s, p, now, at, reserved, actual)
+  local limit, period = p.limit, p.period
+  now = max(now, s.window_start)
+  local _, window, previous, count = window_at(s, p, now)
+  local reserved_window = at - fmod(at, period)
+  if actual <= reserved then
+    local back = reserved - actual
+    if reserved_window == window then
+      count = count - min(back, count)
+    elseif reserved_window + period == window then
+      previous = previous - min(back, previous)
+    end
+  else
+    count = min(count + (actual - reserved), 2 * limit)
+  end
+  s.window_start = window
+  s.count = count
+  s.previous_count = previous
+  local _, remaining, reset_after = sliding_window.decide(s, p, now, 0, false)
+  return remaining, reset_after
+end
+
 function sliding_window.refund(s, p, now, cost, mark)
   if s.window_start == mark then
     s.count = max(s.count - cost, 0)

@@ -24,11 +24,16 @@ function token_bucket.save(key, s, ttl)
   save_value(key, string.format('%d:%d', s.tokens, s.last_refill), ttl)
 end
 
--- Tokens (ticks) at `now >= last_refill`: elapsed time is capped at the fill time BEFORE it is
--- multiplied, so the sum stays below 2 x capacity + den <= 3 x 2^51.
+-- The time an empty bucket fills: also the longest reservation wait.
+function token_bucket.max_wait(p)
+  return cdiv(p.burst * p.num, p.den)
+end
+
+-- Tokens (ticks, negative in debt) at `now >= last_refill`: elapsed time is capped at twice the
+-- fill time (the most a bucket in debt takes) BEFORE it is multiplied.
 local function tokens_at(s, p, now)
   local capacity = p.burst * p.num
-  local elapsed = min(now - s.last_refill, cdiv(capacity, p.den))
+  local elapsed = min(now - s.last_refill, 2 * token_bucket.max_wait(p))
   return min(s.tokens + elapsed * p.den, capacity)
 end
 
@@ -39,7 +44,8 @@ function token_bucket.decide(s, p, now, cost, consume)
   now = max(now, s.last_refill)
   local tokens = tokens_at(s, p, now)
   local needed = cost * interval
-  local allowed = tokens >= needed
+  -- cost 0 is a peek, allowed even while reservations hold the bucket in debt
+  local allowed = (cost == 0) or tokens >= needed
   local tokens_after = tokens
   if allowed and consume then
     s.tokens = tokens - needed
@@ -50,7 +56,50 @@ function token_bucket.decide(s, p, now, cost, consume)
   if not allowed then
     retry_after = cdiv(needed - tokens, den)
   end
-  return allowed, fdiv(tokens_after, interval), cdiv(capacity - tokens_after, den), retry_after, 0
+  return allowed, fdiv(max(tokens_after, 0), interval), cdiv(capacity - tokens_after, den),
+    retry_after, 0
+end
+
+-- Reserves `cost` units for now + wait, into debt: the tokens an admission then leaves, seen
+-- from now. Returns false when they do not fit then, else true, remaining, reset_after and the
+-- effective now.
+function token_bucket.reserve_at(s, p, now, cost, wait)
+  if wait > token_bucket.max_wait(p) then
+    return false
+  end
+  local interval, den = p.num, p.den
+  local capacity = p.burst * interval
+  now = max(now, s.last_refill)
+  local tokens = tokens_at(s, p, now)
+  if cost > 0 then
+    local shift = wait * den
+    local level = max(capacity - tokens, shift) + cost * interval
+    if level - shift > capacity then
+      return false
+    end
+    tokens = capacity - level
+    s.tokens = tokens
+    s.last_refill = now
+  end
+  return true, fdiv(max(tokens, 0), interval), cdiv(capacity - tokens, den), now
+end
+
+-- Settles: tokens back (not above capacity) or charged (down to -(fill time x den)).
+function token_bucket.settle(s, p, now, at, reserved, actual)
+  local interval, den = p.num, p.den
+  local capacity = p.burst * interval
+  now = max(now, s.last_refill)
+  local tokens = tokens_at(s, p, now)
+  if actual <= reserved then
+    tokens = min(tokens + (reserved - actual) * interval, capacity)
+  else
+    local most = 2 * capacity + den
+    local charge = min(min(actual - reserved, cdiv(most, interval)) * interval, most)
+    tokens = max(tokens - charge, -(token_bucket.max_wait(p) * den))
+  end
+  s.tokens = tokens
+  s.last_refill = now
+  return fdiv(max(tokens, 0), interval), cdiv(capacity - tokens, den)
 end
 
 function token_bucket.refund(s, p, now, cost, mark)

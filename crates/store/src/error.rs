@@ -27,6 +27,13 @@ pub enum StoreError {
         /// What went wrong, for logs.
         reason: String,
     },
+    /// The store does not implement this operation (a [`Store`](crate::Store) that keeps the
+    /// trait's default `reserve` or `settle`).
+    #[error("the store does not support {operation}")]
+    Unsupported {
+        /// The operation, e.g. `"reserve"`.
+        operation: &'static str,
+    },
     /// The store did not answer within the configured time (remote stores).
     #[error("store timed out after {after_ms} ms")]
     Timeout {

@@ -157,6 +157,22 @@ impl<S: Store> Store for FallbackStore<S> {
         Ok(self.primary.reset(rule, policy, key).await? || local)
     }
 
+    /// The primary's reservation. There is no local fallback for reservations: a reservation
+    /// granted by a local store with divided limits could not be settled on the primary, so a
+    /// primary failure is the caller's (its failure mode applies).
+    async fn reserve(
+        &self,
+        items: &[CheckItem<'_>],
+        max_wait: floodgate_core::Micros,
+    ) -> Result<crate::BatchReservation, StoreError> {
+        self.primary.reserve(items, max_wait).await
+    }
+
+    /// The primary's settle (no local fallback either, as for `reserve`).
+    async fn settle(&self, items: &[crate::SettleItem<'_>]) -> Result<Vec<Decision>, StoreError> {
+        self.primary.settle(items).await
+    }
+
     async fn inspect(
         &self,
         rule: &str,

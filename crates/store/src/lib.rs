@@ -33,7 +33,7 @@ use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use floodgate_core::{Decision, Policy};
+use floodgate_core::{Decision, Micros, Policy, Timestamp};
 
 pub mod error;
 pub mod fallback;
@@ -138,6 +138,49 @@ impl BatchDecision {
     }
 }
 
+/// The answer to a reservation batch ([`Store::reserve`]).
+///
+/// Every item of a granted batch is reserved for the same `wait` after its key's effective
+/// `now` (the store's `now`, or the later time a key last moved to when that `now` is stale:
+/// "no time passed" for that key), so the caller runs the request once, `wait` microseconds
+/// from now, and each rule counts it at that moment of its own time line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchReservation {
+    /// As for a check: `allowed` when every item's units were reserved; the decisions after
+    /// the reservation (then `remaining` is 0 for a key holding units reserved for later), or
+    /// the peeks when denied (nothing was consumed).
+    pub batch: BatchDecision,
+    /// Microseconds until the reserved units may be used: 0 when at once; `None` when denied.
+    /// At most the `max_wait` asked for.
+    pub wait: Option<Micros>,
+    /// Per item, in order: the scheduled time (microseconds since the Unix epoch) it was
+    /// reserved for (its key's effective `now` + `wait`; the same for every item unless a
+    /// key's state is ahead of the store's `now`). Empty when denied. A settle passes each
+    /// back ([`SettleItem::scheduled_at`]).
+    pub scheduled_at: Vec<Timestamp>,
+}
+
+/// One item of a settle ([`Store::settle`]): the reservation of `reserved` units for
+/// `(rule, policy, key)` at `scheduled_at` actually cost `actual`.
+///
+/// The store trusts these values: a caller must only settle what it reserved (the service
+/// signs its reservation tokens; see `docs/spec/reservations.md`).
+#[derive(Debug, Clone, Copy)]
+pub struct SettleItem<'a> {
+    /// The rule's name.
+    pub rule: &'a str,
+    /// The rule's algorithm and quota (as reserved).
+    pub policy: &'a Policy,
+    /// The encoded partition key.
+    pub key: &'a str,
+    /// The units reserved: the item's `cost` in the reservation (`<= policy.capacity()`).
+    pub reserved: u64,
+    /// The units actually used: below `reserved` gives the difference back, above charges it.
+    pub actual: u64,
+    /// The item's [`BatchReservation::scheduled_at`] in the reservation.
+    pub scheduled_at: Timestamp,
+}
+
 /// What a store does with a *new* key when it already holds `max_keys` live keys (none of which
 /// may be evicted, because eviction would forgive a key that is still counting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -238,6 +281,67 @@ pub trait Store: Send + Sync + 'static {
         policy: &Policy,
         key: &str,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+
+    /// A check that may wait: reserves every item for the shortest wait after which all of
+    /// them fit, when that is at most `max_wait` microseconds (clamped per item to
+    /// [`Policy::max_wait`]), consuming the units now for that time; otherwise denies as
+    /// [`Store::check`] does, consuming nothing. `max_wait = 0` answers exactly as a check.
+    /// All or nothing, like a check. See `docs/spec/reservations.md`.
+    ///
+    /// The default (a store without reservations) returns [`StoreError::Unsupported`].
+    ///
+    /// # Errors
+    /// As [`Store::check`].
+    fn reserve(
+        &self,
+        items: &[CheckItem<'_>],
+        max_wait: Micros,
+    ) -> impl Future<Output = Result<BatchReservation, StoreError>> + Send {
+        let _ = (items, max_wait);
+        std::future::ready(Err(StoreError::Unsupported {
+            operation: "reserve",
+        }))
+    }
+
+    /// Settles reservations with their actual costs, each item atomically: gives back
+    /// `reserved - actual` (never beyond what the state can hold), or charges
+    /// `actual - reserved` unconditionally (up to the bounded debt of one capacity). Returns
+    /// each key's standing afterwards (a cost-0 peek), in order.
+    ///
+    /// The default (a store without reservations) returns [`StoreError::Unsupported`].
+    ///
+    /// # Errors
+    /// [`StoreError::InsufficientCapacity`] when an item's `reserved` exceeds its policy's
+    /// capacity (nothing is settled); [`StoreError::Unavailable`] / [`StoreError::Timeout`]
+    /// from remote stores.
+    fn settle(
+        &self,
+        items: &[SettleItem<'_>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        let _ = items;
+        std::future::ready(Err(StoreError::Unsupported {
+            operation: "settle",
+        }))
+    }
+}
+
+/// Rejects settle items whose `reserved` exceeds their policy's capacity (no reservation was
+/// ever that large), before any state is touched. Every [`Store::settle`] calls it first.
+///
+/// # Errors
+/// [`StoreError::InsufficientCapacity`] for the first such item.
+pub fn validate_settle(items: &[SettleItem<'_>]) -> Result<(), StoreError> {
+    for item in items {
+        let capacity = item.policy.capacity();
+        if item.reserved > capacity {
+            return Err(StoreError::InsufficientCapacity {
+                rule: item.rule.to_string(),
+                cost: item.reserved,
+                capacity,
+            });
+        }
+    }
+    Ok(())
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -271,6 +375,21 @@ impl<S: Store> Store for Arc<S> {
         key: &str,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         (**self).inspect(rule, policy, key)
+    }
+
+    fn reserve(
+        &self,
+        items: &[CheckItem<'_>],
+        max_wait: Micros,
+    ) -> impl Future<Output = Result<BatchReservation, StoreError>> + Send {
+        (**self).reserve(items, max_wait)
+    }
+
+    fn settle(
+        &self,
+        items: &[SettleItem<'_>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        (**self).settle(items)
     }
 }
 

@@ -1,6 +1,7 @@
 //! RedisStore on a 3-master Redis Cluster started by the test: hostile `{...}` keys never cause
 //! CROSSSLOT and never steer the slot; batches across slots are all-or-nothing through the
-//! refund protocol, exactly, for every algorithm.
+//! refund protocol, exactly, for every algorithm; reservations across slots are reserved for one
+//! wait, exactly as the memory store reserves them.
 #![cfg(feature = "redis")]
 
 use std::sync::Arc;
@@ -8,7 +9,8 @@ use std::time::Duration;
 
 use floodgate_core::{AlgorithmKind, ManualClock, Policy};
 use floodgate_store::redis::testing::{
-    current_thread_runtime, multi_thread_runtime, replay_against_memory, RedisCluster,
+    current_thread_runtime, multi_thread_runtime, replay_against_memory,
+    replay_reservations_against_memory, RedisCluster, ReserveStep,
 };
 use floodgate_store::redis::{keys, RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{CheckItem, Store};
@@ -390,6 +392,63 @@ fn cross_slot_batches_match_the_memory_store() {
                 .collect();
             let rules: Vec<String> = (0..3).map(|i| format!("case{n}-rule{i}")).collect();
             replay_against_memory(&rt, &store, &rules, &policies, T0, &steps)
+                .map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+/// Random multi-rule reservation batches (mostly across slots: each slot finds its wait, then
+/// every slot reserves for the longest) and their settles decide exactly like the memory store.
+#[test]
+fn cross_slot_reservations_match_the_memory_store() {
+    use floodgate_core::Quota;
+    use proptest::prelude::*;
+
+    const QUOTAS: &[&str] = &[
+        "1/s",
+        "3/s",
+        "7/s",
+        "10/10s",
+        "3/20s burst 5",
+        "5/s burst 2",
+    ];
+    let cluster = RedisCluster::start().unwrap();
+    let rt = current_thread_runtime().unwrap();
+    let store = {
+        let _guard = rt.enter();
+        store(&cluster)
+    };
+    let case = std::sync::atomic::AtomicU64::new(0);
+    let strategy = (
+        prop::collection::vec(0usize..6, 3),
+        prop::collection::vec(0..QUOTAS.len(), 3),
+        prop::collection::vec(
+            (
+                0u64..400_000,
+                prop::collection::vec((0usize..3, 0usize..2, 0u64..4), 1..5),
+                prop_oneof![Just(0u64), 0u64..3_000_000],
+                prop::option::weighted(0.3, any::<u64>()),
+            ),
+            1..25,
+        ),
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 40,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&strategy, |(kinds, q, steps)| {
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let policies: Vec<Policy> = (0..3)
+                .map(|i| {
+                    let quota: Quota = QUOTAS[q[i]].parse().unwrap();
+                    Policy::new(AlgorithmKind::ALL[kinds[i]], quota).unwrap()
+                })
+                .collect();
+            let rules: Vec<String> = (0..3).map(|i| format!("reserve{n}-rule{i}")).collect();
+            let steps: Vec<ReserveStep> = steps;
+            replay_reservations_against_memory(&rt, &store, &rules, &policies, T0, &steps)
                 .map_err(TestCaseError::fail)
         })
         .unwrap();

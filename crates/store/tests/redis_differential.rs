@@ -1,7 +1,8 @@
 //! The Redis scripts decide exactly like the Rust reference: random (time, key, cost, peek)
 //! sequences through `floodgate-core` and through `RedisStore` (caller-supplied time) give
-//! identical decisions for every algorithm; random multi-item batches give identical
-//! `BatchDecision`s on `MemoryStore` and `RedisStore`.
+//! identical decisions for every algorithm, for checks, peeks, reservations and settles; random
+//! multi-item batches (checks and reservations with settles) give identical answers on
+//! `MemoryStore` and `RedisStore`.
 #![cfg(feature = "redis")]
 
 use std::collections::HashMap;
@@ -11,10 +12,11 @@ use std::time::Duration;
 
 use floodgate_core::{AlgorithmKind, ManualClock, Policy, Quota, State};
 use floodgate_store::redis::testing::{
-    current_thread_runtime, replay_against_memory, BatchStep, RedisServer,
+    current_thread_runtime, replay_against_memory, replay_reservations_against_memory, BatchStep,
+    RedisServer, ReserveStep,
 };
 use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
-use floodgate_store::{CheckItem, StoreError};
+use floodgate_store::{CheckItem, SettleItem, StoreError};
 use proptest::prelude::*;
 
 const T0: u64 = 1_700_000_000_000_000;
@@ -253,6 +255,189 @@ fn batches_match_the_memory_store() {
                 .collect();
             let rules: Vec<String> = (0..3).map(|_| fresh_rule()).collect();
             replay_against_memory(&h.rt, &h.store, &rules, &policies, T0, &steps)
+                .map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+/// One random request of a reservation run: a check, a peek, a reservation with a wait bound,
+/// or a settle of the last granted reservation with an actual cost.
+#[derive(Debug, Clone)]
+enum Op {
+    Check { peek: bool },
+    Reserve { max_wait: u64 },
+    Settle { actual: u64 },
+}
+
+fn reservation_requests(max_cost: u64) -> impl Strategy<Value = Vec<(Req, Op)>> {
+    let op = prop_oneof![
+        2 => prop::bool::weighted(0.2).prop_map(|peek| Op::Check { peek }),
+        3 => prop_oneof![Just(0u64), 0u64..3_000_000, Just(u64::MAX)]
+            .prop_map(|max_wait| Op::Reserve { max_wait }),
+        2 => (0..=2 * max_cost + 1).prop_map(|actual| Op::Settle { actual }),
+    ];
+    (requests(max_cost), prop::collection::vec(op, 40))
+        .prop_map(|(reqs, ops)| reqs.into_iter().zip(ops).collect())
+}
+
+/// Reservations and settles, with time stepping back now and then, decide identically in the
+/// core and in the Lua scripts.
+fn run_reservations_against_core(
+    h: &Harness,
+    kind: AlgorithmKind,
+    quota: &str,
+    reqs: &[(Req, Op)],
+) -> Result<(), TestCaseError> {
+    let quota: Quota = quota.parse().unwrap();
+    let Ok(policy) = Policy::new(kind, quota) else {
+        return Ok(());
+    };
+    let rule = fresh_rule();
+    let mut states: HashMap<usize, State> = HashMap::new();
+    // The last granted reservation per key: (scheduled_at, cost).
+    let mut granted: HashMap<usize, (u64, u64)> = HashMap::new();
+    let mut now = T0 as i64;
+    for (n, (r, op)) in reqs.iter().enumerate() {
+        now += r.dt;
+        let at = now as u64;
+        let key = ["a", "b"][r.key];
+        let state = states
+            .entry(r.key)
+            .or_insert_with(|| policy.initial_state());
+        let cost = r.cost.min(policy.capacity());
+        let item = CheckItem {
+            rule: &rule,
+            policy: &policy,
+            key,
+            cost,
+        };
+        let label = format!("{kind} {quota} request #{}: {r:?} {op:?}", n + 1);
+        match op {
+            Op::Check { peek } => {
+                let want = if *peek {
+                    policy.peek(state, at, cost)
+                } else {
+                    policy.check(state, at, cost)
+                }
+                .unwrap();
+                let got = h.rt.block_on(async {
+                    if *peek {
+                        h.store.peek_at(&[item], at).await
+                    } else {
+                        h.store.check_at(&[item], at).await
+                    }
+                });
+                prop_assert_eq!(want, got.unwrap().decisions[0], "{}", label);
+            }
+            Op::Reserve { max_wait } => {
+                let want = policy.reserve(state, at, cost, *max_wait).unwrap();
+                let got =
+                    h.rt.block_on(h.store.reserve_at(&[item], at, *max_wait))
+                        .unwrap();
+                prop_assert_eq!(want.decision, got.batch.decisions[0], "{}", label);
+                prop_assert_eq!(want.wait, got.wait, "{}", label);
+                prop_assert_eq!(
+                    want.scheduled_at,
+                    got.scheduled_at.first().copied(),
+                    "{}",
+                    label
+                );
+                if let Some(at) = want.scheduled_at {
+                    granted.insert(r.key, (at, cost));
+                }
+            }
+            Op::Settle { actual } => {
+                let Some(&(scheduled_at, reserved)) = granted.get(&r.key) else {
+                    continue;
+                };
+                let want = policy
+                    .settle(state, at, scheduled_at, reserved, *actual)
+                    .unwrap();
+                let settle = SettleItem {
+                    rule: &rule,
+                    policy: &policy,
+                    key,
+                    reserved,
+                    actual: *actual,
+                    scheduled_at,
+                };
+                let got = h.rt.block_on(h.store.settle_at(&[settle], at)).unwrap();
+                prop_assert_eq!(want, got[0], "{}", label);
+            }
+        }
+    }
+    Ok(())
+}
+
+macro_rules! reservations_differential {
+    ($name:ident, $kind:expr) => {
+        #[test]
+        fn $name() {
+            let h = harness();
+            let mut runner = proptest::test_runner::TestRunner::new(config());
+            runner
+                .run(&(0..QUOTAS.len(), reservation_requests(6)), |(q, reqs)| {
+                    run_reservations_against_core(&h, $kind, QUOTAS[q], &reqs)
+                })
+                .unwrap();
+        }
+    };
+}
+
+reservations_differential!(
+    fixed_window_reservations_match_core,
+    AlgorithmKind::FixedWindow
+);
+reservations_differential!(
+    sliding_log_reservations_match_core,
+    AlgorithmKind::SlidingLog
+);
+reservations_differential!(
+    sliding_window_reservations_match_core,
+    AlgorithmKind::SlidingWindow
+);
+reservations_differential!(
+    token_bucket_reservations_match_core,
+    AlgorithmKind::TokenBucket
+);
+reservations_differential!(
+    leaky_bucket_reservations_match_core,
+    AlgorithmKind::LeakyBucket
+);
+reservations_differential!(gcra_reservations_match_core, AlgorithmKind::Gcra);
+
+/// Random multi-item reservation batches (one scheduled time for all items, all or nothing)
+/// and their settles decide identically on the memory store and on Redis.
+#[test]
+fn reservation_batches_match_the_memory_store() {
+    let h = harness();
+    let steps = prop::collection::vec(
+        (
+            prop_oneof![4 => 0u64..300_000, 1 => Just(0u64)],
+            prop::collection::vec((0usize..3, 0usize..2, 0u64..4), 1..5),
+            prop_oneof![Just(0u64), 0u64..2_000_000],
+            prop::option::weighted(0.3, any::<u64>()),
+        ),
+        1..25,
+    );
+    let strategy = (
+        prop::collection::vec(0usize..6, 3),
+        prop::collection::vec(0..QUOTAS.len(), 3),
+        steps,
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(config());
+    runner
+        .run(&strategy, |(kinds, q, steps)| {
+            let policies: Vec<Policy> = (0..3)
+                .map(|i| {
+                    let quota: Quota = QUOTAS[q[i]].parse().unwrap();
+                    Policy::new(AlgorithmKind::ALL[kinds[i]], quota)
+                        .unwrap_or_else(|_| Policy::new(AlgorithmKind::Gcra, quota).unwrap())
+                })
+                .collect();
+            let rules: Vec<String> = (0..3).map(|_| fresh_rule()).collect();
+            let steps: Vec<ReserveStep> = steps;
+            replay_reservations_against_memory(&h.rt, &h.store, &rules, &policies, T0, &steps)
                 .map_err(TestCaseError::fail)
         })
         .unwrap();

@@ -150,14 +150,15 @@ async fn every_written_key_has_a_ttl_equal_to_reset_after() {
             .await
             .unwrap();
         assert_eq!(kind_of, "string", "{kind}");
-        // GCRA and the fixed window keep one integer, which Redis stores in the object header.
+        // The fixed window keeps one integer, which Redis stores in the object header (GCRA
+        // keeps its last admission time beside its arrival time, as the leaky bucket does).
         let encoding: String = redis::cmd("OBJECT")
             .arg("ENCODING")
             .arg(&name)
             .query_async(&mut con)
             .await
             .unwrap();
-        let packed = matches!(kind, AlgorithmKind::Gcra | AlgorithmKind::FixedWindow);
+        let packed = matches!(kind, AlgorithmKind::FixedWindow);
         assert_eq!(encoding == "int", packed, "{kind}: {encoding}");
     }
     // Denials and peeks write nothing: still exactly six keys, every one with a TTL.
@@ -202,17 +203,128 @@ async fn server_time_decides_and_retry_after_is_consistent() {
     // The state holds a server-clock TAT (about now + 10 s), not one near the store's clock.
     let mut con = raw(&server).await;
     // 2/10s: the emission interval is 5 s in lowest terms 5_000_000/1, so the stored integer
-    // tat x den + tat_ticks is tat itself.
-    let tat: u64 = redis::cmd("GET")
+    // tat x den + tat_ticks is tat itself; tat - (the time of the last admission) follows a
+    // ':'.
+    let value: String = redis::cmd("GET")
         .arg(store.key_name("server-time", &p, "k"))
         .query_async(&mut con)
         .await
         .unwrap();
+    let (tat, lag) = value.split_once(':').unwrap();
+    let (tat, lag): (u64, u64) = (tat.parse().unwrap(), lag.parse().unwrap());
+    // Two admissions a moment apart: the second one is less than 10 s before tat.
+    assert!(lag <= 10_000_000 && lag > 9_000_000, "{value}");
     let now = SystemClock.now();
     assert!(
         tat > now + 9_000_000 && tat <= now + 10_000_000,
         "tat {tat}, now {now}"
     );
+}
+
+/// Issue 17, case 1, across processes: two stores ("nodes") on one Redis with caller-supplied
+/// time, one an hour (or 10 ms) behind the other. With 4 of 5 cells free the lagging node gets
+/// exactly 4 more on GCRA, as on the token and leaky buckets (it used to be refused every one,
+/// each with `Retry-After: 1`).
+#[tokio::test]
+async fn gcra_with_a_node_whose_clock_lags_admits_what_the_buckets_admit() {
+    let server = RedisServer::start().unwrap();
+    let node = |clock: &Arc<ManualClock>| {
+        let mut config = slow_ok(&server);
+        config.time_source = TimeSource::Caller;
+        config.ttl_extra = Duration::from_secs(3600);
+        RedisStore::new(config, clock.clone()).unwrap()
+    };
+    for lag in [3_600_000_000u64, 10_000] {
+        let (ahead_clock, behind_clock) = (
+            Arc::new(ManualClock::new(T0)),
+            Arc::new(ManualClock::new(T0 - lag)),
+        );
+        let (ahead, behind) = (node(&ahead_clock), node(&behind_clock));
+        for kind in [
+            AlgorithmKind::Gcra,
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::LeakyBucket,
+        ] {
+            let p = policy(kind, "5/s");
+            let rule = format!("lag-{lag}");
+            assert!(
+                ahead
+                    .check(&[item(&rule, &p, "k", 1)])
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+            let mut admitted = 0;
+            for _ in 0..6 {
+                if behind
+                    .check(&[item(&rule, &p, "k", 1)])
+                    .await
+                    .unwrap()
+                    .allowed
+                {
+                    admitted += 1;
+                }
+            }
+            assert_eq!(admitted, 4, "{kind}, lag {lag} us");
+        }
+    }
+}
+
+/// A GCRA value written before `last_update` existed (one packed integer, or `<tat>:<ticks>`
+/// for a denominator above 2^23) is read with `last_update = 0`: it decides as it did then
+/// (a stale `now` bounded by the earliest consistent time), and the next admission writes the
+/// new form.
+#[tokio::test]
+async fn a_gcra_value_stored_without_last_update_still_decides() {
+    let server = RedisServer::start().unwrap();
+    let mut config = slow_ok(&server);
+    config.time_source = TimeSource::Caller;
+    config.ttl_extra = Duration::from_secs(3600);
+    let store = RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap();
+    let mut con = raw(&server).await;
+    for (quota, old_value) in [
+        // 2/s: den 1, the old value is tat itself: 1 s ahead of T0, the bucket is spent.
+        ("2/s", format!("{}", T0 + 1_000_000)),
+        // den 9,999,991 > 2^23: the old '<tat>:<tat_ticks>' form.
+        ("9999991/10s burst 2", format!("{}:0", T0 + 1)),
+    ] {
+        let p = policy(AlgorithmKind::Gcra, quota);
+        let name = store.key_name("legacy", &p, "k");
+        let _: () = redis::cmd("SET")
+            .arg(&name)
+            .arg(&old_value)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let mut at_t0 = p.initial_state();
+        // The same state in the core: the tat, no last_update.
+        if let floodgate_core::State::Gcra(g) = &mut at_t0 {
+            let (tat, ticks) = match old_value.split_once(':') {
+                Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
+                None => (old_value.parse::<u64>().unwrap(), 0),
+            };
+            *g = floodgate_core::GcraState {
+                tat,
+                tat_ticks: ticks,
+                last_update: 0,
+            };
+        }
+        for (dt, cost) in [(0u64, 1u64), (400_000, 1), (0, 2), (2_000_000, 1)] {
+            let now = T0 - 500_000 + dt;
+            let want = p.check(&mut at_t0, now, cost).unwrap();
+            let got = store
+                .check_at(&[item("legacy", &p, "k", cost)], now)
+                .await
+                .unwrap();
+            assert_eq!(got.decisions[0], want, "{quota} at {dt} cost {cost}");
+        }
+        let value: String = redis::cmd("GET")
+            .arg(&name)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_ne!(value, old_value, "{quota}: rewritten in the new form");
+    }
 }
 
 #[tokio::test]

@@ -33,11 +33,11 @@
 //! ```
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
-use crate::decision::Decision;
+use crate::decision::{Decision, Reservation};
 use crate::div::Divisor;
 use crate::error::QuotaError;
 use crate::quota::Quota;
-use crate::time::Timestamp;
+use crate::time::{Micros, Timestamp};
 
 /// The fixed window counter prepared for one quota: `limit` units per aligned `period`
 /// (`burst` is ignored).
@@ -56,7 +56,9 @@ pub struct FixedWindowState {
     /// Start of the window `count` belongs to, in microseconds since the Unix epoch; always a
     /// multiple of the period (0 for a fresh key).
     pub window_start: Timestamp,
-    /// Units admitted in the window starting at `window_start` (`0 <= count <= limit`).
+    /// Units admitted in the window starting at `window_start` (`0 <= count <= 2 x limit`).
+    /// Above `limit`, the window is closed and `count - limit` units are reserved in (or
+    /// charged to) the next window (see `docs/spec/reservations.md`).
     pub count: u64,
 }
 
@@ -111,6 +113,9 @@ impl Algorithm for FixedWindow {
                 let window = now - elapsed;
                 let count = if window == state.window_start {
                     state.count
+                } else if window == state.window_start.saturating_add(period) {
+                    // what a closed window carried into this one
+                    state.count.saturating_sub(limit)
                 } else {
                     0
                 };
@@ -132,8 +137,140 @@ impl Algorithm for FixedWindow {
             allowed,
             limit,
             remaining: limit.saturating_sub(count_after),
-            reset_after: if count_after > 0 { to_edge } else { 0 },
-            retry_after: (!allowed).then_some(to_edge),
+            reset_after: self.reset_after(count_after, to_edge),
+            // The next window holds what this one carried over; the one after is empty.
+            retry_after: (!allowed).then(|| {
+                if count.saturating_sub(limit) + cost <= limit {
+                    to_edge
+                } else {
+                    to_edge + period
+                }
+            }),
+        }
+    }
+
+    fn max_wait(&self) -> Micros {
+        self.period_div.get()
+    }
+
+    fn reserve_at(
+        &self,
+        state: &mut FixedWindowState,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation> {
+        let (limit, period) = (self.quota.limit(), self.period_div.get());
+        if wait > period {
+            return None;
+        }
+        let now = now.max(state.window_start);
+        let (window, count, to_edge) = self.window_at(state, now);
+        if cost == 0 {
+            return Some(Reservation::granted_at(
+                self.standing(count, to_edge),
+                now,
+                wait,
+            ));
+        }
+        let count = if wait < to_edge {
+            // This window.
+            if cost > limit.saturating_sub(count) {
+                return None;
+            }
+            count + cost
+        } else if wait < to_edge + period {
+            // The next window: the units count there, and this window is closed (first come,
+            // first served: a later request cannot take what is left here before they run).
+            if count.saturating_sub(limit) + cost > limit {
+                return None;
+            }
+            count.max(limit) + cost
+        } else {
+            return None;
+        };
+        *state = FixedWindowState {
+            window_start: window,
+            count,
+        };
+        Some(Reservation::granted_at(
+            self.standing(count, to_edge),
+            now,
+            wait,
+        ))
+    }
+
+    fn decide_settle(
+        &self,
+        state: &mut FixedWindowState,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision {
+        let (limit, period) = (self.quota.limit(), self.period_div.get());
+        let now = now.max(state.window_start);
+        let (window, mut count, to_edge) = self.window_at(state, now);
+        let reserved_window = scheduled_at - self.period_div.rem(scheduled_at);
+        if actual <= reserved {
+            let back = reserved - actual;
+            if reserved_window == window && count <= limit {
+                count -= back.min(count);
+            } else if reserved_window == window.saturating_add(period) {
+                count -= back.min(count.saturating_sub(limit));
+            }
+            // Else the window rolled (or was closed by a later reservation): nothing back.
+        } else {
+            // Charged unconditionally; beyond this window's limit it counts against the next
+            // window, up to one window: the bounded debt.
+            count = count.saturating_add(actual - reserved).min(2 * limit);
+        }
+        *state = FixedWindowState {
+            window_start: window,
+            count,
+        };
+        self.standing(count, to_edge)
+    }
+}
+
+impl FixedWindow {
+    /// The window `now` (at or after `window_start`) lies in, its count (what a closed
+    /// previous window carried over, after a roll) and the microseconds to its end.
+    fn window_at(&self, state: &FixedWindowState, now: Timestamp) -> (Timestamp, u64, Micros) {
+        let (limit, period) = (self.quota.limit(), self.period_div.get());
+        let elapsed = self.period_div.rem(now);
+        let window = now - elapsed;
+        let count = if window == state.window_start {
+            state.count
+        } else if window == state.window_start.saturating_add(period) {
+            state.count.saturating_sub(limit)
+        } else {
+            0
+        };
+        (window, count, period - elapsed)
+    }
+
+    /// Microseconds until a window holding `count` units (`to_edge` from its end) is fresh.
+    #[inline]
+    fn reset_after(&self, count: u64, to_edge: Micros) -> Micros {
+        if count > self.quota.limit() {
+            to_edge + self.period_div.get()
+        } else if count > 0 {
+            to_edge
+        } else {
+            0
+        }
+    }
+
+    /// The standing of a window holding `count` units: a cost-0 decision.
+    fn standing(&self, count: u64, to_edge: Micros) -> Decision {
+        let limit = self.quota.limit();
+        Decision {
+            allowed: true,
+            limit,
+            remaining: limit.saturating_sub(count),
+            reset_after: self.reset_after(count, to_edge),
+            retry_after: None,
         }
     }
 }

@@ -31,10 +31,10 @@
 //! ```
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
-use crate::decision::Decision;
+use crate::decision::{Decision, Reservation};
 use crate::error::QuotaError;
 use crate::quota::Quota;
-use crate::time::Timestamp;
+use crate::time::{Micros, Timestamp};
 
 /// The leaky bucket (meter) prepared for one quota: capacity `burst`, leak `limit / period`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,20 +57,33 @@ pub struct LeakyBucket {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct LeakyBucketState {
     /// The water level at `last_leak`, in ticks (one unit = the emission interval's `numerator`
-    /// ticks); `0 <= level <= burst x numerator`.
+    /// ticks); `0 <= level <= capacity + drain time x denominator` (below twice the capacity
+    /// plus a microsecond; above the capacity while units are reserved for later, or after a
+    /// settle charged more: the bounded debt).
     pub level: u64,
     /// When `level` was last brought up to date, in microseconds since the Unix epoch.
     pub last_leak: Timestamp,
 }
 
 impl LeakyBucket {
-    /// The level in ticks at `now >= state.last_leak`. Elapsed time is capped at `drain_us`
-    /// before multiplying, so the product stays below `capacity_ticks + ticks_per_us` (< 2^53)
-    /// however long the key was idle.
+    /// The level in ticks at `now >= state.last_leak`. Elapsed time is capped at `2 drain_us`
+    /// (the most a level ever takes to drain) before multiplying, so the product stays below
+    /// `2 (capacity_ticks + ticks_per_us)` (<= 2^53) however long the key was idle.
     #[inline]
     fn level_at(&self, state: &LeakyBucketState, now: Timestamp) -> u64 {
-        let elapsed = (now - state.last_leak).min(self.drain_us);
+        let elapsed = (now - state.last_leak).min(2 * self.drain_us);
         state.level.saturating_sub(elapsed * self.ticks_per_us)
+    }
+
+    /// The standing of a bucket at `level` ticks: a cost-0 decision.
+    fn standing(&self, level: u64) -> Decision {
+        Decision {
+            allowed: true,
+            limit: self.quota.burst(),
+            remaining: self.capacity_ticks.saturating_sub(level) / self.interval,
+            reset_after: level.div_ceil(self.ticks_per_us),
+            retry_after: None,
+        }
     }
 }
 
@@ -78,7 +91,11 @@ impl Algorithm for LeakyBucket {
     type State = LeakyBucketState;
     const KIND: AlgorithmKind = AlgorithmKind::LeakyBucket;
 
+    /// # Errors
+    /// [`QuotaError::BurstTooSmall`] for a rate finer than 1 us per unit whose burst cannot
+    /// hold one microsecond's refill ([`Quota::check_bucket_exact`]).
     fn new(quota: Quota) -> Result<Self, QuotaError> {
+        quota.check_bucket_exact()?;
         let (interval, ticks_per_us) = quota.emission_interval();
         // Quota::with_burst already bounds burst x interval by MAX_EXACT.
         let capacity_ticks = quota.burst() * interval;
@@ -116,8 +133,9 @@ impl Algorithm for LeakyBucket {
         // A stale `now` (before the last leak) means no time passed: nothing drains.
         let now = now.max(state.last_leak);
         let level = self.level_at(state, now);
-        let new_level = level + cost * self.interval; // <= 2 x capacity_ticks < 2^53
-        let allowed = new_level <= self.capacity_ticks;
+        let new_level = level + cost * self.interval; // <= 3 x capacity_ticks < 2^53
+                                                      // Cost 0 is a peek, allowed even while reservations hold the level above capacity.
+        let allowed = cost == 0 || new_level <= self.capacity_ticks;
         let level_after = if allowed && consume {
             *state = LeakyBucketState {
                 level: new_level,
@@ -130,11 +148,69 @@ impl Algorithm for LeakyBucket {
         Decision {
             allowed,
             limit: self.quota.burst(),
-            remaining: (self.capacity_ticks - level_after) / self.interval,
+            remaining: self.capacity_ticks.saturating_sub(level_after) / self.interval,
             reset_after: level_after.div_ceil(self.ticks_per_us),
             retry_after: (!allowed)
                 .then(|| (new_level - self.capacity_ticks).div_ceil(self.ticks_per_us)),
         }
+    }
+
+    /// The time a full bucket takes to drain.
+    fn max_wait(&self) -> Micros {
+        self.drain_us
+    }
+
+    fn reserve_at(
+        &self,
+        state: &mut LeakyBucketState,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation> {
+        if wait > self.drain_us {
+            return None;
+        }
+        let now = now.max(state.last_leak);
+        let level = self.level_at(state, now);
+        if cost == 0 {
+            return Some(Reservation::granted_at(self.standing(level), now, wait));
+        }
+        // The level an admission at the scheduled time leaves, seen from now: it drains to
+        // exactly that by then. At most capacity + drain_us x d.
+        let shift = wait * self.ticks_per_us;
+        let new_level = level.max(shift) + cost * self.interval;
+        if new_level - shift > self.capacity_ticks {
+            return None;
+        }
+        *state = LeakyBucketState {
+            level: new_level,
+            last_leak: now,
+        };
+        Some(Reservation::granted_at(self.standing(new_level), now, wait))
+    }
+
+    fn decide_settle(
+        &self,
+        state: &mut LeakyBucketState,
+        now: Timestamp,
+        _scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision {
+        let now = now.max(state.last_leak);
+        let level = self.level_at(state, now);
+        let level = if actual <= reserved {
+            level.saturating_sub((reserved - actual) * self.interval)
+        } else {
+            level
+                .saturating_add((actual - reserved).saturating_mul(self.interval))
+                .min(self.capacity_ticks + self.drain_us * self.ticks_per_us)
+        };
+        *state = LeakyBucketState {
+            level,
+            last_leak: now,
+        };
+        self.standing(level)
     }
 }
 

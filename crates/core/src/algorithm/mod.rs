@@ -20,10 +20,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::decision::Decision;
+use crate::decision::{Decision, Reservation};
 use crate::error::{CheckError, QuotaError};
 use crate::quota::Quota;
-use crate::time::Timestamp;
+use crate::time::{Micros, Timestamp};
 
 pub mod fixed_window;
 pub mod gcra;
@@ -113,6 +113,102 @@ pub trait Algorithm: Clone + fmt::Debug + Send + Sync + 'static {
     #[inline]
     fn validate_cost(&self, cost: u64) -> Result<(), CheckError> {
         validate_cost(cost, self.capacity())
+    }
+
+    /// The longest wait a reservation is scheduled for, in microseconds: a larger `max_wait`
+    /// is clamped to it. The time a full burst refills (`burst x T`, rounded down) for the
+    /// bucket algorithms, one period for the windows. It bounds the debt a key can hold.
+    fn max_wait(&self) -> Micros;
+
+    /// Reserves `cost` units for the scheduled time `now + wait` (the effective `now`; `wait` at
+    /// most [`Algorithm::max_wait`]) if they fit at that time, consuming them now: the state
+    /// then holds them as if they had been admitted at the scheduled time, and every later
+    /// request sees them (first come, first served). `None` when they do not fit then (or
+    /// `wait` is beyond the bound), with `state` unchanged. With `wait = 0` it is exactly a
+    /// check that admits. Cost 0 consumes nothing. `1 <= cost <= capacity()` or `cost == 0`.
+    ///
+    /// A store reserving a batch of items for one common time uses it directly; single
+    /// requests use [`Algorithm::reserve`].
+    fn reserve_at(
+        &self,
+        state: &mut Self::State,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation>;
+
+    /// Decides a reservation of `cost` units at `now` with the wait bound `max_wait`
+    /// (microseconds, clamped to [`Algorithm::max_wait`]): granted for the earliest time the
+    /// units fit (a check's `retry_after`, 0 when it admits) when that is within the bound;
+    /// otherwise denied with the check's decision, `state` unchanged. `max_wait = 0` decides
+    /// exactly as a check.
+    ///
+    /// Callers normally use [`Algorithm::reserve`], which validates `cost`.
+    fn decide_reserve(
+        &self,
+        state: &mut Self::State,
+        now: Timestamp,
+        cost: u64,
+        max_wait: Micros,
+    ) -> Reservation {
+        let peek = self.decide(&mut state.clone(), now, cost, false);
+        let wait = peek.retry_after.unwrap_or(0);
+        if wait <= max_wait.min(self.max_wait()) {
+            if let Some(granted) = self.reserve_at(state, now, cost, wait) {
+                return granted;
+            }
+        }
+        Reservation::denied(peek)
+    }
+
+    /// Settles a reservation of `reserved` units scheduled at `scheduled_at` whose actual cost
+    /// was `actual`: `actual < reserved` gives back the difference (never beyond what the state
+    /// can hold), `actual > reserved` charges it unconditionally (up to the bounded debt), at
+    /// `now`. Returns the standing after it (a cost-0 peek). See `docs/spec/reservations.md`.
+    fn decide_settle(
+        &self,
+        state: &mut Self::State,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision;
+
+    /// Reserves `cost` units at `now` if they are admitted within `max_wait` microseconds (see
+    /// [`Algorithm::decide_reserve`]).
+    ///
+    /// # Errors
+    /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`; `state` is unchanged.
+    fn reserve(
+        &self,
+        state: &mut Self::State,
+        now: Timestamp,
+        cost: u64,
+        max_wait: Micros,
+    ) -> Result<Reservation, CheckError> {
+        self.validate_cost(cost)?;
+        Ok(self.decide_reserve(state, now, cost, max_wait))
+    }
+
+    /// Settles a reservation (see [`Algorithm::decide_settle`]). A give-back to a fresh key
+    /// (never seen, or expired: a store no longer holds it) changes nothing.
+    ///
+    /// # Errors
+    /// [`CheckError::InsufficientCapacity`] when `reserved > capacity()` (no reservation was
+    /// ever that large); `state` is unchanged.
+    fn settle(
+        &self,
+        state: &mut Self::State,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Result<Decision, CheckError> {
+        self.validate_cost(reserved)?;
+        if actual <= reserved && *state == self.initial_state() {
+            return Ok(self.decide(&mut state.clone(), now, 0, false));
+        }
+        Ok(self.decide_settle(state, now, scheduled_at, reserved, actual))
     }
 }
 
@@ -242,6 +338,61 @@ macro_rules! dispatch {
                 }
             }
 
+            /// See [`Algorithm::max_wait`].
+            pub fn max_wait(&self) -> Micros {
+                match self {
+                    $( Policy::$variant(a) => a.max_wait(), )*
+                }
+            }
+
+            /// See [`Algorithm::decide_reserve`]; a `state` of another algorithm is replaced as
+            /// in [`Policy::decide`].
+            pub fn decide_reserve(&self, state: &mut State, now: Timestamp, cost: u64, max_wait: Micros) -> Reservation {
+                match self {
+                    $( Policy::$variant(a) => {
+                        if !matches!(state, State::$variant(_)) {
+                            *state = State::$variant(a.initial_state());
+                        }
+                        match state {
+                            State::$variant(s) => a.decide_reserve(s, now, cost, max_wait),
+                            _ => unreachable!("state was just replaced"),
+                        }
+                    } )*
+                }
+            }
+
+            /// See [`Algorithm::reserve_at`]; a `state` of another algorithm is replaced as in
+            /// [`Policy::decide`].
+            pub fn reserve_at(&self, state: &mut State, now: Timestamp, cost: u64, wait: Micros) -> Option<Reservation> {
+                match self {
+                    $( Policy::$variant(a) => {
+                        if !matches!(state, State::$variant(_)) {
+                            *state = State::$variant(a.initial_state());
+                        }
+                        match state {
+                            State::$variant(s) => a.reserve_at(s, now, cost, wait),
+                            _ => unreachable!("state was just replaced"),
+                        }
+                    } )*
+                }
+            }
+
+            /// See [`Algorithm::decide_settle`]; a `state` of another algorithm is replaced as
+            /// in [`Policy::decide`].
+            pub fn decide_settle(&self, state: &mut State, now: Timestamp, scheduled_at: Timestamp, reserved: u64, actual: u64) -> Decision {
+                match self {
+                    $( Policy::$variant(a) => {
+                        if !matches!(state, State::$variant(_)) {
+                            *state = State::$variant(a.initial_state());
+                        }
+                        match state {
+                            State::$variant(s) => a.decide_settle(s, now, scheduled_at, reserved, actual),
+                            _ => unreachable!("state was just replaced"),
+                        }
+                    } )*
+                }
+            }
+
             /// See [`Algorithm::decide`]. A `state` of another algorithm (left over after a
             /// configuration change) is replaced by this algorithm's initial state first.
             #[inline]
@@ -319,6 +470,40 @@ impl Policy {
     #[inline]
     pub fn validate_cost(&self, cost: u64) -> Result<(), CheckError> {
         validate_cost(cost, self.capacity())
+    }
+
+    /// See [`Algorithm::reserve`].
+    ///
+    /// # Errors
+    /// [`CheckError::InsufficientCapacity`] when `cost > capacity()`; `state` is unchanged.
+    pub fn reserve(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        cost: u64,
+        max_wait: Micros,
+    ) -> Result<Reservation, CheckError> {
+        self.validate_cost(cost)?;
+        Ok(self.decide_reserve(state, now, cost, max_wait))
+    }
+
+    /// See [`Algorithm::settle`].
+    ///
+    /// # Errors
+    /// [`CheckError::InsufficientCapacity`] when `reserved > capacity()`; `state` is unchanged.
+    pub fn settle(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Result<Decision, CheckError> {
+        self.validate_cost(reserved)?;
+        if actual <= reserved && *state == self.initial_state() {
+            return Ok(self.decide(&mut state.clone(), now, 0, false));
+        }
+        Ok(self.decide_settle(state, now, scheduled_at, reserved, actual))
     }
 }
 

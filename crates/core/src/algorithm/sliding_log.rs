@@ -17,8 +17,8 @@
 //! # Memory
 //! [`SlidingLogState`] keeps one 8-byte word per remembered request: the gap in microseconds
 //! since the previous entry (45 bits, enough for [`MAX_PERIOD`](crate::quota::MAX_PERIOD)) and
-//! the cost (19 bits), plus a fixed 56 bytes per key (oldest and newest timestamps, total cost,
-//! the `VecDeque` header). Requests at the same microsecond share a word; a cost above
+//! the cost (19 bits), plus a fixed 64 bytes per key (oldest and newest timestamps, total cost,
+//! the last update, the `VecDeque` header). Requests at the same microsecond share a word; a cost above
 //! 524,287 takes one more word per 524,287 units. The queue grows by doubling but never past
 //! `limit` words (every word holds at least one unit and at most `limit` units are kept), so a
 //! full log occupies exactly 8 bytes per word, with no spare capacity.
@@ -40,7 +40,7 @@ use std::collections::VecDeque;
 use std::fmt;
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
-use crate::decision::Decision;
+use crate::decision::{Decision, Reservation};
 use crate::error::QuotaError;
 use crate::quota::Quota;
 use crate::time::{Micros, Timestamp};
@@ -75,6 +75,9 @@ pub struct SlidingLogState {
     total: u64,
     /// Packed words, oldest first.
     entries: VecDeque<u64>,
+    /// The effective `now` of the last admission, reservation or settle (0 when fresh): a
+    /// stale `now` before it is read as it. Entries after it are reserved for later.
+    last_update: Timestamp,
 }
 
 impl SlidingLogState {
@@ -102,7 +105,7 @@ impl SlidingLogState {
         self.entries.is_empty()
     }
 
-    /// Bytes this state occupies: the fixed struct (56 bytes on 64-bit targets) plus 8 bytes per
+    /// Bytes this state occupies: the fixed struct (64 bytes on 64-bit targets) plus 8 bytes per
     /// allocated word (at most twice the words kept, and never more than `limit` words; see
     /// [`shrink_to_fit`](Self::shrink_to_fit)).
     pub fn memory_bytes(&self) -> usize {
@@ -135,7 +138,7 @@ impl SlidingLogState {
         self.total
             - self
                 .words()
-                .take_while(|&(t, _)| now - t >= period)
+                .take_while(|&(t, _)| t.saturating_add(period) <= now)
                 .map(|(_, c)| c)
                 .sum::<u64>()
     }
@@ -150,12 +153,12 @@ impl SlidingLogState {
         // fallback (a whole period) is unreachable, and unlike a panic it lets a caller that
         // reads only `allowed` skip this scan entirely.
         self.words()
-            .skip_while(|&(t, _)| now - t >= period)
+            .skip_while(|&(t, _)| t.saturating_add(period) <= now)
             .find(|&(_, c)| {
                 freed += c;
                 freed >= excess
             })
-            .map_or(period, |(t, _)| period - (now - t))
+            .map_or(period, |(t, _)| t.saturating_add(period) - now)
     }
 
     /// Drops the words that expired at `now`, keeping `oldest` and `total` in step. A log that
@@ -165,7 +168,7 @@ impl SlidingLogState {
         let mut kept_from = None;
         let mut expired_cost = 0;
         for (i, (t, cost)) in self.words().enumerate() {
-            if now - t < period {
+            if t.saturating_add(period) > now {
                 kept_from = Some((i, t));
                 break;
             }
@@ -235,6 +238,18 @@ impl SlidingLogState {
         }
     }
 
+    /// Replaces the log with `entries` (`(timestamp, cost)` in time order, costs > 0), keeping
+    /// `last_update`. For the rare edits in the middle of the log (a settle).
+    fn rebuild(&mut self, entries: &[(Timestamp, u64)], limit: u64) {
+        self.entries.clear();
+        (self.oldest, self.newest, self.total) = (0, 0, 0);
+        for &(t, c) in entries {
+            if c > 0 {
+                self.push(t, c, limit);
+            }
+        }
+    }
+
     /// Makes room for one more word: doubles the capacity (at least 4 words) but never past
     /// `limit` words, which is all a log ever keeps, so a full log has no spare capacity.
     fn grow(&mut self, limit: u64) {
@@ -288,12 +303,17 @@ impl Algorithm for SlidingLog {
         consume: bool,
     ) -> Decision {
         let (limit, period) = (self.quota.limit(), self.quota.period());
-        // A stale `now` is read as the newest entry's time: it must not expire anything.
-        let now = now.max(state.newest);
+        // A stale `now` (before the last admission) is read as that time: it must not expire
+        // anything.
+        let now = now.max(state.last_update);
+        if state.newest > now {
+            // Units are reserved for later: a request queues behind them.
+            return self.decide_behind(state, now, cost);
+        }
         // Live entries are a suffix of the log. Most checks find the oldest word still live:
         // then nothing has expired, the whole total is live and there is nothing to prune.
         // Otherwise the (usually short) expired prefix is summed and subtracted.
-        let none_expired = !state.entries.is_empty() && now - state.oldest < period;
+        let none_expired = !state.entries.is_empty() && state.oldest.saturating_add(period) > now;
         let live = if none_expired || state.entries.is_empty() {
             state.total
         } else {
@@ -310,7 +330,7 @@ impl Algorithm for SlidingLog {
                     .is_some_and(|&w| w & WORD_COST >= excess)
             {
                 // The usual denial: the oldest word alone frees enough.
-                period - (now - state.oldest)
+                state.oldest.saturating_add(period) - now
             } else {
                 state.wait_for(now, period, excess)
             }
@@ -320,6 +340,7 @@ impl Algorithm for SlidingLog {
                 state.prune(now, period);
             }
             state.push(now, cost, limit);
+            state.last_update = now;
             live + cost
         } else {
             live
@@ -329,11 +350,111 @@ impl Algorithm for SlidingLog {
             limit,
             remaining: limit.saturating_sub(live_after),
             reset_after: if live_after > 0 {
-                period - (now - state.newest)
+                state.newest.saturating_add(period) - now
             } else {
                 0
             },
             retry_after,
+        }
+    }
+
+    /// One period, less for periods above 2^44 us (about 200 days), so that a reserved
+    /// entry's gap from the newest live one fits the 45-bit word.
+    fn max_wait(&self) -> Micros {
+        let period = self.quota.period();
+        period.min(((1 << 45) - 1_u64).saturating_sub(period))
+    }
+
+    fn reserve_at(
+        &self,
+        state: &mut SlidingLogState,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation> {
+        let (limit, period) = (self.quota.limit(), self.quota.period());
+        if wait > self.max_wait() {
+            return None;
+        }
+        let now = now.max(state.last_update);
+        if cost > 0 {
+            // Logged at the scheduled time, never before the newest entry (first come, first
+            // served). Only what expired by now is dropped: entries that expire before the
+            // scheduled time still count until then (a settle may take the reservation back).
+            let at = now + wait;
+            if at < state.newest || cost > limit.saturating_sub(state.live_at(at, period)) {
+                return None;
+            }
+            state.prune(now, period);
+            state.push(at, cost, limit);
+            state.last_update = now;
+        }
+        let standing = self.decide(&mut state.clone(), now, 0, false);
+        Some(Reservation::granted_at(standing, now, wait))
+    }
+
+    fn decide_settle(
+        &self,
+        state: &mut SlidingLogState,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision {
+        let (limit, period) = (self.quota.limit(), self.quota.period());
+        let now = now.max(state.last_update);
+        // Expired entries count for nothing: gone first, so that an expired reservation gets
+        // nothing back and a charge is never logged where it no longer counts.
+        state.prune(now, period);
+        let mut entries: Vec<(Timestamp, u64)> = state.entries().collect();
+        let own = entries.iter().position(|&(t, _)| t == scheduled_at);
+        if actual <= reserved {
+            // The reservation's own entry (units logged at one microsecond are alike); gone
+            // once it expired and was pruned.
+            if let Some(i) = own {
+                entries[i].1 -= (reserved - actual).min(entries[i].1);
+            }
+        } else {
+            // Charged unconditionally, up to a total of twice the limit: the bounded debt.
+            let extra = (actual - reserved).min((2 * limit).saturating_sub(state.total));
+            match own {
+                Some(i) => entries[i].1 += extra,
+                None => {
+                    let at = now.max(state.newest);
+                    match entries.last_mut() {
+                        Some((t, c)) if *t == at => *c += extra,
+                        _ => entries.push((at, extra)),
+                    }
+                }
+            }
+        }
+        state.rebuild(&entries, limit);
+        state.last_update = now;
+        self.decide(&mut state.clone(), now, 0, false)
+    }
+}
+
+impl SlidingLog {
+    /// [`Algorithm::decide`] while entries are logged after `now` (units reserved for later):
+    /// nothing is admitted before the newest entry. The request fits first at or after it,
+    /// once enough entries expire; only a peek (cost 0) is allowed now, and nothing more can
+    /// be admitted now (`remaining` 0).
+    #[inline(never)]
+    fn decide_behind(&self, state: &SlidingLogState, now: Timestamp, cost: u64) -> Decision {
+        let (limit, period) = (self.quota.limit(), self.quota.period());
+        let start = state.newest;
+        let live = state.live_at(start, period);
+        let at_start = if cost <= limit.saturating_sub(live) {
+            0
+        } else {
+            state.wait_for(start, period, live + cost - limit)
+        };
+        Decision {
+            allowed: cost == 0,
+            limit,
+            remaining: 0,
+            reset_after: start.saturating_add(period) - now,
+            retry_after: (cost > 0).then_some(start - now + at_start),
         }
     }
 }

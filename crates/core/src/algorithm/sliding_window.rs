@@ -42,11 +42,11 @@
 //! ```
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
-use crate::decision::Decision;
+use crate::decision::{Decision, Reservation};
 use crate::div::Divisor;
 use crate::error::QuotaError;
 use crate::quota::{Quota, MAX_EXACT};
-use crate::time::Timestamp;
+use crate::time::{Micros, Timestamp};
 
 /// The sliding window counter prepared for one quota: about `limit` units per sliding `period`
 /// (`burst` is ignored).
@@ -65,14 +65,29 @@ pub struct SlidingWindowState {
     /// Start of the window `count` belongs to, in microseconds since the Unix epoch; always a
     /// multiple of the period (0 for a fresh key).
     pub window_start: Timestamp,
-    /// Units admitted in the window starting at `window_start` (`0 <= count <= limit`).
+    /// Units admitted in the window starting at `window_start` (`0 <= count <= 2 x limit`;
+    /// above `limit` only after a settle charged more: the bounded debt).
     pub count: u64,
     /// Units admitted in the window before it, `[window_start - period, window_start)`
-    /// (`0 <= previous_count <= limit`).
+    /// (`0 <= previous_count <= 2 x limit`).
     pub previous_count: u64,
 }
 
 impl SlidingWindow {
+    /// `(elapsed, window, previous_count, count)` at `now >= window_start`.
+    fn window_at(&self, state: &SlidingWindowState, now: Timestamp) -> (u64, Timestamp, u64, u64) {
+        let period = self.period_div.get();
+        let elapsed = self.period_div.rem(now);
+        let window = now - elapsed;
+        let (previous, count) = Self::counts_at(state, window, period);
+        (elapsed, window, previous, count)
+    }
+
+    /// The standing of `state` at `now >= window_start`: a cost-0 decision.
+    fn standing(&self, state: &SlidingWindowState, now: Timestamp) -> Decision {
+        self.decide(&mut state.clone(), now, 0, false)
+    }
+
     /// The counts `(previous_count, count)` as seen from the window starting at `window`.
     fn counts_at(state: &SlidingWindowState, window: Timestamp, period: u64) -> (u64, u64) {
         match window - state.window_start {
@@ -215,6 +230,85 @@ impl Algorithm for SlidingWindow {
             reset_after,
             retry_after,
         }
+    }
+
+    fn max_wait(&self) -> Micros {
+        self.period_div.get()
+    }
+
+    fn reserve_at(
+        &self,
+        state: &mut SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation> {
+        let (limit, period) = (self.quota.limit(), self.period_div.get());
+        if wait > period {
+            return None;
+        }
+        let now = now.max(state.window_start);
+        let (elapsed, window, previous, count) = self.window_at(state, now);
+        if cost == 0 {
+            return Some(Reservation::granted_at(
+                self.standing(state, now),
+                now,
+                wait,
+            ));
+        }
+        // Later in this window, as the previous window's weight decays: counted in this
+        // window's count now. (The state holds no count for the next window.)
+        if wait >= period - elapsed {
+            return None;
+        }
+        let overlap = period - 1 - (elapsed + wait);
+        let room = limit.checked_sub(count)?.checked_sub(cost)?;
+        if previous.saturating_mul(overlap) > room * period {
+            return None;
+        }
+        *state = SlidingWindowState {
+            window_start: window,
+            count: count + cost,
+            previous_count: previous,
+        };
+        Some(Reservation::granted_at(
+            self.standing(state, now),
+            now,
+            wait,
+        ))
+    }
+
+    fn decide_settle(
+        &self,
+        state: &mut SlidingWindowState,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision {
+        let (limit, period) = (self.quota.limit(), self.period_div.get());
+        let now = now.max(state.window_start);
+        let (_, window, mut previous, mut count) = self.window_at(state, now);
+        let reserved_window = scheduled_at - self.period_div.rem(scheduled_at);
+        if actual <= reserved {
+            let back = reserved - actual;
+            if reserved_window == window {
+                count -= back.min(count);
+            } else if reserved_window.saturating_add(period) == window {
+                // Rolled once: the units still weigh as the previous window's.
+                previous -= back.min(previous);
+            }
+            // Else they no longer count: nothing back.
+        } else {
+            // Charged unconditionally to this window, up to twice its limit: the bounded debt.
+            count = count.saturating_add(actual - reserved).min(2 * limit);
+        }
+        *state = SlidingWindowState {
+            window_start: window,
+            count,
+            previous_count: previous,
+        };
+        self.standing(state, now)
     }
 }
 

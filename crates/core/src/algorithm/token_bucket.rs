@@ -29,10 +29,10 @@
 //! ```
 
 use crate::algorithm::{Algorithm, AlgorithmKind};
-use crate::decision::Decision;
+use crate::decision::{Decision, Reservation};
 use crate::error::QuotaError;
 use crate::quota::Quota;
-use crate::time::Timestamp;
+use crate::time::{Micros, Timestamp};
 
 /// The token bucket prepared for one quota: capacity `burst`, refill `limit / period`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,20 +54,35 @@ pub struct TokenBucket {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TokenBucketState {
     /// Tokens in the bucket at `last_refill`, in ticks (one token = the emission interval's
-    /// `numerator` ticks); `0 <= tokens <= burst x numerator`.
-    pub tokens: u64,
+    /// `numerator` ticks); `-(fill time x denominator) <= tokens <= burst x numerator` (the
+    /// fill time is `ceil(burst x numerator / denominator)` us). Negative while units are
+    /// reserved for later, or after a settle charged more: the bounded debt.
+    pub tokens: i64,
     /// When `tokens` was last brought up to date, in microseconds since the Unix epoch.
     pub last_refill: Timestamp,
 }
 
 impl TokenBucket {
-    /// Tokens in ticks at `now >= state.last_refill`. Elapsed time is capped at `fill_us` before
-    /// multiplying, so the product stays below `capacity_ticks + ticks_per_us` (< 2^53) however
-    /// long the key was idle.
+    /// Tokens in ticks at `now >= state.last_refill`. Elapsed time is capped at `2 fill_us`
+    /// (the most a bucket in debt takes to fill) before multiplying, so the product stays below
+    /// `2 (capacity_ticks + ticks_per_us)` (<= 2^53) however long the key was idle.
     #[inline]
-    fn tokens_at(&self, state: &TokenBucketState, now: Timestamp) -> u64 {
-        let elapsed = (now - state.last_refill).min(self.fill_us);
-        (state.tokens + elapsed * self.ticks_per_us).min(self.capacity_ticks)
+    fn tokens_at(&self, state: &TokenBucketState, now: Timestamp) -> i64 {
+        let elapsed = (now - state.last_refill).min(2 * self.fill_us);
+        (state.tokens + (elapsed * self.ticks_per_us) as i64).min(self.capacity_ticks as i64)
+    }
+
+    /// The standing of a bucket holding `tokens` ticks: a cost-0 decision.
+    fn standing(&self, tokens: i64) -> Decision {
+        Decision {
+            allowed: true,
+            limit: self.quota.burst(),
+            remaining: tokens.max(0) as u64 / self.interval,
+            reset_after: (self.capacity_ticks as i64 - tokens)
+                .unsigned_abs()
+                .div_ceil(self.ticks_per_us),
+            retry_after: None,
+        }
     }
 }
 
@@ -75,7 +90,11 @@ impl Algorithm for TokenBucket {
     type State = TokenBucketState;
     const KIND: AlgorithmKind = AlgorithmKind::TokenBucket;
 
+    /// # Errors
+    /// [`QuotaError::BurstTooSmall`] for a rate finer than 1 us per unit whose burst cannot
+    /// hold one microsecond's refill ([`Quota::check_bucket_exact`]).
     fn new(quota: Quota) -> Result<Self, QuotaError> {
+        quota.check_bucket_exact()?;
         let (interval, ticks_per_us) = quota.emission_interval();
         // Quota::with_burst already bounds burst x interval by MAX_EXACT.
         let capacity_ticks = quota.burst() * interval;
@@ -99,7 +118,7 @@ impl Algorithm for TokenBucket {
 
     fn initial_state(&self) -> TokenBucketState {
         TokenBucketState {
-            tokens: self.capacity_ticks,
+            tokens: self.capacity_ticks as i64,
             last_refill: 0,
         }
     }
@@ -116,8 +135,10 @@ impl Algorithm for TokenBucket {
         // A stale `now` (before the last refill) means no time passed: it never refills.
         let now = now.max(state.last_refill);
         let tokens = self.tokens_at(state, now);
-        let needed = cost * self.interval; // <= capacity_ticks, since cost <= burst
-        let allowed = tokens >= needed;
+        // <= capacity_ticks <= 2^51, since cost <= burst
+        let needed = (cost * self.interval) as i64;
+        // Cost 0 is a peek, allowed even while reservations hold the bucket in debt.
+        let allowed = cost == 0 || tokens >= needed;
         let tokens_after = if allowed && consume {
             *state = TokenBucketState {
                 tokens: tokens - needed,
@@ -130,10 +151,82 @@ impl Algorithm for TokenBucket {
         Decision {
             allowed,
             limit: self.quota.burst(),
-            remaining: tokens_after / self.interval,
-            reset_after: (self.capacity_ticks - tokens_after).div_ceil(self.ticks_per_us),
-            retry_after: (!allowed).then(|| (needed - tokens).div_ceil(self.ticks_per_us)),
+            remaining: tokens_after.max(0) as u64 / self.interval,
+            // tokens_after <= capacity_ticks: the difference is never negative.
+            reset_after: (self.capacity_ticks as i64 - tokens_after)
+                .unsigned_abs()
+                .div_ceil(self.ticks_per_us),
+            retry_after: (!allowed)
+                .then(|| (needed - tokens).unsigned_abs().div_ceil(self.ticks_per_us)),
         }
+    }
+
+    /// The time an empty bucket takes to fill.
+    fn max_wait(&self) -> Micros {
+        self.fill_us
+    }
+
+    fn reserve_at(
+        &self,
+        state: &mut TokenBucketState,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation> {
+        if wait > self.fill_us {
+            return None;
+        }
+        let now = now.max(state.last_refill);
+        let tokens = self.tokens_at(state, now);
+        if cost == 0 {
+            return Some(Reservation::granted_at(self.standing(tokens), now, wait));
+        }
+        // Into debt: the tokens an admission at the scheduled time leaves, seen from now (the
+        // bucket refills to exactly that by then). At least -fill_us x d.
+        let cap = self.capacity_ticks as i64;
+        let shift = (wait * self.ticks_per_us) as i64;
+        let level = (cap - tokens).max(shift) + (cost * self.interval) as i64;
+        if level - shift > cap {
+            return None;
+        }
+        *state = TokenBucketState {
+            tokens: cap - level,
+            last_refill: now,
+        };
+        Some(Reservation::granted_at(
+            self.standing(cap - level),
+            now,
+            wait,
+        ))
+    }
+
+    fn decide_settle(
+        &self,
+        state: &mut TokenBucketState,
+        now: Timestamp,
+        _scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision {
+        let now = now.max(state.last_refill);
+        let cap = self.capacity_ticks as i64;
+        let tokens = self.tokens_at(state, now);
+        let tokens = if actual <= reserved {
+            // Never above the burst.
+            (tokens + ((reserved - actual) * self.interval) as i64).min(cap)
+        } else {
+            // Charged unconditionally, down to the bounded debt (a full fill time).
+            let floor = -((self.fill_us * self.ticks_per_us) as i64);
+            let charge = (actual - reserved)
+                .saturating_mul(self.interval)
+                .min(2 * self.capacity_ticks + self.ticks_per_us);
+            (tokens - charge as i64).max(floor)
+        };
+        *state = TokenBucketState {
+            tokens,
+            last_refill: now,
+        };
+        self.standing(tokens)
     }
 }
 

@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use floodgate_core::{AlgorithmKind, Policy, Quota};
+use floodgate_core::{AlgorithmKind, Policy, Quota, QuotaError};
 use floodgate_store::OnFull;
 pub use floodgate_tower::FailureMode;
 use floodgate_tower::KeySource;
@@ -694,6 +694,15 @@ impl Validator<'_> {
             }
             match Policy::new(kind, quota) {
                 Ok(p) => Some(p),
+                // A burst too small for a sub-microsecond rate names the burst (where it was
+                // given on its own).
+                Err(e @ QuotaError::BurstTooSmall { .. }) => {
+                    match &r.burst {
+                        Some(b) => self.push(b, format!("{at}.burst"), e.to_string()),
+                        None => self.push(&r.limit, format!("{at}.burst"), e.to_string()),
+                    }
+                    None
+                }
                 Err(e) => {
                     self.push(&r.limit, format!("{at}.limit"), e.to_string());
                     None

@@ -121,6 +121,28 @@ algorithm = "sliding-window"
     assert_eq!(c.rules[1].policy.quota().to_string(), "1000/d burst 10");
 }
 
+/// Issue 17, case 3: a rate finer than a microsecond whose burst cannot hold one microsecond's
+/// refill is refused as a field error on the burst, with the reason and the smallest exact burst.
+#[test]
+fn a_sub_microsecond_rate_with_too_small_a_burst_names_the_burst() {
+    let e = err("[[rules]]\nname = \"fast\"\nlimit = \"2000000/s\"\nburst = 1\n");
+    assert!(
+        e.starts_with("rules.toml:4: rules[0].burst: burst 1 is too small"),
+        "{e}"
+    );
+    assert!(e.contains("the smallest exact burst is 2"), "{e}");
+    // In the quota text: the error points at the limit line but names the burst field.
+    let e =
+        err("[[rules]]\nname = \"fast\"\nlimit = \"2000000/s burst 1\"\nalgorithm = \"gcra\"\n");
+    assert!(e.starts_with("rules.toml:3: rules[0].burst:"), "{e}");
+    // The windows ignore the burst: accepted.
+    assert!(parse(
+        "rules.toml",
+        "[[rules]]\nname = \"fast\"\nlimit = \"2000000/s\"\nburst = 1\nalgorithm = \"fixed_window\"\n"
+    )
+    .is_ok());
+}
+
 #[test]
 fn a_bad_period_names_file_line_and_field() {
     let e = err("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\n\n[[rules]]\nname = \"b\"\nlimit = \"10/fortnight\"\n");

@@ -38,12 +38,13 @@
 //!   quota (GCRA: its arrival time; token and leaky bucket: the last refill or leak plus the
 //!   time to refill or drain; fixed window: the end of the window; sliding window counter: the
 //!   last microsecond of the next window). Only the sliding log stores its expiry (8 bytes).
-//!   A bucket is **24 bytes** for GCRA, the token bucket, leaky bucket and fixed window, 32
-//!   for the sliding window counter, 72 plus the log's heap buffer for the sliding log
-//!   (checked by a unit test), plus hashbrown's 1 control byte per bucket. A table keeps at
+//!   A bucket is **24 bytes** for the token bucket, leaky bucket and fixed window, 32 for
+//!   GCRA (its arrival time in whole microseconds and ticks, and its last admission time,
+//!   which a stale `now` is read as) and the sliding window counter, 80 plus the log's heap
+//!   buffer for the sliding log (checked by a unit test), plus hashbrown's 1 control byte per bucket. A table keeps at
 //!   most 7/8 of its buckets in use and doubles past it (so 7/16 to 7/8 are live after its
 //!   first growth); at a million keys a shard of about 15,600 keys has 32,768 buckets (48%
-//!   full), so a key costs about `25 / 0.48 = 52` bytes, a sliding window key 69
+//!   full), so a key costs about `25 / 0.48 = 52` bytes, a GCRA or sliding window key 69
 //!   (`floodgate bench --what memory` measures both with allocator overhead). A sweep that
 //!   leaves a table empty frees its buckets, one that leaves it at most 1/8 full shrinks it.
 //!
@@ -75,7 +76,7 @@ use floodgate_core::{Clock, Decision, Micros, Policy, State, Timestamp};
 use parking_lot::Mutex;
 use siphasher::sip::SipHasher13;
 
-use crate::{BatchDecision, CheckItem, OnFull, Store, StoreError};
+use crate::{BatchDecision, BatchReservation, CheckItem, OnFull, SettleItem, Store, StoreError};
 use table::{AnyLocked, AnyTable, Held, Kind, Table};
 
 /// Settings of a [`MemoryStore`].
@@ -414,6 +415,13 @@ pub struct MemoryStore {
     sweep_cursor: AtomicUsize,
 }
 
+/// A batch's locked shards: each item's key fingerprint and the index of its shard's guard.
+struct LockedBatch<'s> {
+    fps: Vec<u64>,
+    guards: Vec<Box<dyn AnyLocked + 's>>,
+    guard_index: Vec<usize>,
+}
+
 /// Per distinct `(table, key)` of a batch: the working copy of its state.
 struct Slot {
     fp: u64,
@@ -625,6 +633,180 @@ impl MemoryStore {
         self.run(items, now, false)
     }
 
+    /// [`Store::reserve`] at a caller-supplied `now`, synchronously: every item reserved for
+    /// the shortest wait after which all of them fit, when it is at most `max_wait`.
+    ///
+    /// Two passes on working copies under the batch's locks: the first finds each item's
+    /// shortest wait (in order, each seeing the earlier items' tentative reservations); the
+    /// second reserves every item for the longest of them ([`Policy::reserve_at`]); an item
+    /// that does not fit then denies the batch. A granted
+    /// batch is written as a check is (new keys need room in the store).
+    ///
+    /// # Errors
+    /// As [`MemoryStore::check_at`].
+    pub fn reserve_at(
+        &self,
+        items: &[CheckItem<'_>],
+        now: Timestamp,
+        max_wait: Micros,
+    ) -> Result<BatchReservation, StoreError> {
+        crate::validate_batch(items)?;
+        let LockedBatch {
+            fps,
+            mut guards,
+            guard_index,
+        } = self.lock_batch(items);
+        let mut slots: Vec<Slot> = Vec::with_capacity(items.len());
+        let mut slot_of_item = Vec::with_capacity(items.len());
+        let mut expired = 0;
+        for (i, item) in items.iter().enumerate() {
+            let (fp, g) = (fps[i], guard_index[i]);
+            let index = match slots.iter().position(|s| s.guard == g && s.fp == fp) {
+                Some(index) => index,
+                None => {
+                    let (loaded, was_expired) = guards[g].load_any(fp, now);
+                    expired += usize::from(was_expired);
+                    slots.push(Slot {
+                        fp,
+                        guard: g,
+                        held: loaded.is_some(),
+                        state: loaded.map_or_else(|| item.policy.initial_state(), |(s, _)| s),
+                        consumed_reset_after: None,
+                    });
+                    slots.len() - 1
+                }
+            };
+            slot_of_item.push(index);
+        }
+        self.shared.count_expired(expired);
+
+        // Pass 1: each item's shortest wait (after its key's effective now).
+        let mut trial: Vec<State> = slots.iter().map(|s| s.state.clone()).collect();
+        let mut peeks = Vec::with_capacity(items.len());
+        let mut longest = Some(0);
+        for (item, &slot) in items.iter().zip(&slot_of_item) {
+            let state = &mut trial[slot];
+            peeks.push(
+                item.policy
+                    .decide(&mut state.clone(), now, item.cost, false),
+            );
+            let r = item
+                .policy
+                .decide_reserve(state, now, item.cost, Micros::MAX);
+            longest = match (longest, r.wait) {
+                (Some(l), Some(wait)) => Some(wait.max(l)),
+                _ => None,
+            };
+        }
+        let denied = |peeks: Vec<Decision>| BatchReservation {
+            batch: BatchDecision {
+                allowed: false,
+                decisions: peeks,
+                store_full: None,
+            },
+            wait: None,
+            scheduled_at: Vec::new(),
+        };
+        let Some(wait) = longest.filter(|&wait| wait <= max_wait) else {
+            return Ok(denied(peeks));
+        };
+
+        // Pass 2: every item for that wait.
+        let mut decisions = Vec::with_capacity(items.len());
+        let mut scheduled_at = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let slot = &mut slots[slot_of_item[i]];
+            let reserved = if item.cost == 0 {
+                // Nothing to reserve: the standing of its key at this point of the batch.
+                let mut state = slot.state.clone();
+                item.policy.reserve_at(&mut state, now, 0, 0).map(|r| {
+                    let at = r.scheduled_at.map(|t| t + wait);
+                    (r.decision, at)
+                })
+            } else {
+                item.policy
+                    .reserve_at(&mut slot.state, now, item.cost, wait)
+                    .map(|r| (r.decision, r.scheduled_at))
+            };
+            match reserved {
+                Some((decision, Some(at))) => {
+                    if item.cost > 0 {
+                        slot.consumed_reset_after = Some(decision.reset_after);
+                    }
+                    decisions.push(decision);
+                    scheduled_at.push(at);
+                }
+                _ => return Ok(denied(peeks)),
+            }
+        }
+        let batch = self.commit_slots(
+            items,
+            slots,
+            &slot_of_item,
+            peeks,
+            decisions,
+            guards,
+            &fps,
+            now,
+        );
+        let granted = batch.allowed;
+        Ok(BatchReservation {
+            batch,
+            wait: granted.then_some(wait),
+            scheduled_at: if granted { scheduled_at } else { Vec::new() },
+        })
+    }
+
+    /// [`Store::settle`] at a caller-supplied `now`, synchronously: each item under its shard's
+    /// lock. A key that expired (or was never stored) gets nothing back; a charge on it starts
+    /// it from a fresh state (if the store has room: a full store drops the charge, counted as
+    /// a full-store event).
+    ///
+    /// # Errors
+    /// [`StoreError::InsufficientCapacity`] when an item's `reserved` exceeds its policy's
+    /// capacity (nothing is settled).
+    pub fn settle_at(
+        &self,
+        items: &[SettleItem<'_>],
+        now: Timestamp,
+    ) -> Result<Vec<Decision>, StoreError> {
+        crate::validate_settle(items)?;
+        let mut standings = Vec::with_capacity(items.len());
+        for item in items {
+            let entry = self.entry(item.rule, item.policy);
+            let fp = self.shared.fingerprint(item.key);
+            let shard = entry.table.shard_of(fp);
+            let mut guard = entry.table.lock_any(shard);
+            let (loaded, expired) = guard.load_any(fp, now);
+            self.shared.count_expired(usize::from(expired));
+            let held = loaded.is_some();
+            let mut state = loaded.map_or_else(|| item.policy.initial_state(), |(s, _)| s);
+            if !held && item.actual <= item.reserved {
+                // Nothing to give back to a fresh key.
+                standings.push(item.policy.decide(&mut state, now, 0, false));
+                continue;
+            }
+            let d = item.policy.decide_settle(
+                &mut state,
+                now,
+                item.scheduled_at,
+                item.reserved,
+                item.actual,
+            );
+            let room = held
+                || self.shared.reserve(1, now, |now| {
+                    guard.drop_expired(now) + self.shared.drop_expired_elsewhere(shard, now)
+                });
+            if room {
+                guard.save_any(fp, state, now.saturating_add(d.reset_after));
+            } else {
+                self.shared.count_full(1);
+            }
+            standings.push(d);
+        }
+        Ok(standings)
+    }
+
     /// [`Store::reset`], synchronously: forgets `key` under rule `rule` (under every policy
     /// the rule has had). Returns whether live state was held.
     pub fn reset_key(&self, rule: &str, key: &str) -> bool {
@@ -816,19 +998,10 @@ impl MemoryStore {
         }
     }
 
-    /// The whole batch algorithm: validate, lock, decide on working copies, then (for a check
-    /// whose every item admitted) make room for new keys and write everything back.
-    fn run(
-        &self,
-        items: &[CheckItem<'_>],
-        now: Timestamp,
-        commit: bool,
-    ) -> Result<BatchDecision, StoreError> {
-        // Summed per (rule, key): repeated items of one key must fit together.
-        crate::validate_batch(items)?;
-        if let [item] = items {
-            return Ok(self.run_single(item, now, commit));
-        }
+    /// Locks the shards of every item's key, in increasing `(table, shard)` order: every batch
+    /// acquires locks in the same global order, so no two batches can wait on each other in a
+    /// cycle.
+    fn lock_batch(&self, items: &[CheckItem<'_>]) -> LockedBatch<'_> {
         let entries: Vec<&RuleEntry> = items
             .iter()
             .map(|it| self.entry(it.rule, it.policy))
@@ -838,8 +1011,6 @@ impl MemoryStore {
             .map(|it| self.shared.fingerprint(it.key))
             .collect();
 
-        // Lock the involved shards in increasing (table, shard) order: every batch acquires
-        // locks in the same global order, so no two batches can wait on each other in a cycle.
         let lock_of_item: Vec<(usize, usize)> = entries
             .iter()
             .zip(&fps)
@@ -848,7 +1019,7 @@ impl MemoryStore {
         let mut locks = lock_of_item.clone();
         locks.sort_unstable();
         locks.dedup();
-        let mut guards: Vec<Box<dyn AnyLocked + '_>> = locks
+        let guards: Vec<Box<dyn AnyLocked + '_>> = locks
             .iter()
             .map(|&(id, shard)| {
                 let entry = entries
@@ -866,6 +1037,31 @@ impl MemoryStore {
                     .expect("every item's shard is locked")
             })
             .collect();
+        LockedBatch {
+            fps,
+            guards,
+            guard_index,
+        }
+    }
+
+    /// The whole batch algorithm: validate, lock, decide on working copies, then (for a check
+    /// whose every item admitted) make room for new keys and write everything back.
+    fn run(
+        &self,
+        items: &[CheckItem<'_>],
+        now: Timestamp,
+        commit: bool,
+    ) -> Result<BatchDecision, StoreError> {
+        // Summed per (rule, key): repeated items of one key must fit together.
+        crate::validate_batch(items)?;
+        if let [item] = items {
+            return Ok(self.run_single(item, now, commit));
+        }
+        let LockedBatch {
+            fps,
+            mut guards,
+            guard_index,
+        } = self.lock_batch(items);
 
         let same = |i: usize, j: usize| guard_index[i] == guard_index[j] && fps[i] == fps[j];
         let distinct = (0..items.len()).all(|i| (0..i).all(|j| !same(i, j)));
@@ -923,6 +1119,34 @@ impl MemoryStore {
             });
         }
 
+        Ok(self.commit_slots(
+            items,
+            slots,
+            &slot_of_item,
+            peeks,
+            consumed,
+            guards,
+            &fps,
+            now,
+        ))
+    }
+
+    /// Phases 2 and 3 of a consuming batch whose every item admitted, on the working copies
+    /// `slots`: reserves room for new keys before writing anything (so that a rejection leaves
+    /// every key untouched), then writes back every slot that consumed. `peeks` answer a
+    /// batch the full store rejects, `consumed` an admitted one.
+    #[allow(clippy::too_many_arguments)]
+    fn commit_slots(
+        &self,
+        items: &[CheckItem<'_>],
+        slots: Vec<Slot>,
+        slot_of_item: &[usize],
+        peeks: Vec<Decision>,
+        consumed: Vec<Decision>,
+        mut guards: Vec<Box<dyn AnyLocked + '_>>,
+        fps: &[u64],
+        now: Timestamp,
+    ) -> BatchDecision {
         // Phase 2: every item admitted. New keys need room; reserve it before writing
         // anything, so that a rejection leaves every key untouched.
         let new_keys = slots
@@ -931,7 +1155,7 @@ impl MemoryStore {
             .count();
         let full = !self.shared.reserve(new_keys, now, |now| {
             let locked: usize = guards.iter_mut().map(|g| g.drop_expired(now)).sum();
-            locked + self.drop_expired_near(&fps, now)
+            locked + self.drop_expired_near(fps, now)
         });
         let is_untracked = |slot: &Slot| full && !slot.held;
         let untracked_items = slot_of_item
@@ -944,7 +1168,7 @@ impl MemoryStore {
             if self.shared.config.on_full == OnFull::Reject {
                 let decisions = items
                     .iter()
-                    .zip(&slot_of_item)
+                    .zip(slot_of_item)
                     .zip(peeks)
                     .map(|((item, &s), peek)| {
                         if is_untracked(&slots[s]) && item.cost > 0 {
@@ -954,11 +1178,11 @@ impl MemoryStore {
                         }
                     })
                     .collect();
-                return Ok(BatchDecision {
+                return BatchDecision {
                     allowed: false,
                     decisions,
                     store_full: Some(OnFull::Reject),
-                });
+                };
             }
             store_full = Some(OnFull::AdmitUntracked);
         }
@@ -974,11 +1198,11 @@ impl MemoryStore {
             guards[slot.guard].save_any(slot.fp, slot.state, now.saturating_add(reset_after));
         }
         drop(guards);
-        Ok(BatchDecision {
+        BatchDecision {
             allowed: true,
             decisions: consumed,
             store_full,
-        })
+        }
     }
 }
 
@@ -1108,6 +1332,21 @@ impl Store for MemoryStore {
             key,
             self.shared.clock.now(),
         )))
+    }
+
+    fn reserve(
+        &self,
+        items: &[CheckItem<'_>],
+        max_wait: Micros,
+    ) -> impl std::future::Future<Output = Result<BatchReservation, StoreError>> + Send {
+        std::future::ready(self.reserve_at(items, self.shared.clock.now(), max_wait))
+    }
+
+    fn settle(
+        &self,
+        items: &[SettleItem<'_>],
+    ) -> impl std::future::Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        std::future::ready(self.settle_at(items, self.shared.clock.now()))
     }
 }
 

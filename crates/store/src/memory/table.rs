@@ -127,7 +127,7 @@ derived!(
     |a| bucket_ticks(a.quota()),
     |e, s| s
         .last_refill
-        .saturating_add(e.0.saturating_sub(s.tokens).div_ceil(e.1))
+        .saturating_add((e.0 as i64 - s.tokens).max(0).unsigned_abs().div_ceil(e.1))
 );
 
 // Leaky bucket: empty again `ceil(level / rate)` after its last leak.
@@ -140,15 +140,18 @@ derived!(
     |e, s| s.last_leak.saturating_add(s.level.div_ceil(*e))
 );
 
-// Fixed window: a count stops counting at the end of its window.
+// Fixed window: a count stops counting at the end of its window; what it carries into the
+// next window (a count above the limit: units reserved there) at the end of that one.
 derived!(
     FixedWindow,
     FixedWindowState,
     FixedWindow,
-    Micros,
-    |a| a.quota().period(),
-    |e, s| if s.count > 0 {
-        s.window_start.saturating_add(*e)
+    (Micros, u64),
+    |a| (a.quota().period(), a.quota().limit()),
+    |e, s| if s.count > e.1 {
+        s.window_start.saturating_add(2 * e.0)
+    } else if s.count > 0 {
+        s.window_start.saturating_add(e.0)
     } else {
         0
     }
@@ -402,10 +405,15 @@ impl<A: Kind> Locked<'_, A> {
 
     /// Writes back a consumed state: into its slot when the key is held, else as a new key.
     pub(crate) fn save(&mut self, fp: u64, state: A::State, expires_at: Timestamp) {
+        let table = self.table;
         match self.find_mut(fp) {
             Some(slot) => {
                 *A::state_mut(slot) = state;
                 A::extend(slot, expires_at);
+                // A settle that gives units back can bring a derived expiry forward: keep the
+                // shard's lower bound a lower bound.
+                let at = A::expires_at(&table.expiry, slot);
+                self.guard.earliest_expiry = self.guard.earliest_expiry.min(at);
             }
             None => self.insert(fp, state, expires_at),
         }

@@ -3,11 +3,13 @@
 
 use std::sync::Arc;
 
-use floodgate_core::{Decision, Policy};
+use floodgate_core::{Decision, Micros, Policy};
 
 use super::RedisStore;
 use crate::fallback::FallbackStore;
-use crate::{BatchDecision, CheckItem, MemoryStore, Store, StoreError};
+use crate::{
+    BatchDecision, BatchReservation, CheckItem, MemoryStore, SettleItem, Store, StoreError,
+};
 
 /// One of the stores, picked at run time. Cheap to clone (an `Arc`).
 #[derive(Debug, Clone)]
@@ -82,6 +84,26 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.inspect(rule, policy, key).await,
             AnyStore::Redis(s) => s.inspect(rule, policy, key).await,
             AnyStore::RedisWithFallback(s) => s.inspect(rule, policy, key).await,
+        }
+    }
+
+    async fn reserve(
+        &self,
+        items: &[CheckItem<'_>],
+        max_wait: Micros,
+    ) -> Result<BatchReservation, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.reserve(items, max_wait).await,
+            AnyStore::Redis(s) => s.reserve(items, max_wait).await,
+            AnyStore::RedisWithFallback(s) => s.reserve(items, max_wait).await,
+        }
+    }
+
+    async fn settle(&self, items: &[SettleItem<'_>]) -> Result<Vec<Decision>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.settle(items).await,
+            AnyStore::Redis(s) => s.settle(items).await,
+            AnyStore::RedisWithFallback(s) => s.settle(items).await,
         }
     }
 }

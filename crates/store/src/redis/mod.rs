@@ -64,6 +64,7 @@ mod any;
 mod breaker;
 mod coalesce;
 pub mod keys;
+mod reserve;
 pub mod scripts;
 pub mod testing;
 
@@ -565,6 +566,8 @@ impl RedisStore {
                 &scripts::BATCH_SOURCE,
                 &scripts::MULTI_SOURCE,
                 &scripts::REFUND_SOURCE,
+                &scripts::RESERVE_SOURCE,
+                &scripts::SETTLE_SOURCE,
             ]);
         for source in sources {
             let _: Value = tokio::time::timeout(
@@ -972,6 +975,21 @@ fn to_store_error(e: RedisError, timeout: Duration) -> StoreError {
 }
 
 impl Store for RedisStore {
+    fn reserve(
+        &self,
+        items: &[CheckItem<'_>],
+        max_wait: floodgate_core::Micros,
+    ) -> impl std::future::Future<Output = Result<crate::BatchReservation, StoreError>> + Send {
+        self.reserve_run(items, None, max_wait)
+    }
+
+    fn settle(
+        &self,
+        items: &[crate::SettleItem<'_>],
+    ) -> impl std::future::Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        self.settle_run(items, None)
+    }
+
     fn check(
         &self,
         items: &[CheckItem<'_>],

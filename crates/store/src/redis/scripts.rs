@@ -2,8 +2,8 @@
 //!
 //! Redis scripts cannot include one another, so each script sent to Redis is the concatenation
 //! `common.lua` + the six algorithm files (or one, and `nil` stubs for the others) +
-//! `driver.lua` + a driver: `batch.lua` (one batch), `multi.lua` (several coalesced batches) or
-//! `refund.lua`. `driver.lua` holds what the drivers share (the algorithm table, `now`, item
+//! `driver.lua` + a driver: `batch.lua` (one batch), `multi.lua` (several coalesced batches),
+//! `refund.lua`, `reserve.lua` (a reservation) or `settle.lua`. `driver.lua` holds what the drivers share (the algorithm table, `now`, item
 //! decoding, state loading and `decide_batch`). Every file documents its KEYS/ARGV and the spec
 //! section it implements. The store sends them with `EVALSHA` and, on a `NOSCRIPT` reply (the
 //! script cache is emptied by a restart, a failover or `SCRIPT FLUSH`), with `EVAL` and the full
@@ -151,6 +151,18 @@ pub const MULTI_SINGLE_SOURCES: [&str; 6] = [
 
 /// The source of the refund script (library + `driver.lua` + `refund.lua`).
 pub const REFUND_SOURCE: &str = concat!(library!(), driver!("../../lua/refund.lua"));
+
+/// The source of the reservation script (library + `driver.lua` + `reserve.lua`).
+pub const RESERVE_SOURCE: &str = concat!(library!(), driver!("../../lua/reserve.lua"));
+
+/// The source of the settle script (library + `driver.lua` + `settle.lua`).
+pub const SETTLE_SOURCE: &str = concat!(library!(), driver!("../../lua/settle.lua"));
+
+/// The reservation script: reserves one slot group of a batch for one scheduled time.
+pub static RESERVE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RESERVE_SOURCE));
+
+/// The settle script: settles the items of one slot group.
+pub static SETTLE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SETTLE_SOURCE));
 
 /// The batch script: decides one slot group of a batch all-or-nothing.
 pub static BATCH: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(BATCH_SOURCE));
