@@ -312,58 +312,69 @@ pub async fn audit<T: Timeline>(
     let cap = declared.burst.unwrap_or(declared.limit).max(1);
     let margin = (cap / 5).max(2);
 
-    // 2. Multiplication.
+    // 2. Multiplication: a first burst (it also uses up the allowance).
     let burst_n = (opts.max_multiple + 1) * cap;
     let burst = prober.burst(Phase::Multiplication, burst_n).await;
-    let mut with_first = burst.clone();
-    with_first.push(first.clone());
-    let (mult, capacity) = multiplication(opts, &declared, &with_first, burst_n);
-    verdicts.push(mult);
+    let mut m1 = burst.clone();
+    m1.push(first.clone());
+    let m1_admitted = Tally::of(&m1).admitted;
     let exhausted = burst.iter().any(|s| s.outcome == Outcome::Denied);
+    let mut last_denial = last_denial_of(&burst);
 
-    // 3. Window edge.
-    let mut last_denial = burst
-        .iter()
-        .filter(|s| s.outcome == Outcome::Denied)
-        .max_by_key(|s| s.done_us)
-        .cloned();
-    let edge = match (declared.window_us, capacity) {
-        (None, _) => Verdict::new(
+    // 3. Window edge, then a second multiplication burst just after an edge: the first burst
+    // may have crossed a window edge unseen (a fixed window would then admit twice), the
+    // second starts 1/10 window after one, when every algorithm has its whole allowance back.
+    let edge = match declared.window_us {
+        None => Err(Verdict::new(
             "window_edge",
             Level::Inconclusive,
             format!(
                 "not checked: the window is not known ({}); give it with --limit N/PERIOD",
                 declared.source
             ),
-        ),
-        (Some(_), None) => Verdict::new(
-            "window_edge",
-            Level::Inconclusive,
-            "not checked: the burst measured no capacity".to_string(),
-        ),
-        (Some(_), Some(_)) if !exhausted => Verdict::new(
+        )),
+        Some(_) if !exhausted => Err(Verdict::new(
             "window_edge",
             Level::Inconclusive,
             format!(
                 "not checked: the burst of {burst_n} was never denied, so there is no edge to find"
             ),
-        ),
-        (Some(w), Some(c)) => {
-            let (v, denial) = window_edge(&prober, timeline, w, c, margin, deadline_us).await;
-            if denial.is_some() {
-                last_denial = denial;
-            }
-            v
+        )),
+        Some(w) => {
+            window_edge(
+                &prober,
+                timeline,
+                w,
+                m1_admitted.max(1) + margin,
+                deadline_us,
+            )
+            .await
         }
     };
-    verdicts.push(edge);
+    let mut m2 = None;
+    if let (Ok(e), Some(w)) = (&edge, declared.window_us) {
+        last_denial = last_denial_of(&e.after).or(last_denial);
+        let at = e.edge_us + w + w + w / 10;
+        if at + w / 5 <= deadline_us {
+            timeline.wait_until(at).await;
+            let again = prober.burst(Phase::MultiplicationAgain, burst_n).await;
+            last_denial = last_denial_of(&again).or(last_denial);
+            m2 = Some(again);
+        }
+    }
+    let (mult, capacity) = multiplication(opts, &declared, &m1, m2.as_deref(), burst_n);
+    verdicts.push(mult);
+    verdicts.push(match edge {
+        Ok(e) => edge_verdict(&e, capacity.unwrap_or(m1_admitted).max(1)),
+        Err(v) => v,
+    });
 
     // 4. Retry-After.
     let retry = retry_after_check(
         &prober,
         timeline,
         last_denial,
-        capacity.unwrap_or(cap),
+        capacity.unwrap_or(cap).max(1),
         margin,
         deadline_us,
     )
@@ -398,8 +409,9 @@ fn plan(opts: &HttpOptions, d: &DeclaredLimit) -> (u64, u64) {
     let cap = d.burst.unwrap_or(d.limit).max(1);
     let margin = (cap / 5).max(2);
     let burst = (opts.max_multiple + 1) * cap;
-    // discovery + burst + edge search (41 polls) + two edge bursts + retries (a burst and 3).
-    let requests = 1 + burst + 41 + 2 * (burst + margin) + (burst + margin) + 3;
+    // discovery + burst + edge search (41 polls) + two edge bursts + the second burst +
+    // retries (a burst and 3).
+    let requests = 1 + burst + 41 + 2 * (burst + margin) + burst + (burst + margin) + 3;
     (requests.min(opts.max_requests), opts.max_seconds)
 }
 
@@ -415,14 +427,26 @@ fn check_plan(opts: &HttpOptions, d: &DeclaredLimit, target: &str) -> Result<(),
     Ok(())
 }
 
-/// The multiplication verdict and the measured capacity (admitted by the burst, with the
+fn last_denial_of(samples: &[Sample]) -> Option<Sample> {
+    samples
+        .iter()
+        .filter(|s| s.outcome == Outcome::Denied)
+        .max_by_key(|s| s.done_us)
+        .cloned()
+}
+
+/// The multiplication verdict and the measured capacity: what the second burst (`again`,
+/// sent just after a window edge) admitted, or without it the first (`first`, with the
 /// discovery request).
 fn multiplication(
     opts: &HttpOptions,
     d: &DeclaredLimit,
-    samples: &[Sample],
+    first: &[Sample],
+    again: Option<&[Sample]>,
     burst_n: u64,
 ) -> (Verdict, Option<u64>) {
+    let samples = again.unwrap_or(first);
+    let t1 = Tally::of(first);
     let t = Tally::of(samples);
     let span = t.span_us();
     let allowance = d.allowance(span);
@@ -445,12 +469,25 @@ fn multiplication(
     } else {
         format!("over {} connections", opts.concurrency)
     };
+    let which = match again {
+        Some(_) => format!(
+            "a burst of {} ({conn}) 1/10 window after an edge: {} admitted, {} denied in {} (the first burst: {} admitted)",
+            t.sent,
+            t.admitted,
+            t.denied,
+            ms(span),
+            t1.admitted
+        ),
+        None => format!(
+            "one request, then a burst of {} ({conn}): {} admitted, {} denied in {}",
+            t.sent.saturating_sub(1),
+            t.admitted,
+            t.denied,
+            ms(span)
+        ),
+    };
     let base = format!(
-        "{} admitted, {} denied of a burst of {} ({conn}) in {}; one counter of {} admits at most {:.0} in that time",
-        t.admitted,
-        t.denied,
-        t.sent,
-        ms(span),
+        "{which}; one counter of {} admits at most {:.0} in that time",
         d.describe(),
         allowance
     );
@@ -495,6 +532,11 @@ fn multiplication(
             format!("{base}: one counter ({ratio:.2}x the limit){repeat_note}"),
         )
     };
+    if again.is_none() && v.level != Level::Inconclusive {
+        v.summary.push_str(
+            " (one burst only: the window edge was not found, so it may have crossed one)",
+        );
+    }
     v = v
         .with("burst", t.sent)
         .with("admitted", t.admitted)
@@ -503,7 +545,9 @@ fn multiplication(
         .with("span_us", span)
         .with("allowance", allowance)
         .with("ratio", (ratio * 1000.0).round() / 1000.0)
-        .with("multiple", k);
+        .with("multiple", k)
+        .with("first_burst_admitted", t1.admitted)
+        .with("after_edge", again.is_some());
     if let Some((r, n)) = repeats {
         v = v.with("most_repeated_remaining", r).with("repeats", n);
     }
@@ -511,33 +555,43 @@ fn multiplication(
     (v, capacity)
 }
 
-/// The window-edge check; also returns the last denial it saw (for the Retry-After check).
+/// What the window-edge probe measured.
+#[derive(Debug)]
+struct EdgeData {
+    window_us: u64,
+    /// Where the allowance came back (the first admitted poll).
+    edge_us: u64,
+    polls: u64,
+    step_us: u64,
+    before: Vec<Sample>,
+    after: Vec<Sample>,
+}
+
+/// Finds where the allowance comes back after the burst and sends `n` requests 1/10 window
+/// before the next edge and `n` 1/20 window after it; `Err` is the verdict when it cannot.
 async fn window_edge<T: Timeline>(
     prober: &Prober<'_, T>,
     timeline: &T,
     window_us: u64,
-    capacity: u64,
-    margin: u64,
+    n: u64,
     deadline_us: u64,
-) -> (Verdict, Option<Sample>) {
+) -> Result<EdgeData, Verdict> {
     let step = (window_us / 20).max(10_000);
-    let need = timeline.now_us() + 2 * window_us + window_us + window_us / 5;
-    if need > deadline_us {
-        return (
-            Verdict::new(
-                "window_edge",
-                Level::Inconclusive,
-                format!(
-                    "not checked: finding and probing an edge of a {} window takes up to {}, beyond --max-seconds",
-                    secs(window_us),
-                    secs(3 * window_us + window_us / 5)
-                ),
-            )
-            .with("window_us", window_us),
-            None,
-        );
+    // Search (up to 2 windows), the two bursts (1.05), the second multiplication burst (1.1).
+    let need_us =
+        2 * window_us + window_us + window_us / 20 + window_us + window_us / 10 + window_us / 5;
+    if timeline.now_us() + need_us > deadline_us {
+        return Err(Verdict::new(
+            "window_edge",
+            Level::Inconclusive,
+            format!(
+                "not checked: finding and probing an edge of a {} window takes up to {}, beyond --max-seconds",
+                secs(window_us),
+                secs(need_us)
+            ),
+        )
+        .with("window_us", window_us));
     }
-    // Find where the allowance comes back: one request per step, for up to two windows.
     let mut t = timeline.now_us();
     let give_up = t + 2 * window_us;
     let mut edge = None;
@@ -555,42 +609,49 @@ async fn window_edge<T: Timeline>(
         }
     }
     let Some(e1) = edge else {
-        return (
-            Verdict::new(
-                "window_edge",
-                Level::Inconclusive,
-                format!(
-                    "no request was admitted in {} after the burst ({polls} tries, one every {}): the allowance never came back",
-                    secs(2 * window_us),
-                    ms(step)
-                ),
+        return Err(Verdict::new(
+            "window_edge",
+            Level::Inconclusive,
+            format!(
+                "no request was admitted in {} after the burst ({polls} tries, one every {}): the allowance never came back",
+                secs(2 * window_us),
+                ms(step)
             ),
-            None,
-        );
+        ));
     };
     let e2 = e1 + window_us;
-    let n = capacity + margin;
     timeline.wait_until(e2 - window_us / 10).await;
     let before = prober.burst(Phase::EdgeBefore, n).await;
     timeline.wait_until(e2 + window_us / 20).await;
     let after = prober.burst(Phase::EdgeAfter, n).await;
-    let denial = after
-        .iter()
-        .chain(before.iter())
-        .filter(|s| s.outcome == Outcome::Denied)
-        .max_by_key(|s| s.done_us)
-        .cloned();
-    let tb = Tally::of(&before);
-    let ta = Tally::of(&after);
-    let both = Tally::of(before.iter().chain(after.iter()));
+    Ok(EdgeData {
+        window_us,
+        edge_us: e1,
+        polls,
+        step_us: step,
+        before,
+        after,
+    })
+}
+
+/// The window-edge verdict, against `capacity` (what one clean burst admitted).
+fn edge_verdict(e: &EdgeData, capacity: u64) -> Verdict {
+    let window_us = e.window_us;
+    let e2 = e.edge_us + window_us;
+    let tb = Tally::of(&e.before);
+    let ta = Tally::of(&e.after);
+    let both = Tally::of(e.before.iter().chain(e.after.iter()));
     let span = both.span_us();
     let x = both.admitted;
     let ratio = x as f64 / capacity as f64;
     let base = format!(
-        "{} admitted {} before the edge the allowance came back at ({} in), {} admitted {} after it: {x} within {} = {ratio:.2}x the {capacity} one burst admitted",
+        "the allowance came back {} in (found in {} tries, one every {}), so an edge is due at {}: {} admitted in a burst {} before it, {} in one {} after it, {x} within {} = {ratio:.2}x the {capacity} one burst admits",
+        secs(e.edge_us),
+        e.polls,
+        ms(e.step_us),
+        secs(e2),
         tb.admitted,
         ms(e2.saturating_sub(tb.first_sent_us)),
-        secs(e1),
         ta.admitted,
         ms(ta.first_sent_us.saturating_sub(e2)),
         ms(span),
@@ -625,17 +686,14 @@ async fn window_edge<T: Timeline>(
     } else {
         Verdict::new("window_edge", Level::Ok, format!("{base}: no edge leak"))
     };
-    (
-        v.with("edge_us", e1)
-            .with("search_polls", polls)
-            .with("before_admitted", tb.admitted)
-            .with("after_admitted", ta.admitted)
-            .with("admitted", x)
-            .with("span_us", span)
-            .with("capacity", capacity)
-            .with("ratio", (ratio * 1000.0).round() / 1000.0),
-        denial,
-    )
+    v.with("edge_us", e.edge_us)
+        .with("search_polls", e.polls)
+        .with("before_admitted", tb.admitted)
+        .with("after_admitted", ta.admitted)
+        .with("admitted", x)
+        .with("span_us", span)
+        .with("capacity", capacity)
+        .with("ratio", (ratio * 1000.0).round() / 1000.0)
 }
 
 /// The Retry-After check, from the last denial seen so far.

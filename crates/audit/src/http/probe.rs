@@ -22,18 +22,20 @@ pub(crate) enum Phase {
     EdgeSearch,
     EdgeBefore,
     EdgeAfter,
+    MultiplicationAgain,
     RetryEarly,
     RetryExhaust,
     RetryOnTime,
 }
 
 impl Phase {
-    pub(crate) const ALL: [Phase; 8] = [
+    pub(crate) const ALL: [Phase; 9] = [
         Phase::Discovery,
         Phase::Multiplication,
         Phase::EdgeSearch,
         Phase::EdgeBefore,
         Phase::EdgeAfter,
+        Phase::MultiplicationAgain,
         Phase::RetryEarly,
         Phase::RetryExhaust,
         Phase::RetryOnTime,
@@ -46,6 +48,7 @@ impl Phase {
             Phase::EdgeSearch => "edge_search",
             Phase::EdgeBefore => "edge_before",
             Phase::EdgeAfter => "edge_after",
+            Phase::MultiplicationAgain => "multiplication_again",
             Phase::RetryEarly => "retry_early",
             Phase::RetryExhaust => "retry_exhaust",
             Phase::RetryOnTime => "retry_on_time",
