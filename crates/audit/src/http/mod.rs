@@ -16,6 +16,10 @@
 //!    the window until one is admitted (where the allowance came back: a fixed window's edge),
 //!    then a burst 1/10 window before the next edge and one 1/20 window after it. A fixed window
 //!    admits about twice what one window admitted across its edge; a sliding log never more.
+//!    Then a second multiplication burst 1/10 window after the following edge: every
+//!    algorithm has its whole allowance back there, and no edge can fall inside it (the first
+//!    burst may have crossed one unseen, which a fixed window would admit twice); the
+//!    multiplication verdict rests on this burst when it ran.
 //! 4. **Retry-After**: after a denial saying `Retry-After: R`, one retry at `R - 1` s (should
 //!    still be denied: `R` is rounded up) and, after a denial, one at exactly `R` s (must be
 //!    admitted: a `Retry-After` that sends clients back too early is a bug).
@@ -151,7 +155,7 @@ pub struct Column {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PhaseSummary {
     /// `discovery`, `multiplication`, `edge_search`, `edge_before`, `edge_after`,
-    /// `retry_early`, `retry_exhaust`, `retry_on_time`.
+    /// `multiplication_again`, `retry_early`, `retry_exhaust`, `retry_on_time`.
     pub phase: &'static str,
     /// First request sent, microseconds since the start.
     pub start_us: u64,
@@ -645,9 +649,10 @@ fn edge_verdict(e: &EdgeData, capacity: u64) -> Verdict {
     let x = both.admitted;
     let ratio = x as f64 / capacity as f64;
     let base = format!(
-        "the allowance came back {} in (found in {} tries, one every {}), so an edge is due at {}: {} admitted in a burst {} before it, {} in one {} after it, {x} within {} = {ratio:.2}x the {capacity} one burst admits",
+        "the allowance came back {} in (found in {} {}, one every {}), so a window edge would be at {}: {} admitted in a burst {} before it, {} in one {} after it, {x} within {} = {ratio:.2}x the {capacity} one burst admits",
         secs(e.edge_us),
         e.polls,
+        if e.polls == 1 { "try" } else { "tries" },
         ms(e.step_us),
         secs(e2),
         tb.admitted,
@@ -778,7 +783,7 @@ async fn retry_after_check<T: Timeline>(
     };
     let early_text = match &early {
         Some((r, after, s)) => format!(
-            "a retry {} after a 429 with Retry-After {r} was {}",
+            "a retry {} after a 429 with Retry-After {r} (1 s early) was {}",
             secs(*after),
             s.outcome.as_str()
         ),

@@ -62,7 +62,7 @@ pub(crate) fn verdict_lines(s: &mut String, verdicts: &[Verdict]) {
 const WIDTH: f64 = 900.0;
 const LEFT: f64 = 56.0;
 const RIGHT: f64 = 16.0;
-const TOP: f64 = 112.0;
+const TOP: f64 = 150.0;
 const HEIGHT: f64 = 240.0;
 
 /// The SVG of `--format svg`: admitted (green) and denied (hatched red) answers per 100 ms,

@@ -1019,8 +1019,9 @@ fn slots_verdict(cluster: bool, names: &[Vec<u8>]) -> Verdict {
                 .is_some_and(|c| c > 0)
         })
     };
-    // Shape (part count) -> names.
-    let mut shapes: BTreeMap<usize, Vec<(&[u8], Vec<Vec<u8>>)>> = BTreeMap::new();
+    // Part count -> (name, its parts).
+    type Shaped<'a> = Vec<(&'a [u8], Vec<Vec<u8>>)>;
+    let mut shapes: BTreeMap<usize, Shaped<'_>> = BTreeMap::new();
     for n in names.iter().filter(|n| !has_tag(n)) {
         let parts = split_name(n);
         if parts.len() >= 3 {
