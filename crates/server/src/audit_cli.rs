@@ -197,6 +197,26 @@ fn http_options(a: &HttpArgs) -> anyhow::Result<HttpOptions> {
     Ok(o)
 }
 
+/// The partition key of a rule keyed by a constant (`key = "global"`), as the limiter encodes
+/// it; `None` for keys that depend on the request.
+fn constant_key(source: &KeySource) -> Option<String> {
+    if !matches!(source, KeySource::Constant(_)) {
+        return None;
+    }
+    let (method, uri, headers) = (
+        http::Method::GET,
+        http::Uri::from_static("/"),
+        http::HeaderMap::new(),
+    );
+    source.key(&floodgate_tower::key::KeyContext {
+        method: &method,
+        uri: &uri,
+        headers: &headers,
+        client_ip: None,
+        client_addr: None,
+    })
+}
+
 fn redis_options(a: &RedisArgs) -> anyhow::Result<RedisOptions> {
     let mut o = RedisOptions::new(&a.url);
     o.pattern = a.pattern.clone();
@@ -228,12 +248,7 @@ fn redis_options(a: &RedisArgs) -> anyhow::Result<RedisOptions> {
                 name: r.name.clone(),
                 state_id: r.state_identity(),
                 policy: r.policy.clone(),
-                known_keys: match &r.key {
-                    KeySource::Constant(v) => {
-                        vec![floodgate_tower::encode_key([("const", v.as_bytes())])]
-                    }
-                    _ => Vec::new(),
-                },
+                known_keys: constant_key(&r.key).into_iter().collect(),
             })
             .collect();
         o.floodgate = Some(FloodgateRules {
