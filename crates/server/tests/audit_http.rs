@@ -152,7 +152,10 @@ async fn four_memory_instances_behind_a_balancer_are_about_4x() {
     assert_eq!(m.numbers["admitted"], 200, "{table}");
     assert_eq!(m.numbers["after_edge"], true, "{table}");
     assert!(m.summary.contains("about 4x the limit"), "{table}");
-    assert!(m.summary.contains("came back 4 times"), "{table}");
+    assert!(
+        m.summary.contains("remaining=49 came back 4 times"),
+        "{table}"
+    );
     assert_eq!(report.declared.limit, 50);
     assert_eq!(report.declared.window_us, Some(10_000_000));
     assert!(report.has_danger());

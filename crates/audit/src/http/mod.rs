@@ -344,12 +344,14 @@ pub async fn audit<T: Timeline>(
                 "not checked: the burst of {burst_n} was never denied, so there is no edge to find"
             ),
         )),
+        // Bursts of what the first admitted, at least the declared capacity (the first may
+        // have met an allowance already used up by other traffic).
         Some(w) => {
             window_edge(
                 &prober,
                 timeline,
                 w,
-                m1_admitted.max(1) + margin,
+                m1_admitted.max(cap) + margin,
                 deadline_us,
             )
             .await
@@ -456,18 +458,15 @@ fn multiplication(
     let allowance = d.allowance(span);
     let ratio = t.admitted as f64 / allowance;
     let k = ratio.round().max(1.0) as u64;
-    // How often the most repeated `remaining` came back among admissions: K counters each
-    // count down through the same values.
+    // How often the highest `remaining` came back among admissions: K counters each count
+    // down from the same value (the lower values also repeat as a bucket refills).
     let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
     for s in samples.iter().filter(|s| s.outcome == Outcome::Admitted) {
         if let Some(r) = s.remaining {
             *seen.entry(r).or_default() += 1;
         }
     }
-    let repeats = seen
-        .iter()
-        .max_by_key(|(r, n)| (**n, **r))
-        .map(|(r, n)| (*r, *n));
+    let repeats = seen.iter().next_back().map(|(r, n)| (*r, *n));
     let conn = if opts.new_connections {
         format!("{} at a time, a new connection each", opts.concurrency)
     } else {
@@ -495,6 +494,18 @@ fn multiplication(
         d.describe(),
         allowance
     );
+    // A limiter that fails open (its store down) admits without its usual headers.
+    let headed = |s: &&Sample| s.declared.is_some() || s.remaining.is_some();
+    let admitted: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.outcome == Outcome::Admitted)
+        .collect();
+    let bare = admitted.iter().filter(|s| !headed(s)).count() as u64;
+    let bare_note = if bare > 0 && admitted.iter().any(headed) {
+        format!("; {bare} of the {} admissions carried no rate-limit headers (a limiter failing open while its store is down answers so)", admitted.len())
+    } else {
+        String::new()
+    };
     let repeat_note = match repeats {
         Some((r, n)) if n > 1 => format!("; remaining={r} came back {n} times"),
         _ => String::new(),
@@ -510,7 +521,7 @@ fn multiplication(
             "multiplication",
             Level::Danger,
             format!(
-                "{base}: all admitted, at least {}x the limit: not enforced for this client, or more than {} instances each with its own counter",
+                "{base}: all admitted, at least {}x the limit: not enforced for this client, or more than {} instances each with its own counter{bare_note}",
                 opts.max_multiple + 1,
                 opts.max_multiple
             ),
@@ -520,7 +531,7 @@ fn multiplication(
             "multiplication",
             Level::Danger,
             format!(
-                "{base}: about {k}x the limit ({ratio:.2}x): {k} instances each with its own counter?{repeat_note}"
+                "{base}: about {k}x the limit ({ratio:.2}x): {k} instances each with its own counter?{repeat_note}{bare_note}"
             ),
         )
     } else if ratio < 0.5 {
@@ -551,9 +562,10 @@ fn multiplication(
         .with("ratio", (ratio * 1000.0).round() / 1000.0)
         .with("multiple", k)
         .with("first_burst_admitted", t1.admitted)
-        .with("after_edge", again.is_some());
+        .with("after_edge", again.is_some())
+        .with("admitted_without_headers", bare);
     if let Some((r, n)) = repeats {
-        v = v.with("most_repeated_remaining", r).with("repeats", n);
+        v = v.with("highest_remaining", r).with("repeats", n);
     }
     let capacity = (t.admitted > 0).then_some(t.admitted);
     (v, capacity)

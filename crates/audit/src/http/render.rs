@@ -190,17 +190,27 @@ pub fn svg(report: &HttpReport) -> String {
             yy + 4.0
         );
     }
-    // Phases along the top.
+    // Phases along the top; a label too close to the one before it goes one row up.
+    let mut last_x = f64::MIN;
+    let mut row = 0.0;
     for p in &report.phases {
         let x0 = LEFT + p.start_us as f64 / COLUMN_US as f64 * col_w;
+        row = if x0 - last_x < 70.0 {
+            (row + 1.0) % 3.0
+        } else {
+            0.0
+        };
+        last_x = x0;
+        let y = TOP - 6.0 - row * 13.0;
+        // Near the right edge the label ends at the line instead of starting there.
+        let (tx, anchor) = if x0 > LEFT + plot_w - 100.0 {
+            (x0 - 3.0, "end")
+        } else {
+            (x0 + 3.0, "start")
+        };
         let _ = writeln!(
             s,
-            r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x0:.1}" y2="{bottom}" stroke="#bbb" stroke-dasharray="2,3"/><text x="{:.1}" y="{:.1}" fill="#777" font-size="10" transform="rotate(-30 {:.1} {:.1})">{}</text>"##,
-            TOP - 4.0,
-            x0 + 2.0,
-            TOP - 6.0,
-            x0 + 2.0,
-            TOP - 6.0,
+            r##"<line x1="{x0:.1}" y1="{y:.1}" x2="{x0:.1}" y2="{bottom}" stroke="#bbb" stroke-dasharray="2,3"/><text x="{tx:.1}" y="{y:.1}" text-anchor="{anchor}" fill="#777" font-size="10">{}</text>"##,
             p.phase
         );
     }

@@ -638,9 +638,9 @@ fn ttl_class(pttl_ms: i64) -> usize {
 
 fn bytes_text(b: u64) -> String {
     match b {
-        _ if b >= 10 * 1024 * 1024 * 1024 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-        _ if b >= 10 * 1024 * 1024 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        _ if b >= 10 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
+        _ if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        _ if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        _ if b >= 10 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
         _ => format!("{b} B"),
     }
 }
