@@ -187,7 +187,7 @@ fn http_options(a: &HttpArgs) -> anyhow::Result<HttpOptions> {
     o.max_multiple = a.max_multiple.max(1);
     o.method = a.method.clone();
     o.request_timeout_ms = a.timeout_ms;
-    o.progress = matches!(a.format, Format::Table) || a.output.is_some();
+    o.progress = true;
     for h in &a.headers {
         let (k, v) = h
             .split_once(':')

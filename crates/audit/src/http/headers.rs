@@ -308,7 +308,10 @@ pub fn declared_limit<'a>(
             }
         }
     }
-    if candidates.is_empty() {
+    // The draft's policies win; the legacy forms are read only without them, all of them (Kong
+    // sends RateLimit-Limit without a window beside X-RateLimit-Limit-Minute).
+    let policy_count = candidates.len();
+    if policy_count == 0 {
         // draft 06: RateLimit-Limit: 100 (window unknown; w= may follow).
         for name in ["ratelimit-limit", "x-ratelimit-limit"] {
             if let Some(v) = get(name) {
@@ -318,7 +321,7 @@ pub fn declared_limit<'a>(
             }
         }
     }
-    if candidates.is_empty() {
+    if policy_count == 0 {
         // Kong: X-RateLimit-Limit-Second/-Minute/...
         for (suffix, w) in [
             ("second", US),
@@ -339,7 +342,7 @@ pub fn declared_limit<'a>(
             }
         }
     }
-    if candidates.is_empty() {
+    if policy_count == 0 {
         // Spring Cloud Gateway's RedisRateLimiter: a token bucket.
         if let Some(rate) = get("x-ratelimit-replenish-rate").and_then(|v| v.parse::<u64>().ok()) {
             let burst = get("x-ratelimit-burst-capacity").and_then(|v| v.parse::<u64>().ok());
@@ -356,7 +359,7 @@ pub fn declared_limit<'a>(
             });
         }
     }
-    if candidates.is_empty() {
+    if policy_count == 0 {
         // draft 06 combined: RateLimit: limit=10, remaining=9, reset=3.
         if let Some(v) = get("ratelimit") {
             if let Some(limit) = dictionary_value(v, "limit") {
@@ -369,10 +372,15 @@ pub fn declared_limit<'a>(
             }
         }
     }
-    // The one a burst meets first: the smallest quota (then the shortest window).
-    candidates
-        .into_iter()
-        .min_by_key(|d| (d.limit, d.window_us.unwrap_or(u64::MAX)))
+    // One with a window before one without; then the one a burst meets first: the smallest
+    // quota (then the shortest window).
+    candidates.into_iter().min_by_key(|d| {
+        (
+            d.window_us.is_none(),
+            d.limit,
+            d.window_us.unwrap_or(u64::MAX),
+        )
+    })
 }
 
 /// `X-RateLimit-Limit: 60` or envoy's `10, 10;w=60` (first the limit, then policies).
@@ -610,13 +618,15 @@ mod tests {
         // envoyproxy/ratelimit
         let x = d(&[("X-RateLimit-Limit", "10, 10;w=60")]).unwrap();
         assert_eq!((x.limit, x.window_us), (10, Some(60 * US)));
-        // Kong
+        // Kong (with its windowless RateLimit-Limit beside the per-window headers)
         let x = d(&[
+            ("RateLimit-Limit", "5"),
             ("X-RateLimit-Limit-Minute", "5"),
-            ("X-RateLimit-Limit-Second", "1"),
+            ("X-RateLimit-Limit-Hour", "100"),
         ])
         .unwrap();
-        assert_eq!((x.limit, x.window_us), (1, Some(US)));
+        assert_eq!((x.limit, x.window_us), (5, Some(60 * US)));
+        assert_eq!(x.source, "X-RateLimit-Limit-Minute: 5");
         // Spring Cloud Gateway
         let x = d(&[
             ("X-RateLimit-Replenish-Rate", "10"),

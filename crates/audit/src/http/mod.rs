@@ -341,7 +341,8 @@ pub async fn audit<T: Timeline>(
             "window_edge",
             Level::Inconclusive,
             format!(
-                "not checked: the burst of {burst_n} was never denied, so there is no edge to find"
+                "not checked: the burst ({} sent of {burst_n} planned) was never denied, so there is no edge to find",
+                burst.len()
             ),
         )),
         // Bursts of what the first admitted, at least the declared capacity (the first may
@@ -516,7 +517,13 @@ fn multiplication(
             Level::Inconclusive,
             format!("{base}; but {} of the answers were errors", t.errors),
         )
-    } else if t.denied == 0 && t.admitted >= burst_n {
+    } else if t.denied == 0 && t.admitted < burst_n {
+        Verdict::new(
+            "multiplication",
+            Level::Inconclusive,
+            format!("{base}; but the request budget ran out before a denial (planned {burst_n}): raise --max-requests"),
+        )
+    } else if t.denied == 0 {
         Verdict::new(
             "multiplication",
             Level::Danger,
