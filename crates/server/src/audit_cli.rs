@@ -95,10 +95,10 @@ struct HttpArgs {
 struct RedisArgs {
     /// `redis://[user:password@]host:port[/db]`: a standalone server or any node of a cluster.
     url: String,
-    /// Redis glob of the keys to audit (Floodgate's default prefix; `rate*` and other limiters'
-    /// conventions work too).
-    #[arg(long, default_value = "fg:*")]
-    pattern: String,
+    /// Redis glob of the keys to audit [default: Floodgate's prefix, `fg:*` or the --config
+    /// file's `[store] prefix` followed by `*`]; `rate*` and other limiters' conventions work.
+    #[arg(long)]
+    pattern: Option<String>,
     /// Most keys to inspect (TYPE, PTTL, MEMORY USAGE, OBJECT ENCODING), over all masters.
     #[arg(long, default_value_t = 10_000)]
     sample: u64,
@@ -219,7 +219,6 @@ fn constant_key(source: &KeySource) -> Option<String> {
 
 fn redis_options(a: &RedisArgs) -> anyhow::Result<RedisOptions> {
     let mut o = RedisOptions::new(&a.url);
-    o.pattern = a.pattern.clone();
     o.sample = a.sample;
     o.scan_max = a.scan_max;
     o.timeout_ms = a.timeout_ms;
@@ -251,11 +250,27 @@ fn redis_options(a: &RedisArgs) -> anyhow::Result<RedisOptions> {
                 known_keys: constant_key(&r.key).into_iter().collect(),
             })
             .collect();
+        o.pattern = format!("{}*", glob_escape(&prefix));
         o.floodgate = Some(FloodgateRules {
             prefix,
             rules,
             known_keys: a.keys.clone(),
         });
     }
+    if let Some(p) = &a.pattern {
+        o.pattern = p.clone();
+    }
     Ok(o)
+}
+
+/// `prefix` with the glob's special characters escaped, so that `prefix*` matches it literally.
+fn glob_escape(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len());
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }

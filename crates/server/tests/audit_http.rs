@@ -372,4 +372,19 @@ fn a_large_plan_needs_yes_and_nothing_is_sent() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("only http://"));
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args([
+            "audit",
+            "http",
+            "http://127.0.0.1:9/",
+            "--limit",
+            "5/s",
+            "--max-requests",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("--max-requests and --max-seconds must be at least 1"));
 }

@@ -311,6 +311,7 @@ pub async fn audit<T: Timeline>(
     prober.set_budget(opts.max_requests.saturating_sub(1));
     prober.start_bar(plan(opts, &declared).0);
     let deadline_us = first.sent_us + opts.max_seconds * US;
+    prober.set_deadline(deadline_us);
 
     let mut verdicts = Vec::new();
     let cap = declared.burst.unwrap_or(declared.limit).max(1);
@@ -835,7 +836,7 @@ async fn retry_after_check<T: Timeline>(
         (Outcome::Admitted, Some(Outcome::Admitted)) => Verdict::new(
             name,
             Level::Note,
-            format!("{early_text}; {on_time_text}: Retry-After is at least 1 s longer than needed (wastes capacity)"),
+            format!("{early_text}; {on_time_text}: Retry-After is at least 1 s longer than needed (wastes capacity), unless the allowance came back within a round trip of the 429"),
         ),
         (Outcome::Admitted, _) => Verdict::new(
             name,

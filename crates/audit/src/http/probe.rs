@@ -107,6 +107,7 @@ pub(crate) struct Prober<'t, T> {
     concurrency: usize,
     timeline: &'t T,
     budget: AtomicU64,
+    deadline_us: AtomicU64,
     samples: Mutex<Vec<Sample>>,
     bar: ProgressBar,
 }
@@ -126,6 +127,11 @@ impl<'t, T: Timeline> Prober<'t, T> {
         if opts.concurrency == 0 {
             return Err(HttpAuditError::Option(
                 "--concurrency must be at least 1".into(),
+            ));
+        }
+        if opts.max_requests == 0 || opts.max_seconds == 0 {
+            return Err(HttpAuditError::Option(
+                "--max-requests and --max-seconds must be at least 1".into(),
             ));
         }
         let method = reqwest::Method::from_bytes(opts.method.as_bytes()).map_err(|_| {
@@ -161,6 +167,7 @@ impl<'t, T: Timeline> Prober<'t, T> {
             concurrency: opts.concurrency,
             timeline,
             budget: AtomicU64::new(0),
+            deadline_us: AtomicU64::new(u64::MAX),
             samples: Mutex::new(Vec::new()),
             bar: if opts.progress {
                 ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr())
@@ -200,10 +207,18 @@ impl<'t, T: Timeline> Prober<'t, T> {
         self.samples.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
+    /// No request is sent after this time (microseconds on the timeline): `--max-seconds` is a
+    /// hard bound (plus one request timeout), even when the target answers slowly.
+    pub(crate) fn set_deadline(&self, t_us: u64) {
+        self.deadline_us.store(t_us, Ordering::SeqCst);
+    }
+
     fn take(&self) -> bool {
-        self.budget
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(1))
-            .is_ok()
+        self.timeline.now_us() < self.deadline_us.load(Ordering::SeqCst)
+            && self
+                .budget
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(1))
+                .is_ok()
     }
 
     /// Sends up to `n` requests, `concurrency` at a time (fewer when the budget runs out), and
