@@ -192,7 +192,8 @@ pub struct NodeScan {
     pub node: String,
     /// `DBSIZE`.
     pub dbsize: u64,
-    /// Names `SCAN` returned (distinct).
+    /// Names `SCAN` returned (matching ones counted once; another name returned twice
+    /// during a rehash counts twice).
     pub examined: u64,
     /// Of those, matching the pattern.
     pub matched: u64,
@@ -473,9 +474,11 @@ async fn scan_node(
         .query_async(&mut node.conn)
         .await
         .map_err(|e| redis_err(&node.addr, e))?;
-    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    // Matching names, to count each once (SCAN may return a name twice while the table
+    // rehashes); the others are only counted, so memory follows the matches, not the keyspace.
+    let mut matched_seen: HashSet<Vec<u8>> = HashSet::new();
     let mut names = Vec::new();
-    let mut matched = 0u64;
+    let mut examined = 0u64;
     let mut cursor: u64 = 0;
     let pattern = opts.pattern.as_bytes();
     let complete = loop {
@@ -487,29 +490,31 @@ async fn scan_node(
             .await
             .map_err(|e| redis_err(&node.addr, e))?;
         for name in batch {
-            if seen.contains(&name) {
+            if !crate::glob::matches(pattern, &name) {
+                examined += 1;
                 continue;
             }
-            if crate::glob::matches(pattern, &name) {
-                matched += 1;
-                if (names.len() as u64) < per_node.max(opts.sample) {
-                    names.push(name.clone());
-                }
+            if matched_seen.contains(&name) {
+                continue;
             }
-            seen.insert(name);
+            examined += 1;
+            if (names.len() as u64) < per_node {
+                names.push(name.clone());
+            }
+            matched_seen.insert(name);
         }
         cursor = next;
         if cursor == 0 {
             break true;
         }
         // Enough of a sample, and enough names seen to project from: stop early.
-        if (names.len() as u64 >= per_node && seen.len() as u64 >= 10 * per_node)
-            || seen.len() as u64 >= opts.scan_max
+        if (names.len() as u64 >= per_node && examined >= 10 * per_node)
+            || examined >= opts.scan_max
         {
             break false;
         }
     };
-    let examined = seen.len() as u64;
+    let matched = matched_seen.len() as u64;
     let projected = if complete || examined == 0 {
         matched
     } else {
