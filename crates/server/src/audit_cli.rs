@@ -83,6 +83,9 @@ struct HttpArgs {
     /// Timeout of one request in milliseconds.
     #[arg(long, default_value_t = 5_000)]
     timeout_ms: u64,
+    /// A status that means "denied" besides 429 (repeatable), e.g. 503 for nginx's limit_req.
+    #[arg(long = "deny-status", value_name = "CODE", value_parser = clap::value_parser!(u16).range(100..=599))]
+    deny_statuses: Vec<u16>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -187,6 +190,7 @@ fn http_options(a: &HttpArgs) -> anyhow::Result<HttpOptions> {
     o.max_multiple = a.max_multiple.max(1);
     o.method = a.method.clone();
     o.request_timeout_ms = a.timeout_ms;
+    o.deny_statuses = a.deny_statuses.clone();
     o.progress = true;
     for h in &a.headers {
         let (k, v) = h

@@ -2,7 +2,8 @@
 //! memory stores behind a round-robin balancer, the same four on one Redis, a fixed window and
 //! a sliding log), on the manual clock, where the probe moves time instead of waiting; and a
 //! deliberately broken limiter (a Python `http.server` with a per-process fixed window and a
-//! `Retry-After` 1 s early), probed over real time through the `floodgate audit` binary.
+//! `Retry-After` 1 s early), probed over real time through the `floodgate audit` binary; and
+//! nginx's own `limit_req`.
 
 mod serve_support;
 
@@ -347,6 +348,146 @@ async fn a_broken_limiter_has_each_flaw_reported_by_the_binary() {
     );
     assert_eq!(v("problem_json")["level"], "note", "{text}");
     assert_eq!(v("header_syntax")["level"], "note", "{text}");
+}
+
+/// A real nginx (`daemon off`, its own prefix and port), stopped with SIGTERM on drop.
+struct Nginx {
+    child: Child,
+    url: String,
+    /// Its prefix: configuration, pid, logs (removed on drop).
+    dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    /// Serves `location` (a block of nginx directives) on a free loopback port, with
+    /// `http_extra` at the http level.
+    async fn start(http_extra: &str, location: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let d = dir.path().display();
+        let conf = format!(
+            "daemon off;\nworker_processes 2;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 512; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+             fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+             {http_extra}\n  server {{\n    listen 127.0.0.1:{port};\n    {location}\n  }}\n}}\n"
+        );
+        let path = dir.path().join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let child = Command::new("nginx")
+            .args(["-p", &d.to_string(), "-c", path.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
+            .spawn()
+            .expect("nginx (scripts/test installs it)");
+        // The guard first: a failed wait below still stops nginx.
+        let nginx = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            dir,
+        };
+        // Bounded wait for the listener (nginx is an external process: real time).
+        let addr = format!("127.0.0.1:{port}");
+        let mut ready = false;
+        for _ in 0..200 {
+            if TcpStream::connect(&addr).await.is_ok() {
+                ready = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(
+            ready,
+            "nginx did not listen on {port}: {}",
+            std::fs::read_to_string(nginx.dir.path().join("stderr.log")).unwrap_or_default()
+        );
+        nginx
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// nginx's own limiter, `limit_req` (a leaky bucket shared by its workers): one counter, but a
+/// denial is a 503 without `Retry-After`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_limit_req_denies_with_a_503_and_no_retry_after() {
+    let nginx = Nginx::start(
+        "limit_req_zone $binary_remote_addr zone=api:1m rate=20r/s;",
+        "location /api { limit_req zone=api burst=19 nodelay; empty_gif; }",
+    )
+    .await;
+    let url = format!("{}/api", nginx.url);
+    let run = move |extra: &'static [&'static str]| {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_floodgate"))
+                .args([
+                    "audit", "http", &url, "--limit", "20/s", "--yes", "--format", "json",
+                ])
+                .args(extra)
+                .output()
+                .unwrap()
+        })
+    };
+    // Without being told, a 503 is an error, not a denial: inconclusive, with a hint.
+    let out = run(&[]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let report: Value = serde_json::from_str(&text).unwrap();
+    let m = &report["verdicts"][0];
+    assert_eq!(
+        (m["check"].as_str(), m["level"].as_str()),
+        (Some("multiplication"), Some("inconclusive")),
+        "{text}"
+    );
+    assert!(
+        m["summary"]
+            .as_str()
+            .unwrap()
+            .contains("add --deny-status 503"),
+        "{text}"
+    );
+
+    let out = run(&["--deny-status", "503"]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let report: Value = serde_json::from_str(&text).unwrap();
+    let v = |check: &str| {
+        report["verdicts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["check"] == check)
+            .unwrap_or_else(|| panic!("no {check}: {text}"))
+            .clone()
+    };
+    let m = v("multiplication");
+    assert_eq!(
+        (m["level"].as_str(), m["numbers"]["multiple"].as_u64()),
+        (Some("ok"), Some(1)),
+        "{text}"
+    );
+    assert_eq!(v("denial_status")["level"], "note", "{text}");
+    assert_eq!(
+        v("denial_status")["numbers"]["503"].as_u64().map(|n| n > 0),
+        Some(true),
+        "{text}"
+    );
+    let ra = v("retry_after_header");
+    assert_eq!(ra["level"], "danger", "{text}");
+    assert_eq!(ra["numbers"]["missing"], ra["numbers"]["denials"], "{text}");
+    assert_eq!(v("retry_after")["level"], "inconclusive", "{text}");
 }
 
 #[test]

@@ -78,6 +78,10 @@ pub struct HttpOptions {
     pub progress: bool,
     /// Timeout of one request, in milliseconds.
     pub request_timeout_ms: u64,
+    /// Statuses that mean "denied" besides 429 (nginx's `limit_req` answers 503 without
+    /// `Retry-After`); 403, 420 and 503 count as denials anyway when they carry `Retry-After`
+    /// or say nothing remains.
+    pub deny_statuses: Vec<u16>,
 }
 
 impl HttpOptions {
@@ -97,6 +101,7 @@ impl HttpOptions {
             confirmed: false,
             progress: false,
             request_timeout_ms: 5_000,
+            deny_statuses: Vec::new(),
         }
     }
 }
@@ -435,6 +440,24 @@ fn check_plan(opts: &HttpOptions, d: &DeclaredLimit, target: &str) -> Result<(),
     Ok(())
 }
 
+/// `" (most of them 503: if that is how it denies, add --deny-status 503)"`, for the most
+/// common error status, or empty.
+fn error_hint(samples: &[Sample]) -> String {
+    let mut by: BTreeMap<u16, u64> = BTreeMap::new();
+    for s in samples
+        .iter()
+        .filter(|s| s.outcome == Outcome::Error && s.status != 0)
+    {
+        *by.entry(s.status).or_default() += 1;
+    }
+    match by.iter().max_by_key(|(_, n)| **n) {
+        Some((status, n)) => {
+            format!(" ({n} of them {status}: if that is how it denies, add --deny-status {status})")
+        }
+        None => String::new(),
+    }
+}
+
 fn last_denial_of(samples: &[Sample]) -> Option<Sample> {
     samples
         .iter()
@@ -516,7 +539,11 @@ fn multiplication(
         Verdict::new(
             "multiplication",
             Level::Inconclusive,
-            format!("{base}; but {} of the answers were errors", t.errors),
+            format!(
+                "{base}; but {} of the answers were errors{}",
+                t.errors,
+                error_hint(samples)
+            ),
         )
     } else if t.denied == 0 && t.admitted < burst_n {
         Verdict::new(

@@ -61,7 +61,8 @@ impl Phase {
 pub(crate) enum Outcome {
     /// 1xx to 3xx.
     Admitted,
-    /// 429, or 403/420/503 with `Retry-After` or nothing remaining.
+    /// 429, a status given with `--deny-status`, or 403/420/503 with `Retry-After` or
+    /// nothing remaining.
     Denied,
     /// Anything else, and no answer at all.
     Error,
@@ -105,6 +106,7 @@ pub(crate) struct Prober<'t, T> {
     headers: reqwest::header::HeaderMap,
     target: String,
     concurrency: usize,
+    deny_statuses: Vec<u16>,
     timeline: &'t T,
     budget: AtomicU64,
     deadline_us: AtomicU64,
@@ -165,6 +167,7 @@ impl<'t, T: Timeline> Prober<'t, T> {
             headers,
             target,
             concurrency: opts.concurrency,
+            deny_statuses: opts.deny_statuses.clone(),
             timeline,
             budget: AtomicU64::new(0),
             deadline_us: AtomicU64::new(u64::MAX),
@@ -298,6 +301,7 @@ impl<'t, T: Timeline> Prober<'t, T> {
                     get("ratelimit").is_some() || get("ratelimit-policy").is_some();
                 sample.syntax = headers::draft_syntax(view());
                 sample.outcome = match status {
+                    _ if self.deny_statuses.contains(&status) => Outcome::Denied,
                     100..=399 => Outcome::Admitted,
                     429 => Outcome::Denied,
                     403 | 420 | 503
