@@ -34,6 +34,26 @@ pub fn table(report: &HttpReport) -> String {
     s
 }
 
+/// Columns a verdict table fills before a summary wraps.
+const TABLE_WIDTH: usize = 110;
+
+/// `text` in lines of at most `width` characters, broken at spaces (a longer word stands alone).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines
+}
+
 /// `check  verdict  summary` lines and the closing exit-status line, shared by both audits.
 pub(crate) fn verdict_lines(s: &mut String, verdicts: &[Verdict]) {
     let w = verdicts
@@ -43,8 +63,17 @@ pub(crate) fn verdict_lines(s: &mut String, verdicts: &[Verdict]) {
         .unwrap_or(5)
         .max(5);
     let _ = writeln!(s, "{:<w$}  {:<12}  what it rests on", "check", "verdict");
+    // The summary wraps under its column, so the check and its verdict stand alone at the left.
+    let indent = w + 2 + 12 + 2;
+    let width = TABLE_WIDTH.saturating_sub(indent).max(40);
     for v in verdicts {
-        let _ = writeln!(s, "{:<w$}  {:<12}  {}", v.check, v.level.label(), v.summary);
+        for (i, line) in wrap(&v.summary, width).iter().enumerate() {
+            if i == 0 {
+                let _ = writeln!(s, "{:<w$}  {:<12}  {line}", v.check, v.level.label());
+            } else {
+                let _ = writeln!(s, "{:indent$}{line}", "");
+            }
+        }
     }
     let dangers = verdicts.iter().filter(|v| v.is_danger()).count();
     s.push('\n');
@@ -295,4 +324,17 @@ pub fn svg(report: &HttpReport) -> String {
     );
     s.push_str("</svg>\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn summaries_wrap_at_spaces() {
+        assert_eq!(super::wrap("a bb ccc dddd", 6), vec!["a bb", "ccc", "dddd"]);
+        assert_eq!(
+            super::wrap("averyveryverylongword x", 5),
+            vec!["averyveryverylongword", "x"]
+        );
+        assert_eq!(super::wrap("", 5), vec![""]);
+    }
 }
