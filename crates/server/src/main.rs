@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod audit_cli;
 mod cli;
 mod config;
 mod http;
@@ -34,6 +35,9 @@ enum Command {
     Bench(cli::bench::BenchArgs),
     /// Validate a configuration file: every error names the file, line and field.
     CheckConfig(config::check::CheckArgs),
+    /// Probe a live rate limiter over HTTP, or audit the rate-limit keys of a Redis; exit
+    /// status 1 when a danger is found.
+    Audit(audit_cli::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::CheckConfig(args) => config::check::run(args),
         Command::Bench(args) => cli::bench::run(args),
+        Command::Audit(args) => audit_cli::run(args),
     };
     match result {
         Ok(code) => code,

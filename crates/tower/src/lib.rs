@@ -62,7 +62,7 @@ mod service;
 
 pub use future::{ResponseBody, ResponseFuture};
 pub use ip::{canonical as canonical_ip, ClientIpConfig, ForwardedHeader, PeerAddr};
-pub use key::{encode_key, KeySource, MAX_COMPONENT_LEN};
+pub use key::{encode_key, KeyContext, KeySource, MAX_COMPONENT_LEN};
 pub use layer::RateLimitLayer;
 pub use limiter::{Action, DenialObserver, Mode, Plan, RateLimiter, RuleOutcome, Verdict};
 pub use metrics::Outcome;

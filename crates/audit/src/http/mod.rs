@@ -1,0 +1,1090 @@
+//! `floodgate audit http URL`: probe a live limiter within a bounded budget.
+//!
+//! The probe sends requests to the one URL it is given (no redirects are followed, no other
+//! address is contacted), at most [`HttpOptions::max_requests`] of them, for at most
+//! [`HttpOptions::max_seconds`], and refuses a plan of more than [`CONFIRM_ABOVE`] requests
+//! unless [`HttpOptions::confirmed`] (`--yes`). In order:
+//!
+//! 1. **discovery**: one request; the declared limit from its headers ([`headers`]) or the one
+//!    given ([`HttpOptions::limit`]).
+//! 2. **multiplication**: a concurrent burst of `(max_multiple + 1) x capacity` requests (over
+//!    [`HttpOptions::concurrency`] connections, each request on a new connection with
+//!    [`HttpOptions::new_connections`], so that a load balancer spreads them). One counter
+//!    admits at most its burst plus what it refills meanwhile; K instances each with its own
+//!    counter admit about K times that, and each `remaining` value then comes back K times.
+//! 3. **window edge**: once the burst has used up the allowance, one request every 1/20 of
+//!    the window until one is admitted (where the allowance came back: a fixed window's edge),
+//!    then a burst 1/10 window before the next edge and one 1/20 window after it. A fixed window
+//!    admits about twice what one window admitted across its edge; a sliding log never more.
+//!    Then a second multiplication burst 1/10 window after the following edge: every
+//!    algorithm has its whole allowance back there, and no edge can fall inside it (the first
+//!    burst may have crossed one unseen, which a fixed window would admit twice); the
+//!    multiplication verdict rests on this burst when it ran.
+//! 4. **Retry-After**: after a denial saying `Retry-After: R`, one retry at `R - 1` s (should
+//!    still be denied: `R` is rounded up) and, after a denial, one at exactly `R` s (must be
+//!    admitted: a `Retry-After` that sends clients back too early is a bug).
+//! 5. **shape**: every denial's status (429), `Retry-After` (present, whole seconds, >= 1), the
+//!    draft headers' syntax, and `application/problem+json`.
+//!
+//! Time goes through a [`Timeline`], so tests can probe window edges on a manual clock.
+
+pub mod headers;
+mod probe;
+mod render;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::timeline::Timeline;
+use crate::{Level, Verdict};
+use headers::DeclaredLimit;
+use probe::{Outcome, Phase, Prober, Sample};
+
+pub(crate) use render::verdict_lines as render_verdicts;
+pub use render::{svg, table};
+
+/// Plans above this many requests need [`HttpOptions::confirmed`] (`--yes`).
+pub const CONFIRM_ABOVE: u64 = 100;
+
+/// Microseconds per second.
+const US: u64 = 1_000_000;
+
+/// What to probe and within which bounds.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// The one URL requests go to (`http://` only).
+    pub url: String,
+    /// The request method (default `GET`).
+    pub method: String,
+    /// Extra request headers (an API key, say), sent with every request.
+    pub headers: Vec<(String, String)>,
+    /// The limit to test against when the endpoint declares none (or to override it).
+    pub limit: Option<DeclaredLimit>,
+    /// Most requests sent in all.
+    pub max_requests: u64,
+    /// Most seconds the probe runs (on its [`Timeline`]).
+    pub max_seconds: u64,
+    /// Requests in flight at once during a burst.
+    pub concurrency: usize,
+    /// A new TCP connection for every request (so a connection-balancing proxy spreads them).
+    pub new_connections: bool,
+    /// The largest multiple of the limit the multiplication burst can tell apart; the burst
+    /// sends one capacity more than this many times the capacity.
+    pub max_multiple: u64,
+    /// Allow a plan above [`CONFIRM_ABOVE`] requests.
+    pub confirmed: bool,
+    /// Draw a progress bar on stderr (hidden when stderr is not a terminal).
+    pub progress: bool,
+    /// Timeout of one request, in milliseconds.
+    pub request_timeout_ms: u64,
+    /// Statuses that mean "denied" besides 429 (nginx's `limit_req` answers 503 without
+    /// `Retry-After`); 403, 420 and 503 count as denials anyway when they carry `Retry-After`
+    /// or say nothing remains.
+    pub deny_statuses: Vec<u16>,
+}
+
+impl HttpOptions {
+    /// The defaults for `url`: GET, 5,000 requests, 60 s, 50 connections, multiples up to 4,
+    /// 5 s per request, not confirmed, no progress bar.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            method: "GET".into(),
+            headers: Vec::new(),
+            limit: None,
+            max_requests: 5_000,
+            max_seconds: 60,
+            concurrency: 50,
+            new_connections: false,
+            max_multiple: 4,
+            confirmed: false,
+            progress: false,
+            request_timeout_ms: 5_000,
+            deny_statuses: Vec::new(),
+        }
+    }
+}
+
+/// Why the probe did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpAuditError {
+    /// The URL does not parse or is not `http://`.
+    #[error("{0}")]
+    Url(String),
+    /// A bad option (zero concurrency, a header that is not valid HTTP, ...).
+    #[error("{0}")]
+    Option(String),
+    /// The plan needs `--yes`.
+    #[error("this audit would send up to {planned} requests to {target} over up to {seconds} s (more than {CONFIRM_ABOVE}); add --yes to proceed, or lower --max-requests")]
+    NeedsConfirmation {
+        /// Requests planned (an upper bound).
+        planned: u64,
+        /// `host:port`.
+        target: String,
+        /// Seconds planned (an upper bound).
+        seconds: u64,
+    },
+    /// The first request got no HTTP answer.
+    #[error("{target} did not answer: {error}")]
+    Unreachable {
+        /// `host:port`.
+        target: String,
+        /// The transport error.
+        error: String,
+    },
+    /// No limit declared and none given.
+    #[error("{target} declares no limit (no RateLimit-Policy, RateLimit or X-RateLimit-* header in its answer, status {status}); give the limit to test with --limit, e.g. --limit 100/s")]
+    NoDeclaredLimit {
+        /// `host:port`.
+        target: String,
+        /// The discovery response's status.
+        status: u16,
+    },
+}
+
+/// Admitted, denied and failed requests in one 100 ms column (by the time the answer came).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Column {
+    /// Start of the column, microseconds since the probe began.
+    pub start_us: u64,
+    /// Answers that admitted.
+    pub admitted: u64,
+    /// Answers that denied (429, or 403/503 with `Retry-After` or nothing remaining).
+    pub denied: u64,
+    /// Other answers and transport errors.
+    pub errors: u64,
+}
+
+/// One phase of the probe: when it ran and what it got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PhaseSummary {
+    /// `discovery`, `multiplication`, `edge_search`, `edge_before`, `edge_after`,
+    /// `multiplication_again`, `retry_early`, `retry_exhaust`, `retry_on_time`.
+    pub phase: &'static str,
+    /// First request sent, microseconds since the start.
+    pub start_us: u64,
+    /// Last answer, microseconds since the start.
+    pub end_us: u64,
+    /// Requests sent.
+    pub sent: u64,
+    /// Admitted.
+    pub admitted: u64,
+    /// Denied.
+    pub denied: u64,
+    /// Errors.
+    pub errors: u64,
+}
+
+/// Everything the probe found.
+#[derive(Debug, Clone, Serialize)]
+pub struct HttpReport {
+    /// The URL probed.
+    pub url: String,
+    /// The declared limit tested against.
+    pub declared: DeclaredLimit,
+    /// `true` when the limit came from `--limit`, not from the endpoint.
+    pub limit_given: bool,
+    /// Requests sent.
+    pub sent: u64,
+    /// Admitted, denied, errors in all.
+    pub admitted: u64,
+    /// Denied in all.
+    pub denied: u64,
+    /// Errors in all.
+    pub errors: u64,
+    /// Microseconds from the first request to the last answer.
+    pub duration_us: u64,
+    /// Connections: `concurrency` and whether each request had its own.
+    pub concurrency: usize,
+    /// Each request on a new connection.
+    pub new_connections: bool,
+    /// The verdicts, in the order above.
+    pub verdicts: Vec<Verdict>,
+    /// The phases.
+    pub phases: Vec<PhaseSummary>,
+    /// Per 100 ms: admitted, denied, errors.
+    pub columns: Vec<Column>,
+}
+
+impl HttpReport {
+    /// `true` when any verdict is a danger (the command then exits with status 1).
+    pub fn has_danger(&self) -> bool {
+        self.verdicts.iter().any(Verdict::is_danger)
+    }
+
+    /// The JSON document of `--format json`.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
+    }
+}
+
+fn secs(us: u64) -> String {
+    let s = us as f64 / US as f64;
+    if s >= 10.0 {
+        format!("{s:.1} s")
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
+fn ms(us: u64) -> String {
+    format!("{} ms", (us + 500) / 1000)
+}
+
+/// Admitted, denied, errors and the span of a set of samples.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    sent: u64,
+    admitted: u64,
+    denied: u64,
+    errors: u64,
+    first_sent_us: u64,
+    last_done_us: u64,
+}
+
+impl Tally {
+    fn of<'a>(samples: impl IntoIterator<Item = &'a Sample>) -> Self {
+        let mut t = Tally {
+            first_sent_us: u64::MAX,
+            ..Tally::default()
+        };
+        for s in samples {
+            t.sent += 1;
+            match s.outcome {
+                Outcome::Admitted => t.admitted += 1,
+                Outcome::Denied => t.denied += 1,
+                Outcome::Error => t.errors += 1,
+            }
+            t.first_sent_us = t.first_sent_us.min(s.sent_us);
+            t.last_done_us = t.last_done_us.max(s.done_us);
+        }
+        if t.sent == 0 {
+            t.first_sent_us = 0;
+        }
+        t
+    }
+
+    fn span_us(&self) -> u64 {
+        self.last_done_us.saturating_sub(self.first_sent_us)
+    }
+}
+
+/// Runs the probe on `timeline` and returns its report.
+///
+/// # Errors
+/// [`HttpAuditError`]: a bad URL or option, a plan that needs `--yes`, an endpoint that does
+/// not answer the first request or declares no limit while none was given. A failure later in
+/// the probe is not an error: the affected checks are inconclusive.
+pub async fn audit<T: Timeline>(
+    opts: &HttpOptions,
+    timeline: &T,
+) -> Result<HttpReport, HttpAuditError> {
+    let prober = Prober::new(opts, timeline)?;
+    let target = prober.target().to_string();
+    // With the limit given, the plan is known before anything is sent.
+    if let Some(d) = &opts.limit {
+        check_plan(opts, d, &target)?;
+    }
+    prober.set_budget(1);
+    let first = prober.burst(Phase::Discovery, 1).await;
+    let Some(first) = first.into_iter().next() else {
+        return Err(HttpAuditError::Unreachable {
+            target,
+            error: "no request sent".into(),
+        });
+    };
+    if first.outcome == Outcome::Error && first.status == 0 {
+        return Err(HttpAuditError::Unreachable {
+            target,
+            error: first.error.clone().unwrap_or_default(),
+        });
+    }
+    let (declared, limit_given) = match (&opts.limit, &first.declared) {
+        (Some(d), _) => (d.clone(), true),
+        (None, Some(d)) => (d.clone(), false),
+        (None, None) => {
+            return Err(HttpAuditError::NoDeclaredLimit {
+                target,
+                status: first.status,
+            })
+        }
+    };
+    if opts.limit.is_none() {
+        check_plan(opts, &declared, &target)?;
+    }
+    prober.set_budget(opts.max_requests.saturating_sub(1));
+    prober.start_bar(plan(opts, &declared).0);
+    let deadline_us = first.sent_us + opts.max_seconds * US;
+    prober.set_deadline(deadline_us);
+
+    let mut verdicts = Vec::new();
+    let cap = declared.burst.unwrap_or(declared.limit).max(1);
+    let margin = (cap / 5).max(2);
+
+    // 2. Multiplication: a first burst (it also uses up the allowance).
+    let burst_n = (opts.max_multiple + 1) * cap;
+    let burst = prober.burst(Phase::Multiplication, burst_n).await;
+    let mut m1 = burst.clone();
+    m1.push(first.clone());
+    let m1_admitted = Tally::of(&m1).admitted;
+    let exhausted = burst.iter().any(|s| s.outcome == Outcome::Denied);
+    let mut last_denial = last_denial_of(&burst);
+
+    // 3. Window edge, then a second multiplication burst just after an edge: the first burst
+    // may have crossed a window edge unseen (a fixed window would then admit twice), the
+    // second starts 1/10 window after one, when every algorithm has its whole allowance back.
+    let edge = match declared.window_us {
+        None => Err(Verdict::new(
+            "window_edge",
+            Level::Inconclusive,
+            format!(
+                "not checked: the window is not known ({}); give it with --limit N/PERIOD",
+                declared.source
+            ),
+        )),
+        Some(_) if !exhausted => Err(Verdict::new(
+            "window_edge",
+            Level::Inconclusive,
+            format!(
+                "not checked: the burst ({} sent of {burst_n} planned) was never denied, so there is no edge to find",
+                burst.len()
+            ),
+        )),
+        // Bursts of what the first admitted, at least the declared capacity (the first may
+        // have met an allowance already used up by other traffic).
+        Some(w) => {
+            window_edge(
+                &prober,
+                timeline,
+                w,
+                m1_admitted.max(cap) + margin,
+                deadline_us,
+            )
+            .await
+        }
+    };
+    let mut m2 = None;
+    if let (Ok(e), Some(w)) = (&edge, declared.window_us) {
+        last_denial = last_denial_of(&e.after).or(last_denial);
+        let at = e.edge_us + w + w + w / 10;
+        if at + w / 5 <= deadline_us {
+            timeline.wait_until(at).await;
+            let again = prober.burst(Phase::MultiplicationAgain, burst_n).await;
+            last_denial = last_denial_of(&again).or(last_denial);
+            m2 = Some(again);
+        }
+    }
+    let (mult, capacity) = multiplication(opts, &declared, &m1, m2.as_deref(), burst_n);
+    verdicts.push(mult);
+    verdicts.push(match edge {
+        Ok(e) => edge_verdict(&e, capacity.unwrap_or(m1_admitted).max(1)),
+        Err(v) => v,
+    });
+
+    // 4. Retry-After.
+    let retry = retry_after_check(
+        &prober,
+        timeline,
+        last_denial,
+        capacity.unwrap_or(cap).max(1),
+        margin,
+        deadline_us,
+    )
+    .await;
+    verdicts.push(retry);
+
+    // 5. Shape.
+    let all = prober.samples();
+    verdicts.extend(shape(&all));
+    prober.finish_bar();
+
+    let total = Tally::of(&all);
+    Ok(HttpReport {
+        url: opts.url.clone(),
+        declared,
+        limit_given,
+        sent: total.sent,
+        admitted: total.admitted,
+        denied: total.denied,
+        errors: total.errors,
+        duration_us: total.span_us(),
+        concurrency: opts.concurrency,
+        new_connections: opts.new_connections,
+        verdicts,
+        phases: phases(&all),
+        columns: columns(&all),
+    })
+}
+
+/// The plan's upper bounds: (requests, seconds).
+fn plan(opts: &HttpOptions, d: &DeclaredLimit) -> (u64, u64) {
+    let cap = d.burst.unwrap_or(d.limit).max(1);
+    let margin = (cap / 5).max(2);
+    let burst = (opts.max_multiple + 1) * cap;
+    // discovery + burst + edge search (41 polls) + two edge bursts + the second burst +
+    // retries (a burst and 3).
+    let requests = 1 + burst + 41 + 2 * (burst + margin) + burst + (burst + margin) + 3;
+    (requests.min(opts.max_requests), opts.max_seconds)
+}
+
+fn check_plan(opts: &HttpOptions, d: &DeclaredLimit, target: &str) -> Result<(), HttpAuditError> {
+    let (planned, seconds) = plan(opts, d);
+    if planned > CONFIRM_ABOVE && !opts.confirmed {
+        return Err(HttpAuditError::NeedsConfirmation {
+            planned,
+            target: target.to_string(),
+            seconds,
+        });
+    }
+    Ok(())
+}
+
+/// `" (most of them 503: if that is how it denies, add --deny-status 503)"`, for the most
+/// common error status, or empty.
+fn error_hint(samples: &[Sample]) -> String {
+    let mut by: BTreeMap<u16, u64> = BTreeMap::new();
+    for s in samples
+        .iter()
+        .filter(|s| s.outcome == Outcome::Error && s.status != 0)
+    {
+        *by.entry(s.status).or_default() += 1;
+    }
+    match by.iter().max_by_key(|(_, n)| **n) {
+        Some((status, n)) => {
+            format!(" ({n} of them {status}: if that is how it denies, add --deny-status {status})")
+        }
+        None => String::new(),
+    }
+}
+
+fn last_denial_of(samples: &[Sample]) -> Option<Sample> {
+    samples
+        .iter()
+        .filter(|s| s.outcome == Outcome::Denied)
+        .max_by_key(|s| s.done_us)
+        .cloned()
+}
+
+/// The multiplication verdict and the measured capacity: what the second burst (`again`,
+/// sent just after a window edge) admitted, or without it the first (`first`, with the
+/// discovery request).
+fn multiplication(
+    opts: &HttpOptions,
+    d: &DeclaredLimit,
+    first: &[Sample],
+    again: Option<&[Sample]>,
+    burst_n: u64,
+) -> (Verdict, Option<u64>) {
+    let samples = again.unwrap_or(first);
+    let t1 = Tally::of(first);
+    let t = Tally::of(samples);
+    let span = t.span_us();
+    let allowance = d.allowance(span);
+    let ratio = t.admitted as f64 / allowance;
+    let k = ratio.round().max(1.0) as u64;
+    // How often the highest `remaining` came back among admissions: K counters each count
+    // down from the same value (the lower values also repeat as a bucket refills).
+    let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.outcome == Outcome::Admitted) {
+        if let Some(r) = s.remaining {
+            *seen.entry(r).or_default() += 1;
+        }
+    }
+    let repeats = seen.iter().next_back().map(|(r, n)| (*r, *n));
+    let conn = if opts.new_connections {
+        format!("{} at a time, a new connection each", opts.concurrency)
+    } else {
+        format!("over {} connections", opts.concurrency)
+    };
+    let which = match again {
+        Some(_) => format!(
+            "a burst of {} ({conn}) 1/10 window after an edge: {} admitted, {} denied in {} (the first burst: {} admitted)",
+            t.sent,
+            t.admitted,
+            t.denied,
+            ms(span),
+            t1.admitted
+        ),
+        None => format!(
+            "one request, then a burst of {} ({conn}): {} admitted, {} denied in {}",
+            t.sent.saturating_sub(1),
+            t.admitted,
+            t.denied,
+            ms(span)
+        ),
+    };
+    let base = format!(
+        "{which}; one counter of {} admits at most {:.0} in that time",
+        d.describe(),
+        allowance
+    );
+    // A limiter that fails open (its store down) admits without its usual headers.
+    let headed = |s: &&Sample| s.declared.is_some() || s.remaining.is_some();
+    let admitted: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.outcome == Outcome::Admitted)
+        .collect();
+    let bare = admitted.iter().filter(|s| !headed(s)).count() as u64;
+    let bare_note = if bare > 0 && admitted.iter().any(headed) {
+        format!("; {bare} of the {} admissions carried no rate-limit headers (a limiter failing open while its store is down answers so)", admitted.len())
+    } else {
+        String::new()
+    };
+    let repeat_note = match repeats {
+        Some((r, n)) if n > 1 => format!("; remaining={r} came back {n} times"),
+        _ => String::new(),
+    };
+    let mut v = if t.errors * 10 > t.sent {
+        Verdict::new(
+            "multiplication",
+            Level::Inconclusive,
+            format!(
+                "{base}; but {} of the answers were errors{}",
+                t.errors,
+                error_hint(samples)
+            ),
+        )
+    } else if t.denied == 0 && t.admitted < burst_n {
+        Verdict::new(
+            "multiplication",
+            Level::Inconclusive,
+            format!("{base}; but the request budget ran out before a denial (planned {burst_n}): raise --max-requests"),
+        )
+    } else if t.denied == 0 {
+        Verdict::new(
+            "multiplication",
+            Level::Danger,
+            format!(
+                "{base}: all admitted, at least {}x the limit: not enforced for this client, or more than {} instances each with its own counter{bare_note}",
+                opts.max_multiple + 1,
+                opts.max_multiple
+            ),
+        )
+    } else if ratio >= 1.5 {
+        Verdict::new(
+            "multiplication",
+            Level::Danger,
+            format!(
+                "{base}: about {k}x the limit ({ratio:.2}x): {k} instances each with its own counter?{repeat_note}{bare_note}"
+            ),
+        )
+    } else if ratio < 0.5 {
+        Verdict::new(
+            "multiplication",
+            Level::Note,
+            format!("{base}: fewer than declared ({ratio:.2}x): other traffic shares this key, or the limit counts something else"),
+        )
+    } else {
+        Verdict::new(
+            "multiplication",
+            Level::Ok,
+            format!("{base}: one counter ({ratio:.2}x the limit){repeat_note}"),
+        )
+    };
+    if again.is_none() && v.level != Level::Inconclusive {
+        v.summary.push_str(
+            " (one burst only: the window edge was not found, so it may have crossed one)",
+        );
+    }
+    v = v
+        .with("burst", t.sent)
+        .with("admitted", t.admitted)
+        .with("denied", t.denied)
+        .with("errors", t.errors)
+        .with("span_us", span)
+        .with("allowance", allowance)
+        .with("ratio", (ratio * 1000.0).round() / 1000.0)
+        .with("multiple", k)
+        .with("first_burst_admitted", t1.admitted)
+        .with("after_edge", again.is_some())
+        .with("admitted_without_headers", bare);
+    if let Some((r, n)) = repeats {
+        v = v.with("highest_remaining", r).with("repeats", n);
+    }
+    let capacity = (t.admitted > 0).then_some(t.admitted);
+    (v, capacity)
+}
+
+/// What the window-edge probe measured.
+#[derive(Debug)]
+struct EdgeData {
+    window_us: u64,
+    /// Where the allowance came back (the first admitted poll).
+    edge_us: u64,
+    polls: u64,
+    step_us: u64,
+    before: Vec<Sample>,
+    after: Vec<Sample>,
+}
+
+/// Finds where the allowance comes back after the burst and sends `n` requests 1/10 window
+/// before the next edge and `n` 1/20 window after it; `Err` is the verdict when it cannot.
+async fn window_edge<T: Timeline>(
+    prober: &Prober<'_, T>,
+    timeline: &T,
+    window_us: u64,
+    n: u64,
+    deadline_us: u64,
+) -> Result<EdgeData, Verdict> {
+    let step = (window_us / 20).max(10_000);
+    // Search (up to 2 windows), the two bursts (1.05), the second multiplication burst (1.1).
+    let need_us =
+        2 * window_us + window_us + window_us / 20 + window_us + window_us / 10 + window_us / 5;
+    if timeline.now_us() + need_us > deadline_us {
+        return Err(Verdict::new(
+            "window_edge",
+            Level::Inconclusive,
+            format!(
+                "not checked: finding and probing an edge of a {} window takes up to {}, beyond --max-seconds",
+                secs(window_us),
+                secs(need_us)
+            ),
+        )
+        .with("window_us", window_us));
+    }
+    let mut t = timeline.now_us();
+    let give_up = t + 2 * window_us;
+    let mut edge = None;
+    let mut polls = 0u64;
+    while t < give_up {
+        t += step;
+        timeline.wait_until(t).await;
+        let Some(s) = prober.burst(Phase::EdgeSearch, 1).await.into_iter().next() else {
+            break;
+        };
+        polls += 1;
+        if s.outcome == Outcome::Admitted {
+            edge = Some(s.sent_us);
+            break;
+        }
+    }
+    let Some(e1) = edge else {
+        return Err(Verdict::new(
+            "window_edge",
+            Level::Inconclusive,
+            format!(
+                "no request was admitted in {} after the burst ({polls} tries, one every {}): the allowance never came back",
+                secs(2 * window_us),
+                ms(step)
+            ),
+        ));
+    };
+    let e2 = e1 + window_us;
+    timeline.wait_until(e2 - window_us / 10).await;
+    let before = prober.burst(Phase::EdgeBefore, n).await;
+    timeline.wait_until(e2 + window_us / 20).await;
+    let after = prober.burst(Phase::EdgeAfter, n).await;
+    Ok(EdgeData {
+        window_us,
+        edge_us: e1,
+        polls,
+        step_us: step,
+        before,
+        after,
+    })
+}
+
+/// The window-edge verdict, against `capacity` (what one clean burst admitted).
+fn edge_verdict(e: &EdgeData, capacity: u64) -> Verdict {
+    let window_us = e.window_us;
+    let e2 = e.edge_us + window_us;
+    let tb = Tally::of(&e.before);
+    let ta = Tally::of(&e.after);
+    let both = Tally::of(e.before.iter().chain(e.after.iter()));
+    let span = both.span_us();
+    let x = both.admitted;
+    let ratio = x as f64 / capacity as f64;
+    let base = format!(
+        "the allowance came back {} in (found in {} {}, one every {}), so a window edge would be at {}: {} admitted in a burst {} before it, {} in one {} after it, {x} within {} = {ratio:.2}x the {capacity} one burst admits",
+        secs(e.edge_us),
+        e.polls,
+        if e.polls == 1 { "try" } else { "tries" },
+        ms(e.step_us),
+        secs(e2),
+        tb.admitted,
+        ms(e2.saturating_sub(tb.first_sent_us)),
+        ta.admitted,
+        ms(ta.first_sent_us.saturating_sub(e2)),
+        ms(span),
+    );
+    let v = if span >= window_us {
+        Verdict::new(
+            "window_edge",
+            Level::Inconclusive,
+            format!(
+                "{base}; but the two bursts took longer than one {} window",
+                secs(window_us)
+            ),
+        )
+    } else if both.errors * 10 > both.sent {
+        Verdict::new(
+            "window_edge",
+            Level::Inconclusive,
+            format!("{base}; but {} answers were errors", both.errors),
+        )
+    } else if ratio >= 1.5 {
+        Verdict::new(
+            "window_edge",
+            Level::Danger,
+            format!("{base}: leaks at the window edge (a fixed window resets there, so a client gets about 2x across it)"),
+        )
+    } else if ratio > 1.02 {
+        Verdict::new(
+            "window_edge",
+            Level::Note,
+            format!("{base}: a little over within one window (a bucket's refill or a sliding window counter's estimate), no edge leak"),
+        )
+    } else {
+        Verdict::new("window_edge", Level::Ok, format!("{base}: no edge leak"))
+    };
+    v.with("edge_us", e.edge_us)
+        .with("search_polls", e.polls)
+        .with("before_admitted", tb.admitted)
+        .with("after_admitted", ta.admitted)
+        .with("admitted", x)
+        .with("span_us", span)
+        .with("capacity", capacity)
+        .with("ratio", (ratio * 1000.0).round() / 1000.0)
+}
+
+/// The Retry-After check, from the last denial seen so far.
+async fn retry_after_check<T: Timeline>(
+    prober: &Prober<'_, T>,
+    timeline: &T,
+    denial: Option<Sample>,
+    capacity: u64,
+    margin: u64,
+    deadline_us: u64,
+) -> Verdict {
+    let name = "retry_after";
+    let Some(mut d) = denial else {
+        return Verdict::new(name, Level::Inconclusive, "not checked: no denial was seen");
+    };
+    let Some(Ok(r)) = d.retry_after.clone() else {
+        return Verdict::new(
+            name,
+            Level::Inconclusive,
+            "not checked: the denials carry no valid Retry-After (see retry_after_header)",
+        );
+    };
+    // Early: at R - 1 s (only when R >= 1).
+    // (Retry-After it followed, how long after that denial it was sent, the answer).
+    let mut early: Option<(u64, u64, Sample)> = None;
+    if r >= 1 {
+        let at = d.done_us + (r - 1) * US;
+        if at + 2 * US > deadline_us {
+            return Verdict::new(
+                name,
+                Level::Inconclusive,
+                format!("not checked: Retry-After {r} s runs past --max-seconds"),
+            );
+        }
+        timeline.wait_until(at).await;
+        if let Some(s) = prober.burst(Phase::RetryEarly, 1).await.into_iter().next() {
+            early = Some((r, s.sent_us.saturating_sub(d.done_us), s.clone()));
+            if s.outcome == Outcome::Denied && matches!(s.retry_after, Some(Ok(_))) {
+                d = s;
+            } else {
+                // Admitted early (or failed): use up the allowance again for a fresh denial.
+                let ex = prober.burst(Phase::RetryExhaust, capacity + margin).await;
+                match ex
+                    .into_iter()
+                    .filter(|s| s.outcome == Outcome::Denied && matches!(s.retry_after, Some(Ok(_))))
+                    .max_by_key(|s| s.done_us)
+                {
+                    Some(s) => d = s,
+                    None => {
+                        return Verdict::new(
+                            name,
+                            Level::Inconclusive,
+                            "a retry 1 s before Retry-After was admitted, and no denial with Retry-After came back afterwards".to_string(),
+                        )
+                    }
+                }
+            }
+        }
+    }
+    let Some(Ok(r2)) = d.retry_after.clone() else {
+        return Verdict::new(
+            name,
+            Level::Inconclusive,
+            "no valid Retry-After to retry at",
+        );
+    };
+    let at = d.done_us + r2 * US;
+    if at > deadline_us {
+        return Verdict::new(
+            name,
+            Level::Inconclusive,
+            format!("not checked: Retry-After {r2} s runs past --max-seconds"),
+        );
+    }
+    timeline.wait_until(at).await;
+    let Some(on_time) = prober.burst(Phase::RetryOnTime, 1).await.into_iter().next() else {
+        return Verdict::new(
+            name,
+            Level::Inconclusive,
+            "the request budget ran out before the retry",
+        );
+    };
+    let early_text = match &early {
+        Some((r, after, s)) => format!(
+            "a retry {} after a 429 with Retry-After {r} (1 s early) was {}",
+            secs(*after),
+            s.outcome.as_str()
+        ),
+        None => "Retry-After 0: no earlier retry possible".to_string(),
+    };
+    let on_time_text = format!(
+        "a retry exactly {} after a 429 with Retry-After {r2} was {}",
+        secs(on_time.sent_us.saturating_sub(d.done_us)),
+        on_time.outcome.as_str()
+    );
+    let mut v = match (on_time.outcome, early.as_ref().map(|(_, _, s)| s.outcome)) {
+        (Outcome::Denied, _) => Verdict::new(
+            name,
+            Level::Danger,
+            format!(
+                "{on_time_text}{}: Retry-After is too early, clients that honour it are refused again",
+                on_time
+                    .retry_after
+                    .as_ref()
+                    .and_then(|r| r.as_ref().ok())
+                    .map(|r| format!(" (this time Retry-After {r})"))
+                    .unwrap_or_default()
+            ),
+        ),
+        (Outcome::Error, _) => Verdict::new(
+            name,
+            Level::Inconclusive,
+            format!("{on_time_text} (status {})", on_time.status),
+        ),
+        (Outcome::Admitted, Some(Outcome::Admitted)) => Verdict::new(
+            name,
+            Level::Note,
+            format!("{early_text}; {on_time_text}: Retry-After is at least 1 s longer than needed (wastes capacity), unless the allowance came back within a round trip of the 429"),
+        ),
+        (Outcome::Admitted, _) => Verdict::new(
+            name,
+            Level::Ok,
+            format!("{early_text}; {on_time_text}: honest"),
+        ),
+    };
+    v = v
+        .with("retry_after_s", r2)
+        .with("on_time", on_time.outcome.as_str());
+    if let Some((r, after, s)) = early {
+        v = v
+            .with("early_retry_after_s", r)
+            .with("early_after_us", after)
+            .with("early", s.outcome.as_str());
+    }
+    v
+}
+
+/// The response-shape verdicts over every denial.
+fn shape(samples: &[Sample]) -> Vec<Verdict> {
+    let denials: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.outcome == Outcome::Denied)
+        .collect();
+    let n = denials.len() as u64;
+    if n == 0 {
+        return vec![Verdict::new(
+            "denial_status",
+            Level::Inconclusive,
+            "no denial seen: the shape of a denial was not checked",
+        )];
+    }
+    let mut out = Vec::new();
+    let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
+    for s in &denials {
+        *statuses.entry(s.status).or_default() += 1;
+    }
+    let list = statuses
+        .iter()
+        .map(|(s, c)| format!("{s} x{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let all429 = statuses.keys().all(|s| *s == 429);
+    let mut v = if all429 {
+        Verdict::new(
+            "denial_status",
+            Level::Ok,
+            format!("all {n} denials were 429 Too Many Requests"),
+        )
+    } else {
+        Verdict::new(
+            "denial_status",
+            Level::Note,
+            format!("denials answered {list}: 429 Too Many Requests is the status clients and proxies expect (503 reads as an outage, 403 as a permission error)"),
+        )
+    };
+    for (s, c) in &statuses {
+        v = v.with(&s.to_string(), *c);
+    }
+    out.push(v);
+
+    let missing = denials.iter().filter(|s| s.retry_after.is_none()).count() as u64;
+    let invalid: Vec<String> = denials
+        .iter()
+        .filter_map(|s| s.retry_after.as_ref()?.as_ref().err().cloned())
+        .collect();
+    let zero = denials
+        .iter()
+        .filter(|s| matches!(s.retry_after, Some(Ok(0))))
+        .count() as u64;
+    let (lo, hi) = denials
+        .iter()
+        .filter_map(|s| s.retry_after.as_ref()?.as_ref().ok().copied())
+        .fold((u64::MAX, 0), |(lo, hi), r| (lo.min(r), hi.max(r)));
+    let range = if hi > 0 || lo == 0 {
+        format!(" (values {lo} to {hi} s)")
+    } else {
+        String::new()
+    };
+    let v = if missing > 0 {
+        Verdict::new(
+            "retry_after_header",
+            Level::Danger,
+            format!("{missing} of {n} denials had no Retry-After: clients cannot tell when to come back and retry at once"),
+        )
+    } else if !invalid.is_empty() {
+        Verdict::new(
+            "retry_after_header",
+            Level::Danger,
+            format!(
+                "{} of {n} denials had an invalid Retry-After: {}",
+                invalid.len(),
+                invalid[0]
+            ),
+        )
+    } else if zero > 0 {
+        Verdict::new(
+            "retry_after_header",
+            Level::Danger,
+            format!("{zero} of {n} denials said Retry-After: 0{range}: a client retries at once and is refused again (it must be whole seconds rounded up, at least 1)"),
+        )
+    } else {
+        Verdict::new(
+            "retry_after_header",
+            Level::Ok,
+            format!("all {n} denials had Retry-After >= 1{range}"),
+        )
+    };
+    out.push(
+        v.with("denials", n)
+            .with("missing", missing)
+            .with("invalid", invalid.len() as u64)
+            .with("zero", zero),
+    );
+
+    let mut problems: Vec<String> = Vec::new();
+    for s in samples {
+        for p in &s.syntax {
+            if !problems.contains(p) {
+                problems.push(p.clone());
+            }
+        }
+    }
+    let any_draft = samples.iter().any(|s| s.has_draft_headers);
+    let v = if !problems.is_empty() {
+        Verdict::new(
+            "header_syntax",
+            Level::Note,
+            format!(
+                "{} problem(s) with the IETF draft headers, e.g. {}",
+                problems.len(),
+                problems[0]
+            ),
+        )
+        .with("problems", problems.clone())
+    } else if any_draft {
+        Verdict::new(
+            "header_syntax",
+            Level::Ok,
+            "RateLimit-Policy and RateLimit follow the IETF draft's syntax",
+        )
+    } else {
+        Verdict::new(
+            "header_syntax",
+            Level::Note,
+            "no RateLimit-Policy/RateLimit headers (IETF draft): clients cannot see the limit in a standard form",
+        )
+    };
+    out.push(v);
+
+    let problem_json = denials.iter().filter(|s| s.problem_json).count() as u64;
+    let mut types: BTreeMap<String, u64> = BTreeMap::new();
+    for s in &denials {
+        *types
+            .entry(s.content_type.clone().unwrap_or_else(|| "(none)".into()))
+            .or_default() += 1;
+    }
+    let v = if problem_json == n {
+        Verdict::new(
+            "problem_json",
+            Level::Ok,
+            format!("all {n} denials were application/problem+json"),
+        )
+    } else {
+        let list = types
+            .iter()
+            .map(|(t, c)| format!("{t} x{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Verdict::new(
+            "problem_json",
+            Level::Note,
+            format!(
+                "{} of {n} denials were application/problem+json (content types: {list})",
+                problem_json
+            ),
+        )
+    };
+    out.push(v.with("problem_json", problem_json).with("denials", n));
+    out
+}
+
+fn phases(samples: &[Sample]) -> Vec<PhaseSummary> {
+    let mut out: Vec<PhaseSummary> = Vec::new();
+    for p in Phase::ALL {
+        let t = Tally::of(samples.iter().filter(|s| s.phase == p));
+        if t.sent > 0 {
+            out.push(PhaseSummary {
+                phase: p.as_str(),
+                start_us: t.first_sent_us,
+                end_us: t.last_done_us,
+                sent: t.sent,
+                admitted: t.admitted,
+                denied: t.denied,
+                errors: t.errors,
+            });
+        }
+    }
+    out
+}
+
+/// Column width of the series: 100 ms.
+pub const COLUMN_US: u64 = 100_000;
+
+fn columns(samples: &[Sample]) -> Vec<Column> {
+    let end = samples.iter().map(|s| s.done_us).max().unwrap_or(0);
+    let n = (end / COLUMN_US + 1) as usize;
+    let mut cols: Vec<Column> = (0..n)
+        .map(|i| Column {
+            start_us: i as u64 * COLUMN_US,
+            ..Column::default()
+        })
+        .collect();
+    for s in samples {
+        let c = &mut cols[(s.done_us / COLUMN_US) as usize];
+        match s.outcome {
+            Outcome::Admitted => c.admitted += 1,
+            Outcome::Denied => c.denied += 1,
+            Outcome::Error => c.errors += 1,
+        }
+    }
+    cols
+}
