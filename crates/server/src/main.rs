@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 mod config;
+mod grpc;
 mod http;
 mod proxy;
 mod rules;

@@ -288,7 +288,7 @@ impl<S: Store> RateLimiter<S> {
         let mut client_ip = None;
         let mut client_ip_resolved = false;
         for (index, rule) in rules.rules.iter().enumerate() {
-            if !rule.matcher.matches(method, uri, headers) {
+            if rule.explicit_only || !rule.matcher.matches(method, uri, headers) {
                 continue;
             }
             if rule.key.uses_client_ip() && !client_ip_resolved {

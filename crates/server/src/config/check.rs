@@ -6,7 +6,8 @@ use std::process::ExitCode;
 /// Arguments of `floodgate check-config`.
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// The TOML configuration file to validate.
+    /// The configuration to validate: a TOML file, or envoyproxy/ratelimit YAML (a
+    /// `.yaml`/`.yml` file or a directory of them).
     pub file: PathBuf,
 }
 
@@ -24,14 +25,34 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 config.rules.len(),
                 describe_store(&config.store)
             );
+            let mut domains: Vec<&str> = config.descriptors.domains().collect();
+            if !domains.is_empty() {
+                domains.sort_unstable();
+                println!("  domains: {}", domains.join(", "));
+            }
             for r in &config.rules {
+                let key = match &r.descriptor {
+                    Some(d) => format!(
+                        "domain {}, descriptor {}",
+                        d.domain,
+                        d.entries
+                            .iter()
+                            .map(|e| format!(
+                                "{}={}",
+                                e.key,
+                                e.value.text().unwrap_or_else(|| "(any)".into())
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    None => format!("key {}", super::describe_key(&r.key)),
+                };
                 println!(
-                    "  {}: {} {} ({}), key {}{}",
+                    "  {}: {} {} ({}), {key}{}",
                     r.name,
                     r.policy.kind(),
                     r.policy.quota(),
                     r.policy.quota().describe(),
-                    super::describe_key(&r.key),
                     if r.shadow { ", shadow" } else { "" }
                 );
             }

@@ -27,6 +27,7 @@ pub(crate) struct RawServer {
     pub upstream: Option<Spanned<String>>,
     pub forwarded_header: Option<Spanned<String>>,
     pub ipv6_prefix: Option<Spanned<i64>>,
+    pub grpc_listen: Option<Spanned<String>>,
 }
 
 /// `[store]`.
@@ -67,6 +68,22 @@ pub(crate) struct RawRule {
     #[serde(default)]
     pub shadow: bool,
     pub failure_mode: Option<Spanned<String>>,
+    /// The Envoy rate limit domain whose descriptors the rule answers.
+    pub domain: Option<Spanned<String>>,
+    #[serde(default)]
+    pub descriptors: Vec<RawDescriptorEntry>,
+    #[serde(default)]
+    pub replaces: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub limit_overrides: Vec<Spanned<String>>,
+}
+
+/// One entry of a rule's `descriptors`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDescriptorEntry {
+    pub key: Spanned<String>,
+    pub value: Option<Spanned<String>>,
 }
 
 /// `[rules.match]`: every given condition must hold.

@@ -13,6 +13,11 @@
 //! which case `X-Forwarded-For` is read from the right. Answers: 200 with `RateLimit-Policy` /
 //! `RateLimit` headers when admitted; 429 problem+json with `Retry-After` when denied (Traefik
 //! and Caddy pass a non-2xx answer to the client as is; for nginx, `?deny_status=403`).
+//!
+//! `GET|POST /v1/forward-auth/<original path>`: Envoy's `ext_authz` filter (`http_service`)
+//! appends the original request's path and query to its `path_prefix`, so the suffix is the
+//! original URI when no forwarding header names one; its query is the original request's, so
+//! `deny_status` is not read there (a denial is 429, which Envoy passes to the client).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,7 +37,7 @@ pub(super) async fn forward_auth(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     query: super::QueryParams,
     method: Method,
-    mut headers: HeaderMap,
+    headers: HeaderMap,
 ) -> Response {
     let deny_status = match query.u16("deny_status") {
         Err(problem) => return problem,
@@ -46,7 +51,53 @@ pub(super) async fn forward_auth(
             )
         }
     };
-    let (method, uri) = original_request(&method, &mut headers);
+    decide(&state, peer, deny_status, method, headers, None).await
+}
+
+/// `/v1/forward-auth/<original path>` (Envoy `ext_authz`): the suffix is the original path and
+/// query when no `X-Forwarded-Uri` / `X-Original-URI` is present.
+pub(super) async fn forward_auth_suffix(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    uri: Uri,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    let suffix = uri
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .and_then(|pq| pq.strip_prefix("/v1/forward-auth"))
+        .unwrap_or("/");
+    // A part of a URI that parsed parses too; kept total without widening to `/`.
+    let Ok(original) = suffix.parse::<Uri>() else {
+        return super::invalid(
+            StatusCode::BAD_REQUEST,
+            "path",
+            "the path after /v1/forward-auth is not a URI path",
+        );
+    };
+    decide(
+        &state,
+        peer,
+        StatusCode::TOO_MANY_REQUESTS,
+        method,
+        headers,
+        Some(original),
+    )
+    .await
+}
+
+/// Evaluates the original request and answers; `fallback` is its URI when no forwarding
+/// header names one.
+async fn decide(
+    state: &AppState,
+    peer: SocketAddr,
+    deny_status: StatusCode,
+    method: Method,
+    mut headers: HeaderMap,
+    fallback: Option<Uri>,
+) -> Response {
+    let (method, uri) = original_request(&method, &mut headers, fallback);
     let mut extensions = http::Extensions::new();
     extensions.insert(PeerAddr(peer));
     let plan = state.limiter.plan(&method, &uri, &headers, &extensions);
@@ -94,7 +145,11 @@ fn with_status(
 
 /// The original method and URI from the forwarding headers; also points `Host` at the
 /// original host so host matchers see it.
-fn original_request(own_method: &Method, headers: &mut HeaderMap) -> (Method, Uri) {
+fn original_request(
+    own_method: &Method,
+    headers: &mut HeaderMap,
+    fallback: Option<Uri>,
+) -> (Method, Uri) {
     let text = |h: &HeaderMap, name: &str| {
         h.get(name)
             .and_then(|v| v.to_str().ok())
@@ -114,7 +169,7 @@ fn original_request(own_method: &Method, headers: &mut HeaderMap) -> (Method, Ur
             Some(pq) => pq.as_str().parse().unwrap_or(u),
             None => u,
         })
-        .unwrap_or_else(|| Uri::from_static("/"));
+        .unwrap_or_else(|| fallback.unwrap_or_else(|| Uri::from_static("/")));
     if let Some(host) = text(headers, "x-forwarded-host") {
         if let Ok(v) = HeaderValue::from_str(&host) {
             headers.insert(http::header::HOST, v);
@@ -143,7 +198,7 @@ mod tests {
             ("x-forwarded-host", "api.example.com"),
             ("host", "floodgate:8080"),
         ]);
-        let (m, u) = original_request(&Method::GET, &mut h);
+        let (m, u) = original_request(&Method::GET, &mut h, None);
         assert_eq!(m, Method::POST);
         assert_eq!(u, "/api/search?q=1");
         assert_eq!(h["host"], "api.example.com");
@@ -174,12 +229,24 @@ mod tests {
     #[test]
     fn nginx_headers_and_fallbacks() {
         let mut h = headers(&[("x-original-uri", "/login"), ("x-original-method", "PUT")]);
-        let (m, u) = original_request(&Method::GET, &mut h);
+        let (m, u) = original_request(&Method::GET, &mut h, None);
         assert_eq!((m, u.path()), (Method::PUT, "/login"));
         let mut h = headers(&[]);
-        let (m, u) = original_request(&Method::GET, &mut h);
+        let (m, u) = original_request(&Method::GET, &mut h, None);
         assert_eq!((m, u.path()), (Method::GET, "/"));
         let mut h = headers(&[("x-forwarded-uri", "http://example.com/a?b")]);
-        assert_eq!(original_request(&Method::GET, &mut h).1, "/a?b");
+        assert_eq!(original_request(&Method::GET, &mut h, None).1, "/a?b");
+    }
+
+    /// Envoy ext_authz appends the original path to the path prefix: without a forwarding
+    /// header the suffix is the original URI; a forwarding header still wins.
+    #[test]
+    fn envoy_ext_authz_path_suffix_is_the_original_uri() {
+        let mut h = headers(&[]);
+        let (_, u) = original_request(&Method::GET, &mut h, Some("/api/x?q=1".parse().unwrap()));
+        assert_eq!(u, "/api/x?q=1");
+        let mut h = headers(&[("x-forwarded-uri", "/other")]);
+        let (_, u) = original_request(&Method::GET, &mut h, Some("/api/x".parse().unwrap()));
+        assert_eq!(u, "/other");
     }
 }
