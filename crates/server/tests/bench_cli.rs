@@ -165,7 +165,10 @@ fn grpc_and_check_cases_decide_through_one_real_serve_process() {
         assert_eq!(r[1], 600, "200 decisions in each of 3 rounds: {r}");
         assert_eq!(r[2], 0, "every decision OK: {r}");
         assert!(r[3].as_f64().unwrap() > 0.0, "a decision rate: {r}");
-        assert!(r[6].as_f64().unwrap() > 0.0 && r[7].as_f64().unwrap() > 0.0, "{r}");
+        assert!(
+            r[6].as_f64().unwrap() > 0.0 && r[7].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
     }
 }
 

@@ -311,3 +311,21 @@ async fn envoy_ext_authz_through_forward_auth_admits_exactly_the_limit() {
         assert!(r.headers().get("ratelimit-policy").is_none());
     }
 }
+
+/// docs/envoy.md shows the tested files whole, so the page cannot drift from what the tests run.
+#[test]
+fn the_envoy_docs_show_the_tested_files() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/envoy.md"))
+        .unwrap();
+    for file in [
+        "envoy.yaml",
+        "ratelimit.yaml",
+        "ext-authz.yaml",
+        "ext-authz.toml",
+    ] {
+        assert!(
+            page.contains(&docs(file)),
+            "docs/envoy.md shows docs/envoy/{file} whole"
+        );
+    }
+}

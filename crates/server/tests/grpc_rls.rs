@@ -822,3 +822,46 @@ async fn readme_examples_decide_as_documented() {
     let r = one(&mut c, "example9", &[("path", "/api/123/other")]).await;
     assert!(r.statuses[0].current_limit.is_none());
 }
+
+/// Health follows readiness: NOT_SERVING from SIGTERM on, while --shutdown-delay still serves.
+#[tokio::test]
+async fn health_turns_not_serving_when_shutdown_begins() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let (fg, _c) = start(
+        &[("ratelimit.yaml", FIVE_PER_MINUTE)],
+        "ratelimit.yaml",
+        &["--shutdown-delay", "10s"],
+    )
+    .await;
+    let channel = Channel::from_shared(fg.grpc.clone().unwrap())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(channel);
+    let status = |h: &mut HealthClient<Channel>| {
+        let mut h = h.clone();
+        async move {
+            h.check(HealthCheckRequest {
+                service: "envoy.service.ratelimit.v3.RateLimitService".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+        }
+    };
+    assert_eq!(status(&mut h).await, 1);
+    fg.signal("TERM");
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        let s = status(&mut h).await;
+        seen.push(s);
+        if s == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen.last(), Some(&2), "NOT_SERVING: {seen:?}");
+}

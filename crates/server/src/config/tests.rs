@@ -595,3 +595,17 @@ fn a_rule_with_a_domain_answers_descriptors_only() {
         "f.toml:7: rules[1].descriptors: another rule has the same domain and descriptors (e.k)"
     );
 }
+
+#[test]
+fn server_grpc_listen_is_an_address() {
+    let c = parse("f.toml", "[server]\ngrpc_listen = \"127.0.0.1:8081\"\n").unwrap();
+    assert_eq!(
+        c.server.grpc_listen,
+        Some("127.0.0.1:8081".parse().unwrap())
+    );
+    let e = parse("f.toml", "[server]\ngrpc_listen = \"8081\"\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "f.toml:2: server.grpc_listen: invalid address \"8081\": expected IP:PORT, e.g. \"127.0.0.1:8081\""
+    );
+}
