@@ -100,6 +100,11 @@ pub fn describe_metrics() {
         Unit::Seconds,
         "Time to answer one gRPC call, from the decoded request to the encoded answer"
     );
+    describe_counter!(
+        "floodgate_grpc_unknown_domain_total",
+        "Rate limit requests naming a domain no rule has (answered OK without a limit)"
+    );
+    metrics::counter!("floodgate_grpc_unknown_domain_total").increment(0);
     for code in ["ok", "over_limit", "invalid_argument", "unavailable"] {
         metrics::counter!("floodgate_grpc_requests_total", "method" => rls::METHOD, "code" => code)
             .increment(0);
