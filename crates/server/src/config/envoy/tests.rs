@@ -211,3 +211,17 @@ mod readme_examples {
         );
     }
 }
+
+/// envoyproxy/ratelimit's README examples 10 and 11 use fields Floodgate does not support:
+/// refused with their line, never loaded with a different meaning.
+#[test]
+fn value_to_metric_and_share_threshold_are_refused_with_their_line() {
+    assert_eq!(
+        errors("domain: example10\ndescriptors:\n  - key: route\n    value_to_metric: true\n    descriptors:\n      - key: subject_id\n        rate_limit: {unit: minute, requests_per_unit: 60}\n"),
+        vec!["rl.yaml:4: descriptors[0].value_to_metric: value_to_metric is not supported: Floodgate never labels metrics with request values (their number is unbounded)"]
+    );
+    assert_eq!(
+        errors("domain: example11\ndescriptors:\n  - key: files\n    value: files/*\n    share_threshold: true\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"),
+        vec!["rl.yaml:5: descriptors[0].share_threshold: share_threshold is not supported: each value matching a wildcard has its own counter"]
+    );
+}
