@@ -137,24 +137,24 @@ fn start_server(
 }
 
 /// Result of one measured load run.
-struct Load {
-    requests: u64,
-    errors: u64,
-    elapsed: Duration,
+pub(crate) struct Load {
+    pub(crate) requests: u64,
+    pub(crate) errors: u64,
+    pub(crate) elapsed: Duration,
     /// Latencies in microseconds.
-    latencies: Vec<u32>,
+    pub(crate) latencies: Vec<u32>,
     /// CPU time the server process spent during the measurement (all threads), when known.
-    server_cpu: Option<Duration>,
+    pub(crate) server_cpu: Option<Duration>,
 }
 
 impl Load {
-    fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64()
     }
 }
 
 /// The `p` quantile of sorted latencies.
-fn percentile(sorted: &[u32], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[u32], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -163,7 +163,7 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
 }
 
 /// The median of `values` (the mean of the middle two for an even count); NaN when empty.
-fn median(values: &[f64]) -> f64 {
+pub(crate) fn median(values: &[f64]) -> f64 {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return f64::NAN;
@@ -179,7 +179,7 @@ fn median(values: &[f64]) -> f64 {
 
 /// CPU time used so far by every thread of process `pid` (the first field of each
 /// `/proc/PID/task/TID/schedstat`, in nanoseconds); `None` where /proc has no such file.
-fn process_cpu(pid: u32) -> Option<Duration> {
+pub(crate) fn process_cpu(pid: u32) -> Option<Duration> {
     let mut total = 0u64;
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
         let path = task.ok()?.path().join("schedstat");
@@ -297,15 +297,15 @@ async fn drive(
 
 /// How much load one run offers.
 #[derive(Debug, Clone, Copy)]
-struct Budget {
-    connections: usize,
-    requests: u64,
-    time: Duration,
+pub(crate) struct Budget {
+    pub(crate) connections: usize,
+    pub(crate) requests: u64,
+    pub(crate) time: Duration,
 }
 
 /// A warm-up pass (not counted: fresh connections, cold caches, lazily created state), then
 /// the measured pass, with the CPU time `server` (when given) spent during the latter.
-async fn load(
+pub(crate) async fn load(
     addr: SocketAddr,
     server: Option<u32>,
     budget: Budget,
@@ -361,7 +361,7 @@ fn rule_config(kind: AlgorithmKind) -> String {
 pub const ROUNDS: usize = 3;
 
 /// A `POST` of `body` to `path`.
-fn post(path: &str, body: &str) -> Vec<u8> {
+pub(crate) fn post(path: &str, body: &str) -> Vec<u8> {
     format!(
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n{body}",
@@ -371,7 +371,7 @@ fn post(path: &str, body: &str) -> Vec<u8> {
 }
 
 /// The body of decision request `i`: one of 1,000 keys, 48 bytes.
-fn check_body(i: u64) -> String {
+pub(crate) fn check_body(i: u64) -> String {
     format!(
         "{{\"rule\":\"per-user\",\"key\":\"user:{:06}\",\"cost\":1}}",
         i % 1_000

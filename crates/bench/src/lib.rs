@@ -14,6 +14,8 @@
 //!   beside when installed ([`redis`]).
 //! - `--what http`: throughput and latency of `floodgate serve` from a built-in, bounded,
 //!   loopback-only load generator ([`http`]).
+//! - `--what grpc`: decisions per second and latency of Envoy's `ShouldRateLimit` from a
+//!   built-in gRPC client, beside `POST /v1/check` measured the same way ([`grpc`]).
 
 use std::time::Duration;
 
@@ -22,6 +24,7 @@ use floodgate_core::{AlgorithmKind, CoarseClock, QuantaClock, SystemClock};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub mod cpu;
+pub mod grpc;
 pub mod http;
 pub mod memory;
 pub mod redis;
@@ -41,7 +44,9 @@ pub enum What {
     Redis,
     /// Throughput and latency of `floodgate serve` on a loopback port.
     Http,
-    /// cpu, memory, then http (and redis when `store` is given).
+    /// Envoy's `ShouldRateLimit` over gRPC beside `POST /v1/check`.
+    Grpc,
+    /// cpu, memory, http, grpc (and redis when `store` is given).
     All,
 }
 
@@ -69,9 +74,14 @@ impl What {
             "Throughput and latency of `floodgate serve` on a loopback port",
         ),
         (
+            What::Grpc,
+            "grpc",
+            "Envoy's ShouldRateLimit over gRPC beside POST /v1/check, same load",
+        ),
+        (
             What::All,
             "all",
-            "cpu, memory, then http (and redis when `--store` is given)",
+            "cpu, memory, http, then grpc (and redis when `--store` is given)",
         ),
     ];
 }
@@ -194,12 +204,15 @@ pub fn run(args: &Options) -> anyhow::Result<Report> {
         What::Memory => (false, true, false, false),
         What::Http => (false, false, true, false),
         What::Redis => (false, false, false, true),
+        What::Grpc => (false, false, false, false),
         What::All => (true, true, true, args.store.is_some()),
     };
+    let grpc = matches!(args.what, What::Grpc | What::All);
     let cases = u64::from(cpu) * (3 * n + 3)
         + u64::from(mem) * (n + 2)
         + u64::from(http) * (n + 4) * http::ROUNDS as u64
-        + u64::from(redis) * n;
+        + u64::from(redis) * n
+        + u64::from(grpc) * 2 * grpc::ROUNDS as u64;
     let progress = Progress::new(cases);
     let mut sections = Vec::new();
     if cpu {
@@ -222,6 +235,9 @@ pub fn run(args: &Options) -> anyhow::Result<Report> {
     }
     if http {
         sections.push(http::run(&kinds, args, &progress).context("http bench")?);
+    }
+    if grpc {
+        sections.push(grpc::run(args, &progress).context("grpc bench")?);
     }
     if redis {
         sections.push(redis::run(&kinds, args, &progress).context("redis bench")?);

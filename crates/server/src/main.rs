@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod audit_cli;
 mod cli;
 mod config;
+mod grpc;
 mod http;
 mod proxy;
 mod rules;

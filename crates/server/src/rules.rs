@@ -21,4 +21,5 @@ fn tower_rule(r: &RuleConfig) -> Rule {
         .with_cost(r.cost.clone())
         .with_shadow(r.shadow)
         .with_failure_mode(r.failure_mode)
+        .with_explicit_only(r.descriptor.is_some() || r.override_of.is_some())
 }

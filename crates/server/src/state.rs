@@ -129,14 +129,20 @@ impl AppState {
         Some((config, index))
     }
 
-    /// Validates `text` and, when valid, makes it the configuration in force: the rules are
-    /// swapped atomically; counters of rules with the same name, algorithm and quota are kept.
-    /// Logs and counts the result in `floodgate_config_reloads_total{result}`.
+    /// Validates `sources` (what [`config::read_sources`] read: a TOML file, a YAML file, or a
+    /// directory of YAML files; `file` names the configuration) and, when valid, makes them the
+    /// configuration in force: the rules are swapped atomically; counters of rules with the
+    /// same name, algorithm and quota are kept. Logs and counts the result in
+    /// `floodgate_config_reloads_total{result}`.
     ///
     /// # Errors
-    /// [`ConfigErrors`] when `text` is invalid; the old configuration stays in force.
-    pub fn reload_from_text(&self, file: &str, text: &str) -> Result<(), ConfigErrors> {
-        match config::parse(file, text) {
+    /// [`ConfigErrors`] when the sources are invalid; the old configuration stays in force.
+    pub fn reload_from_sources(
+        &self,
+        file: &str,
+        sources: &[(String, String)],
+    ) -> Result<(), ConfigErrors> {
+        match config::parse_sources(file, sources) {
             Ok(new) => {
                 let guard = self.reload_lock.lock();
                 let old = self.config.load_full();
@@ -189,7 +195,12 @@ fn warn_about_restart_only_changes(old: &Config, new: &Config) {
     if old.store != new.store {
         tracing::warn!("[store] changes take effect at the next restart");
     }
-    if old.server.listen != new.server.listen || old.server.upstream != new.server.upstream {
-        tracing::warn!("[server] listen/upstream changes take effect at the next restart");
+    if old.server.listen != new.server.listen
+        || old.server.upstream != new.server.upstream
+        || old.server.grpc_listen != new.server.grpc_listen
+    {
+        tracing::warn!(
+            "[server] listen/upstream/grpc_listen changes take effect at the next restart"
+        );
     }
 }

@@ -132,6 +132,47 @@ fn http_cases_answer_2xx_through_real_serve_processes() {
 }
 
 #[test]
+fn grpc_and_check_cases_decide_through_one_real_serve_process() {
+    let out = floodgate(&[
+        "bench",
+        "--what",
+        "grpc",
+        "--requests",
+        "200",
+        "--http-seconds",
+        "5",
+        "--connections",
+        "2",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let rows = report["sections"][0]["rows"].as_array().unwrap().clone();
+    let names: Vec<&str> = rows.iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "gRPC ShouldRateLimit, 1 descriptor, gcra, 1,000 keys",
+            "POST /v1/check, gcra, 1,000 keys (same rule, same server)",
+        ]
+    );
+    for r in &rows {
+        assert_eq!(r[1], 600, "200 decisions in each of 3 rounds: {r}");
+        assert_eq!(r[2], 0, "every decision OK: {r}");
+        assert!(r[3].as_f64().unwrap() > 0.0, "a decision rate: {r}");
+        assert!(
+            r[6].as_f64().unwrap() > 0.0 && r[7].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
+    }
+}
+
+#[test]
 fn redis_without_a_store_url_says_so() {
     let out = floodgate(&["bench", "--what", "redis"]);
     assert!(!out.status.success());

@@ -404,7 +404,7 @@ impl<S: Store> RateLimiter<S> {
         let mut client_ip = None;
         let mut client_ip_resolved = false;
         for (index, rule) in rules.rules.iter().enumerate() {
-            if !rule.matcher.matches(method, uri, headers) {
+            if rule.explicit_only || !rule.matcher.matches(method, uri, headers) {
                 continue;
             }
             if let Some(header) = rule.key.repeated_header(headers) {

@@ -30,6 +30,10 @@ pub struct Rule {
     pub shadow: bool,
     /// What to do when the store fails.
     pub failure_mode: FailureMode,
+    /// Decided only through explicit plan items ([`crate::Plan::push`]: a decision API, the
+    /// gRPC rate limit service's descriptors); [`crate::RateLimiter::plan`] never applies it to
+    /// a request, and counts nothing for it there.
+    pub explicit_only: bool,
 }
 
 impl Rule {
@@ -43,6 +47,7 @@ impl Rule {
             cost: CostSource::Fixed(1),
             shadow: false,
             failure_mode: FailureMode::Open,
+            explicit_only: false,
         }
     }
 
@@ -67,6 +72,12 @@ impl Rule {
     /// Sets the failure mode.
     pub fn with_failure_mode(mut self, mode: FailureMode) -> Self {
         self.failure_mode = mode;
+        self
+    }
+
+    /// Makes the rule explicit-only (see [`Rule::explicit_only`]).
+    pub fn with_explicit_only(mut self, explicit_only: bool) -> Self {
+        self.explicit_only = explicit_only;
         self
     }
 }

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 /// Arguments of `floodgate check-config`.
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// The TOML configuration file to validate.
+    /// The configuration to validate: a TOML file, or envoyproxy/ratelimit YAML (a
+    /// `.yaml`/`.yml` file or a directory of them).
     pub file: PathBuf,
 }
 
@@ -24,6 +25,11 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 config.rules.len(),
                 describe_store(&config.store)
             );
+            let mut domains: Vec<&str> = config.descriptors.domains().collect();
+            if !domains.is_empty() {
+                domains.sort_unstable();
+                println!("  domains: {}", domains.join(", "));
+            }
             for r in &config.rules {
                 let d = super::describe::describe_rule(r);
                 let [headline, details @ ..] = d.lines();

@@ -46,7 +46,22 @@ pub fn describe_rule(rule: &RuleConfig) -> RuleDescription {
     RuleDescription {
         headline: format!("{}: {kind} {quota} ({})", rule.name, quota.describe()),
         rate: describe_rate(kind, quota),
-        key: format!("key {}", describe_key(&rule.key)),
+        key: match &rule.descriptor {
+            Some(d) => format!(
+                "domain {}, descriptor {}",
+                d.domain,
+                d.entries
+                    .iter()
+                    .map(|e| format!(
+                        "{}={}",
+                        e.key,
+                        e.value.text().unwrap_or_else(|| "(any)".into())
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => format!("key {}", describe_key(&rule.key)),
+        },
         applies: describe_matcher(&rule.matcher),
         cost: describe_cost(&rule.cost),
         mode: format!(

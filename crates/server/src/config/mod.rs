@@ -25,6 +25,8 @@
 
 pub mod check;
 pub mod describe;
+pub mod descriptors;
+pub mod envoy;
 pub mod error;
 mod raw;
 
@@ -88,8 +90,11 @@ pub struct Config {
     pub server: ServerConfig,
     /// `[store]`.
     pub store: StoreConfig,
-    /// `[[rules]]`, in file order (the order decisions are reported in).
+    /// `[[rules]]`, in file order (the order decisions are reported in), then the rules of the
+    /// limit overrides they allow.
     pub rules: Vec<RuleConfig>,
+    /// Which rule an Envoy rate limit descriptor selects (rules with a `domain`).
+    pub descriptors: descriptors::DescriptorIndex,
 }
 
 /// `[server]`: settings read once at start (a reload that changes them is logged and ignored,
@@ -98,6 +103,9 @@ pub struct Config {
 pub struct ServerConfig {
     /// Address to listen on; `--listen` overrides it.
     pub listen: Option<SocketAddr>,
+    /// Address of the gRPC listener (Envoy's rate limit service); `--grpc-listen` overrides
+    /// it. `None`: no gRPC listener.
+    pub grpc_listen: Option<SocketAddr>,
     /// Bearer token that guards the admin API; `None` disables it.
     pub admin_token: Option<String>,
     /// `api_token`: when set, `/v1/check` and `/v1/peek` need `Authorization: Bearer <it>`
@@ -123,6 +131,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: None,
+            grpc_listen: None,
             admin_token: None,
             api_token: None,
             trusted_proxies: Vec::new(),
@@ -235,6 +244,12 @@ pub struct RuleConfig {
     /// What to answer when the store fails: `"open"` (default: admit, count `error_open`) or
     /// `"closed"` (503, count `error_closed`).
     pub failure_mode: FailureMode,
+    /// `domain` and `descriptors`: the rule answers Envoy's rate limit requests for these
+    /// descriptors (gRPC and `/v1/check` only; never applied to forward-auth or proxied
+    /// requests).
+    pub descriptor: Option<descriptors::DescriptorRule>,
+    /// For the rule of a limit override: the position of the rule it overrides.
+    pub override_of: Option<usize>,
 }
 
 impl RuleConfig {
@@ -248,21 +263,84 @@ impl RuleConfig {
     }
 }
 
-/// Reads and validates the file at `path`; errors name it as it was given.
+/// Reads and validates the configuration at `path` (see [`read_sources`]); errors name it as
+/// it was given.
 ///
 /// # Errors
 /// [`ConfigErrors`] with every problem found (one with line 0 when the file cannot be read).
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    parse_sources(&path.display().to_string(), &read_sources(path)?)
+}
+
+/// The text of the configuration at `path`, as `(file name, text)`: the file itself (TOML, or
+/// envoyproxy/ratelimit YAML when it ends in `.yaml`/`.yml`), or every `.yaml`/`.yml` file of
+/// a directory (envoyproxy/ratelimit's runtime directory, one domain per file), in name order.
+///
+/// # Errors
+/// [`ConfigErrors`] naming the path when it cannot be read, or a directory holds no YAML file.
+pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigErrors> {
+    let display = path.display().to_string();
+    let fail = |file: &str, message: String| {
         ConfigErrors(vec![ConfigError {
-            file: file.clone(),
+            file: file.to_string(),
             line: 0,
             field: String::new(),
-            message: format!("cannot read: {e}"),
+            message,
         }])
-    })?;
-    parse(&file, &text)
+    };
+    if path.is_dir() {
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| fail(&display, format!("cannot read: {e}")))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && envoy::is_yaml(&p.display().to_string()))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(fail(
+                &display,
+                "the directory holds no .yaml or .yml file (envoyproxy/ratelimit's format, one \
+                 domain per file)"
+                    .into(),
+            ));
+        }
+        files
+            .into_iter()
+            .map(|p| {
+                let name = p.display().to_string();
+                std::fs::read_to_string(&p)
+                    .map(|text| (name.clone(), text))
+                    .map_err(|e| fail(&name, format!("cannot read: {e}")))
+            })
+            .collect()
+    } else {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| fail(&display, format!("cannot read: {e}")))?;
+        Ok(vec![(display, text)])
+    }
+}
+
+/// Parses what [`read_sources`] read: YAML files as envoyproxy/ratelimit's format
+/// ([`envoy::parse`]), one other file as Floodgate's TOML ([`parse`]). `display` names the
+/// configuration (the path given).
+///
+/// # Errors
+/// [`ConfigErrors`] as [`parse`] and [`envoy::parse`] give them.
+pub fn parse_sources(display: &str, sources: &[(String, String)]) -> Result<Config, ConfigErrors> {
+    match sources {
+        [(file, text)] if !envoy::is_yaml(file) => parse(file, text),
+        _ => envoy::parse(display, sources),
+    }
+}
+
+/// The rule deciding limit override `quota` of `base`: the same rule under its own name
+/// (`<name>@<limit>/<period>`) and quota, so its counters never mix with the base quota's.
+pub fn override_rule(base: &RuleConfig, quota: &Quota) -> RuleConfig {
+    let policy = Policy::new(base.policy.kind(), *quota).unwrap_or_else(|_| base.policy.clone());
+    RuleConfig {
+        name: format!("{}@{}", base.name, quota),
+        policy,
+        ..base.clone()
+    }
 }
 
 /// The [`EMBEDDED_DEFAULT`] configuration.
@@ -286,6 +364,8 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
     let server = v.server(&raw);
     let store = v.store(&raw);
     let mut rules = Vec::with_capacity(raw.rules.len());
+    // The raw rule of each validated rule (the spans of descriptor errors).
+    let mut raw_of = Vec::with_capacity(raw.rules.len());
     let mut names: HashMap<String, usize> = HashMap::new();
     for (i, r) in raw.rules.iter().enumerate() {
         let at = format!("rules[{i}]");
@@ -316,14 +396,17 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
         }
         if let Some(rule) = v.rule(&at, r) {
             rules.push(rule);
+            raw_of.push(i);
         }
     }
+    let descriptors = v.descriptor_index(&raw, &raw_of, &mut rules);
     if v.errors.is_empty() {
         Ok(Config {
             file: file.to_string(),
             server,
             store,
             rules,
+            descriptors,
         })
     } else {
         // In the order they stand in the file (a stable sort keeps each line's own order).
@@ -400,6 +483,19 @@ impl Validator<'_> {
                     "server.listen".into(),
                     format!(
                         "invalid address {:?}: expected IP:PORT, e.g. \"127.0.0.1:8080\"",
+                        listen.get_ref()
+                    ),
+                ),
+            }
+        }
+        if let Some(listen) = &s.grpc_listen {
+            match listen.get_ref().parse::<SocketAddr>() {
+                Ok(addr) => out.grpc_listen = Some(addr),
+                Err(_) => self.push(
+                    listen,
+                    "server.grpc_listen".into(),
+                    format!(
+                        "invalid address {:?}: expected IP:PORT, e.g. \"127.0.0.1:8081\"",
                         listen.get_ref()
                     ),
                 ),
@@ -721,6 +817,7 @@ impl Validator<'_> {
         };
         let matcher = self.matcher(at, r);
         let cost = self.cost(at, r, policy.as_ref().map(Policy::capacity));
+        let descriptor = self.descriptor_rule(at, r);
         let failure_mode = match &r.failure_mode {
             None => FailureMode::Open,
             Some(f) => match f.get_ref().as_str() {
@@ -747,7 +844,140 @@ impl Validator<'_> {
             cost,
             shadow: r.shadow,
             failure_mode,
+            descriptor,
+            override_of: None,
         })
+    }
+
+    /// `domain`, `descriptors`, `replaces` and `limit_overrides` of a rule.
+    fn descriptor_rule(&mut self, at: &str, r: &RawRule) -> Option<descriptors::DescriptorRule> {
+        let Some(domain) = &r.domain else {
+            if let Some(first) = r.descriptors.first() {
+                self.push(
+                    &first.key,
+                    format!("{at}.descriptors"),
+                    "descriptors need a domain (domain = \"...\")".into(),
+                );
+            }
+            for (field, span) in [
+                ("replaces", r.replaces.first().map(Spanned::span)),
+                (
+                    "limit_overrides",
+                    r.limit_overrides.first().map(Spanned::span),
+                ),
+            ] {
+                if let Some(span) = span {
+                    self.errors.push(self.src.error(
+                        span,
+                        format!("{at}.{field}"),
+                        "only for a rule with a domain and descriptors",
+                    ));
+                }
+            }
+            return None;
+        };
+        let before = self.errors.len();
+        if domain.get_ref().is_empty() {
+            self.push(domain, format!("{at}.domain"), "must not be empty".into());
+        }
+        if r.descriptors.is_empty() {
+            self.push(
+                domain,
+                format!("{at}.descriptors"),
+                "a rule with a domain needs descriptors = [{ key = \"...\", value = \"...\" }, ...]"
+                    .into(),
+            );
+        }
+        // The descriptor's values are the key and the request's hits_addend the cost: the HTTP
+        // request settings do not apply.
+        let http_only = [
+            r.key.as_ref().map(|k| (k.span(), "key")),
+            r.matcher.path_prefix.as_ref().map(|p| (p.span(), "match")),
+            r.cost.as_ref().map(|c| (c.span(), "cost")),
+            r.cost_header.as_ref().map(|c| (c.span(), "cost_header")),
+            r.route_costs
+                .first()
+                .map(|c| (c.path_prefix.span(), "route_costs")),
+        ];
+        for (span, field) in http_only.into_iter().flatten() {
+            self.errors.push(self.src.error(
+                span,
+                format!("{at}.{field}"),
+                "not for a rule with a domain: its key is the descriptor's values and its cost \
+                 the request's hits_addend",
+            ));
+        }
+        let mut entries = Vec::with_capacity(r.descriptors.len());
+        for (i, d) in r.descriptors.iter().enumerate() {
+            if d.key.get_ref().is_empty() {
+                self.push(
+                    &d.key,
+                    format!("{at}.descriptors[{i}].key"),
+                    "must not be empty".into(),
+                );
+            }
+            entries.push(descriptors::EntryMatch {
+                key: d.key.get_ref().clone(),
+                value: descriptors::ValueMatch::parse(
+                    d.value.as_ref().map(|v| v.get_ref().as_str()),
+                ),
+            });
+        }
+        let mut overrides = Vec::new();
+        for (i, o) in r.limit_overrides.iter().enumerate() {
+            match o.get_ref().parse::<Quota>() {
+                Ok(q) if q.burst() == q.limit() => overrides.push(q),
+                Ok(_) => self.push(
+                    o,
+                    format!("{at}.limit_overrides[{i}]"),
+                    "an override is a limit per period, without a burst".into(),
+                ),
+                Err(e) => self.push(o, format!("{at}.limit_overrides[{i}]"), e.to_string()),
+            }
+        }
+        (self.errors.len() == before).then(|| descriptors::DescriptorRule {
+            domain: domain.get_ref().clone(),
+            entries,
+            limit_name: Some(r.name.get_ref().clone()),
+            replaces: r.replaces.iter().map(|n| n.get_ref().clone()).collect(),
+            overrides,
+        })
+    }
+
+    /// The descriptor tree of the rules with a domain, and the rules of their limit overrides
+    /// (appended to `rules`).
+    fn descriptor_index(
+        &mut self,
+        raw: &RawConfig,
+        raw_of: &[usize],
+        rules: &mut Vec<RuleConfig>,
+    ) -> descriptors::DescriptorIndex {
+        let mut index = descriptors::DescriptorIndex::default();
+        let base = rules.len();
+        for i in 0..base {
+            let Some(d) = rules[i].descriptor.clone() else {
+                continue;
+            };
+            let r = &raw.rules[raw_of[i]];
+            if let Err(dup) = index.insert(&d.domain, &d.entries, descriptors::Leaf::Rule(i)) {
+                self.push(
+                    &r.name,
+                    format!("rules[{}].descriptors", raw_of[i]),
+                    format!(
+                        "another rule has the same domain and descriptors ({})",
+                        dup.path
+                    ),
+                );
+            }
+            for quota in &d.overrides {
+                let at = rules.len();
+                let mut rule = override_rule(&rules[i], quota);
+                rule.override_of = Some(i);
+                rules.push(rule);
+                index.allow_override(i, quota, at);
+            }
+        }
+        index
     }
 
     /// `limit = "10/10s"`, or `limit = 10` with `period = "10s"`; `burst` in either form.

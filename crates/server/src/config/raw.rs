@@ -30,6 +30,7 @@ pub(crate) struct RawServer {
     pub ipv6_prefix: Option<Spanned<i64>>,
     pub ui: Option<bool>,
     pub ui_denied_keys: Option<Spanned<i64>>,
+    pub grpc_listen: Option<Spanned<String>>,
 }
 
 /// `[store]`.
@@ -70,6 +71,22 @@ pub(crate) struct RawRule {
     #[serde(default)]
     pub shadow: bool,
     pub failure_mode: Option<Spanned<String>>,
+    /// The Envoy rate limit domain whose descriptors the rule answers.
+    pub domain: Option<Spanned<String>>,
+    #[serde(default)]
+    pub descriptors: Vec<RawDescriptorEntry>,
+    #[serde(default)]
+    pub replaces: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub limit_overrides: Vec<Spanned<String>>,
+}
+
+/// One entry of a rule's `descriptors`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDescriptorEntry {
+    pub key: Spanned<String>,
+    pub value: Option<Spanned<String>>,
 }
 
 /// `[rules.match]`: every given condition must hold.

@@ -579,3 +579,60 @@ fn every_toml_block_of_the_readme_is_a_valid_configuration() {
     }
     assert!(blocks >= 1, "no ```toml block found in the README");
 }
+
+#[test]
+fn a_rule_with_a_domain_answers_descriptors_only() {
+    let c = parse(
+        "f.toml",
+        "[[rules]]\nname = \"per-ip\"\nalgorithm = \"fixed_window\"\nlimit = \"5/min\"\ndomain = \"edge\"\ndescriptors = [{ key = \"remote_address\" }]\nlimit_overrides = [\"10/h\"]\nreplaces = [\"other\"]\n",
+    )
+    .unwrap();
+    assert_eq!(c.rules.len(), 2, "the rule and its override's rule");
+    let d = c.rules[0].descriptor.as_ref().unwrap();
+    assert_eq!(
+        (d.domain.as_str(), d.replaces.as_slice()),
+        ("edge", &["other".to_string()][..])
+    );
+    assert_eq!(c.rules[1].name, "per-ip@10/h");
+    assert_eq!(c.rules[1].override_of, Some(0));
+    let rules = crate::rules::rule_set(&c);
+    assert!(rules.rules.iter().all(|r| r.explicit_only));
+    let errors = parse(
+        "f.toml",
+        "[[rules]]\nname = \"a\"\nlimit = \"5/min\"\ndomain = \"edge\"\nkey = \"client_ip\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        errors.contains("f.toml:4: rules[0].descriptors: a rule with a domain needs descriptors"),
+        "{errors}"
+    );
+    assert!(
+        errors.contains("f.toml:5: rules[0].key: not for a rule with a domain"),
+        "{errors}"
+    );
+    let dup = parse(
+        "f.toml",
+        "[[rules]]\nname = \"a\"\nlimit = \"5/min\"\ndomain = \"e\"\ndescriptors = [{ key = \"k\" }]\n[[rules]]\nname = \"b\"\nlimit = \"5/min\"\ndomain = \"e\"\ndescriptors = [{ key = \"k\" }]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        dup,
+        "f.toml:7: rules[1].descriptors: another rule has the same domain and descriptors (e.k)"
+    );
+}
+
+#[test]
+fn server_grpc_listen_is_an_address() {
+    let c = parse("f.toml", "[server]\ngrpc_listen = \"127.0.0.1:8081\"\n").unwrap();
+    assert_eq!(
+        c.server.grpc_listen,
+        Some("127.0.0.1:8081".parse().unwrap())
+    );
+    let e = parse("f.toml", "[server]\ngrpc_listen = \"8081\"\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "f.toml:2: server.grpc_listen: invalid address \"8081\": expected IP:PORT, e.g. \"127.0.0.1:8081\""
+    );
+}

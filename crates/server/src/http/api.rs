@@ -191,7 +191,10 @@ async fn handle(
         plan.push(item.rule, client_key(&item.raw_key), item.cost);
     }
     let mode = if consume { Mode::Check } else { Mode::Peek };
-    let verdict = state.limiter.evaluate(plan, mode).await;
+    // Boxed: the evaluation holds the store's future (kilobytes for a remote store), and axum
+    // moves this handler's future on every request; one allocation costs less than the copies
+    // (callgrind: about 600 instructions of memcpy per request inline).
+    let verdict = Box::pin(state.limiter.evaluate(plan, mode)).await;
     answer(&items, &verdict, consume)
 }
 

@@ -35,7 +35,7 @@ pub(super) async fn forward_auth(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     query: super::QueryParams,
     method: Method,
-    mut headers: HeaderMap,
+    headers: HeaderMap,
 ) -> Response {
     let deny_status = match query.u16("deny_status") {
         Err(problem) => return problem,
@@ -49,7 +49,51 @@ pub(super) async fn forward_auth(
             )
         }
     };
-    let (method, uri) = match original_request(&method, &mut headers) {
+    decide(&state, peer, deny_status, method, headers, None).await
+}
+
+/// `/v1/forward-auth/<original path>` (Envoy `ext_authz`, which appends the original path to
+/// its `path_prefix`): the suffix is the original path and query when no `X-Forwarded-Uri` /
+/// `X-Original-URI` is present.
+pub(super) async fn forward_auth_suffix(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    uri: Uri,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    let suffix = uri
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .and_then(|pq| pq.strip_prefix("/v1/forward-auth"))
+        .unwrap_or("/");
+    // Read as a forwarded URI is (never widened to `/`).
+    let original = match super::forwarded_uri::read(suffix.as_bytes()) {
+        Ok(original) => original,
+        Err(why) => return super::invalid(StatusCode::BAD_REQUEST, "path", why),
+    };
+    decide(
+        &state,
+        peer,
+        StatusCode::TOO_MANY_REQUESTS,
+        method,
+        headers,
+        Some(original),
+    )
+    .await
+}
+
+/// Evaluates the original request and answers; `fallback` is its URI when no forwarding
+/// header names one (else `/`).
+async fn decide(
+    state: &AppState,
+    peer: SocketAddr,
+    deny_status: StatusCode,
+    method: Method,
+    mut headers: HeaderMap,
+    fallback: Option<Uri>,
+) -> Response {
+    let (method, uri) = match original_request(&method, &mut headers, fallback) {
         Ok(original) => original,
         Err(problem) => return problem,
     };
@@ -113,6 +157,7 @@ const URI_HEADERS: [HeaderName; 2] = [
 fn original_request(
     own_method: &Method,
     headers: &mut HeaderMap,
+    fallback: Option<Uri>,
 ) -> Result<(Method, Uri), Response> {
     let text = |h: &HeaderMap, name: &str| {
         h.get(name)
@@ -125,7 +170,7 @@ fn original_request(
         .or_else(|| text(headers, "x-original-method"))
         .and_then(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
         .unwrap_or_else(|| own_method.clone());
-    let uri = original_uri(headers)?;
+    let uri = original_uri(headers, fallback)?;
     if let Some(host) = text(headers, "x-forwarded-host") {
         if let Ok(v) = HeaderValue::from_str(&host) {
             headers.insert(http::header::HOST, v);
@@ -134,8 +179,9 @@ fn original_request(
     Ok((method, uri))
 }
 
-/// The URI of the first of [`URI_HEADERS`] that is present, `/` when neither is.
-fn original_uri(headers: &HeaderMap) -> Result<Uri, Response> {
+/// The URI of the first of [`URI_HEADERS`] that is present; `fallback` (else `/`) when neither
+/// is.
+fn original_uri(headers: &HeaderMap, fallback: Option<Uri>) -> Result<Uri, Response> {
     for name in &URI_HEADERS {
         let mut values = headers.get_all(name).iter();
         let Some(value) = values.next() else {
@@ -152,7 +198,7 @@ fn original_uri(headers: &HeaderMap) -> Result<Uri, Response> {
         return super::forwarded_uri::read(value.as_bytes())
             .map_err(|why| super::invalid(StatusCode::BAD_REQUEST, name.as_str(), why));
     }
-    Ok(Uri::from_static("/"))
+    Ok(fallback.unwrap_or_else(|| Uri::from_static("/")))
 }
 
 #[cfg(test)]
@@ -175,7 +221,7 @@ mod tests {
             ("x-forwarded-host", "api.example.com"),
             ("host", "floodgate:8080"),
         ]);
-        let (m, u) = original_request(&Method::GET, &mut h).unwrap();
+        let (m, u) = original_request(&Method::GET, &mut h, None).unwrap();
         assert_eq!(m, Method::POST);
         assert_eq!(u, "/api/search?q=1");
         assert_eq!(h["host"], "api.example.com");
@@ -206,19 +252,39 @@ mod tests {
     #[test]
     fn nginx_headers_and_fallbacks() {
         let mut h = headers(&[("x-original-uri", "/login"), ("x-original-method", "PUT")]);
-        let (m, u) = original_request(&Method::GET, &mut h).unwrap();
+        let (m, u) = original_request(&Method::GET, &mut h, None).unwrap();
         assert_eq!((m, u.path()), (Method::PUT, "/login"));
         let mut h = headers(&[]);
-        let (m, u) = original_request(&Method::GET, &mut h).unwrap();
+        let (m, u) = original_request(&Method::GET, &mut h, None).unwrap();
         assert_eq!((m, u.path()), (Method::GET, "/"));
         let mut h = headers(&[("x-forwarded-uri", "http://example.com/a?b")]);
-        assert_eq!(original_request(&Method::GET, &mut h).unwrap().1, "/a?b");
+        assert_eq!(
+            original_request(&Method::GET, &mut h, None).unwrap().1,
+            "/a?b"
+        );
+    }
+
+    /// Envoy ext_authz appends the original path to the path prefix: without a forwarding
+    /// header the suffix is the original URI; a forwarding header still wins.
+    #[test]
+    fn envoy_ext_authz_path_suffix_is_the_original_uri() {
+        let mut h = headers(&[]);
+        let fallback = Some("/api/x?q=1".parse().unwrap());
+        let (_, u) = original_request(&Method::GET, &mut h, fallback).unwrap();
+        assert_eq!(u, "/api/x?q=1");
+        let mut h = headers(&[("x-forwarded-uri", "/other")]);
+        let fallback = Some("/api/x".parse().unwrap());
+        let (_, u) = original_request(&Method::GET, &mut h, fallback).unwrap();
+        assert_eq!(u, "/other");
     }
 
     #[test]
     fn x_forwarded_uri_wins_over_x_original_uri() {
         let mut h = headers(&[("x-original-uri", "/public"), ("x-forwarded-uri", "/api")]);
-        assert_eq!(original_request(&Method::GET, &mut h).unwrap().1, "/api");
+        assert_eq!(
+            original_request(&Method::GET, &mut h, None).unwrap().1,
+            "/api"
+        );
     }
 
     async fn problem_of(response: Response) -> (StatusCode, serde_json::Value) {
@@ -238,7 +304,7 @@ mod tests {
         ] {
             let mut h = HeaderMap::new();
             h.insert(name, HeaderValue::from_static(value));
-            let problem = original_request(&Method::GET, &mut h).unwrap_err();
+            let problem = original_request(&Method::GET, &mut h, None).unwrap_err();
             let (status, body) = problem_of(problem).await;
             assert_eq!(status, StatusCode::BAD_REQUEST, "{value}");
             assert_eq!(body["field"], name, "{body}");
@@ -251,7 +317,8 @@ mod tests {
         let mut h = HeaderMap::new();
         h.append("x-forwarded-uri", HeaderValue::from_static("/public"));
         h.append("x-forwarded-uri", HeaderValue::from_static("/api/login"));
-        let (status, body) = problem_of(original_request(&Method::GET, &mut h).unwrap_err()).await;
+        let (status, body) =
+            problem_of(original_request(&Method::GET, &mut h, None).unwrap_err()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(body["detail"], "x-forwarded-uri: sent more than once");
     }

@@ -7,6 +7,7 @@
 //! | `GET /v1/keys/{rule}/{key}` | admin: a key's standing (bearer token) |
 //! | `DELETE /v1/keys/{rule}/{key}` | admin: reset a key (bearer token) |
 //! | `GET`/`POST /v1/forward-auth` | Traefik ForwardAuth, Caddy `forward_auth`, nginx `auth_request` |
+//! | any method `/v1/forward-auth/<path>` | Envoy `ext_authz` (`http_service` appends the original path) |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz`, `GET /readyz` | liveness; readiness (503 while shutting down) |
 //! | `POST /v1/simulate`, `GET /ui/`, `GET /v1/ui/live` | the simulator and the web page (see `crate::ui`) |
@@ -78,6 +79,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/v1/forward-auth",
             get(forward_auth::forward_auth).post(forward_auth::forward_auth),
+        )
+        .route(
+            "/v1/forward-auth/{*original}",
+            // Envoy asks with the original request's method, whatever it is.
+            axum::routing::any(forward_auth::forward_auth_suffix),
         )
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))

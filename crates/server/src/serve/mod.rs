@@ -45,8 +45,10 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 /// Arguments of `floodgate serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// TOML configuration file (see `floodgate check-config`). Without it the embedded default
-    /// runs: one rule, 10 requests per 10 seconds per client IP (token bucket).
+    /// TOML configuration file, or envoyproxy/ratelimit YAML (a `.yaml`/`.yml` file or a
+    /// directory of them, one domain per file; see `floodgate check-config`). Without it the
+    /// embedded default runs: one rule, 10 requests per 10 seconds per client IP (token
+    /// bucket).
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -54,6 +56,12 @@ pub struct ServeArgs {
     /// free port; the chosen address is printed on stdout.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+
+    /// Serve Envoy's rate limit service (gRPC RLS v3), gRPC health and reflection on this
+    /// address [default: `[server] grpc_listen`, else no gRPC listener]. Port 0 picks a free
+    /// port, printed on stdout.
+    #[arg(long, value_name = "ADDR")]
+    pub grpc_listen: Option<SocketAddr>,
 
     /// Reverse-proxy mode: forward every request on --listen to this `http://host:port` after
     /// applying the rules [default: `[server] upstream`].
@@ -191,10 +199,10 @@ fn initial_config(args: &ServeArgs) -> anyhow::Result<(Config, Option<String>)> 
         None => Ok((config::embedded_default(), None)),
         Some(path) => {
             let file = path.display().to_string();
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("{file}: cannot read: {e}"))?;
-            let config = config::parse(&file, &text).map_err(|e| anyhow::anyhow!("{e}"))?;
-            Ok((config, Some(text)))
+            let sources = config::read_sources(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let config =
+                config::parse_sources(&file, &sources).map_err(|e| anyhow::anyhow!("{e}"))?;
+            Ok((config, Some(fingerprint(&sources))))
         }
     }
 }
@@ -214,9 +222,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             ],
         )
         .context("invalid histogram buckets")?
+        .set_buckets_for_metric(
+            Matcher::Full("floodgate_grpc_request_duration_seconds".into()),
+            &[
+                0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01,
+                0.025, 0.05, 0.1, 0.25,
+            ],
+        )
+        .context("invalid histogram buckets")?
         .install_recorder()
         .context("cannot install the metrics recorder")?;
     describe_metrics();
+    crate::grpc::describe_metrics();
 
     let (clock, manual_clock): (Arc<dyn Clock>, Option<ManualClock>) = match args.manual_clock {
         Some(start) => {
@@ -315,6 +332,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             ));
         }
     }
+    if let Some(addr) = args.grpc_listen.or(state.config().server.grpc_listen) {
+        let listener = bind(addr).await?;
+        println!("floodgate: listening on {} (gRPC)", listener.local_addr()?);
+        servers.push(crate::grpc::spawn(
+            listener,
+            Arc::clone(&state),
+            shutdown_rx.clone(),
+        ));
+    }
     tracing::info!(
         rules = state.config().rules.len(),
         file = %state.config().file,
@@ -388,6 +414,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         task.abort();
     }
     Ok(code)
+}
+
+/// The text a reload compares to see whether the configuration changed: the one file's text,
+/// or every file's name and text.
+fn fingerprint(sources: &[(String, String)]) -> String {
+    match sources {
+        [(_, text)] => text.clone(),
+        _ => sources
+            .iter()
+            .map(|(name, text)| format!("{name}\0{text}\0"))
+            .collect(),
+    }
 }
 
 fn millis(d: Duration) -> u64 {

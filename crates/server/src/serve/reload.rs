@@ -42,11 +42,14 @@ pub(super) async fn watch(
             continue;
         };
         let file = path.display().to_string();
-        // Reading is blocking I/O, but of one small file; a blocking task keeps it off the
-        // request workers anyway.
-        let read = tokio::task::spawn_blocking(move || std::fs::read_to_string(path)).await;
-        let text = match read {
-            Ok(Ok(text)) => text,
+        // Reading is blocking I/O, but of small files; a blocking task keeps it off the
+        // request workers anyway. A directory (YAML, one domain per file) is read whole.
+        let read = tokio::task::spawn_blocking(move || crate::config::read_sources(&path)).await;
+        let (sources, text) = match read {
+            Ok(Ok(sources)) => {
+                let text = super::fingerprint(&sources);
+                (sources, text)
+            }
             Ok(Err(e)) => {
                 if forced || last_text.is_some() {
                     metrics::counter!("floodgate_config_reloads_total", "result" => "error")
@@ -67,7 +70,7 @@ pub(super) async fn watch(
         } else {
             tracing::info!(file, "configuration file changed: reloading");
         }
-        let _ = state.reload_from_text(&file, &text);
+        let _ = state.reload_from_sources(&file, &sources);
         last_text = Some(text);
     }
 }

@@ -27,6 +27,8 @@ pub struct Floodgate {
     pub api: String,
     /// `http://127.0.0.1:PORT` of the proxy listener (proxy mode only).
     pub proxy: Option<String>,
+    /// `http://127.0.0.1:PORT` of the gRPC listener (with `--grpc-listen` only).
+    pub grpc: Option<String>,
     log: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -49,10 +51,30 @@ impl Floodgate {
         Self::spawn(dir, &all)
     }
 
+    /// Writes `files` (name, text) into the process's own temporary directory and starts it as
+    /// [`Floodgate::start`] with `--config <that directory>/<config>` (a file name, or `.` for
+    /// the directory itself) followed by `args`.
+    pub fn with_files(files: &[(&str, &str)], config: &str, args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        let path = dir.path().join(config);
+        let mut all = vec!["--config", path.to_str().unwrap()];
+        all.extend_from_slice(args);
+        Self::spawn(dir, &all)
+    }
+
+    /// The process's temporary directory (where [`Floodgate::with_files`] wrote its files).
+    pub fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+
     /// [`Floodgate::start`] with `dir` as the process's temporary directory (kept until drop).
-    fn spawn(dir: tempfile::TempDir, args: &[&str]) -> Self {
+    pub fn spawn(dir: tempfile::TempDir, args: &[&str]) -> Self {
         let log = dir.path().join("floodgate.log");
         let proxy_mode = args.contains(&"--upstream");
+        let grpc_mode = args.contains(&"--grpc-listen");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_floodgate"));
         cmd.arg("serve")
             .args(["--listen", "127.0.0.1:0"])
@@ -70,8 +92,9 @@ impl Floodgate {
         let mut lines = BufReader::new(stdout).lines();
         let mut api = None;
         let mut proxy = None;
+        let mut grpc = None;
         // Bounded: the child prints these lines right after binding, or exits (EOF).
-        while api.is_none() || (proxy_mode && proxy.is_none()) {
+        while api.is_none() || (proxy_mode && proxy.is_none()) || (grpc_mode && grpc.is_none()) {
             let line = match lines.next() {
                 Some(Ok(line)) => line,
                 _ => panic!(
@@ -87,12 +110,15 @@ impl Floodgate {
                 api = addr;
             } else if line.contains("(proxy to") {
                 proxy = addr;
+            } else if line.ends_with("(gRPC)") {
+                grpc = addr;
             }
         }
         Self {
             child,
             api: api.unwrap(),
             proxy,
+            grpc,
             log,
             _dir: dir,
         }

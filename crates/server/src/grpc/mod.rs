@@ -1,0 +1,112 @@
+//! The gRPC listener of `floodgate serve --grpc-listen ADDR`: Envoy's rate limit service
+//! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, see [`rls`]), gRPC health
+//! checking (`grpc.health.v1.Health`) and server reflection (`grpc.reflection.v1` and
+//! `v1alpha`).
+//!
+//! Reflection lists the health and reflection services only: the `envoy-types` crate ships the
+//! rate limit service's generated code but no encoded descriptor set, and Floodgate builds
+//! without `protoc`. Tools such as `grpcurl` call `ShouldRateLimit` with the proto files
+//! (`-proto rls.proto`) instead.
+//!
+//! Metrics: `floodgate_grpc_requests_total{method, code}` (code: `ok`, `over_limit`, or the
+//! gRPC status of an error, e.g. `invalid_argument`, `unavailable`) and
+//! `floodgate_grpc_request_duration_seconds{method}`; decisions are counted by the limiter in
+//! `floodgate_decisions_total{rule, outcome}` as on every other path.
+
+pub mod rls;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::state::AppState;
+
+/// Serves the gRPC services on `listener` until `shutdown` turns true, then lets in-flight
+/// calls finish. Health answers `NOT_SERVING` from the moment the process starts shutting
+/// down (SIGTERM, before `--shutdown-delay` ends).
+pub fn spawn(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    tokio::spawn(async move {
+        let (reporter, health) = tonic_health::server::health_reporter();
+        reporter
+            .set_serving::<RateLimitServiceServer<rls::RateLimitService>>()
+            .await;
+        let reflection = |builder: tonic_reflection::server::Builder<'static>| {
+            builder.register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection_v1 = reflection(tonic_reflection::server::Builder::configure())
+            .build_v1()
+            .map_err(std::io::Error::other)?;
+        let reflection_v1alpha = reflection(tonic_reflection::server::Builder::configure())
+            .build_v1alpha()
+            .map_err(std::io::Error::other)?;
+        // Health follows readiness: NOT_SERVING as soon as shutdown begins.
+        let watcher = {
+            let (state, reporter, mut shutdown) =
+                (Arc::clone(&state), reporter.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = shutdown.wait_for(|stop| *stop) => {}
+                    }
+                    if state.shutting_down.load(Ordering::SeqCst) {
+                        reporter
+                            .set_not_serving::<RateLimitServiceServer<rls::RateLimitService>>()
+                            .await;
+                        reporter
+                            .set_service_status("", tonic_health::ServingStatus::NotServing)
+                            .await;
+                        return;
+                    }
+                }
+            })
+        };
+        let service = RateLimitServiceServer::new(rls::RateLimitService::new(state));
+        let result = tonic::transport::Server::builder()
+            .add_service(health)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                async move {
+                    let _ = shutdown.wait_for(|stop| *stop).await;
+                },
+            )
+            .await;
+        watcher.abort();
+        result.map_err(std::io::Error::other)
+    })
+}
+
+/// Registers the descriptions and zero values of the gRPC metrics.
+pub fn describe_metrics() {
+    use metrics::{describe_counter, describe_histogram, Unit};
+    describe_counter!(
+        "floodgate_grpc_requests_total",
+        "gRPC calls by method and result code (ok, over_limit, or the gRPC status of an error)"
+    );
+    describe_histogram!(
+        "floodgate_grpc_request_duration_seconds",
+        Unit::Seconds,
+        "Time to answer one gRPC call, from the decoded request to the encoded answer"
+    );
+    describe_counter!(
+        "floodgate_grpc_unknown_domain_total",
+        "Rate limit requests naming a domain no rule has (answered OK without a limit)"
+    );
+    metrics::counter!("floodgate_grpc_unknown_domain_total").increment(0);
+    for code in ["ok", "over_limit", "invalid_argument", "unavailable"] {
+        metrics::counter!("floodgate_grpc_requests_total", "method" => rls::METHOD, "code" => code)
+            .increment(0);
+    }
+}

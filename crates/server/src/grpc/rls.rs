@@ -1,0 +1,550 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`: Envoy's rate limit requests
+//! translated onto the one decision path ([`floodgate_tower::RateLimiter`]).
+//!
+//! A request names a `domain` and sends descriptors; each descriptor selects at most one rule
+//! (see [`crate::config::descriptors`] for the look-up, the same as envoyproxy/ratelimit's).
+//! Then:
+//! - **cost**: a descriptor's `hits_addend` (a wrapper: 0 is a report-only check, cost 0),
+//!   else the request's `hits_addend` (a plain `uint32`: 0 means unset, i.e. 1). A cost above
+//!   the rule's capacity is an `INVALID_ARGUMENT` error, never `OK`;
+//! - **limit override** (`descriptor.limit`): only on a rule that allows that exact override
+//!   (`overrides` in YAML, `limit_overrides` in TOML); it is decided by the override's own rule
+//!   (`<rule>@<limit>/<period>`). Any other override is `INVALID_ARGUMENT`;
+//! - **replaces**: a limit whose name another matched limit replaces is not applied (status
+//!   `OK` without a limit), as in envoyproxy/ratelimit;
+//! - **all or nothing**: the descriptors' rules are decided as one batch, so a request denied
+//!   by one descriptor consumes nothing under the others (envoyproxy/ratelimit increments each
+//!   independently);
+//! - **answer**: `overall_code`, one `statuses[i]` per descriptor (`code`, `current_limit`
+//!   with the rule's name, `limit_remaining`, `duration_until_reset`), and
+//!   `response_headers_to_add` with `RateLimit-Policy` / `RateLimit` (and `Retry-After` when
+//!   over the limit), written by the same function as the HTTP front ends' headers;
+//! - **store failure**: each rule's failure mode: `open` answers `OK`, `closed` answers gRPC
+//!   `UNAVAILABLE`, so that Envoy's `failure_mode_deny` decides; the limiter counts both.
+//!
+//! A descriptor with `unlimited: true` is `OK` with `limit_remaining` 4294967295; one with
+//! `requests_per_unit: 0` (a block list entry) is `OVER_LIMIT`, counted as
+//! `floodgate_decisions_total{outcome="denied"}` under its name, and the request's other
+//! descriptors are then only looked at (nothing is charged). An unknown domain or a descriptor
+//! that selects nothing is `OK` without a limit (and `floodgate_grpc_unknown_domain_total`
+//! counts unknown domains).
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    rate_limit::Unit, Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{
+    rate_limit_service_server, RateLimitRequest, RateLimitResponse,
+};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use floodgate_core::{Micros, Quota};
+use floodgate_tower::{Action, Mode, Plan, RuleOutcome, RuleSet, Verdict};
+use tonic::{Request, Response, Status};
+
+use crate::config::descriptors::{Leaf, Lookup};
+use crate::config::{envoy::unit_period, Config, MAX_COST};
+use crate::state::AppState;
+
+/// The method label of the metrics.
+pub const METHOD: &str = "ShouldRateLimit";
+
+/// Most descriptors in one request.
+pub const MAX_DESCRIPTORS: usize = 64;
+
+/// Most entries in one descriptor.
+pub const MAX_ENTRIES: usize = 32;
+
+/// Envoy's rate limit service over the server's limiter.
+#[derive(Debug, Clone)]
+pub struct RateLimitService {
+    state: Arc<AppState>,
+}
+
+impl RateLimitService {
+    /// The service deciding with `state`'s limiter and configuration.
+    pub fn new(state: Arc<AppState>) -> Self {
+        Self { state }
+    }
+}
+
+#[tonic::async_trait]
+impl rate_limit_service_server::RateLimitService for RateLimitService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        // Latency needs a monotonic clock, not the limiter's (possibly manual) time source.
+        #[allow(clippy::disallowed_methods)]
+        let started = std::time::Instant::now();
+        let result = should_rate_limit(&self.state, &request.into_inner()).await;
+        let code = match &result {
+            Ok(r) if r.overall_code == Code::OverLimit as i32 => "over_limit",
+            Ok(_) => "ok",
+            Err(status) => status_label(status.code()),
+        };
+        metrics::counter!("floodgate_grpc_requests_total", "method" => METHOD, "code" => code)
+            .increment(1);
+        metrics::histogram!("floodgate_grpc_request_duration_seconds", "method" => METHOD)
+            .record(started.elapsed().as_secs_f64());
+        result.map(Response::new)
+    }
+}
+
+fn status_label(code: tonic::Code) -> &'static str {
+    match code {
+        tonic::Code::InvalidArgument => "invalid_argument",
+        tonic::Code::Unavailable => "unavailable",
+        tonic::Code::Internal => "internal",
+        _ => "other",
+    }
+}
+
+/// What one descriptor selected.
+#[derive(Debug, Clone)]
+enum Slot {
+    /// Nothing (unknown domain, no match, or replaced): `OK` without a limit.
+    Free,
+    /// `unlimited: true`.
+    Unlimited,
+    /// A block list entry.
+    Blocked { name: String, period: Micros },
+    /// Item `item` of the plan, for rule `rule`; `field` names its cost in the request.
+    Item {
+        rule: usize,
+        item: usize,
+        field: String,
+    },
+}
+
+/// Answers one request (see the [module docs](self)).
+///
+/// # Errors
+/// `INVALID_ARGUMENT` naming the field at fault; `UNAVAILABLE` when the store failed and a
+/// rule fails closed.
+pub async fn should_rate_limit(
+    state: &AppState,
+    request: &RateLimitRequest,
+) -> Result<RateLimitResponse, Status> {
+    validate(request)?;
+    // The rules the limiter decides with and the configuration whose descriptor tree points at
+    // them are swapped one after the other on reload: take them again if they disagree.
+    let (config, rules) = {
+        let mut tries = 0;
+        loop {
+            let config = state.config();
+            let rules = state.limiter.rules();
+            tries += 1;
+            if same_generation(&config, &rules) || tries == 3 {
+                break (config, rules);
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    let (slots, plan, blocked) = plan(&config, &rules, request)?;
+    let mode = if blocked { Mode::Peek } else { Mode::Check };
+    let verdict = state.limiter.evaluate(plan, mode).await;
+    answer(&rules, &slots, &verdict, blocked)
+}
+
+fn same_generation(config: &Config, rules: &RuleSet) -> bool {
+    config.rules.len() == rules.rules.len()
+        && config
+            .rules
+            .iter()
+            .zip(&rules.rules)
+            .all(|(c, r)| *r.name == *c.name)
+}
+
+fn invalid(field: &str, detail: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(format!("{field}: {detail}"))
+}
+
+fn validate(request: &RateLimitRequest) -> Result<(), Status> {
+    if request.domain.is_empty() {
+        return Err(invalid("domain", "rate limit domain must not be empty"));
+    }
+    if request.descriptors.is_empty() || request.descriptors.len() > MAX_DESCRIPTORS {
+        return Err(invalid(
+            "descriptors",
+            format!("must hold between 1 and {MAX_DESCRIPTORS} descriptors"),
+        ));
+    }
+    for (i, d) in request.descriptors.iter().enumerate() {
+        if d.entries.is_empty() || d.entries.len() > MAX_ENTRIES {
+            return Err(invalid(
+                &format!("descriptors[{i}].entries"),
+                format!("must hold between 1 and {MAX_ENTRIES} entries"),
+            ));
+        }
+        if d.is_negative_hits {
+            return Err(invalid(
+                &format!("descriptors[{i}].is_negative_hits"),
+                "returning hits is not supported by Floodgate",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The cost of descriptor `d`: its own `hits_addend` when set (0 allowed: report only), else
+/// the request's (0 = unset = 1); with the field it came from, for errors.
+fn cost_of(request: &RateLimitRequest, i: usize, d: &RateLimitDescriptor) -> (u64, String) {
+    match &d.hits_addend {
+        Some(v) => (v.value, format!("descriptors[{i}].hits_addend")),
+        None => (
+            u64::from(request.hits_addend.max(1)),
+            "hits_addend".to_string(),
+        ),
+    }
+}
+
+/// The plan of a request: one slot per descriptor, the plan's items, and whether a block list
+/// entry applies (then the plan is only peeked).
+fn plan(
+    config: &Config,
+    rules: &Arc<RuleSet>,
+    request: &RateLimitRequest,
+) -> Result<(Vec<Slot>, Plan, bool), Status> {
+    let index = &config.descriptors;
+    let mut leaves: Vec<Option<(Leaf, u64, String)>> =
+        Vec::with_capacity(request.descriptors.len());
+    let mut unknown_domain = false;
+    for (i, d) in request.descriptors.iter().enumerate() {
+        let entries = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
+        let found = match index.lookup(&request.domain, entries) {
+            Lookup::UnknownDomain => {
+                unknown_domain = true;
+                None
+            }
+            Lookup::NoMatch => None,
+            Lookup::Found(leaf) => Some(leaf.clone()),
+        };
+        let found =
+            match (&d.limit, found) {
+                (None, found) => found,
+                (Some(o), Some(Leaf::Rule(base))) => {
+                    let unit = Unit::try_from(o.unit).unwrap_or(Unit::Unknown);
+                    let period = unit_period(unit.as_str_name());
+                    match period
+                        .and_then(|p| index.override_rule(base, u64::from(o.requests_per_unit), p))
+                    {
+                        Some(rule) => Some(Leaf::Rule(rule)),
+                        None => {
+                            return Err(invalid(
+                                &format!("descriptors[{i}].limit"),
+                                format!(
+                                "rule {:?} does not allow the limit override {} per {}; allowed: \
+                                 {}",
+                                config.rules[base].name,
+                                o.requests_per_unit,
+                                unit.as_str_name().to_ascii_lowercase(),
+                                allowed_overrides(config, base)
+                            ),
+                            ))
+                        }
+                    }
+                }
+                (Some(_), _) => return Err(invalid(
+                    &format!("descriptors[{i}].limit"),
+                    "a limit override applies only to a descriptor that selects a rule allowing \
+                     it, and this one selects none",
+                )),
+            };
+        let (cost, field) = cost_of(request, i, d);
+        if cost > MAX_COST {
+            return Err(invalid(
+                &field,
+                format!("must be at most {MAX_COST}, got {cost}"),
+            ));
+        }
+        leaves.push(found.map(|leaf| (leaf, cost, field)));
+    }
+    if unknown_domain {
+        metrics::counter!("floodgate_grpc_unknown_domain_total").increment(1);
+    }
+    // Limits replaced by another matched limit are not applied.
+    let mut replaced: Vec<&str> = Vec::new();
+    for (leaf, _, _) in leaves.iter().flatten() {
+        match leaf {
+            Leaf::Rule(r) => {
+                if let Some(d) = &config.rules[*r].descriptor {
+                    replaced.extend(d.replaces.iter().map(String::as_str));
+                }
+            }
+            Leaf::Unlimited { replaces } | Leaf::Blocked { replaces, .. } => {
+                replaced.extend(replaces.iter().map(String::as_str));
+            }
+        }
+    }
+    let is_replaced = |name: Option<&String>| name.is_some_and(|n| replaced.contains(&n.as_str()));
+    let mut plan = Plan::new(Arc::clone(rules));
+    let mut slots = Vec::with_capacity(leaves.len());
+    let mut blocked = false;
+    for (d, leaf) in request.descriptors.iter().zip(&leaves) {
+        let slot = match leaf {
+            None => Slot::Free,
+            Some((Leaf::Unlimited { .. }, _, _)) => Slot::Unlimited,
+            Some((
+                Leaf::Blocked {
+                    name,
+                    period,
+                    limit_name,
+                    ..
+                },
+                _,
+                _,
+            )) => {
+                if is_replaced(limit_name.as_ref()) {
+                    Slot::Free
+                } else {
+                    blocked = true;
+                    Slot::Blocked {
+                        name: name.clone(),
+                        period: *period,
+                    }
+                }
+            }
+            Some((Leaf::Rule(r), cost, field)) => {
+                let rule = &config.rules[*r];
+                let name = rule.descriptor.as_ref().and_then(|d| d.limit_name.as_ref());
+                if is_replaced(name) {
+                    Slot::Free
+                } else {
+                    // A cost above the capacity is refused (and counted) by the limiter.
+                    let item = plan.len();
+                    plan.push(*r, descriptor_key(&request.domain, d), *cost);
+                    Slot::Item {
+                        rule: *r,
+                        item,
+                        field: field.to_string(),
+                    }
+                }
+            }
+        };
+        slots.push(slot);
+    }
+    Ok((slots, plan, blocked))
+}
+
+fn allowed_overrides(config: &Config, base: usize) -> String {
+    let list: Vec<String> = config.rules[base]
+        .descriptor
+        .iter()
+        .flat_map(|d| d.overrides.iter().map(Quota::to_string))
+        .collect();
+    if list.is_empty() {
+        "none (allow them with overrides in the YAML's rate_limit, or limit_overrides in TOML)"
+            .into()
+    } else {
+        list.join(", ")
+    }
+}
+
+/// The partition key of a descriptor: its domain and entries, each escaped, so every distinct
+/// list of values has its own counter (`domain=edge|remote_address=203.0.113.7`).
+pub fn descriptor_key(domain: &str, d: &RateLimitDescriptor) -> String {
+    floodgate_tower::encode_key(
+        std::iter::once(("domain", domain.as_bytes())).chain(
+            d.entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_bytes())),
+        ),
+    )
+}
+
+/// The Envoy unit of a period, or `UNKNOWN` when it is not one unit.
+fn unit_of(period: Micros) -> Unit {
+    match period / 1_000_000 {
+        _ if period % 1_000_000 != 0 => Unit::Unknown,
+        1 => Unit::Second,
+        60 => Unit::Minute,
+        3_600 => Unit::Hour,
+        86_400 => Unit::Day,
+        604_800 => Unit::Week,
+        2_592_000 => Unit::Month,
+        31_536_000 => Unit::Year,
+        _ => Unit::Unknown,
+    }
+}
+
+fn saturating_u32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn duration(micros: Micros) -> PbDuration {
+    PbDuration {
+        seconds: i64::try_from(micros / 1_000_000).unwrap_or(i64::MAX),
+        nanos: i32::try_from((micros % 1_000_000) * 1_000).unwrap_or(0),
+    }
+}
+
+fn current_limit(name: &str, quota: &Quota) -> RateLimit {
+    RateLimit {
+        name: name.to_string(),
+        requests_per_unit: saturating_u32(quota.limit()),
+        unit: unit_of(quota.period()) as i32,
+    }
+}
+
+fn answer(
+    rules: &RuleSet,
+    slots: &[Slot],
+    verdict: &Verdict,
+    blocked: bool,
+) -> Result<RateLimitResponse, Status> {
+    match &verdict.action {
+        Action::Admit | Action::Deny => {}
+        Action::Unavailable => {
+            return Err(Status::unavailable(
+                "the rate limit store cannot be reached and a matching rule fails closed",
+            ))
+        }
+        Action::CostExceedsCapacity {
+            rule,
+            cost,
+            capacity,
+            check: Some(check),
+        } => {
+            let (i, field) = slots
+                .iter()
+                .enumerate()
+                .find_map(|(i, s)| match s {
+                    Slot::Item { item, field, .. } if item == check => Some((i, field.as_str())),
+                    _ => None,
+                })
+                .unwrap_or((0, "descriptors"));
+            return Err(invalid(
+                field,
+                format!(
+                    "descriptors[{i}] costs {cost}, above the capacity of rule {rule:?} \
+                     ({capacity} units at once): it could never be admitted"
+                ),
+            ));
+        }
+        Action::CostExceedsCapacity {
+            rule,
+            cost,
+            capacity,
+            check: None,
+        } => {
+            return Err(invalid(
+                "descriptors",
+                format!(
+                    "the descriptors for rule {rule:?} cost {cost} together, above its capacity \
+                     ({capacity} units at once): they could never be admitted"
+                ),
+            ))
+        }
+        Action::InvalidCost { rule, .. } => {
+            return Err(Status::internal(format!(
+                "rule {rule:?} reads its cost from a header, which a rate limit request has not"
+            )))
+        }
+        // Refusals of request-derived plans (a descriptor plan has none); answered whole.
+        other => return Err(Status::internal(format!("refused: {other:?}"))),
+    }
+    let outcome_of = |item: usize| verdict.outcomes.iter().find(|o| o.check == item);
+    let mut over = verdict.action == Action::Deny;
+    let statuses = slots
+        .iter()
+        .map(|slot| match slot {
+            Slot::Free => DescriptorStatus {
+                code: Code::Ok as i32,
+                ..DescriptorStatus::default()
+            },
+            Slot::Unlimited => DescriptorStatus {
+                code: Code::Ok as i32,
+                limit_remaining: u32::MAX,
+                ..DescriptorStatus::default()
+            },
+            Slot::Blocked { name, period } => {
+                over = true;
+                metrics::counter!(
+                    "floodgate_decisions_total",
+                    "rule" => name.clone(),
+                    "outcome" => "denied"
+                )
+                .increment(1);
+                DescriptorStatus {
+                    code: Code::OverLimit as i32,
+                    current_limit: Some(RateLimit {
+                        name: name.clone(),
+                        requests_per_unit: 0,
+                        unit: unit_of(*period) as i32,
+                    }),
+                    ..DescriptorStatus::default()
+                }
+            }
+            Slot::Item { rule, item, .. } => match outcome_of(*item) {
+                Some(o) => status(o),
+                // The store failed and the rule fails open: no decision was computed.
+                None => DescriptorStatus {
+                    code: Code::Ok as i32,
+                    current_limit: Some(current_limit(
+                        &rules.rules[*rule].name,
+                        rules.rules[*rule].policy.quota(),
+                    )),
+                    ..DescriptorStatus::default()
+                },
+            },
+        })
+        .collect();
+    let mut response_headers_to_add = Vec::new();
+    if !blocked {
+        // Exactly the headers the HTTP front ends write, by the same function.
+        let mut headers = http::HeaderMap::new();
+        floodgate_tower::response::apply_headers_of(&mut headers, verdict.outcomes.iter());
+        for (name, value) in &headers {
+            response_headers_to_add.push(HeaderValue {
+                key: name.as_str().to_string(),
+                value: value.to_str().unwrap_or_default().to_string(),
+                ..HeaderValue::default()
+            });
+        }
+    }
+    Ok(RateLimitResponse {
+        overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+        statuses,
+        response_headers_to_add,
+        ..RateLimitResponse::default()
+    })
+}
+
+fn status(o: &RuleOutcome) -> DescriptorStatus {
+    let d = &o.decision;
+    DescriptorStatus {
+        // A shadow rule never enforces: OK whatever it decided (counted as shadow_denied).
+        code: if d.allowed || o.shadow {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        } as i32,
+        current_limit: Some(current_limit(&o.rule, &o.quota)),
+        limit_remaining: saturating_u32(d.remaining),
+        duration_until_reset: Some(duration(d.reset_after)),
+        ..DescriptorStatus::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_of_periods() {
+        assert_eq!(unit_of(1_000_000), Unit::Second);
+        assert_eq!(unit_of(60_000_000), Unit::Minute);
+        assert_eq!(unit_of(86_400_000_000), Unit::Day);
+        assert_eq!(unit_of(10_000_000), Unit::Unknown);
+        assert_eq!(unit_of(1_500_000), Unit::Unknown);
+    }
+
+    #[test]
+    fn durations_keep_fractions() {
+        let d = duration(1_250_000);
+        assert_eq!((d.seconds, d.nanos), (1, 250_000_000));
+    }
+}

@@ -1,0 +1,867 @@
+//! `floodgate serve --grpc-listen`: Envoy's rate limit service (RLS v3) called with a tonic
+//! client against the real binary: codes, statuses, headers, `hits_addend`, limit overrides,
+//! shadow mode, unlimited, wildcards, `replaces`, all-or-nothing, failure modes with a dead
+//! Redis, reload, health and reflection.
+
+mod serve_support;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use serde_json::json;
+use serve_support::{advance, client, metric, post_json, write_atomically, Floodgate};
+use tonic::transport::Channel;
+
+type Client = RateLimitServiceClient<Channel>;
+
+/// Starts floodgate with `files` written to its directory, `--config <config>` and a gRPC
+/// listener, and connects a client.
+async fn start(files: &[(&str, &str)], config: &str, args: &[&str]) -> (Floodgate, Client) {
+    let mut all = vec!["--grpc-listen", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    let fg = Floodgate::with_files(files, config, &all);
+    let c = RateLimitServiceClient::connect(fg.grpc.clone().unwrap())
+        .await
+        .unwrap();
+    (fg, c)
+}
+
+async fn yaml(text: &str) -> (Floodgate, Client) {
+    start(&[("ratelimit.yaml", text)], "ratelimit.yaml", &[]).await
+}
+
+/// A descriptor of `(key, value)` entries.
+fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
+    d.hits_addend = Some(UInt64Value { value: hits });
+    d
+}
+
+fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors,
+        hits_addend: hits,
+    }
+}
+
+async fn call(c: &mut Client, r: RateLimitRequest) -> RateLimitResponse {
+    c.should_rate_limit(r).await.unwrap().into_inner()
+}
+
+async fn one(c: &mut Client, domain: &str, entries: &[(&str, &str)]) -> RateLimitResponse {
+    call(c, request(domain, vec![desc(entries)], 0)).await
+}
+
+fn code(r: &RateLimitResponse) -> Code {
+    Code::try_from(r.overall_code).unwrap()
+}
+
+fn codes(r: &RateLimitResponse) -> Vec<Code> {
+    r.statuses
+        .iter()
+        .map(|s| Code::try_from(s.code).unwrap())
+        .collect()
+}
+
+fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    r.response_headers_to_add
+        .iter()
+        .find(|h| h.key.eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+fn remaining(s: &DescriptorStatus) -> u32 {
+    s.limit_remaining
+}
+
+const FIVE_PER_MINUTE: &str = "\
+domain: rl
+descriptors:
+  - key: generic_key
+    value: five
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+  - key: generic_key
+    value: big
+    rate_limit:
+      name: big
+      unit: minute
+      requests_per_unit: 10
+";
+
+#[tokio::test]
+async fn codes_statuses_and_headers_of_a_five_per_minute_descriptor() {
+    let (_fg, mut c) = yaml(FIVE_PER_MINUTE).await;
+    for i in 0..5u32 {
+        let r = one(&mut c, "rl", &[("generic_key", "five")]).await;
+        assert_eq!(code(&r), Code::Ok, "call {i}");
+        let s = &r.statuses[0];
+        assert_eq!(remaining(s), 4 - i);
+        let limit = s.current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+            ("rl.generic_key_five", 5, 2),
+            "named by its path (no name given), unit MINUTE"
+        );
+        let reset = s.duration_until_reset.unwrap();
+        assert!(reset.seconds > 0 && reset.seconds <= 60, "{reset:?}");
+        assert_eq!(
+            header(&r, "ratelimit-policy"),
+            Some("\"rl.generic_key_five\";q=5;w=60")
+        );
+        assert!(header(&r, "ratelimit")
+            .unwrap()
+            .starts_with(&format!("\"rl.generic_key_five\";r={};t=", 4 - i)));
+        assert_eq!(header(&r, "retry-after"), None);
+    }
+    let r = one(&mut c, "rl", &[("generic_key", "five")]).await;
+    assert_eq!(code(&r), Code::OverLimit);
+    assert_eq!(codes(&r), vec![Code::OverLimit]);
+    assert_eq!(remaining(&r.statuses[0]), 0);
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    // A named rate_limit is named by its name.
+    let r = one(&mut c, "rl", &[("generic_key", "big")]).await;
+    assert_eq!(r.statuses[0].current_limit.as_ref().unwrap().name, "big");
+    // No match and an unknown domain: OK without a limit.
+    let r = one(&mut c, "rl", &[("generic_key", "other")]).await;
+    assert_eq!(code(&r), Code::Ok);
+    assert!(r.statuses[0].current_limit.is_none());
+    assert!(r.response_headers_to_add.is_empty());
+    let r = one(&mut c, "nope", &[("generic_key", "five")]).await;
+    assert_eq!(code(&r), Code::Ok);
+}
+
+/// The same rule (TOML, with a domain) decided through gRPC and `/v1/check` writes the same
+/// `RateLimit-Policy`, `RateLimit` and `Retry-After` at every step.
+#[tokio::test]
+async fn headers_are_exactly_the_http_front_ends() {
+    let toml = r#"
+[[rules]]
+name = "per-key"
+algorithm = "gcra"
+limit = "3/10s"
+domain = "rl"
+descriptors = [{ key = "k" }]
+"#;
+    let (fg, mut c) = start(&[("f.toml", toml)], "f.toml", &[]).await;
+    let http = client();
+    for i in 0..5 {
+        let r = one(&mut c, "rl", &[("k", "a")]).await;
+        let (status, h, _) = post_json(
+            &http,
+            &fg.url("/v1/check"),
+            &json!({"rule": "per-key", "key": "a"}),
+        )
+        .await;
+        assert_eq!(status == 200, code(&r) == Code::Ok, "step {i}");
+        for name in ["ratelimit-policy", "ratelimit", "retry-after"] {
+            assert_eq!(
+                header(&r, name),
+                h.get(name).map(|v| v.to_str().unwrap()),
+                "step {i}: {name}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn hits_addend_at_request_and_descriptor_level() {
+    let (_fg, mut c) = yaml(
+        FIVE_PER_MINUTE
+            .replace(
+                "requests_per_unit: 10",
+                "requests_per_unit: 10\n      algorithm: token_bucket",
+            )
+            .as_str(),
+    )
+    .await;
+    let big = || desc(&[("generic_key", "big")]);
+    // Request level 0 is unset, i.e. 1.
+    let r = call(&mut c, request("rl", vec![big()], 0)).await;
+    assert_eq!(remaining(&r.statuses[0]), 9);
+    // Request level N.
+    let r = call(&mut c, request("rl", vec![big()], 3)).await;
+    assert_eq!(remaining(&r.statuses[0]), 6);
+    // Descriptor level overrides the request's.
+    let r = call(&mut c, request("rl", vec![with_hits(big(), 2)], 4)).await;
+    assert_eq!(remaining(&r.statuses[0]), 4);
+    // Descriptor level 0: report only, nothing charged.
+    let r = call(&mut c, request("rl", vec![with_hits(big(), 0)], 4)).await;
+    assert_eq!((code(&r), remaining(&r.statuses[0])), (Code::Ok, 4));
+    // More than is left: over the limit, nothing charged.
+    let r = call(&mut c, request("rl", vec![with_hits(big(), 5)], 0)).await;
+    assert_eq!(code(&r), Code::OverLimit);
+    let r = call(&mut c, request("rl", vec![with_hits(big(), 4)], 0)).await;
+    assert_eq!((code(&r), remaining(&r.statuses[0])), (Code::Ok, 0));
+    // Report only on an exhausted key still answers.
+    let r = call(&mut c, request("rl", vec![with_hits(big(), 0)], 0)).await;
+    assert_eq!(remaining(&r.statuses[0]), 0);
+    // Above the capacity: an error, never OK.
+    for r in [
+        request("rl", vec![with_hits(big(), 11)], 0),
+        request("rl", vec![big()], 11),
+    ] {
+        let e = c.should_rate_limit(r).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().contains("hits_addend"), "{}", e.message());
+        assert!(e.message().contains("capacity"), "{}", e.message());
+    }
+    // Two descriptors of one rule and key that together exceed it: an error too.
+    let e = c
+        .should_rate_limit(request(
+            "rl",
+            vec![with_hits(big(), 6), with_hits(big(), 6)],
+            0,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{}", e.message());
+}
+
+#[tokio::test]
+async fn a_limit_override_is_decided_by_its_own_rule_only_where_allowed() {
+    let (_fg, mut c) = yaml(
+        "\
+domain: rl
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+      overrides:
+        - requests_per_unit: 3
+          unit: hour
+  - key: plain
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+",
+    )
+    .await;
+    let over = |mut d: RateLimitDescriptor, n: u32, unit: i32| {
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: n,
+            unit,
+        });
+        d
+    };
+    const HOUR: i32 = 3;
+    for expected in [2, 1, 0] {
+        let r = call(
+            &mut c,
+            request("rl", vec![over(desc(&[("user", "u")]), 3, HOUR)], 0),
+        )
+        .await;
+        assert_eq!(code(&r), Code::Ok);
+        let s = &r.statuses[0];
+        assert_eq!(remaining(s), expected);
+        let limit = s.current_limit.as_ref().unwrap();
+        assert_eq!((limit.requests_per_unit, limit.unit), (3, HOUR));
+        assert_eq!(limit.name, "rl.user@3/h");
+    }
+    let r = call(
+        &mut c,
+        request("rl", vec![over(desc(&[("user", "u")]), 3, HOUR)], 0),
+    )
+    .await;
+    assert_eq!(code(&r), Code::OverLimit);
+    // The configured quota's counters are its own.
+    let r = one(&mut c, "rl", &[("user", "u")]).await;
+    assert_eq!((code(&r), remaining(&r.statuses[0])), (Code::Ok, 1));
+    // An override the configuration does not allow is an error naming the field.
+    for d in [
+        over(desc(&[("user", "u")]), 4, HOUR),
+        over(desc(&[("plain", "p")]), 3, HOUR),
+        over(desc(&[("nothing", "x")]), 3, HOUR),
+    ] {
+        let e = c
+            .should_rate_limit(request("rl", vec![d], 0))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(
+            e.message().starts_with("descriptors[0].limit"),
+            "{}",
+            e.message()
+        );
+    }
+}
+
+#[tokio::test]
+async fn shadow_mode_never_denies_and_is_counted() {
+    let (fg, mut c) = yaml(
+        "\
+domain: rl
+descriptors:
+  - key: user
+    shadow_mode: true
+    rate_limit:
+      name: shadowed
+      unit: second
+      requests_per_unit: 2
+",
+    )
+    .await;
+    for _ in 0..4 {
+        let r = one(&mut c, "rl", &[("user", "u")]).await;
+        assert_eq!(code(&r), Code::Ok);
+        assert_eq!(codes(&r), vec![Code::Ok]);
+        assert!(
+            r.response_headers_to_add.is_empty(),
+            "a shadow rule sends no headers"
+        );
+    }
+    let http = client();
+    let series =
+        |o: &str| format!("floodgate_decisions_total{{rule=\"shadowed\",outcome=\"{o}\"}}");
+    assert_eq!(
+        metric(&http, &fg, &series("shadow_allowed")).await,
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(&http, &fg, &series("shadow_denied")).await,
+        Some(2.0)
+    );
+}
+
+#[tokio::test]
+async fn all_descriptors_are_decided_all_or_nothing() {
+    let (_fg, mut c) = yaml(FIVE_PER_MINUTE).await;
+    for _ in 0..5 {
+        one(&mut c, "rl", &[("generic_key", "five")]).await;
+    }
+    let both = || {
+        request(
+            "rl",
+            vec![
+                desc(&[("generic_key", "big")]),
+                desc(&[("generic_key", "five")]),
+            ],
+            0,
+        )
+    };
+    let r = call(&mut c, both()).await;
+    assert_eq!(code(&r), Code::OverLimit);
+    assert_eq!(codes(&r), vec![Code::Ok, Code::OverLimit]);
+    assert_eq!(remaining(&r.statuses[0]), 10, "nothing charged");
+    // Nothing was charged under the admitting descriptor: its next lone call is its first.
+    let r = one(&mut c, "rl", &[("generic_key", "big")]).await;
+    assert_eq!(remaining(&r.statuses[0]), 9);
+    // Headers list both rules; Retry-After is the denying one's.
+    let r = call(&mut c, both()).await;
+    assert_eq!(
+        header(&r, "ratelimit-policy"),
+        Some("\"big\";q=10;w=60, \"rl.generic_key_five\";q=5;w=60")
+    );
+    assert!(header(&r, "retry-after").is_some());
+}
+
+#[tokio::test]
+async fn unlimited_wildcards_and_replaces() {
+    let (_fg, mut c) = yaml(
+        "\
+domain: rl
+descriptors:
+  - key: ldap
+    rate_limit:
+      unlimited: true
+  - key: path
+    value: /api/*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+  - key: key_1
+    value: value_1
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          name: specific_limit
+          requests_per_unit: 5
+          unit: second
+  - key: key_2
+    value: value_2
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          replaces:
+            - name: specific_limit
+          requests_per_unit: 10
+          unit: second
+",
+    )
+    .await;
+    let r = one(&mut c, "rl", &[("ldap", "x")]).await;
+    assert_eq!(code(&r), Code::Ok);
+    assert_eq!(remaining(&r.statuses[0]), u32::MAX);
+    assert!(r.statuses[0].current_limit.is_none());
+    // Every value matching the wildcard has its own counter; the rule is named by its pattern.
+    for path in ["/api/a", "/api/b"] {
+        let r = one(&mut c, "rl", &[("path", path)]).await;
+        assert_eq!(code(&r), Code::Ok, "{path}");
+        assert_eq!(
+            r.statuses[0].current_limit.as_ref().unwrap().name,
+            "rl.path_/api/*"
+        );
+        assert_eq!(
+            code(&one(&mut c, "rl", &[("path", path)]).await),
+            Code::OverLimit
+        );
+    }
+    assert!(one(&mut c, "rl", &[("path", "/other")]).await.statuses[0]
+        .current_limit
+        .is_none());
+    // replaces: with both, only the replacing limit applies and the replaced one is untouched.
+    let one_key = |k: &str, v: &str| desc(&[(k, v), ("user", "bkthomps")]);
+    let r = call(
+        &mut c,
+        request(
+            "rl",
+            vec![one_key("key_1", "value_1"), one_key("key_2", "value_2")],
+            0,
+        ),
+    )
+    .await;
+    assert_eq!(code(&r), Code::Ok);
+    assert!(r.statuses[0].current_limit.is_none(), "replaced");
+    assert_eq!(remaining(&r.statuses[1]), 9);
+    let r = call(&mut c, request("rl", vec![one_key("key_1", "value_1")], 0)).await;
+    assert_eq!(
+        remaining(&r.statuses[0]),
+        4,
+        "the replaced limit was not charged"
+    );
+}
+
+#[tokio::test]
+async fn store_failure_follows_each_rules_failure_mode() {
+    // A port nothing listens on: every store call fails.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let (fg, mut c) = start(
+        &[(
+            "ratelimit.yaml",
+            "\
+domain: rl
+descriptors:
+  - key: open
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+  - key: closed
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+      failure_mode: closed
+",
+        )],
+        "ratelimit.yaml",
+        &["--store", &url],
+    )
+    .await;
+    let r = one(&mut c, "rl", &[("open", "x")]).await;
+    assert_eq!(code(&r), Code::Ok);
+    let e = c
+        .should_rate_limit(request("rl", vec![desc(&[("closed", "x")])], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    // Both counted as on every other path.
+    let http = client();
+    let series = |rule: &str, o: &str| {
+        format!("floodgate_decisions_total{{rule=\"rl.{rule}\",outcome=\"{o}\"}}")
+    };
+    assert_eq!(
+        metric(&http, &fg, &series("open", "error_open")).await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&http, &fg, &series("closed", "error_closed")).await,
+        Some(1.0)
+    );
+    assert!(
+        metric(
+            &http,
+            &fg,
+            "floodgate_grpc_requests_total{method=\"ShouldRateLimit\",code=\"unavailable\"}"
+        )
+        .await
+            >= Some(1.0)
+    );
+}
+
+#[tokio::test]
+async fn a_changed_yaml_file_is_reloaded() {
+    let (fg, mut c) = start(
+        &[("a.yaml", FIVE_PER_MINUTE)],
+        ".",
+        &["--watch-interval", "100ms"],
+    )
+    .await;
+    let r = one(&mut c, "rl", &[("generic_key", "five")]).await;
+    assert_eq!(remaining(&r.statuses[0]), 4);
+    // A second domain file and a changed limit.
+    write_atomically(
+        &fg.dir().join("b.yaml"),
+        "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    );
+    write_atomically(
+        &fg.dir().join("a.yaml"),
+        &FIVE_PER_MINUTE.replace("requests_per_unit: 5", "requests_per_unit: 7"),
+    );
+    let http = client();
+    let mut reloaded = false;
+    for _ in 0..100 {
+        let r = one(&mut c, "other", &[("k", "x")]).await;
+        let a = one(&mut c, "rl", &[("generic_key", "five")]).await;
+        if r.statuses[0].current_limit.is_some()
+            && a.statuses[0]
+                .current_limit
+                .as_ref()
+                .unwrap()
+                .requests_per_unit
+                == 7
+        {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(reloaded, "{}", fg.logs());
+    // An invalid file keeps the configuration in force.
+    write_atomically(&fg.dir().join("b.yaml"), "domain: other\nbogus: 1\n");
+    let mut rejected = false;
+    for _ in 0..100 {
+        if metric(
+            &http,
+            &fg,
+            "floodgate_config_reloads_total{result=\"error\"}",
+        )
+        .await
+            >= Some(1.0)
+        {
+            rejected = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(rejected);
+    assert!(
+        fg.logs().contains("b.yaml:2: bogus: unknown field"),
+        "{}",
+        fg.logs()
+    );
+    let r = one(&mut c, "other", &[("k", "y")]).await;
+    assert!(r.statuses[0].current_limit.is_some());
+}
+
+#[tokio::test]
+async fn health_and_reflection_answer() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let (fg, _c) = yaml(FIVE_PER_MINUTE).await;
+    let channel = Channel::from_shared(fg.grpc.clone().unwrap())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(channel.clone());
+    for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+        let r = h
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, 1, "SERVING for {service:?}");
+    }
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    let mut r = ServerReflectionClient::new(channel);
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = r
+        .server_reflection_info(tokio_stream_once(req))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = stream.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("{answer:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(
+        names.contains(&"grpc.health.v1.Health".to_string()),
+        "{names:?}"
+    );
+}
+
+fn tokio_stream_once<T: Send + 'static>(item: T) -> impl futures_core_stream::Stream<Item = T> {
+    futures_core_stream::once(item)
+}
+
+/// A one-item stream without another dependency.
+mod futures_core_stream {
+    pub use tonic::codegen::tokio_stream::{once, Stream};
+}
+
+#[tokio::test]
+async fn invalid_requests_are_errors_naming_the_field() {
+    let (_fg, mut c) = yaml(FIVE_PER_MINUTE).await;
+    for (r, field) in [
+        (request("", vec![desc(&[("k", "v")])], 0), "domain"),
+        (request("rl", vec![], 0), "descriptors"),
+        (request("rl", vec![desc(&[])], 0), "descriptors[0].entries"),
+        (
+            request(
+                "rl",
+                vec![RateLimitDescriptor {
+                    is_negative_hits: true,
+                    ..desc(&[("k", "v")])
+                }],
+                0,
+            ),
+            "descriptors[0].is_negative_hits",
+        ),
+    ] {
+        let e = c.should_rate_limit(r).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().starts_with(field), "{field}: {}", e.message());
+    }
+}
+
+/// A fixed window (the YAML's default) resets at the wall-clock window edge, as
+/// envoyproxy/ratelimit's does: `duration_until_reset` counts down to it.
+#[tokio::test]
+async fn the_fixed_window_resets_at_the_unit_edge() {
+    let (fg, mut c) = yaml(FIVE_PER_MINUTE).await;
+    let http = client();
+    for _ in 0..5 {
+        one(&mut c, "rl", &[("generic_key", "five")]).await;
+    }
+    let r = one(&mut c, "rl", &[("generic_key", "five")]).await;
+    assert_eq!(code(&r), Code::OverLimit);
+    // The manual clock starts on a minute boundary (see serve_support::START_US).
+    let reset = r.statuses[0].duration_until_reset.unwrap();
+    assert_eq!((reset.seconds, reset.nanos), (60, 0));
+    advance(&http, &fg, 59_000_000).await;
+    assert_eq!(
+        code(&one(&mut c, "rl", &[("generic_key", "five")]).await),
+        Code::OverLimit
+    );
+    advance(&http, &fg, 1_000_000).await;
+    let r = one(&mut c, "rl", &[("generic_key", "five")]).await;
+    assert_eq!((code(&r), remaining(&r.statuses[0])), (Code::Ok, 4));
+}
+
+/// envoyproxy/ratelimit's README examples (tests/envoy_examples, one domain per file) loaded
+/// as a directory, unchanged, decide as its documentation says.
+#[tokio::test]
+async fn readme_examples_decide_as_documented() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/envoy_examples");
+    let files: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_str().unwrap().to_string(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
+        .collect();
+    let borrowed: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    let (_fg, mut c) = start(&borrowed, ".", &[]).await;
+    // 1: 500 per second for ("database", "users").
+    let users = || desc(&[("database", "users")]);
+    let r = call(
+        &mut c,
+        request("mongo_cps", vec![with_hits(users(), 500)], 0),
+    )
+    .await;
+    assert_eq!((code(&r), remaining(&r.statuses[0])), (Code::Ok, 0));
+    assert_eq!(
+        code(&call(&mut c, request("mongo_cps", vec![users()], 0)).await),
+        Code::OverLimit
+    );
+    let r = one(&mut c, "mongo_cps", &[("database", "default")]).await;
+    assert_eq!(remaining(&r.statuses[0]), 499, "its own limit");
+    // 2: 5 marketing messages a day per number, inside 100 per number; a logical OR.
+    let marketing = |n: &str| {
+        request(
+            "messaging",
+            vec![
+                desc(&[("message_type", "marketing"), ("to_number", n)]),
+                desc(&[("to_number", n)]),
+            ],
+            0,
+        )
+    };
+    for _ in 0..5 {
+        assert_eq!(code(&call(&mut c, marketing("2061111111")).await), Code::Ok);
+    }
+    let r = call(&mut c, marketing("2061111111")).await;
+    assert_eq!(code(&r), Code::OverLimit);
+    assert_eq!(codes(&r), vec![Code::OverLimit, Code::Ok]);
+    assert_eq!(code(&call(&mut c, marketing("2062222222")).await), Code::Ok);
+    // 3: 10 per second per address; 50.0.0.5 is blocked.
+    let r = one(
+        &mut c,
+        "edge_proxy_per_ip",
+        &[("remote_address", "50.0.0.5")],
+    )
+    .await;
+    assert_eq!(code(&r), Code::OverLimit);
+    let limit = r.statuses[0].current_limit.as_ref().unwrap();
+    assert_eq!(limit.requests_per_unit, 0);
+    let r = one(
+        &mut c,
+        "edge_proxy_per_ip",
+        &[("remote_address", "50.0.0.1")],
+    )
+    .await;
+    assert_eq!((code(&r), remaining(&r.statuses[0])), (Code::Ok, 9));
+    // 4: one level of request against two levels of configuration: no limit.
+    let r = one(&mut c, "example4", &[("key", "value")]).await;
+    assert!(r.statuses[0].current_limit.is_none());
+    let r = one(
+        &mut c,
+        "example4",
+        &[("key", "value"), ("subkey", "subvalue")],
+    )
+    .await;
+    assert_eq!(remaining(&r.statuses[0]), 299);
+    // 5: unlimited is OK with the largest remaining count.
+    let r = one(&mut c, "internal", &[("ldap", "x")]).await;
+    assert_eq!((code(&r), remaining(&r.statuses[0])), (Code::Ok, u32::MAX));
+    // 6: user-a is never limited (shadow), user-b is at 20 per second.
+    for _ in 0..25 {
+        let a = one(
+            &mut c,
+            "example6",
+            &[("service", "auth-service"), ("user", "user-a")],
+        )
+        .await;
+        assert_eq!(code(&a), Code::Ok);
+    }
+    let b = || desc(&[("service", "auth-service"), ("user", "user-b")]);
+    let r = call(&mut c, request("example6", vec![with_hits(b(), 20)], 0)).await;
+    assert_eq!(code(&r), Code::Ok);
+    assert_eq!(
+        code(&call(&mut c, request("example6", vec![b()], 0)).await),
+        Code::OverLimit
+    );
+    // 7: with both descriptors only the replacing 10 per second applies.
+    let both = || {
+        request(
+            "example7",
+            vec![
+                desc(&[("key_1", "value_1"), ("user", "bkthomps")]),
+                desc(&[("key_2", "value_2"), ("user", "bkthomps")]),
+            ],
+            0,
+        )
+    };
+    for _ in 0..10 {
+        assert_eq!(code(&call(&mut c, both()).await), Code::Ok);
+    }
+    assert_eq!(code(&call(&mut c, both()).await), Code::OverLimit);
+    let r = one(
+        &mut c,
+        "example7",
+        &[("key_1", "value_1"), ("user", "bkthomps")],
+    )
+    .await;
+    assert_eq!(
+        remaining(&r.statuses[0]),
+        4,
+        "the 5 per second limit was untouched"
+    );
+    // 8: values not listed share the key's limit and have their own counters.
+    let r = one(&mut c, "example8", &[("key1", "unspecified_value")]).await;
+    assert_eq!(remaining(&r.statuses[0]), 9);
+    let r = one(&mut c, "example8", &[("key1", "value1")]).await;
+    assert_eq!(remaining(&r.statuses[0]), 19);
+    // 9: wildcards.
+    let r = one(
+        &mut c,
+        "example9",
+        &[("route", "/api/v1/resource/123/action")],
+    )
+    .await;
+    assert_eq!(remaining(&r.statuses[0]), 19);
+    let r = one(&mut c, "example9", &[("path", "/api/123/other")]).await;
+    assert!(r.statuses[0].current_limit.is_none());
+}
+
+/// Health follows readiness: NOT_SERVING from SIGTERM on, while --shutdown-delay still serves.
+#[tokio::test]
+async fn health_turns_not_serving_when_shutdown_begins() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let (fg, _c) = start(
+        &[("ratelimit.yaml", FIVE_PER_MINUTE)],
+        "ratelimit.yaml",
+        &["--shutdown-delay", "10s"],
+    )
+    .await;
+    let channel = Channel::from_shared(fg.grpc.clone().unwrap())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(channel);
+    let status = |h: &mut HealthClient<Channel>| {
+        let mut h = h.clone();
+        async move {
+            h.check(HealthCheckRequest {
+                service: "envoy.service.ratelimit.v3.RateLimitService".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+        }
+    };
+    assert_eq!(status(&mut h).await, 1);
+    fg.signal("TERM");
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        let s = status(&mut h).await;
+        seen.push(s);
+        if s == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen.last(), Some(&2), "NOT_SERVING: {seen:?}");
+}
