@@ -421,11 +421,13 @@ fn redis_killed_and_restarted_errors_are_bounded_and_recovery_is_automatic() {
         assert!(store.check(&[i]).await.unwrap().allowed);
 
         server.kill();
-        // Redis stays dead for longer than the breaker window: no success since the check
-        // above, so failures may open the breaker.
-        breaker_clock.advance(window_us());
         let mut errors = Vec::new();
-        for _ in 0..8 {
+        for n in 0..8 {
+            // Redis stays dead for longer than the breaker window after the first failed
+            // call, so later failures may open the breaker.
+            if n == 1 {
+                breaker_clock.advance(window_us());
+            }
             let started = tokio::time::Instant::now();
             let e = store.check(&[i]).await.unwrap_err();
             let waited = started.elapsed();
@@ -590,11 +592,14 @@ fn a_frozen_redis_times_out_opens_the_breaker_and_recovers_after_cont() {
         assert!(store.check(&[i]).await.unwrap().allowed);
 
         signal("-STOP");
-        // Frozen for longer than the breaker window (the clock stands for that wait).
-        breaker_clock.advance(window_us());
+        // Frozen for longer than the breaker window after the first call failed (the clock
+        // stands for that wait).
         for n in 0..5 {
             let e = store.check(&[i]).await.unwrap_err();
             assert!(matches!(e, StoreError::Timeout { .. }), "#{n}: {e}");
+            if n == 0 {
+                breaker_clock.advance(window_us());
+            }
         }
         // Open: the next calls fail fast with the breaker's error, never reaching the frozen
         // server (a call that did would end in a timeout instead).
@@ -603,6 +608,71 @@ fn a_frozen_redis_times_out_opens_the_breaker_and_recovers_after_cont() {
             assert!(e.to_string().contains("circuit breaker"), "{e}");
         }
 
+        signal("-CONT");
+        let recovered = recovers(
+            &store,
+            i,
+            &breaker_clock,
+            cool_down,
+            Duration::from_millis(20),
+        )
+        .await;
+        assert!(recovered, "no recovery after SIGCONT");
+    });
+}
+
+/// Issue 10, item 2: after 12 s without traffic, a 100 ms stall of Redis opened the breaker
+/// at the fifth failure ("no success for the window" was measured from the last success, 12 s
+/// before), and thousands of requests went to the failure mode after Redis was healthy again.
+/// Idle time is not failure: a stall shorter than the window opens nothing; one longer than
+/// the window opens it once its first failed call started a window ago. The real server is
+/// frozen with SIGSTOP; the breaker's manual clock stands for the idle time and the stall.
+#[test]
+fn a_short_stall_after_an_idle_period_does_not_open_the_breaker() {
+    let server = RedisServer::start().unwrap();
+    let signal = signaller(&server);
+    let rt = multi_thread_runtime(2).unwrap();
+    rt.block_on(async {
+        let (store, breaker_clock, cool_down) =
+            breaker_store(&server, Duration::from_millis(50)).await;
+        let p = policy(AlgorithmKind::Gcra, "100000/s");
+        let i = item("idle-stall", &p, "k", 1);
+        assert!(store.check(&[i]).await.unwrap().allowed);
+
+        // 12 s idle, then a 90 ms stall: ten calls 10 ms apart, every one timed out.
+        breaker_clock.advance(12_000_000);
+        signal("-STOP");
+        for n in 0..10 {
+            if n > 0 {
+                breaker_clock.advance(10_000);
+            }
+            let e = store.check(&[i]).await.unwrap_err();
+            assert!(
+                matches!(e, StoreError::Timeout { .. }),
+                "short stall #{n}: {e}"
+            );
+        }
+        signal("-CONT");
+        // Still closed: the next call goes to Redis at once (no cool-down) and is decided.
+        let r = store.check(&[i]).await;
+        assert!(r.as_ref().is_ok_and(|d| d.allowed), "{r:?}");
+
+        // 12 s idle again, then a stall longer than the window: calls 50 ms apart. The
+        // breaker opens at the sixth failure (five failures, the first 250 ms before).
+        breaker_clock.advance(12_000_000);
+        signal("-STOP");
+        for n in 0..6 {
+            if n > 0 {
+                breaker_clock.advance(window_us() / 5);
+            }
+            let e = store.check(&[i]).await.unwrap_err();
+            assert!(
+                matches!(e, StoreError::Timeout { .. }),
+                "long stall #{n}: {e}"
+            );
+        }
+        let e = store.check(&[i]).await.unwrap_err();
+        assert!(e.to_string().contains("circuit breaker"), "{e}");
         signal("-CONT");
         let recovered = recovers(
             &store,
@@ -1063,9 +1133,11 @@ fn readiness_fails_while_the_breaker_is_open() {
         let i = item("ready", &p, "k", 1);
         assert!(store.check(&[i]).await.unwrap().allowed);
         server.kill();
-        clock.advance(window_us());
-        for _ in 0..5 {
+        for n in 0..5 {
             assert!(store.check(&[i]).await.is_err());
+            if n == 0 {
+                clock.advance(window_us());
+            }
         }
         let e = store.readiness().await.unwrap_err();
         assert!(e.to_string().contains("circuit breaker"), "{e}");

@@ -151,8 +151,9 @@ pub struct RedisConfig {
     /// `timeout_ms`: longest wait for one store call, 1 to 60,000 ms. Default 50 (see
     /// [`DEFAULT_REDIS_TIMEOUT_MS`] for the trade-off).
     pub timeout_ms: u64,
-    /// `breaker_window_ms`: the circuit breaker opens only when Redis has produced no success
-    /// for this long (and at least 5 calls failed since the last success), 0 to 60,000 ms.
+    /// `breaker_window_ms`: the circuit breaker opens only when Redis has failed every call
+    /// for this long, counted from the first failed call since the last success (and at least
+    /// 5 calls failed), 0 to 60,000 ms.
     /// Default 250; 0 opens after 5 consecutive failures whatever the time (see
     /// `docs/redis.md`, "Failures").
     pub breaker_window_ms: u64,

@@ -39,8 +39,9 @@
 //! failures are [`StoreError::Unavailable`]. Connections are multiplexed (concurrent calls are
 //! pipelined on one connection) and re-established in the background after a loss. After
 //! [`RedisStoreConfig::breaker_failures`] failures with no success for
-//! [`RedisStoreConfig::breaker_window`] (so a stall that times out many concurrent calls at once
-//! does not count as an outage; see `breaker.rs`) a circuit breaker fails every call
+//! [`RedisStoreConfig::breaker_window`] since the current failures began (so a stall that times
+//! out many concurrent calls at once, even after an idle period, does not count as an outage;
+//! see `breaker.rs`) a circuit breaker fails every call
 //! at once for [`RedisStoreConfig::breaker_cool_down`], then lets one probe through; decisions
 //! return to Redis on the first successful probe. What a failed call means for the request
 //! (open, closed, or the local fallback of [`FallbackStore`](crate::fallback::FallbackStore)) is
@@ -117,10 +118,12 @@ pub struct RedisStoreConfig {
     /// Failures since the last success that, with [`breaker_window`](Self::breaker_window),
     /// open the circuit breaker. Default 5.
     pub breaker_failures: u32,
-    /// The breaker opens only when no call has succeeded for this long (and
-    /// `breaker_failures` calls failed): a stall that times out many concurrent calls at once
-    /// does not open it, a dead Redis does, this long after its last success. Default 250 ms;
-    /// zero opens on `breaker_failures` consecutive failures alone.
+    /// The breaker opens only when Redis has been failing for this long: no call has
+    /// succeeded since the first failed call of the current streak started (and
+    /// `breaker_failures` calls failed). Idle time does not count: a stall that times out many
+    /// concurrent calls at once does not open it, even after minutes without traffic; a dead
+    /// Redis does, this long after the first call that failed. Default 250 ms; zero opens on
+    /// `breaker_failures` consecutive failures alone.
     pub breaker_window: Duration,
     /// How long an open breaker fails fast before letting one probe through. Default 1 s.
     pub breaker_cool_down: Duration,
