@@ -13,8 +13,12 @@
 //!
 //! Open: calls fail at once with [`StoreError::Unavailable`] for `cool_down`. Then it lets
 //! exactly one call through as a probe (half-open): success closes it, failure opens it for
-//! another `cool_down`. Time comes from the store's [`Clock`], so tests drive it with a
-//! `ManualClock`.
+//! another `cool_down`. Besides, while it is open the store keeps one *recovery watch* going
+//! (`RedisStore`'s `watch_recovery`): a `PING` that waits for the background reconnection, and
+//! whose success closes the breaker at once ([`Breaker::recovered`]), so decisions return to
+//! Redis as soon as it answers again instead of at the next cool-down's probe (which, sent
+//! before the reconnection finished, timed out and cost another whole cool-down). Time comes
+//! from the store's [`Clock`], so tests drive it with a `ManualClock`.
 //!
 //! # Why not "N consecutive failures" alone
 //! With many calls in flight on one multiplexed connection, one slow moment (a scheduling
@@ -58,6 +62,8 @@ pub(crate) struct Breaker {
     open_until: AtomicU64,
     /// A probe is in flight (half-open): other calls keep failing fast.
     probing: AtomicBool,
+    /// A recovery watch is running (see the module docs).
+    watching: AtomicBool,
 }
 
 /// Permission to call Redis; report the outcome with [`Breaker::record`].
@@ -84,6 +90,7 @@ impl Breaker {
             open: AtomicBool::new(false),
             open_until: AtomicU64::new(0),
             probing: AtomicBool::new(false),
+            watching: AtomicBool::new(false),
         }
     }
 
@@ -118,14 +125,8 @@ impl Breaker {
     pub(crate) fn record(&self, permit: Permit, ok: bool, clock: &dyn Clock) {
         let now: Timestamp = clock.now();
         if ok {
-            self.consecutive_failures.store(0, Ordering::Release);
-            self.streak_start.store(0, Ordering::Release);
-            self.last_success.fetch_max(now, Ordering::AcqRel);
             self.probing.store(false, Ordering::Release);
-            if self.open.swap(false, Ordering::AcqRel) {
-                tracing::info!("redis store recovered: circuit breaker closed");
-                metrics::gauge!("floodgate_store_breaker_open").set(0.0);
-            }
+            self.succeeded(now, "a call succeeded");
             return;
         }
         let failures = self
@@ -181,6 +182,39 @@ impl Breaker {
                 metrics::gauge!("floodgate_store_breaker_open").set(1.0);
             }
         }
+    }
+
+    /// Redis answered the recovery watch's `PING` at `clock`'s now: close the breaker (a
+    /// probe still in flight keeps its slot and reports its own outcome).
+    pub(crate) fn recovered(&self, clock: &dyn Clock) {
+        self.succeeded(clock.now(), "redis answered the recovery PING");
+    }
+
+    fn succeeded(&self, now: Timestamp, how: &'static str) {
+        self.consecutive_failures.store(0, Ordering::Release);
+        self.streak_start.store(0, Ordering::Release);
+        self.last_success.fetch_max(now, Ordering::AcqRel);
+        if self.open.swap(false, Ordering::AcqRel) {
+            tracing::info!(how, "redis store recovered: circuit breaker closed");
+            metrics::gauge!("floodgate_store_breaker_open").set(0.0);
+        }
+    }
+
+    /// `true` when the caller should start the recovery watch: the breaker is open and no
+    /// watch runs. The caller must call [`Breaker::watch_ended`] when its watch ends.
+    pub(crate) fn start_watch(&self) -> bool {
+        self.is_open()
+            && self
+                .watching
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    /// The recovery watch ended. `true` when it must go on after all: the breaker opened again
+    /// meanwhile and no other watch started.
+    pub(crate) fn watch_ended(&self) -> bool {
+        self.watching.store(false, Ordering::Release);
+        self.start_watch()
     }
 
     /// A permitted call ended without an outcome (its future was dropped: the caller gave up,
@@ -361,6 +395,28 @@ mod tests {
             call(&b, &clock, false);
         }
         assert!(b.is_open());
+    }
+
+    /// The recovery watch's PING closes an open breaker at once (no cool-down), and a probe
+    /// in flight then fails without reopening it. One watch at a time.
+    #[test]
+    fn a_recovery_ping_closes_the_breaker_at_once() {
+        let clock = ManualClock::new(10_000_000);
+        let b = Breaker::new(1, 1_000_000, 0);
+        assert!(!b.start_watch(), "closed: nothing to watch");
+        call(&b, &clock, false);
+        assert!(b.is_open());
+        assert!(b.start_watch());
+        assert!(!b.start_watch(), "one watch at a time");
+        clock.advance(1_000_000);
+        let probe = b.permit(&clock).unwrap();
+        assert!(probe.probe);
+        b.recovered(&clock);
+        assert!(!b.is_open());
+        assert!(!b.watch_ended());
+        b.record(probe, false, &clock);
+        assert!(!b.is_open());
+        assert!(!b.permit(&clock).unwrap().probe);
     }
 
     /// A probe whose caller went away (future dropped) must not block every later probe.

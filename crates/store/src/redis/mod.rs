@@ -265,12 +265,21 @@ pub struct RedisStore {
     coalescer: Option<Arc<coalesce::Coalescer>>,
     config: RedisStoreConfig,
     clock: Arc<dyn Clock>,
-    breaker: Breaker,
+    breaker: Arc<Breaker>,
     /// Readiness: when the last readiness `PING` went out (store clock, µs; 0: never).
     ping_at: std::sync::atomic::AtomicU64,
     /// Readiness: whether that `PING` failed.
     ping_failed: std::sync::atomic::AtomicBool,
 }
+
+/// Longest pause between two reconnection attempts of a standalone connection (plus up to as
+/// much again of jitter): a Redis that accepts connections again is reconnected to within
+/// about this long. A dead Redis gets one connection attempt per 50 to 100 ms from each
+/// process.
+pub const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(50);
+
+/// Pause between two recovery `PING`s that failed at once.
+const RECOVERY_PING_PAUSE: Duration = Duration::from_millis(10);
 
 /// Most often a readiness probe ([`RedisStore::readiness`]) sends a `PING`: once a second.
 pub const READINESS_PING_INTERVAL: Duration = Duration::from_secs(1);
@@ -379,9 +388,9 @@ impl RedisStore {
                     .set_connection_timeout(Some(config.connect_timeout))
                     .set_response_timeout(Some(config.timeout.max(Duration::from_millis(1))))
                     // Reconnect quickly and keep trying: a restarted Redis is picked up within
-                    // a second.
+                    // about 100 ms.
                     .set_min_delay(Duration::from_millis(10))
-                    .set_max_delay(Duration::from_millis(500))
+                    .set_max_delay(RECONNECT_MAX_DELAY)
                     .set_number_of_retries(usize::MAX >> 1);
                 Conn::Single(
                     ConnectionManager::new_lazy_with_config(client, manager_config)
@@ -401,11 +410,11 @@ impl RedisStore {
                 }))
             }
         };
-        let breaker = Breaker::new(
+        let breaker = Arc::new(Breaker::new(
             config.breaker_failures,
             u64::try_from(config.breaker_cool_down.as_micros()).unwrap_or(u64::MAX),
             u64::try_from(config.breaker_window.as_micros()).unwrap_or(u64::MAX),
-        );
+        ));
         let coalescer = (config.coalesce > 0 && matches!(conn, Conn::Single(_))).then(|| {
             Arc::new(coalesce::Coalescer::new(
                 conn.clone(),
@@ -632,7 +641,46 @@ impl RedisStore {
         }
         self.breaker
             .record(pending.take(), result.is_ok(), &*self.clock);
+        if self.breaker.start_watch() {
+            self.watch_recovery();
+        }
         result
+    }
+
+    /// Starts the recovery watch of an open breaker (`breaker.rs`): a task that sends `PING`
+    /// after `PING` (each waiting up to `connect_timeout + timeout`, which includes waiting
+    /// for the background reconnection) until one succeeds, which closes the breaker, or
+    /// until the breaker closed otherwise or the store is dropped. So decisions return to
+    /// Redis one reconnection after Redis accepts connections again (the reconnection is
+    /// retried every 10 to [`RECONNECT_MAX_DELAY`], twice that with jitter), not at the next
+    /// cool-down. The `PING`s count in no error metric.
+    fn watch_recovery(&self) {
+        let breaker = Arc::downgrade(&self.breaker);
+        let conn = self.conn.clone();
+        let clock = Arc::clone(&self.clock);
+        let wait = self.config.connect_timeout + self.config.timeout;
+        tokio::spawn(async move {
+            let ping = redis::cmd("PING");
+            loop {
+                let answered = matches!(
+                    tokio::time::timeout(wait, conn.query::<String>(&ping)).await,
+                    Ok(Ok(_))
+                );
+                let Some(breaker) = breaker.upgrade() else {
+                    return;
+                };
+                if answered {
+                    breaker.recovered(&*clock);
+                }
+                if !breaker.is_open() && !breaker.watch_ended() {
+                    return;
+                }
+                if !answered {
+                    // A PING that failed at once (no connection yet on a cluster): do not spin.
+                    tokio::time::sleep(RECOVERY_PING_PAUSE).await;
+                }
+            }
+        });
     }
 
     fn now_arg(&self, now: Option<Timestamp>) -> Option<Timestamp> {
