@@ -74,10 +74,111 @@ use breaker::Breaker;
 /// Where the Redis data lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisTarget {
-    /// One Redis server: `redis://host:port/db` (also `rediss://`, `redis+unix://`).
+    /// One Redis server: `redis://host:port/db`, `rediss://host:port/db` (TLS, see
+    /// [`RedisTls`]) or `redis+unix:///path`.
     Standalone(String),
-    /// A Redis Cluster, given by one or more of its nodes (`redis://host:port` each).
+    /// A Redis Cluster, given by one or more of its nodes (`redis://host:port` each, or all
+    /// `rediss://` for TLS).
     Cluster(Vec<String>),
+}
+
+/// TLS for `rediss://` targets (rustls, through the `redis` crate). The server's certificate
+/// is always verified, and its name must match the URL's host: against the CA certificates
+/// of [`ca_pem`](Self::ca_pem), or else against the system's trust store. Empty (the default)
+/// means system roots and no client certificate. Debug output never shows the contents.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct RedisTls {
+    /// PEM CA certificate(s) that verify the server, instead of the system's trust store.
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM client certificate chain, for mutual TLS (with [`client_key_pem`](Self::client_key_pem)).
+    pub client_cert_pem: Option<Vec<u8>>,
+    /// PEM private key of the client certificate.
+    pub client_key_pem: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |v: &Option<Vec<u8>>| if v.is_some() { "<set>" } else { "<none>" };
+        f.debug_struct("RedisTls")
+            .field("ca_pem", &set(&self.ca_pem))
+            .field("client_cert_pem", &set(&self.client_cert_pem))
+            .field("client_key_pem", &set(&self.client_key_pem))
+            .finish()
+    }
+}
+
+impl RedisTls {
+    /// `true` when nothing is set (system roots, no client certificate).
+    pub fn is_empty(&self) -> bool {
+        self.ca_pem.is_none() && self.client_cert_pem.is_none() && self.client_key_pem.is_none()
+    }
+
+    /// Checks that the PEM contents parse (at least one CA certificate, a certificate chain,
+    /// a private key) and that a client certificate comes with its key, without connecting.
+    ///
+    /// # Errors
+    /// The first problem, naming the field (`ca_pem`, `client_cert_pem`, `client_key_pem`)
+    /// and why.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = |pem: &[u8]| -> Result<usize, String> {
+            let n = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("not PEM certificates: {e}"))?
+                .len();
+            if n == 0 {
+                return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
+            }
+            Ok(n)
+        };
+        if let Some(pem) = &self.ca_pem {
+            certs(pem).map_err(|e| ("ca_pem", e))?;
+        }
+        match (&self.client_cert_pem, &self.client_key_pem) {
+            (Some(cert), Some(key)) => {
+                certs(cert).map_err(|e| ("client_cert_pem", e))?;
+                PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+                    (
+                        "client_key_pem",
+                        format!("holds no PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"),
+                    )
+                })?;
+            }
+            (Some(_), None) => {
+                return Err((
+                    "client_key_pem",
+                    "a client certificate needs its private key".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err((
+                    "client_cert_pem",
+                    "a client private key needs its certificate".into(),
+                ))
+            }
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: match (&self.client_cert_pem, &self.client_key_pem) {
+                (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+                _ => None,
+            },
+            root_cert: self.ca_pem.clone(),
+        }
+    }
+}
+
+/// `true` for a TLS URL (`rediss://`).
+fn is_tls_url(url: &str) -> bool {
+    url.starts_with("rediss://")
 }
 
 /// Which clock decides.
@@ -127,6 +228,9 @@ pub struct RedisStoreConfig {
     pub breaker_window: Duration,
     /// How long an open breaker fails fast before letting one probe through. Default 1 s.
     pub breaker_cool_down: Duration,
+    /// TLS settings for `rediss://` URLs (CA, client certificate). Default: none (system
+    /// roots, no client certificate). Setting any of them requires `rediss://` URLs.
+    pub tls: RedisTls,
     /// Coalescing (standalone Redis): at most this many script calls in flight; checks that
     /// arrive while all are out wait and then go together in the next call (see the module
     /// docs). Default 2. `0` turns coalescing off (one script call per batch, all pipelined).
@@ -158,6 +262,7 @@ impl RedisStoreConfig {
             breaker_failures: 5,
             breaker_window: Duration::from_millis(250),
             breaker_cool_down: Duration::from_secs(1),
+            tls: RedisTls::default(),
             coalesce: 2,
         }
     }
@@ -261,6 +366,8 @@ impl ClusterLink {
 /// The Redis / Redis Cluster [`Store`]. See the [module docs](self).
 pub struct RedisStore {
     conn: Conn,
+    /// Standalone Redis: the client, for the startup check's own connection attempt.
+    client: Option<redis::Client>,
     /// `Some` on standalone Redis with [`RedisStoreConfig::coalesce`] > 0.
     coalescer: Option<Arc<coalesce::Coalescer>>,
     config: RedisStoreConfig,
@@ -381,9 +488,43 @@ impl RedisStore {
                 ),
             });
         }
+        let urls: Vec<&str> = match &config.target {
+            RedisTarget::Standalone(url) => vec![url.as_str()],
+            RedisTarget::Cluster(nodes) => nodes.iter().map(String::as_str).collect(),
+        };
+        let tls = urls.iter().any(|u| is_tls_url(u));
+        if tls && !urls.iter().all(|u| is_tls_url(u)) {
+            return Err(StoreError::Unavailable {
+                reason: "redis cluster nodes mix rediss:// (TLS) and plain URLs".into(),
+            });
+        }
+        if !tls && !config.tls.is_empty() {
+            return Err(StoreError::Unavailable {
+                reason: "redis TLS files (CA, client certificate) are given, but the URL is not \
+                         rediss://"
+                    .into(),
+            });
+        }
+        if tls {
+            config
+                .tls
+                .check()
+                .map_err(|(field, e)| StoreError::Unavailable {
+                    reason: format!("redis TLS {field}: {e}"),
+                })?;
+            // One process-wide crypto provider for rustls (ring); already installed is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let mut standalone_client = None;
         let conn = match &config.target {
             RedisTarget::Standalone(url) => {
-                let client = redis::Client::open(url.as_str()).map_err(unavailable)?;
+                let client = if tls && !config.tls.is_empty() {
+                    redis::Client::build_with_tls(url.as_str(), config.tls.certificates())
+                } else {
+                    redis::Client::open(url.as_str())
+                }
+                .map_err(unavailable)?;
+                standalone_client = Some(client.clone());
                 let manager_config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(config.connect_timeout))
                     .set_response_timeout(Some(config.timeout.max(Duration::from_millis(1))))
@@ -398,12 +539,14 @@ impl RedisStore {
                 )
             }
             RedisTarget::Cluster(nodes) => {
-                let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+                let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(config.connect_timeout)
                     .response_timeout(config.timeout.max(Duration::from_millis(1)))
-                    .retries(2)
-                    .build()
-                    .map_err(unavailable)?;
+                    .retries(2);
+                if tls && !config.tls.is_empty() {
+                    builder = builder.certs(config.tls.certificates());
+                }
+                let client = builder.build().map_err(unavailable)?;
                 Conn::Cluster(Arc::new(ClusterLink {
                     client,
                     conn: OnceCell::new(),
@@ -430,6 +573,7 @@ impl RedisStore {
         metrics::gauge!("floodgate_store_breaker_open").set(0.0);
         Ok(Self {
             conn,
+            client: standalone_client,
             coalescer,
             config,
             clock,
@@ -558,6 +702,26 @@ impl RedisStore {
     /// [`StoreError::Timeout`] / [`StoreError::Unavailable`] when Redis cannot be asked.
     pub async fn startup_check(&self) -> Result<ServerCheck, StoreError> {
         let wait = self.config.connect_timeout + self.config.timeout;
+        if let Some(client) = &self.client {
+            // A connection of its own, dropped at once: a connection error (refused, a TLS
+            // certificate not trusted, a client certificate missing) is reported as itself,
+            // where the shared connection, which retries in the background, only times out.
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(self.config.connect_timeout))
+                .set_response_timeout(Some(wait));
+            let attempt = async {
+                let mut con = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                redis::cmd("PING").query_async::<String>(&mut con).await
+            };
+            tokio::time::timeout(wait, attempt)
+                .await
+                .map_err(|_| StoreError::Timeout {
+                    after_ms: duration_ms(wait),
+                })?
+                .map_err(|e| to_store_error(e, wait))?;
+        }
         let reply: Value = tokio::time::timeout(
             wait,
             self.conn

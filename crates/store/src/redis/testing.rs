@@ -68,10 +68,103 @@ impl Flavor {
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    /// The TLS port, for a server started with [`RedisServer::start_tls`].
+    tls_port: Option<u16>,
     dir: PathBuf,
     cluster: bool,
     flavor: Flavor,
+    /// Extra server arguments, kept for [`RedisServer::restart`].
+    extra: Vec<String>,
     child: Option<Child>,
+}
+
+/// Test certificates, made with the `openssl` command line in their own temporary folder
+/// (removed on drop): a CA, a server certificate for `127.0.0.1` only (also usable
+/// as a client certificate: cluster nodes present it to each other on the TLS bus), a client
+/// certificate (both signed by the CA, ECDSA P-256, valid 2 days), and an unrelated second CA.
+#[derive(Debug)]
+pub struct TestCerts {
+    dir: PathBuf,
+}
+
+impl TestCerts {
+    /// Makes the certificates.
+    ///
+    /// # Errors
+    /// When `openssl` is missing or fails.
+    pub fn generate() -> io::Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "floodgate-certs-{}-{}",
+            std::process::id(),
+            DIR_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let certs = Self { dir };
+        let script = r#"set -e
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
+ca() { key "$1.key"; openssl req -x509 -new -key "$1.key" -out "$1.crt" -days 2 -subj "/CN=$2"; }
+ca ca floodgate-test-ca
+ca other-ca floodgate-other-ca
+echo 'subjectAltName=IP:127.0.0.1' > server.ext
+echo 'extendedKeyUsage=serverAuth,clientAuth' >> server.ext
+echo 'extendedKeyUsage=clientAuth' > client.ext
+for who in server client; do
+  key "$who.key"
+  openssl req -new -key "$who.key" -out "$who.csr" -subj "/CN=floodgate-test-$who"
+  openssl x509 -req -in "$who.csr" -CA ca.crt -CAkey ca.key -CAcreateserial \
+    -out "$who.crt" -days 2 -extfile "$who.ext"
+done"#;
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&certs.dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| missing_binary("sh", e))?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "making test certificates with openssl failed (is openssl installed?): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(certs)
+    }
+
+    /// A file of the set: `ca.crt`, `other-ca.crt`, `server.crt`, `server.key`, `client.crt`,
+    /// `client.key`.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The contents of [`path`](Self::path)`(name)`.
+    ///
+    /// # Errors
+    /// When the file cannot be read.
+    pub fn read(&self, name: &str) -> io::Result<Vec<u8>> {
+        std::fs::read(self.path(name))
+    }
+
+    fn server_args(&self, tls_port: u16, client_certs: bool) -> Vec<String> {
+        let path = |n: &str| self.path(n).to_string_lossy().into_owned();
+        vec![
+            "--tls-port".into(),
+            tls_port.to_string(),
+            "--tls-cert-file".into(),
+            path("server.crt"),
+            "--tls-key-file".into(),
+            path("server.key"),
+            "--tls-ca-cert-file".into(),
+            path("ca.crt"),
+            "--tls-auth-clients".into(),
+            if client_certs { "yes" } else { "no" }.into(),
+        ]
+    }
+}
+
+impl Drop for TestCerts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Waits `POLL` between readiness probes of an external process (the one place tests wait on
@@ -179,6 +272,30 @@ impl RedisServer {
         Self::start_with(flavor, false, args)
     }
 
+    /// A standalone Redis that also listens with TLS on [`tls_port`](Self::tls_port), with the
+    /// server certificate of `certs`; with `client_certs`, TLS clients must present a
+    /// certificate signed by its CA (mutual TLS). The plain port stays open for the harness
+    /// and `redis-cli`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn start_tls(certs: &TestCerts, client_certs: bool) -> io::Result<Self> {
+        Self::start_tls_node(certs, client_certs, false)
+    }
+
+    fn start_tls_node(certs: &TestCerts, client_certs: bool, cluster: bool) -> io::Result<Self> {
+        // With --tls-cluster the bus listens on the TLS port + 10000, which must be free too.
+        let tls_port = free_port(cluster)?;
+        let mut args = certs.server_args(tls_port, client_certs);
+        if cluster {
+            args.extend(["--tls-cluster".into(), "yes".into()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut server = Self::start_with(Flavor::Redis, cluster, &args)?;
+        server.tls_port = Some(tls_port);
+        Ok(server)
+    }
+
     fn start_with(flavor: Flavor, cluster: bool, args: &[&str]) -> io::Result<Self> {
         let port = free_port(cluster)?;
         let dir = std::env::temp_dir().join(format!(
@@ -189,16 +306,19 @@ impl RedisServer {
         std::fs::create_dir_all(&dir)?;
         let mut server = Self {
             port,
+            tls_port: None,
             dir,
             cluster,
             flavor,
+            extra: args.iter().map(|a| a.to_string()).collect(),
             child: None,
         };
-        server.spawn(args)?;
+        server.spawn()?;
         Ok(server)
     }
 
-    fn spawn(&mut self, extra: &[&str]) -> io::Result<()> {
+    fn spawn(&mut self) -> io::Result<()> {
+        let extra = self.extra.clone();
         // Fail early with a clear message when the server is not installed.
         let binary = self.flavor.binary();
         Command::new(&binary)
@@ -226,7 +346,7 @@ impl RedisServer {
             ]);
             args.extend(["--cluster-node-timeout", "2000"]);
         }
-        args.extend(extra);
+        args.extend(extra.iter().map(String::as_str));
         // A watchdog shell owns the server and kills it when its stdin (a pipe from this
         // process) closes: on drop, and also when the test process dies without running
         // destructors (a panic in a static, a killed test binary), so no server outlives it.
@@ -272,6 +392,23 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The TLS port of a server started with [`RedisServer::start_tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// `rediss://127.0.0.1:<tls port>` (an address the test server certificate names), for a
+    /// server started with [`RedisServer::start_tls`].
+    ///
+    /// # Panics
+    /// When the server has no TLS port.
+    pub fn tls_url(&self) -> String {
+        format!(
+            "rediss://127.0.0.1:{}",
+            self.tls_port.expect("a server started with start_tls")
+        )
+    }
+
     /// The server's folder.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -287,13 +424,14 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port (after [`RedisServer::kill`]), empty.
+    /// Starts the server again on the same port(s) and with the same arguments (after
+    /// [`RedisServer::kill`]), empty.
     ///
     /// # Errors
     /// As [`RedisServer::start`].
     pub fn restart(&mut self) -> io::Result<()> {
         self.kill();
-        self.spawn(&[])
+        self.spawn()
     }
 
     /// Runs `redis-cli -p <port> <args>` and returns its standard output, trimmed.
@@ -361,6 +499,33 @@ impl RedisCluster {
         args.extend(addrs.iter().map(String::as_str));
         args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
         cli(nodes[0].port, &args)?;
+        Self::await_ok(nodes)
+    }
+
+    /// A 3-master cluster whose nodes also listen with TLS (`--tls-cluster yes`: the cluster
+    /// bus too), with the server certificate of `certs` and no client certificates required;
+    /// formed over TLS (`redis-cli --tls`). A TLS client is told the nodes' TLS ports.
+    ///
+    /// # Errors
+    /// As [`RedisCluster::start`].
+    pub fn start_tls(certs: &TestCerts) -> io::Result<Self> {
+        let nodes = (0..3)
+            .map(|_| RedisServer::start_tls_node(certs, false, true))
+            .collect::<io::Result<Vec<_>>>()?;
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.tls_port.unwrap_or(n.port)))
+            .collect();
+        let ca = certs.path("ca.crt").to_string_lossy().into_owned();
+        let mut args = vec!["--tls", "--cacert", &ca, "--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let port = nodes[0].tls_port.unwrap_or(nodes[0].port);
+        cli(port, &args)?;
+        Self::await_ok(nodes)
+    }
+
+    fn await_ok(nodes: Vec<RedisServer>) -> io::Result<Self> {
         for n in &nodes {
             let p = n.port;
             wait_until(&format!("cluster node {p}"), || {
@@ -373,6 +538,11 @@ impl RedisCluster {
     /// The nodes' URLs, for [`RedisStoreConfig::cluster`](super::RedisStoreConfig::cluster).
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The nodes' `rediss://` URLs, for a cluster started with [`RedisCluster::start_tls`].
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::tls_url).collect()
     }
 
     /// The nodes.
