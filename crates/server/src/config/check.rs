@@ -117,6 +117,7 @@ mod tests {
             breaker_window_ms: 250,
             prefix: "fg:".into(),
             local_fallback_instances: Some(4),
+            tls: Default::default(),
         });
         assert_eq!(
             describe_store(&redis),

@@ -163,6 +163,9 @@ pub struct RedisConfig {
     /// every limit divided by `N` (`Some(N)`). `None` (`fallback = "none"`, the default): a
     /// failure follows each rule's `failure_mode`.
     pub local_fallback_instances: Option<u64>,
+    /// `tls_ca_file`, `tls_cert_file`, `tls_key_file` (PEM; relative paths are relative to the
+    /// configuration file's folder), read when the file is loaded. Only with `rediss://`.
+    pub tls: floodgate_store::redis::RedisTls,
 }
 
 /// Default `[store] breaker_window_ms`: 250 ms, the store's own default
@@ -175,18 +178,11 @@ pub const DEFAULT_BREAKER_WINDOW_MS: u64 = 250;
 /// filter waits 20 ms. See `docs/redis.md`, "Failures".
 pub const DEFAULT_REDIS_TIMEOUT_MS: u64 = 50;
 
-/// `true` for the URL schemes this build's Redis client accepts (`rediss://`, TLS, is not one:
-/// see [`is_tls_redis_url`]).
+/// `true` for the URL schemes the Redis client accepts (`rediss://` is TLS).
 pub fn is_redis_url(url: &str) -> bool {
-    ["redis://", "redis+unix://", "unix://"]
+    ["redis://", "rediss://", "redis+unix://", "unix://"]
         .iter()
         .any(|scheme| url.starts_with(scheme))
-}
-
-/// `true` for a TLS Redis URL (`rediss://`), which this build cannot connect to (the Redis
-/// client is built without TLS support).
-pub fn is_tls_redis_url(url: &str) -> bool {
-    url.starts_with("rediss://")
 }
 
 /// `[rules.match]`: which requests a rule applies to (all given conditions must hold; an empty
@@ -481,6 +477,11 @@ impl Validator<'_> {
                 s.prefix.as_ref().map(|v| (v.span(), "prefix")),
                 s.fallback.as_ref().map(|v| (v.span(), "fallback")),
                 s.instances.as_ref().map(|v| (v.span(), "instances")),
+                s.tls_ca_file.as_ref().map(|v| (v.span(), "tls_ca_file")),
+                s.tls_cert_file
+                    .as_ref()
+                    .map(|v| (v.span(), "tls_cert_file")),
+                s.tls_key_file.as_ref().map(|v| (v.span(), "tls_key_file")),
             ];
             for (span, field) in only_redis.into_iter().flatten() {
                 self.errors.push(self.src.error(
@@ -522,18 +523,10 @@ impl Validator<'_> {
                 } else {
                     "store.nodes"
                 };
-                let message = if is_tls_redis_url(url.get_ref()) {
-                    format!(
-                        "{:?}: TLS (rediss://) is not supported in this build; use redis:// \
-                         (e.g. through a local TLS tunnel)",
-                        url.get_ref()
-                    )
-                } else {
-                    format!(
-                        "{:?} is not a redis://, redis+unix:// or unix:// URL",
-                        url.get_ref()
-                    )
-                };
+                let message = format!(
+                    "{:?} is not a redis://, rediss://, redis+unix:// or unix:// URL",
+                    url.get_ref()
+                );
                 self.push(url, field.into(), message);
             }
         }
@@ -625,13 +618,88 @@ impl Validator<'_> {
             }
             (None, false) => {}
         }
+        let tls = self.redis_tls(s);
         (self.errors.len() == before).then(|| RedisConfig {
             target: target.expect("no error, so a target"),
             timeout_ms,
             breaker_window_ms,
             prefix,
             local_fallback_instances: instances,
+            tls,
         })
+    }
+
+    /// `tls_ca_file`, `tls_cert_file`, `tls_key_file`: read and checked (PEM that parses, a
+    /// certificate with its key, `rediss://` URLs); errors pushed naming the field.
+    fn redis_tls(&mut self, s: &raw::RawStore) -> floodgate_store::redis::RedisTls {
+        let dir = Path::new(self.src.file).parent();
+        let mut read = |value: &Option<Spanned<String>>, field: &str| -> Option<Vec<u8>> {
+            let v = value.as_ref()?;
+            let path = dir.map_or_else(
+                || Path::new(v.get_ref()).to_path_buf(),
+                |d| d.join(v.get_ref()),
+            );
+            match std::fs::read(&path) {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    self.push(
+                        v,
+                        format!("store.{field}"),
+                        format!("cannot read {:?}: {e}", path.display().to_string()),
+                    );
+                    None
+                }
+            }
+        };
+        let tls = floodgate_store::redis::RedisTls {
+            ca_pem: read(&s.tls_ca_file, "tls_ca_file"),
+            client_cert_pem: read(&s.tls_cert_file, "tls_cert_file"),
+            client_key_pem: read(&s.tls_key_file, "tls_key_file"),
+        };
+        let given = [
+            (&s.tls_ca_file, "tls_ca_file"),
+            (&s.tls_cert_file, "tls_cert_file"),
+            (&s.tls_key_file, "tls_key_file"),
+        ];
+        let all_tls = s
+            .url
+            .iter()
+            .chain(&s.nodes)
+            .all(|u| u.get_ref().starts_with("rediss://"));
+        if let Some((v, field)) = given.iter().find_map(|(v, f)| v.as_ref().map(|v| (v, *f))) {
+            if !all_tls {
+                self.push(
+                    v,
+                    format!("store.{field}"),
+                    "TLS files need rediss:// URLs (url or every one of nodes)".into(),
+                );
+            }
+        }
+        match (&s.tls_cert_file, &s.tls_key_file) {
+            (Some(v), None) => self.push(
+                v,
+                "store.tls_key_file".into(),
+                "tls_cert_file needs tls_key_file (the client certificate's private key)".into(),
+            ),
+            (None, Some(v)) => self.push(
+                v,
+                "store.tls_cert_file".into(),
+                "tls_key_file needs tls_cert_file (the client certificate)".into(),
+            ),
+            _ => {
+                if let Err((field, e)) = tls.check() {
+                    let (value, name) = match field {
+                        "ca_pem" => (&s.tls_ca_file, "tls_ca_file"),
+                        "client_cert_pem" => (&s.tls_cert_file, "tls_cert_file"),
+                        _ => (&s.tls_key_file, "tls_key_file"),
+                    };
+                    if let Some(v) = value {
+                        self.push(v, format!("store.{name}"), e);
+                    }
+                }
+            }
+        }
+        tls
     }
 
     /// Validates one rule; `None` when it has errors (already pushed).

@@ -400,11 +400,12 @@ impl Signals {
 }
 
 /// The `[store]` file settings that also apply when `--store redis://...` names the server:
-/// timeout, breaker window and key prefix.
+/// timeout, breaker window, key prefix and TLS files.
 fn apply_redis_settings(redis: &mut RedisStoreConfig, file: &config::RedisConfig) {
     redis.timeout = Duration::from_millis(file.timeout_ms);
     redis.breaker_window = Duration::from_millis(file.breaker_window_ms);
     redis.prefix.clone_from(&file.prefix);
+    redis.tls.clone_from(&file.tls);
 }
 
 /// The store `[store]` (or `--store`) asks for. A Redis store connects lazily: when Redis is
@@ -425,7 +426,9 @@ async fn build_store(
             }
             Some(redis)
         }
-        Some(other) => anyhow::bail!("--store: expected memory or a redis:// URL, got {other:?}"),
+        Some(other) => {
+            anyhow::bail!("--store: expected memory or a redis:// or rediss:// URL, got {other:?}")
+        }
         None => config.redis.as_ref().map(|r| {
             let mut redis = RedisStoreConfig::with_target(r.target.clone());
             apply_redis_settings(&mut redis, r);
