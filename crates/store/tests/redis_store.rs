@@ -901,14 +901,22 @@ async fn a_full_sliding_log_at_the_largest_limit_stays_fast_in_redis() {
     assert!(bytes < 100_000, "{bytes} B");
 }
 
+/// A full Redis (`maxmemory` 2 MB, `noeviction`): a check that would be admitted needs a write
+/// and fails with `OOM` (into the failure mode), nothing half-written and nothing evicted; but
+/// a key that is used up is still *denied* (a denial writes nothing: the store peeks with a
+/// `no-writes,allow-oom` script), alone, coalesced, in a batch, and a peek still answers.
 #[tokio::test]
 async fn a_full_redis_with_noeviction_refuses_with_an_error_and_evicts_nothing() {
     let server =
         RedisServer::start_with_args(&["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"])
             .unwrap();
     let store = RedisStore::new(slow_ok(&server), Arc::new(SystemClock)).unwrap();
+    store.startup_check().await.unwrap();
     let p = policy(AlgorithmKind::Gcra, "10/h");
-    let mut written = 0u64;
+    // Used up before memory runs out.
+    let hot = [item("oom", &p, "hot", 10)];
+    assert!(store.check(&hot).await.unwrap().allowed);
+    let mut written = 1u64;
     let error = loop {
         let key = format!("user={written}");
         match store.check(&[item("oom", &p, &key, 1)]).await {
@@ -927,6 +935,29 @@ async fn a_full_redis_with_noeviction_refuses_with_an_error_and_evicts_nothing()
     // A two-key batch is refused as a whole, before it runs: nothing half-written.
     let pair = [item("oom", &p, "new-a", 1), item("oom-2", &p, "new-b", 1)];
     assert!(store.check(&pair).await.is_err());
+    // The used-up key is still denied, with its Retry-After (6 minutes for one unit of 10/h).
+    let d = store.check(&[item("oom", &p, "hot", 1)]).await.unwrap();
+    assert!(!d.allowed);
+    let retry = d.decisions[0].retry_after.unwrap();
+    assert!(retry > 350_000_000 && retry <= 360_000_000, "{retry}");
+    // Many at once (coalesced into one call, refused as a whole, then each peeked).
+    let batch = [item("oom", &p, "hot", 1)];
+    let results = futures_util::future::join_all((0..20).map(|_| store.check(&batch))).await;
+    for r in results {
+        assert!(r.as_ref().is_ok_and(|d| !d.allowed), "{r:?}");
+    }
+    // A batch with a new key and the used-up one: denied as a whole (it writes nothing).
+    let mixed = [item("oom", &p, "new-c", 1), item("oom", &p, "hot", 1)];
+    let d = store.check(&mixed).await.unwrap();
+    assert!(!d.allowed && d.decisions[0].allowed && !d.decisions[1].allowed);
+    // A peek answers too.
+    assert!(
+        store
+            .peek(&[item("oom", &p, "new-d", 1)])
+            .await
+            .unwrap()
+            .allowed
+    );
     // Nothing was evicted: every admitted key is still there, each with a TTL.
     let mut con = raw(&server).await;
     let keys = all_keys(&mut con).await;
@@ -935,6 +966,80 @@ async fn a_full_redis_with_noeviction_refuses_with_an_error_and_evicts_nothing()
         let pttl = pttl(&mut con, k).await;
         assert!(pttl > 0, "{k}");
     }
+}
+
+/// Issue 14: under `allkeys-lru`, a flood of new keys evicted used-up counters, which were
+/// then admitted again with full allowances, and nothing showed it. The readiness probe reads
+/// `INFO stats` `evicted_keys`: a rise is counted in `floodgate_store_redis_evicted_keys_total`
+/// (and logged, rate-limited).
+#[test]
+fn evictions_are_detected_by_the_readiness_probe() {
+    let server =
+        RedisServer::start_with_args(&["--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"])
+            .unwrap();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // The debugging recorder's snapshot takes each counter's increments since the last one.
+    let evicted = |snapshotter: &metrics_util::debugging::Snapshotter| -> u64 {
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == "floodgate_store_redis_evicted_keys_total")
+            .map(|(.., v)| match v {
+                DebugValue::Counter(n) => n,
+                other => panic!("{other:?}"),
+            })
+            .sum()
+    };
+    metrics::with_local_recorder(&recorder, || {
+        current_thread_runtime().unwrap().block_on(async {
+            let clock = Arc::new(ManualClock::new(T0));
+            let store = RedisStore::new(slow_ok(&server), clock.clone()).unwrap();
+            store.readiness().await.unwrap();
+            assert_eq!(evicted(&snapshotter), 0);
+            let p = policy(AlgorithmKind::Gcra, "10/h");
+            // Write until Redis has evicted some keys (at most 100,000).
+            let mut con = raw(&server).await;
+            let mut n = 0u64;
+            loop {
+                for _ in 0..500 {
+                    let key = format!("flood={n}");
+                    store.check(&[item("evict", &p, &key, 1)]).await.unwrap();
+                    n += 1;
+                }
+                let info: String = redis::cmd("INFO")
+                    .arg("stats")
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                if !info.contains("evicted_keys:0\r") {
+                    break;
+                }
+                assert!(n < 100_000, "nothing evicted");
+            }
+            let info: String = redis::cmd("INFO")
+                .arg("stats")
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            let redis_count: u64 = info
+                .lines()
+                .find_map(|l| l.strip_prefix("evicted_keys:"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            // The next probe (a second later) sees them.
+            clock.advance(1_000_000);
+            store.readiness().await.unwrap();
+            assert_eq!(evicted(&snapshotter), redis_count);
+            // No new evictions: nothing more counted.
+            clock.advance(1_000_000);
+            store.readiness().await.unwrap();
+            assert_eq!(evicted(&snapshotter), 0);
+        })
+    });
 }
 
 #[tokio::test]
@@ -1177,7 +1282,7 @@ fn readiness_follows_redis_with_at_most_one_ping_a_second() {
         store.readiness().await.unwrap();
         clock.advance(1);
         let e = store.readiness().await.unwrap_err();
-        assert!(e.to_string().contains("PING"), "{e}");
+        assert!(e.to_string().contains("readiness probe"), "{e}");
         // Cached: the failure is reported again without a new PING.
         let e = store.readiness().await.unwrap_err();
         assert!(e.to_string().contains("within the last second"), "{e}");

@@ -64,6 +64,7 @@ use crate::{BatchDecision, CheckItem, Store, StoreError};
 mod any;
 mod breaker;
 mod coalesce;
+pub mod evictions;
 pub mod keys;
 pub mod scripts;
 pub mod testing;
@@ -377,6 +378,8 @@ pub struct RedisStore {
     ping_at: std::sync::atomic::AtomicU64,
     /// Readiness: whether that `PING` failed.
     ping_failed: std::sync::atomic::AtomicBool,
+    /// Readiness: `evicted_keys` per node (see [`evictions`]).
+    evictions: evictions::Evictions,
 }
 
 /// Longest pause between two reconnection attempts of a standalone connection (plus up to as
@@ -388,7 +391,8 @@ pub const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(50);
 /// Pause between two recovery `PING`s that failed at once.
 const RECOVERY_PING_PAUSE: Duration = Duration::from_millis(10);
 
-/// Most often a readiness probe ([`RedisStore::readiness`]) sends a `PING`: once a second.
+/// Most often a readiness probe ([`RedisStore::readiness`]) asks Redis (`INFO stats`): once a
+/// second.
 pub const READINESS_PING_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The labels of `floodgate_store_redis_errors_total{reason}`: `timeout` and `unavailable`
@@ -446,6 +450,7 @@ impl Drop for PendingPermit<'_> {
 }
 
 /// One slot group of a batch: the keys it touches and the batch items it decides.
+#[derive(Clone)]
 struct Group {
     /// Distinct key names, in first-use order.
     keys: Vec<String>,
@@ -571,6 +576,7 @@ impl RedisStore {
                 .increment(0);
         }
         metrics::gauge!("floodgate_store_breaker_open").set(0.0);
+        metrics::counter!("floodgate_store_redis_evicted_keys_total").increment(0);
         Ok(Self {
             conn,
             client: standalone_client,
@@ -580,6 +586,7 @@ impl RedisStore {
             breaker,
             ping_at: std::sync::atomic::AtomicU64::new(0),
             ping_failed: std::sync::atomic::AtomicBool::new(false),
+            evictions: evictions::Evictions::default(),
         })
     }
 
@@ -638,15 +645,17 @@ impl RedisStore {
     }
 
     /// Whether Redis can decide now, for a readiness probe: `Err` while the circuit breaker is
-    /// open, or when the last readiness `PING` failed. Sends at most one `PING` (bounded by
-    /// the timeout) per [`READINESS_PING_INTERVAL`] of the store's clock, however often it is
-    /// called; concurrent callers in between get the cached answer. The `PING` goes around the
-    /// breaker and the error counters: a probe neither opens the breaker nor shows up in
-    /// `floodgate_store_redis_errors_total` (which counts decision calls only, see
+    /// open, or when the last readiness probe failed. The probe is `INFO stats` (on every
+    /// master of a cluster): it answers like a `PING`, and its `evicted_keys` show whether
+    /// Redis evicted keys since the last probe (counted and logged, see [`evictions`]). At most
+    /// one probe (bounded by the timeout) per [`READINESS_PING_INTERVAL`] of the store's clock,
+    /// however often this is called; concurrent callers in between get the cached answer. The
+    /// probe goes around the breaker and the error counters: it neither opens the breaker nor
+    /// shows up in `floodgate_store_redis_errors_total` (which counts decision calls only, see
     /// `docs/redis.md`).
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] (breaker open, or the `PING` failed or timed out), naming
+    /// [`StoreError::Unavailable`] (breaker open, or the probe failed or timed out), naming
     /// the cause.
     pub async fn readiness(&self) -> Result<(), StoreError> {
         use std::sync::atomic::Ordering;
@@ -665,15 +674,17 @@ impl RedisStore {
                 .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            let ping = async {
-                let _: String = self.conn.query(&redis::cmd("PING")).await?;
-                Ok::<(), RedisError>(())
-            };
-            let failed = match tokio::time::timeout(self.config.timeout, ping).await {
-                Ok(Ok(())) => None,
+            let mut info = redis::cmd("INFO");
+            info.arg("stats");
+            let probe = self.conn.query_all_masters(&info);
+            let failed = match tokio::time::timeout(self.config.timeout, probe).await {
+                Ok(Ok(info)) => {
+                    self.evictions.observe(&info, now);
+                    None
+                }
                 Ok(Err(e)) => Some(to_store_error(e, self.config.timeout).to_string()),
                 Err(_) => Some(format!(
-                    "PING timed out after {} ms",
+                    "timed out after {} ms",
                     duration_ms(self.config.timeout)
                 )),
             };
@@ -681,13 +692,13 @@ impl RedisStore {
             return match failed {
                 None => Ok(()),
                 Some(reason) => Err(StoreError::Unavailable {
-                    reason: format!("redis readiness PING failed: {reason}"),
+                    reason: format!("redis readiness probe (INFO stats) failed: {reason}"),
                 }),
             };
         }
         if self.ping_failed.load(Ordering::Acquire) {
             return Err(StoreError::Unavailable {
-                reason: "redis readiness PING failed within the last second".into(),
+                reason: "redis readiness probe (INFO stats) failed within the last second".into(),
             });
         }
         Ok(())
@@ -741,6 +752,7 @@ impl RedisStore {
                 &scripts::BATCH_SOURCE,
                 &scripts::MULTI_SOURCE,
                 &scripts::REFUND_SOURCE,
+                &scripts::PEEK_OOM_SOURCE,
             ]);
         for source in sources {
             let _: Value = tokio::time::timeout(
@@ -905,19 +917,57 @@ impl RedisStore {
             });
         }
         let now = self.now_arg(now);
-        let mut groups = self.groups(items);
-        match &self.coalescer {
-            // Standalone: always one group.
-            Some(c) if groups.len() == 1 => {
-                let group = groups.pop().expect("one group");
-                self.guarded(self.decide_coalesced(c, items, group, now, commit))
-                    .await
+        let groups = self.groups(items);
+        self.guarded(async {
+            let result = match &self.coalescer {
+                // Standalone: always one group.
+                Some(c) if groups.len() == 1 => {
+                    self.decide_coalesced(c, items, groups[0].clone(), now, commit)
+                        .await
+                }
+                _ => self.decide_groups(items, &groups, now, commit).await,
+            };
+            match result {
+                Err(e) if is_out_of_memory(&e) => {
+                    self.decide_out_of_memory(items, &groups, now, commit, e)
+                        .await
+                }
+                other => other,
             }
-            _ => {
-                self.guarded(self.decide_groups(items, &groups, now, commit))
-                    .await
-            }
+        })
+        .await
+    }
+
+    /// Redis refused the batch with `OOM` (over `maxmemory` with `noeviction`): peek it with
+    /// [`scripts::PEEK_OOM`], which Redis runs even then. A peek, or a check that is denied
+    /// anyway (a denial writes nothing), is answered; a check that would be admitted needs a
+    /// write and fails with the `OOM` error, into the failure mode.
+    async fn decide_out_of_memory(
+        &self,
+        items: &[CheckItem<'_>],
+        groups: &[Group],
+        now: Option<Timestamp>,
+        commit: bool,
+        error: RedisError,
+    ) -> Result<BatchDecision, RedisError> {
+        let replies = futures_util::future::join_all(groups.iter().map(|g| {
+            self.run_group_script(
+                items,
+                g,
+                now,
+                false,
+                (&scripts::PEEK_OOM, scripts::PEEK_OOM_SOURCE),
+            )
+        }))
+        .await;
+        let Ok(replies) = replies.into_iter().collect::<Result<Vec<_>, _>>() else {
+            return Err(error);
+        };
+        if commit && replies.iter().all(|r| r.all_allowed) {
+            return Err(error);
         }
+        metrics::counter!("floodgate_store_redis_out_of_memory_answers_total").increment(1);
+        Ok(assemble(items, groups, replies, commit))
     }
 
     /// One batch (one group) through the [`coalesce`] queue.
@@ -1011,13 +1061,26 @@ impl RedisStore {
         now: Option<Timestamp>,
         commit: bool,
     ) -> Result<GroupReply, RedisError> {
+        let script = scripts::batch_script(single_kind(items, group));
+        self.run_group_script(items, group, now, commit, script)
+            .await
+    }
+
+    /// [`run_group`](Self::run_group) with another batch script (same arguments and reply).
+    async fn run_group_script(
+        &self,
+        items: &[CheckItem<'_>],
+        group: &Group,
+        now: Option<Timestamp>,
+        commit: bool,
+        (script, source): (&redis::Script, &'static str),
+    ) -> Result<GroupReply, RedisError> {
         let mut args = Vec::with_capacity(2 + 8 * group.items.len());
         args.push(u64::from(commit));
         args.push(duration_ms(self.config.ttl_extra));
         for (&i, &k) in group.items.iter().zip(&group.key_index) {
             push_item_args(&mut args, k, &items[i]);
         }
-        let (script, source) = scripts::batch_script(single_kind(items, group));
         let call = ScriptCall {
             script,
             source,
@@ -1163,6 +1226,12 @@ fn collect_policies(v: &Value, out: &mut Vec<String>) {
         Value::Map(kvs) => kvs.iter().for_each(|(_, v)| collect_policies(v, out)),
         _ => {}
     }
+}
+
+/// Redis refused a command for lack of memory (`OOM command not allowed when used memory >
+/// 'maxmemory'`).
+fn is_out_of_memory(e: &RedisError) -> bool {
+    e.code() == Some("OOM") || e.to_string().contains("OOM command not allowed")
 }
 
 fn duration_ms(d: Duration) -> u64 {
