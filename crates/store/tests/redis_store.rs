@@ -612,6 +612,76 @@ fn local_fallback_divides_the_limit_and_counts_degraded_decisions() {
     assert_eq!(degraded, 40);
 }
 
+/// Issue 14: instances discovered, not configured. Three stores (three processes) announce
+/// themselves in one Redis; each sees 3 live; the local fallback of one divides by the 3 it
+/// last saw once Redis is gone (30 / 3 = 10 admitted locally). An instance that stops
+/// announcing is forgotten after the announcement's TTL (caller time, so the manual clock
+/// expires it), and the count falls back to what is live.
+#[test]
+fn the_local_fallback_divides_by_the_instances_last_seen_in_redis() {
+    let mut server = RedisServer::start().unwrap();
+    let rt = current_thread_runtime().unwrap();
+    rt.block_on(async {
+        let clock = Arc::new(ManualClock::new(T0));
+        let stores: Vec<RedisStore> = (0..3)
+            .map(|_| {
+                let mut config = slow_ok(&server);
+                config.timeout = Duration::from_millis(300);
+                config.time_source = TimeSource::Caller;
+                RedisStore::new(config, clock.clone()).unwrap()
+            })
+            .collect();
+        assert_eq!(stores[0].live_instances().load(Ordering::Relaxed), 0);
+        assert_eq!(stores[0].announce().await.unwrap(), 1);
+        assert_eq!(stores[1].announce().await.unwrap(), 2);
+        assert_eq!(stores[2].announce().await.unwrap(), 3);
+        assert_eq!(
+            stores[0].announce().await.unwrap(),
+            3,
+            "refreshing adds nobody"
+        );
+        // One key, with a TTL.
+        let mut con = raw(&server).await;
+        assert_eq!(all_keys(&mut con).await, ["fg:instances"]);
+        assert!(pttl(&mut con, "fg:instances").await > 0);
+        // The third stops announcing; 3 s later only two are live.
+        clock.advance(2_000_000);
+        assert_eq!(stores[0].announce().await.unwrap(), 3);
+        assert_eq!(stores[1].announce().await.unwrap(), 3);
+        clock.advance(1_000_000);
+        assert_eq!(stores[0].announce().await.unwrap(), 2);
+        assert_eq!(stores[2].announce().await.unwrap(), 3, "back again");
+
+        let mut stores = stores.into_iter();
+        let first = stores.next().unwrap();
+        let live = first.live_instances();
+        assert_eq!(live.load(Ordering::Relaxed), 2, "what the first saw last");
+        assert_eq!(first.announce().await.unwrap(), 3);
+        let fallback = FallbackStore::discovered(first, live, 1, clock.clone());
+        assert_eq!(fallback.instances(), 3);
+        // Redis dies between two refreshes: the count stays at what was last seen.
+        server.kill();
+        assert!(fallback.primary().announce().await.is_err());
+        assert_eq!(fallback.instances(), 3);
+        let p = policy(AlgorithmKind::FixedWindow, "30/10s");
+        let mut admitted = 0;
+        for _ in 0..20 {
+            let d = fallback.check(&[item("fb", &p, "k", 1)]).await.unwrap();
+            admitted += u64::from(d.allowed);
+        }
+        assert_eq!(admitted, 10);
+        // Never seen anything: the count given for that case.
+        let mut config = slow_ok(&server);
+        config.time_source = TimeSource::Caller;
+        let fresh = RedisStore::new(config, clock.clone()).unwrap();
+        let live = fresh.live_instances();
+        assert_eq!(
+            FallbackStore::discovered(fresh, live, 4, clock).instances(),
+            4
+        );
+    });
+}
+
 #[tokio::test]
 async fn insufficient_capacity_is_raised_before_redis_is_asked() {
     // No server at all: the error must come from validation, not from a connection attempt.

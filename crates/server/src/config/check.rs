@@ -67,9 +67,10 @@ pub fn describe_store(store: &super::StoreConfig) -> String {
                         .join(", ")
                 ),
             };
-            let fallback = match r.local_fallback_instances {
-                Some(n) => format!("local, limits / {n}"),
-                None => "none".into(),
+            let fallback = match (r.local_fallback, r.local_fallback_instances) {
+                (true, Some(n)) => format!("local, limits / {n}"),
+                (true, None) => "local, limits / live instances (announced in Redis)".into(),
+                (false, _) => "none".into(),
             };
             format!(
                 "store {target} (timeout {} ms, prefix {:?}, fallback {fallback})",
@@ -116,6 +117,7 @@ mod tests {
             timeout_ms: 50,
             breaker_window_ms: 250,
             prefix: "fg:".into(),
+            local_fallback: true,
             local_fallback_instances: Some(4),
             tls: Default::default(),
         });
@@ -129,6 +131,9 @@ mod tests {
             "redis://b:7000".into(),
         ]);
         redis.redis.as_mut().unwrap().local_fallback_instances = None;
+        assert!(describe_store(&redis)
+            .ends_with("fallback local, limits / live instances (announced in Redis))"));
+        redis.redis.as_mut().unwrap().local_fallback = false;
         assert_eq!(
             describe_store(&redis),
             "store redis cluster [redis://a:7000, redis://b:7000] (timeout 50 ms, prefix \"fg:\", \

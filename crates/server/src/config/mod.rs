@@ -159,9 +159,13 @@ pub struct RedisConfig {
     pub breaker_window_ms: u64,
     /// `prefix` of every key (default `"fg:"`, at most 64 bytes, no braces).
     pub prefix: String,
-    /// `fallback = "local"` with `instances = N`: while Redis fails, decide in this process with
-    /// every limit divided by `N` (`Some(N)`). `None` (`fallback = "none"`, the default): a
-    /// failure follows each rule's `failure_mode`.
+    /// `fallback = "local"`: while Redis fails, decide in this process with every limit divided
+    /// by the number of instances. `false` (`fallback = "none"`, the default): a failure
+    /// follows each rule's `failure_mode`.
+    pub local_fallback: bool,
+    /// `instances = N` with `fallback = "local"`: divide by `N` (`Some(N)`), an override of
+    /// the count discovered in Redis (`None`: every process announces itself there and the
+    /// fallback divides by the live count it last saw).
     pub local_fallback_instances: Option<u64>,
     /// `tls_ca_file`, `tls_cert_file`, `tls_key_file` (PEM; relative paths are relative to the
     /// configuration file's folder), read when the file is loaded. Only with `rediss://`.
@@ -607,16 +611,8 @@ impl Validator<'_> {
                 "store.instances".into(),
                 "only with fallback = \"local\"".into(),
             ),
-            (None, true) => {
-                let f = s.fallback.as_ref().expect("fallback was given");
-                self.push(
-                    f,
-                    "store.instances".into(),
-                    "fallback = \"local\" needs instances = N (the processes sharing the limits)"
-                        .into(),
-                );
-            }
-            (None, false) => {}
+            // Discovered: every process announces itself in Redis.
+            (None, true) | (None, false) => {}
         }
         let tls = self.redis_tls(s);
         (self.errors.len() == before).then(|| RedisConfig {
@@ -624,6 +620,7 @@ impl Validator<'_> {
             timeout_ms,
             breaker_window_ms,
             prefix,
+            local_fallback: local,
             local_fallback_instances: instances,
             tls,
         })

@@ -322,11 +322,15 @@ fn redis_store_settings_are_read_and_checked() {
     )
     .unwrap();
     assert_eq!(c.store.redis.unwrap().local_fallback_instances, Some(4));
-    assert_eq!(
-        err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\nfallback = \"local\"\n"),
-        "rules.toml:4: store.instances: fallback = \"local\" needs instances = N (the processes \
-         sharing the limits)"
-    );
+    // No instances: the count is discovered in Redis.
+    let c = parse(
+        "rules.toml",
+        "[store]\nkind = \"redis\"\nurl = \"redis://a\"\nfallback = \"local\"\n",
+    )
+    .unwrap();
+    let r = c.store.redis.unwrap();
+    assert!(r.local_fallback);
+    assert_eq!(r.local_fallback_instances, None);
     assert!(
         err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\ninstances = 4\n")
             .starts_with("rules.toml:4: store.instances: only with fallback")

@@ -449,6 +449,9 @@ async fn build_store(
         // Test only: decide on the manual clock, so tests control time on Redis too.
         redis.time_source = TimeSource::Caller;
     }
+    let local_fallback = config.redis.as_ref().filter(|r| r.local_fallback);
+    // With the local fallback, every process announces itself, so the count is discovered.
+    redis.announce = local_fallback.is_some();
     let store = RedisStore::new(redis, Arc::clone(clock))
         .map_err(|e| anyhow::anyhow!("redis store: {e}"))?;
     match store.startup_check().await {
@@ -461,26 +464,33 @@ async fn build_store(
             "redis is not reachable yet; the rules' failure modes apply until it answers"
         ),
     }
-    Ok(
-        match config
-            .redis
-            .as_ref()
-            .and_then(|r| r.local_fallback_instances)
-        {
-            Some(instances) => {
-                tracing::info!(
-                    instances,
-                    "while redis fails, limits are enforced locally, divided by the instance count"
-                );
-                AnyStore::RedisWithFallback(Arc::new(FallbackStore::new(
-                    store,
-                    instances,
-                    Arc::clone(clock),
-                )))
-            }
-            None => AnyStore::Redis(Arc::new(store)),
-        },
-    )
+    Ok(match local_fallback.map(|r| r.local_fallback_instances) {
+        Some(Some(instances)) => {
+            tracing::info!(
+                instances,
+                "while redis fails, limits are enforced locally, divided by the instance count"
+            );
+            AnyStore::RedisWithFallback(Arc::new(FallbackStore::new(
+                store,
+                instances,
+                Arc::clone(clock),
+            )))
+        }
+        Some(None) => {
+            tracing::info!(
+                "while redis fails, limits are enforced locally, divided by the live instance \
+                 count last seen in redis"
+            );
+            let live = store.live_instances();
+            AnyStore::RedisWithFallback(Arc::new(FallbackStore::discovered(
+                store,
+                live,
+                1,
+                Arc::clone(clock),
+            )))
+        }
+        None => AnyStore::Redis(Arc::new(store)),
+    })
 }
 
 /// Drops expired keys a little at a time and publishes the store's size.

@@ -65,6 +65,7 @@ mod any;
 mod breaker;
 mod coalesce;
 pub mod evictions;
+pub mod instances;
 pub mod keys;
 pub mod scripts;
 pub mod testing;
@@ -229,6 +230,10 @@ pub struct RedisStoreConfig {
     pub breaker_window: Duration,
     /// How long an open breaker fails fast before letting one probe through. Default 1 s.
     pub breaker_cool_down: Duration,
+    /// Announce this process in Redis every [`instances::ANNOUNCE_INTERVAL`] (a background
+    /// task), so that [`RedisStore::live_instances`] counts the processes sharing this Redis
+    /// (see [`instances`]). Default `false`.
+    pub announce: bool,
     /// TLS settings for `rediss://` URLs (CA, client certificate). Default: none (system
     /// roots, no client certificate). Setting any of them requires `rediss://` URLs.
     pub tls: RedisTls,
@@ -264,6 +269,7 @@ impl RedisStoreConfig {
             breaker_window: Duration::from_millis(250),
             breaker_cool_down: Duration::from_secs(1),
             tls: RedisTls::default(),
+            announce: false,
             coalesce: 2,
         }
     }
@@ -380,6 +386,9 @@ pub struct RedisStore {
     ping_failed: std::sync::atomic::AtomicBool,
     /// Readiness: `evicted_keys` per node (see [`evictions`]).
     evictions: evictions::Evictions,
+    /// This process's id in the instance set, and the live count last seen (0: none yet).
+    instance_id: String,
+    live_instances: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Longest pause between two reconnection attempts of a standalone connection (plus up to as
@@ -577,6 +586,16 @@ impl RedisStore {
         }
         metrics::gauge!("floodgate_store_breaker_open").set(0.0);
         metrics::counter!("floodgate_store_redis_evicted_keys_total").increment(0);
+        let instance_id = instances::process_id(clock.now());
+        let live_instances = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        if config.announce {
+            spawn_announcer(
+                conn.clone(),
+                announce_call_parts(&config, &instance_id),
+                Arc::downgrade(&live_instances),
+                config.timeout.max(config.connect_timeout),
+            );
+        }
         Ok(Self {
             conn,
             client: standalone_client,
@@ -587,7 +606,39 @@ impl RedisStore {
             ping_at: std::sync::atomic::AtomicU64::new(0),
             ping_failed: std::sync::atomic::AtomicBool::new(false),
             evictions: evictions::Evictions::default(),
+            instance_id,
+            live_instances,
         })
+    }
+
+    /// The number of Floodgate processes announced in this Redis when this one last announced
+    /// itself (see [`instances`]), this one included; 0 before the first announcement
+    /// succeeded. Shared: the handle follows every later announcement.
+    pub fn live_instances(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        Arc::clone(&self.live_instances)
+    }
+
+    /// Announces this process now (what the background task of
+    /// [`RedisStoreConfig::announce`] does every second) and returns the live count, also
+    /// kept for [`live_instances`](Self::live_instances). Uses the decision clock: with
+    /// [`TimeSource::Caller`], the store's clock (so tests can expire announcements). Bounded
+    /// by the timeout; around the breaker and the error counters.
+    ///
+    /// # Errors
+    /// [`StoreError::Timeout`] / [`StoreError::Unavailable`].
+    pub async fn announce(&self) -> Result<u64, StoreError> {
+        let mut parts = announce_call_parts(&self.config, &self.instance_id);
+        if self.config.time_source == TimeSource::Caller {
+            parts.now = Some(self.clock.now());
+        }
+        let n = tokio::time::timeout(self.config.timeout, parts.send(&self.conn))
+            .await
+            .map_err(|_| StoreError::Timeout {
+                after_ms: duration_ms(self.config.timeout),
+            })?
+            .map_err(|e| to_store_error(e, self.config.timeout))?;
+        publish_live(&self.live_instances, n);
+        Ok(n)
     }
 
     /// The configuration in force.
@@ -1115,6 +1166,84 @@ impl RedisStore {
         };
         self.conn.invoke(&call).await
     }
+}
+
+/// The arguments of one `instances.lua` call but `now`.
+struct AnnounceCall {
+    keys: [String; 1],
+    id: String,
+    now: Option<Timestamp>,
+    ttl_us: u64,
+    expire_ms: u64,
+}
+
+fn announce_call_parts(config: &RedisStoreConfig, id: &str) -> AnnounceCall {
+    let ttl = instances::ANNOUNCE_TTL;
+    AnnounceCall {
+        keys: [format!("{}instances", config.prefix)],
+        id: id.to_string(),
+        now: None,
+        ttl_us: u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX),
+        expire_ms: duration_ms(ttl + config.ttl_extra),
+    }
+}
+
+impl AnnounceCall {
+    async fn send(&self, conn: &Conn) -> Result<u64, RedisError> {
+        let cmd = |full: bool| {
+            let mut c = if full {
+                let mut c = redis::cmd("EVAL");
+                c.arg(instances::SOURCE);
+                c
+            } else {
+                let mut c = redis::cmd("EVALSHA");
+                c.arg(instances::SCRIPT.get_hash());
+                c
+            };
+            c.arg(1).arg(&self.keys[0]);
+            match self.now {
+                Some(now) => c.arg(now),
+                None => c.arg(""),
+            };
+            c.arg(&self.id).arg(self.ttl_us).arg(self.expire_ms);
+            c
+        };
+        match conn.query(&cmd(false)).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                conn.query(&cmd(true)).await
+            }
+            other => other,
+        }
+    }
+}
+
+fn publish_live(live: &std::sync::atomic::AtomicU64, n: u64) {
+    live.store(n, std::sync::atomic::Ordering::Release);
+    metrics::gauge!("floodgate_store_redis_live_instances").set(n as f64);
+}
+
+/// The background announcement of [`RedisStoreConfig::announce`]: every
+/// [`instances::ANNOUNCE_INTERVAL`] until the store (its count) is dropped. A failed
+/// announcement keeps the count last seen.
+fn spawn_announcer(
+    conn: Conn,
+    call: AnnounceCall,
+    live: std::sync::Weak<std::sync::atomic::AtomicU64>,
+    wait: Duration,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(instances::ANNOUNCE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(live) = live.upgrade() else {
+                return;
+            };
+            if let Ok(Ok(n)) = tokio::time::timeout(wait, call.send(&conn)).await {
+                publish_live(&live, n);
+            }
+        }
+    });
 }
 
 /// The one algorithm of every item of `group`, if they share one (a smaller script then).
