@@ -82,7 +82,21 @@ pub enum RedisTarget {
     /// A Redis Cluster, given by one or more of its nodes (`redis://host:port` each, or all
     /// `rediss://` for TLS).
     Cluster(Vec<String>),
+    /// The master of `master_name` as Redis Sentinel reports it, given by sentinels
+    /// (`redis://host:26379` each; no TLS). The store follows a failover (see
+    /// [`SENTINEL_POLL`]).
+    Sentinel {
+        /// The sentinels' URLs.
+        sentinels: Vec<String>,
+        /// The monitored master's name (`sentinel monitor <name> ...`).
+        master_name: String,
+    },
 }
+
+/// How often a store on [`RedisTarget::Sentinel`] asks the sentinels for the current master
+/// (a background task). A failover is followed within about this long after the sentinels
+/// promote a replica.
+pub const SENTINEL_POLL: Duration = Duration::from_millis(250);
 
 /// TLS for `rediss://` targets (rustls, through the `redis` crate). The server's certificate
 /// is always verified, and its name must match the URL's host: against the CA certificates
@@ -281,6 +295,67 @@ impl RedisStoreConfig {
 enum Conn {
     Single(ConnectionManager),
     Cluster(Arc<ClusterLink>),
+    Sentinel(Arc<SentinelLink>),
+}
+
+/// The master of a Sentinel-monitored set: a connection to the address the sentinels name,
+/// replaced when they name another (a failover).
+struct SentinelLink {
+    sentinel: tokio::sync::Mutex<redis::sentinel::Sentinel>,
+    master_name: String,
+    manager_config: ConnectionManagerConfig,
+    /// The master's address and the connection to it; `None` until first found.
+    current: parking_lot::Mutex<Option<(String, ConnectionManager)>>,
+}
+
+impl SentinelLink {
+    /// The connection to the current master (asking the sentinels first if none is known).
+    async fn manager(&self) -> Result<ConnectionManager, RedisError> {
+        if let Some((_, m)) = self.current.lock().clone() {
+            return Ok(m);
+        }
+        self.resolve().await
+    }
+
+    /// Asks the sentinels for the master (`redis` checks it answers `ROLE` as a master) and,
+    /// when it is another address than the current one, connects to it instead.
+    async fn resolve(&self) -> Result<ConnectionManager, RedisError> {
+        let client = self
+            .sentinel
+            .lock()
+            .await
+            .async_master_for(&self.master_name, None)
+            .await?;
+        let addr = client.get_connection_info().addr().to_string();
+        let mut current = self.current.lock();
+        if let Some((known, m)) = current.as_ref() {
+            if *known == addr {
+                return Ok(m.clone());
+            }
+        }
+        let manager = ConnectionManager::new_lazy_with_config(client, self.manager_config.clone())?;
+        if current.is_some() {
+            tracing::warn!(master = %addr, name = %self.master_name, "redis sentinel: following a failover to a new master");
+        }
+        *current = Some((addr, manager.clone()));
+        Ok(manager)
+    }
+}
+
+/// The background task of a Sentinel store: asks for the master every [`SENTINEL_POLL`] until
+/// the store is dropped.
+fn spawn_sentinel_poll(link: std::sync::Weak<SentinelLink>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SENTINEL_POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(link) = link.upgrade() else {
+                return;
+            };
+            let _ = tokio::time::timeout(SENTINEL_POLL * 4, link.resolve()).await;
+        }
+    });
 }
 
 /// A cluster connection made on first use, so that the store can be built while the cluster is
@@ -295,6 +370,7 @@ impl Conn {
         match self {
             Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
             Conn::Cluster(link) => cmd.query_async(&mut link.connection().await?).await,
+            Conn::Sentinel(link) => cmd.query_async(&mut link.manager().await?).await,
         }
     }
 
@@ -302,6 +378,7 @@ impl Conn {
     async fn query_all_masters(&self, cmd: &redis::Cmd) -> Result<Value, RedisError> {
         match self {
             Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Conn::Sentinel(link) => cmd.query_async(&mut link.manager().await?).await,
             Conn::Cluster(link) => {
                 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
                 link.connection()
@@ -505,6 +582,9 @@ impl RedisStore {
         let urls: Vec<&str> = match &config.target {
             RedisTarget::Standalone(url) => vec![url.as_str()],
             RedisTarget::Cluster(nodes) => nodes.iter().map(String::as_str).collect(),
+            RedisTarget::Sentinel { sentinels, .. } => {
+                sentinels.iter().map(String::as_str).collect()
+            }
         };
         let tls = urls.iter().any(|u| is_tls_url(u));
         if tls && !urls.iter().all(|u| is_tls_url(u)) {
@@ -517,6 +597,11 @@ impl RedisStore {
                 reason: "redis TLS files (CA, client certificate) are given, but the URL is not \
                          rediss://"
                     .into(),
+            });
+        }
+        if tls && matches!(config.target, RedisTarget::Sentinel { .. }) {
+            return Err(StoreError::Unavailable {
+                reason: "redis sentinel with TLS (rediss://) is not supported".into(),
             });
         }
         if tls {
@@ -539,18 +624,27 @@ impl RedisStore {
                 }
                 .map_err(unavailable)?;
                 standalone_client = Some(client.clone());
-                let manager_config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(config.connect_timeout))
-                    .set_response_timeout(Some(config.timeout.max(Duration::from_millis(1))))
-                    // Reconnect quickly and keep trying: a restarted Redis is picked up within
-                    // about 100 ms.
-                    .set_min_delay(Duration::from_millis(10))
-                    .set_max_delay(RECONNECT_MAX_DELAY)
-                    .set_number_of_retries(usize::MAX >> 1);
                 Conn::Single(
-                    ConnectionManager::new_lazy_with_config(client, manager_config)
+                    ConnectionManager::new_lazy_with_config(client, manager_config(&config))
                         .map_err(unavailable)?,
                 )
+            }
+            RedisTarget::Sentinel {
+                sentinels,
+                master_name,
+            } => {
+                let sentinel =
+                    redis::sentinel::Sentinel::build(sentinels.clone()).map_err(unavailable)?;
+                let link = Arc::new(SentinelLink {
+                    sentinel: tokio::sync::Mutex::new(sentinel),
+                    master_name: master_name.clone(),
+                    // Finite retries: a connection to a master replaced by a failover stops
+                    // trying (the next call on a live one reconnects anew).
+                    manager_config: manager_config(&config).set_number_of_retries(40),
+                    current: parking_lot::Mutex::new(None),
+                });
+                spawn_sentinel_poll(Arc::downgrade(&link));
+                Conn::Sentinel(link)
             }
             RedisTarget::Cluster(nodes) => {
                 let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
@@ -572,7 +666,7 @@ impl RedisStore {
             u64::try_from(config.breaker_cool_down.as_micros()).unwrap_or(u64::MAX),
             u64::try_from(config.breaker_window.as_micros()).unwrap_or(u64::MAX),
         ));
-        let coalescer = (config.coalesce > 0 && matches!(conn, Conn::Single(_))).then(|| {
+        let coalescer = (config.coalesce > 0 && !matches!(conn, Conn::Cluster(_))).then(|| {
             Arc::new(coalesce::Coalescer::new(
                 conn.clone(),
                 duration_ms(config.ttl_extra),
@@ -1166,6 +1260,18 @@ impl RedisStore {
         };
         self.conn.invoke(&call).await
     }
+}
+
+/// The standalone connection's settings (also each Sentinel master's).
+fn manager_config(config: &RedisStoreConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.timeout.max(Duration::from_millis(1))))
+        // Reconnect quickly and keep trying: a restarted Redis is picked up within about
+        // 100 ms.
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(RECONNECT_MAX_DELAY)
+        .set_number_of_retries(usize::MAX >> 1)
 }
 
 /// The arguments of one `instances.lua` call but `now`.
