@@ -66,6 +66,17 @@ pub fn describe_store(store: &super::StoreConfig) -> String {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
+                RedisTarget::Sentinel {
+                    sentinels,
+                    master_name,
+                } => format!(
+                    "redis sentinel {master_name:?} via [{}]",
+                    sentinels
+                        .iter()
+                        .map(|n| redact(n))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             };
             let fallback = match (r.local_fallback, r.local_fallback_instances) {
                 (true, Some(n)) => format!("local, limits / {n}"),

@@ -481,6 +481,8 @@ impl Validator<'_> {
                 s.prefix.as_ref().map(|v| (v.span(), "prefix")),
                 s.fallback.as_ref().map(|v| (v.span(), "fallback")),
                 s.instances.as_ref().map(|v| (v.span(), "instances")),
+                s.sentinels.first().map(|v| (v.span(), "sentinels")),
+                s.master_name.as_ref().map(|v| (v.span(), "master_name")),
                 s.tls_ca_file.as_ref().map(|v| (v.span(), "tls_ca_file")),
                 s.tls_cert_file
                     .as_ref()
@@ -518,7 +520,6 @@ impl Validator<'_> {
 
     /// The `[store]` fields of `kind = "redis"`; `None` when they have errors (pushed).
     fn redis_store(&mut self, s: &raw::RawStore) -> Option<RedisConfig> {
-        use floodgate_store::redis::RedisTarget;
         let before = self.errors.len();
         for url in s.url.iter().chain(&s.nodes) {
             if !is_redis_url(url.get_ref()) {
@@ -534,28 +535,17 @@ impl Validator<'_> {
                 self.push(url, field.into(), message);
             }
         }
-        let target = match (&s.url, s.nodes.is_empty()) {
-            (Some(url), true) => Some(RedisTarget::Standalone(url.get_ref().clone())),
-            (None, false) => Some(RedisTarget::Cluster(
-                s.nodes.iter().map(|n| n.get_ref().clone()).collect(),
-            )),
-            (Some(url), false) => {
+        let target = if !s.sentinels.is_empty() {
+            self.sentinel_target(s)
+        } else {
+            if let Some(m) = &s.master_name {
                 self.push(
-                    url,
-                    "store.url".into(),
-                    "give url (one server) or nodes (a cluster), not both".into(),
+                    m,
+                    "store.master_name".into(),
+                    "only with sentinels = [...]".into(),
                 );
-                None
             }
-            (None, true) => {
-                let kind = s.kind.as_ref().expect("kind = \"redis\" was given");
-                self.push(
-                    kind,
-                    "store.url".into(),
-                    "kind = \"redis\" needs url = \"redis://host:port\" or nodes = [...]".into(),
-                );
-                None
-            }
+            self.url_target(s)
         };
         let timeout_ms = self.millis(
             &s.timeout_ms,
@@ -626,6 +616,90 @@ impl Validator<'_> {
         })
     }
 
+    /// `url` (one server) or `nodes` (a cluster); `None` when they have errors (pushed).
+    fn url_target(&mut self, s: &raw::RawStore) -> Option<floodgate_store::redis::RedisTarget> {
+        use floodgate_store::redis::RedisTarget;
+        match (&s.url, s.nodes.is_empty()) {
+            (Some(url), true) => Some(RedisTarget::Standalone(url.get_ref().clone())),
+            (None, false) => Some(RedisTarget::Cluster(
+                s.nodes.iter().map(|n| n.get_ref().clone()).collect(),
+            )),
+            (Some(url), false) => {
+                self.push(
+                    url,
+                    "store.url".into(),
+                    "give url (one server) or nodes (a cluster), not both".into(),
+                );
+                None
+            }
+            (None, true) => {
+                let kind = s.kind.as_ref().expect("kind = \"redis\" was given");
+                self.push(
+                    kind,
+                    "store.url".into(),
+                    "kind = \"redis\" needs url = \"redis://host:port\", nodes = [...] or \
+                     sentinels = [...]"
+                        .into(),
+                );
+                None
+            }
+        }
+    }
+
+    /// `sentinels` and `master_name` (Redis Sentinel); `None` when they have errors (pushed).
+    fn sentinel_target(
+        &mut self,
+        s: &raw::RawStore,
+    ) -> Option<floodgate_store::redis::RedisTarget> {
+        let before = self.errors.len();
+        for u in &s.sentinels {
+            if !u.get_ref().starts_with("redis://") {
+                self.push(
+                    u,
+                    "store.sentinels".into(),
+                    format!(
+                        "{:?} is not a redis:// URL (TLS to sentinels is not supported)",
+                        u.get_ref()
+                    ),
+                );
+            }
+        }
+        for (v, field) in [
+            (s.url.as_ref(), "store.url"),
+            (s.nodes.first(), "store.nodes"),
+        ] {
+            if let Some(v) = v {
+                self.push(
+                    v,
+                    field.into(),
+                    "give one of url (one server), nodes (a cluster) or sentinels (Redis \
+                     Sentinel)"
+                        .into(),
+                );
+            }
+        }
+        let master_name = match &s.master_name {
+            Some(m) if !m.get_ref().is_empty() => Some(m.get_ref().clone()),
+            Some(m) => {
+                self.push(m, "store.master_name".into(), "must not be empty".into());
+                None
+            }
+            None => {
+                self.push(
+                    &s.sentinels[0],
+                    "store.master_name".into(),
+                    "sentinels need master_name = \"...\" (the name the sentinels monitor)".into(),
+                );
+                None
+            }
+        };
+        let master_name = master_name.filter(|_| self.errors.len() == before)?;
+        Some(floodgate_store::redis::RedisTarget::Sentinel {
+            sentinels: s.sentinels.iter().map(|u| u.get_ref().clone()).collect(),
+            master_name,
+        })
+    }
+
     /// `tls_ca_file`, `tls_cert_file`, `tls_key_file`: read and checked (PEM that parses, a
     /// certificate with its key, `rediss://` URLs); errors pushed naming the field.
     fn redis_tls(&mut self, s: &raw::RawStore) -> floodgate_store::redis::RedisTls {
@@ -662,6 +736,7 @@ impl Validator<'_> {
             .url
             .iter()
             .chain(&s.nodes)
+            .chain(&s.sentinels)
             .all(|u| u.get_ref().starts_with("rediss://"));
         if let Some((v, field)) = given.iter().find_map(|(v, f)| v.as_ref().map(|v| (v, *f))) {
             if !all_tls {

@@ -338,7 +338,8 @@ fn redis_store_settings_are_read_and_checked() {
 
     assert_eq!(
         err("[store]\nkind = \"redis\"\n"),
-        "rules.toml:2: store.url: kind = \"redis\" needs url = \"redis://host:port\" or nodes = [...]"
+        "rules.toml:2: store.url: kind = \"redis\" needs url = \"redis://host:port\", nodes = [...] \
+         or sentinels = [...]"
     );
     assert!(err("[store]\nkind = \"redis\"\nurl = \"http://x\"\n")
         .starts_with("rules.toml:3: store.url: \"http://x\" is not a redis://"));
@@ -595,4 +596,45 @@ fn redis_tls_files_are_read_and_checked() {
     assert!(load(tls("rediss://a:6380", swapped))
         .unwrap_err()
         .starts_with("F:4: store.tls_cert_file: holds no PEM certificate"));
+}
+
+/// `sentinels = [...]` with `master_name`: a Redis Sentinel target; errors name the field.
+#[test]
+fn redis_sentinel_target() {
+    use floodgate_store::redis::RedisTarget;
+    let c = parse(
+        "rules.toml",
+        "[store]\nkind = \"redis\"\nsentinels = [\"redis://s1:26379\", \"redis://s2:26379\"]\n\
+         master_name = \"mymaster\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.store.redis.unwrap().target,
+        RedisTarget::Sentinel {
+            sentinels: vec!["redis://s1:26379".into(), "redis://s2:26379".into()],
+            master_name: "mymaster".into(),
+        }
+    );
+    assert_eq!(
+        err("[store]\nkind = \"redis\"\nsentinels = [\"redis://s1:26379\"]\n"),
+        "rules.toml:3: store.master_name: sentinels need master_name = \"...\" (the name the \
+         sentinels monitor)"
+    );
+    assert_eq!(
+        err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\nmaster_name = \"m\"\n"),
+        "rules.toml:4: store.master_name: only with sentinels = [...]"
+    );
+    assert!(err(
+        "[store]\nkind = \"redis\"\nurl = \"redis://a\"\nsentinels = [\"redis://s\"]\n\
+         master_name = \"m\"\n"
+    )
+    .starts_with("rules.toml:3: store.url: give one of url (one server), nodes (a cluster) or"));
+    assert!(
+        err("[store]\nkind = \"redis\"\nsentinels = [\"http://s\"]\nmaster_name = \"m\"\n")
+            .starts_with("rules.toml:3: store.sentinels: \"http://s\" is not a redis:// URL")
+    );
+    assert_eq!(
+        err("[store]\nsentinels = [\"redis://s\"]\n"),
+        "rules.toml:2: store.sentinels: only for kind = \"redis\""
+    );
 }
