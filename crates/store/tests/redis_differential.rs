@@ -36,6 +36,8 @@ fn harness(flavor: Flavor) -> Harness {
     // Caller time does not follow real time: keep keys for the whole run.
     config.ttl_extra = Duration::from_secs(3600);
     config.timeout = Duration::from_secs(5);
+    // The deny cache is on: it must never change a decision (nor any number of one).
+    config.deny_cache = true;
     let store = {
         let _guard = rt.enter();
         RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap()

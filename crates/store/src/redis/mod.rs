@@ -64,6 +64,7 @@ use crate::{BatchDecision, CheckItem, Store, StoreError};
 mod any;
 mod breaker;
 mod coalesce;
+pub mod deny_cache;
 pub mod evictions;
 pub mod instances;
 pub mod keys;
@@ -244,6 +245,11 @@ pub struct RedisStoreConfig {
     pub breaker_window: Duration,
     /// How long an open breaker fails fast before letting one probe through. Default 1 s.
     pub breaker_cool_down: Duration,
+    /// Answer repeated cost-1 checks of a key Redis just denied locally until its
+    /// `retry_after`, without a round trip (see [`deny_cache`]: exact within this process,
+    /// but a reset made through another process is not seen). Standalone Redis and Sentinel
+    /// only (a cluster's refunds can give units back). Default `false`.
+    pub deny_cache: bool,
     /// Announce this process in Redis every [`instances::ANNOUNCE_INTERVAL`] (a background
     /// task), so that [`RedisStore::live_instances`] counts the processes sharing this Redis
     /// (see [`instances`]). Default `false`.
@@ -284,6 +290,7 @@ impl RedisStoreConfig {
             breaker_cool_down: Duration::from_secs(1),
             tls: RedisTls::default(),
             announce: false,
+            deny_cache: false,
             coalesce: 2,
         }
     }
@@ -463,6 +470,8 @@ pub struct RedisStore {
     ping_failed: std::sync::atomic::AtomicBool,
     /// Readiness: `evicted_keys` per node (see [`evictions`]).
     evictions: evictions::Evictions,
+    /// `Some` with [`RedisStoreConfig::deny_cache`] (not on a cluster).
+    deny_cache: Option<deny_cache::DenyCache>,
     /// This process's id in the instance set, and the live count last seen (0: none yet).
     instance_id: String,
     live_instances: Arc<std::sync::atomic::AtomicU64>,
@@ -680,6 +689,11 @@ impl RedisStore {
         }
         metrics::gauge!("floodgate_store_breaker_open").set(0.0);
         metrics::counter!("floodgate_store_redis_evicted_keys_total").increment(0);
+        if config.deny_cache {
+            metrics::counter!("floodgate_store_deny_cache_hits_total").increment(0);
+        }
+        let deny_cache = (config.deny_cache && !matches!(config.target, RedisTarget::Cluster(_)))
+            .then(deny_cache::DenyCache::default);
         let instance_id = instances::process_id(clock.now());
         let live_instances = Arc::new(std::sync::atomic::AtomicU64::new(0));
         if config.announce {
@@ -702,6 +716,7 @@ impl RedisStore {
             evictions: evictions::Evictions::default(),
             instance_id,
             live_instances,
+            deny_cache,
         })
     }
 
@@ -1062,25 +1077,50 @@ impl RedisStore {
             });
         }
         let now = self.now_arg(now);
-        let groups = self.groups(items);
-        self.guarded(async {
-            let result = match &self.coalescer {
-                // Standalone: always one group.
-                Some(c) if groups.len() == 1 => {
-                    self.decide_coalesced(c, items, groups[0].clone(), now, commit)
-                        .await
+        // The deny cache: one cost-1 check, on the decision clock (the store's clock at
+        // sending time for Redis' clock, see `deny_cache`).
+        let cached = match &self.deny_cache {
+            Some(cache) if commit && items.len() == 1 && items[0].cost == 1 => {
+                let name = self.key_name(items[0].rule, items[0].policy, items[0].key);
+                let at = now.unwrap_or_else(|| self.clock.now());
+                if let Some(d) = cache.lookup(&name, at) {
+                    metrics::counter!("floodgate_store_deny_cache_hits_total").increment(1);
+                    return Ok(BatchDecision {
+                        allowed: false,
+                        decisions: vec![d],
+                        store_full: None,
+                    });
                 }
-                _ => self.decide_groups(items, &groups, now, commit).await,
-            };
-            match result {
-                Err(e) if is_out_of_memory(&e) => {
-                    self.decide_out_of_memory(items, &groups, now, commit, e)
-                        .await
-                }
-                other => other,
+                Some((cache, name, at))
             }
-        })
-        .await
+            _ => None,
+        };
+        let groups = self.groups(items);
+        let result = self
+            .guarded(async {
+                let result = match &self.coalescer {
+                    // Standalone: always one group.
+                    Some(c) if groups.len() == 1 => {
+                        self.decide_coalesced(c, items, groups[0].clone(), now, commit)
+                            .await
+                    }
+                    _ => self.decide_groups(items, &groups, now, commit).await,
+                };
+                match result {
+                    Err(e) if is_out_of_memory(&e) => {
+                        self.decide_out_of_memory(items, &groups, now, commit, e)
+                            .await
+                    }
+                    other => other,
+                }
+            })
+            .await;
+        if let (Some((cache, name, at)), Ok(batch)) = (cached, &result) {
+            if !batch.allowed {
+                cache.insert(&name, at, batch.decisions[0]);
+            }
+        }
+        result
     }
 
     /// Redis refused the batch with `OOM` (over `maxmemory` with `noeviction`): peek it with
@@ -1515,6 +1555,9 @@ impl Store for RedisStore {
         // other names) expires on its own.
         let name = keys::state_key(&self.config.prefix, rule, policy, key);
         tracing::debug!(rule, key, redis_key = %name, "redis store: reset");
+        if let Some(cache) = &self.deny_cache {
+            cache.invalidate(&name);
+        }
         let mut cmd = redis::cmd("DEL");
         cmd.arg(&name);
         async move {
