@@ -203,4 +203,63 @@ async fn readyz_reports_the_redis_store() {
     assert_eq!(body["status"], "degraded");
     assert_eq!(body["store"]["state"], "degraded");
     assert_eq!(body["store"]["fallback"], "local");
+    assert_eq!(body["store"]["instances"], 4, "the configured override");
+}
+
+/// Issue 14: with `fallback = "local"` and no `instances`, every process announces itself in
+/// Redis and divides by the live count it last saw: two processes see 2 (in `/readyz` and the
+/// `floodgate_store_redis_live_instances` gauge), and once Redis is gone each enforces 100 / 2.
+#[tokio::test]
+async fn the_local_fallback_divides_by_the_instances_discovered_in_redis() {
+    let mut redis = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rules = redis_config(
+        dir.path(),
+        "rules.toml",
+        &redis.url(),
+        "timeout_ms = 500\nfallback = \"local\"\n",
+    );
+    let fleet: Vec<Floodgate> = (0..2)
+        .map(|_| Floodgate::start(&["--config", &rules]))
+        .collect();
+    let c = client();
+    // The processes announce themselves every second (real time: Redis' clock): wait, bounded,
+    // until the first has seen both.
+    let mut seen = json!(null);
+    for _ in 0..50 {
+        let (_, _, body) =
+            serve_support::split(c.get(fleet[0].url("/readyz")).send().await.unwrap()).await;
+        seen = body["store"]["instances"].clone();
+        if seen == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, 2);
+    assert_eq!(
+        serve_support::metric(&c, &fleet[0], "floodgate_store_redis_live_instances").await,
+        Some(2.0)
+    );
+
+    redis.kill();
+    let (mut ok, mut denied) = (0, 0);
+    for _ in 0..60 {
+        let r = c
+            .post(fleet[0].url("/v1/check"))
+            .json(&json!({"rule": "shared", "key": "hot"}))
+            .send()
+            .await
+            .unwrap();
+        match r.status().as_u16() {
+            200 => ok += 1,
+            429 => denied += 1,
+            other => panic!("status {other}: {}", r.text().await.unwrap()),
+        }
+    }
+    // 100 per 10 s over the 2 instances last seen: 50 here.
+    assert_eq!((ok, denied), (50, 10));
+    let (_, _, body) =
+        serve_support::split(c.get(fleet[0].url("/readyz")).send().await.unwrap()).await;
+    assert_eq!(body["store"]["state"], "degraded");
+    assert_eq!(body["store"]["instances"], 2, "the count last seen");
 }

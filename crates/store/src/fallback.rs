@@ -2,6 +2,11 @@
 //! an in-process [`MemoryStore`] with each limit divided by the number of instances, instead of
 //! admitting everything (`open`) or nothing (`closed`).
 //!
+//! `N` is either configured ([`FallbackStore::new`]) or discovered: the number of processes
+//! announced in Redis when this one last looked ([`FallbackStore::discovered`], fed by
+//! [`RedisStore::live_instances`](crate::redis::RedisStore::live_instances)). A change of `N`
+//! gives the local rules new policies, so their local counters start fresh.
+//!
 //! With `N` instances behind a balanced load balancer, each enforcing `limit / N` locally, the
 //! fleet admits about `limit` in total while Redis is down; with skewed balancing it admits
 //! less than `limit` for the busy key (never more than `limit` overall). The local state is not
@@ -24,6 +29,7 @@
 //! # });
 //! ```
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use floodgate_core::{Clock, Decision, Policy, Quota};
@@ -38,7 +44,10 @@ type RulePredicate = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 pub struct FallbackStore<S> {
     primary: S,
     local: MemoryStore,
+    /// The configured count (`new`), or the count used before one was discovered.
     instances: u64,
+    /// The discovered count (0: none seen yet), when discovered.
+    live: Option<Arc<AtomicU64>>,
     /// `None`: every rule falls back. `Some(p)`: a failed batch falls back only when `p` holds
     /// for every item's rule; otherwise the primary's error is returned (and the caller's
     /// open/closed failure mode applies).
@@ -49,9 +58,23 @@ impl<S: std::fmt::Debug> std::fmt::Debug for FallbackStore<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FallbackStore")
             .field("primary", &self.primary)
-            .field("instances", &self.instances)
+            .field("instances", &self.instances())
+            .field("discovered", &self.live.is_some())
             .field("every_rule", &self.only.is_none())
             .finish_non_exhaustive()
+    }
+}
+
+impl<S> FallbackStore<S> {
+    /// The instance count each limit is divided by now (at least 1).
+    pub fn instances(&self) -> u64 {
+        match &self.live {
+            Some(live) => match live.load(Ordering::Acquire) {
+                0 => self.instances,
+                n => n,
+            },
+            None => self.instances,
+        }
     }
 }
 
@@ -63,7 +86,23 @@ impl<S: Store> FallbackStore<S> {
             primary,
             local: MemoryStore::with_clock(clock),
             instances: instances.max(1),
+            live: None,
             only: None,
+        }
+    }
+
+    /// Wraps `primary`, dividing by the live instance count `live` last seen (shared with its
+    /// source, e.g. [`RedisStore::live_instances`](crate::redis::RedisStore::live_instances));
+    /// while it is 0 (never seen), by `until_seen` (at least 1).
+    pub fn discovered(
+        primary: S,
+        live: Arc<AtomicU64>,
+        until_seen: u64,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            live: Some(live),
+            ..Self::new(primary, until_seen, clock)
         }
     }
 
@@ -89,7 +128,7 @@ impl<S: Store> FallbackStore<S> {
     /// policy unchanged when the divided quota is not exact.
     pub fn local_policy(&self, policy: &Policy) -> Policy {
         let q = policy.quota();
-        let n = self.instances;
+        let n = self.instances();
         Quota::with_burst((q.limit() / n).max(1), q.period(), (q.burst() / n).max(1))
             .and_then(|quota| Policy::new(policy.kind(), quota))
             .unwrap_or_else(|_| policy.clone())

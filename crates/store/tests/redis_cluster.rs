@@ -1,7 +1,7 @@
 //! RedisStore on a 3-master Redis Cluster started by the test: hostile `{...}` keys never cause
 //! CROSSSLOT and never steer the slot; batches across slots are all-or-nothing through the
 //! refund protocol, exactly, for every algorithm; reservations across slots are reserved for one
-//! wait, exactly as the memory store reserves them.
+//! wait, exactly as the memory store reserves them. Every test runs on Redis and again on Valkey (`valkey_*`).
 #![cfg(feature = "redis")]
 
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use floodgate_core::{AlgorithmKind, ManualClock, Policy};
 use floodgate_store::redis::testing::{
     current_thread_runtime, multi_thread_runtime, replay_against_memory,
-    replay_reservations_against_memory, RedisCluster, ReserveStep,
+    replay_reservations_against_memory, Flavor, RedisCluster, ReserveStep,
 };
 use floodgate_store::redis::{keys, RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{CheckItem, Store};
@@ -43,9 +43,8 @@ const HOSTILE: &[&str] = &[
     "fg:{0000000000000000}",
 ];
 
-#[test]
-fn hostile_braces_cause_no_crossslot_and_keep_our_slot() {
-    let cluster = RedisCluster::start().unwrap();
+fn hostile_braces_cause_no_crossslot_and_keep_our_slot_on(flavor: Flavor) {
+    let cluster = RedisCluster::start_flavor(flavor).unwrap();
     let rt = current_thread_runtime().unwrap();
     rt.block_on(async {
         let store = store(&cluster);
@@ -128,9 +127,8 @@ fn hostile_braces_cause_no_crossslot_and_keep_our_slot() {
     });
 }
 
-#[test]
-fn cross_slot_batches_are_all_or_nothing_with_exact_refunds() {
-    let cluster = RedisCluster::start().unwrap();
+fn cross_slot_batches_are_all_or_nothing_with_exact_refunds_on(flavor: Flavor) {
+    let cluster = RedisCluster::start_flavor(flavor).unwrap();
     let rt = current_thread_runtime().unwrap();
     rt.block_on(async {
         let store = store(&cluster);
@@ -217,12 +215,11 @@ fn cross_slot_batches_are_all_or_nothing_with_exact_refunds() {
     });
 }
 
-#[test]
-fn resharding_under_load_keeps_counts_and_almost_never_errs() {
+fn resharding_under_load_keeps_counts_and_almost_never_errs_on(flavor: Flavor) {
     // 1,000 slots move from the first master to the second while 8 clients check 500 keys
     // (limit 20 each, frozen caller time): MOVED/ASK/TRYAGAIN are followed by the client, the
     // keys' state moves with them, so no key ever admits more than its limit.
-    let cluster = RedisCluster::start().unwrap();
+    let cluster = RedisCluster::start_flavor(flavor).unwrap();
     let rt = multi_thread_runtime(2).unwrap();
     let ids: Vec<String> = cluster
         .nodes()
@@ -333,10 +330,10 @@ fn resharding_under_load_keeps_counts_and_almost_never_errs() {
     });
 }
 
-#[tokio::test]
-async fn startup_check_asks_every_master() {
-    let cluster = RedisCluster::start().unwrap();
-    let check = store(&cluster).startup_check().await.unwrap();
+fn startup_check_asks_every_master_on(flavor: Flavor) {
+    let cluster = RedisCluster::start_flavor(flavor).unwrap();
+    let rt = current_thread_runtime().unwrap();
+    let check = rt.block_on(async { store(&cluster).startup_check().await.unwrap() });
     assert_eq!(check.maxmemory_policies, ["noeviction"; 3]);
     assert!(!check.may_evict);
 }
@@ -344,8 +341,7 @@ async fn startup_check_asks_every_master() {
 /// Random multi-rule batches (mostly across slots, so through the refund protocol) decide
 /// exactly like the memory store, step after step, with time moving forward: a denied
 /// cross-slot batch leaves every key as if it had never been tried.
-#[test]
-fn cross_slot_batches_match_the_memory_store() {
+fn cross_slot_batches_match_the_memory_store_on(flavor: Flavor) {
     use floodgate_core::Quota;
     use proptest::prelude::*;
 
@@ -357,7 +353,7 @@ fn cross_slot_batches_match_the_memory_store() {
         "3/20s burst 5",
         "5/s burst 2",
     ];
-    let cluster = RedisCluster::start().unwrap();
+    let cluster = RedisCluster::start_flavor(flavor).unwrap();
     let rt = current_thread_runtime().unwrap();
     let store = {
         let _guard = rt.enter();
@@ -453,3 +449,44 @@ fn cross_slot_reservations_match_the_memory_store() {
         })
         .unwrap();
 }
+
+/// One test on a Redis cluster and one on a Valkey cluster.
+macro_rules! on_both {
+    ($redis:ident, $valkey:ident, $body:path) => {
+        #[test]
+        fn $redis() {
+            $body(Flavor::Redis);
+        }
+
+        #[test]
+        fn $valkey() {
+            $body(Flavor::Valkey);
+        }
+    };
+}
+
+on_both!(
+    hostile_braces_cause_no_crossslot_and_keep_our_slot,
+    valkey_hostile_braces_cause_no_crossslot_and_keep_our_slot,
+    hostile_braces_cause_no_crossslot_and_keep_our_slot_on
+);
+on_both!(
+    cross_slot_batches_are_all_or_nothing_with_exact_refunds,
+    valkey_cross_slot_batches_are_all_or_nothing_with_exact_refunds,
+    cross_slot_batches_are_all_or_nothing_with_exact_refunds_on
+);
+on_both!(
+    resharding_under_load_keeps_counts_and_almost_never_errs,
+    valkey_resharding_under_load_keeps_counts_and_almost_never_errs,
+    resharding_under_load_keeps_counts_and_almost_never_errs_on
+);
+on_both!(
+    cross_slot_batches_match_the_memory_store,
+    valkey_cross_slot_batches_match_the_memory_store,
+    cross_slot_batches_match_the_memory_store_on
+);
+on_both!(
+    startup_check_asks_every_master,
+    valkey_startup_check_asks_every_master,
+    startup_check_asks_every_master_on
+);

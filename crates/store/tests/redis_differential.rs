@@ -2,7 +2,7 @@
 //! sequences through `floodgate-core` and through `RedisStore` (caller-supplied time) give
 //! identical decisions for every algorithm, for checks, peeks, reservations and settles; random
 //! multi-item batches (checks and reservations with settles) give identical answers on
-//! `MemoryStore` and `RedisStore`.
+//! `MemoryStore` and `RedisStore`. Every test runs on Redis and again on Valkey (`valkey_*`).
 #![cfg(feature = "redis")]
 
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use floodgate_core::{AlgorithmKind, ManualClock, Policy, Quota, State};
 use floodgate_store::redis::testing::{
     current_thread_runtime, replay_against_memory, replay_reservations_against_memory, BatchStep,
-    RedisServer, ReserveStep,
+    Flavor, RedisServer, ReserveStep,
 };
 use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{CheckItem, SettleItem, StoreError};
@@ -28,14 +28,17 @@ struct Harness {
     store: RedisStore,
 }
 
-fn harness() -> Harness {
-    let server = RedisServer::start().expect("start redis-server");
+fn harness(flavor: Flavor) -> Harness {
+    let server = RedisServer::start_flavor(flavor)
+        .unwrap_or_else(|e| panic!("start {}: {e}", flavor.binary()));
     let rt = current_thread_runtime().unwrap();
     let mut config = RedisStoreConfig::standalone(server.url());
     config.time_source = TimeSource::Caller;
     // Caller time does not follow real time: keep keys for the whole run.
     config.ttl_extra = Duration::from_secs(3600);
     config.timeout = Duration::from_secs(5);
+    // The deny cache is on: it must never change a decision (nor any number of one).
+    config.deny_cache = true;
     let store = {
         let _guard = rt.enter();
         RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap()
@@ -169,31 +172,80 @@ fn config() -> ProptestConfig {
     }
 }
 
-macro_rules! differential {
-    ($name:ident, $kind:expr) => {
+fn matches_core(flavor: Flavor, kind: AlgorithmKind) {
+    let h = harness(flavor);
+    let mut runner = proptest::test_runner::TestRunner::new(config());
+    runner
+        .run(&(0..QUOTAS.len(), requests(6)), |(q, reqs)| {
+            run_against_core(&h, kind, QUOTAS[q], &reqs)
+        })
+        .unwrap();
+}
+
+/// One test on Redis and one on Valkey.
+macro_rules! on_both {
+    ($redis:ident, $valkey:ident, $body:path $(, $arg:expr)*) => {
         #[test]
-        fn $name() {
-            let h = harness();
-            let mut runner = proptest::test_runner::TestRunner::new(config());
-            runner
-                .run(&(0..QUOTAS.len(), requests(6)), |(q, reqs)| {
-                    run_against_core(&h, $kind, QUOTAS[q], &reqs)
-                })
-                .unwrap();
+        fn $redis() {
+            $body(Flavor::Redis $(, $arg)*);
+        }
+
+        #[test]
+        fn $valkey() {
+            $body(Flavor::Valkey $(, $arg)*);
         }
     };
 }
 
-differential!(fixed_window_matches_core, AlgorithmKind::FixedWindow);
-differential!(sliding_log_matches_core, AlgorithmKind::SlidingLog);
-differential!(sliding_window_matches_core, AlgorithmKind::SlidingWindow);
-differential!(token_bucket_matches_core, AlgorithmKind::TokenBucket);
-differential!(leaky_bucket_matches_core, AlgorithmKind::LeakyBucket);
-differential!(gcra_matches_core, AlgorithmKind::Gcra);
+on_both!(
+    fixed_window_matches_core,
+    valkey_fixed_window_matches_core,
+    matches_core,
+    AlgorithmKind::FixedWindow
+);
+on_both!(
+    sliding_log_matches_core,
+    valkey_sliding_log_matches_core,
+    matches_core,
+    AlgorithmKind::SlidingLog
+);
+on_both!(
+    sliding_window_matches_core,
+    valkey_sliding_window_matches_core,
+    matches_core,
+    AlgorithmKind::SlidingWindow
+);
+on_both!(
+    token_bucket_matches_core,
+    valkey_token_bucket_matches_core,
+    matches_core,
+    AlgorithmKind::TokenBucket
+);
+on_both!(
+    leaky_bucket_matches_core,
+    valkey_leaky_bucket_matches_core,
+    matches_core,
+    AlgorithmKind::LeakyBucket
+);
+on_both!(
+    gcra_matches_core,
+    valkey_gcra_matches_core,
+    matches_core,
+    AlgorithmKind::Gcra
+);
+on_both!(
+    sliding_log_with_large_costs_spills_records_like_the_core,
+    valkey_sliding_log_with_large_costs_spills_records_like_the_core,
+    large_sliding_log_costs
+);
+on_both!(
+    batches_match_the_memory_store,
+    valkey_batches_match_the_memory_store,
+    batches_match
+);
 
-#[test]
-fn sliding_log_with_large_costs_spills_records_like_the_core() {
-    let h = harness();
+fn large_sliding_log_costs(flavor: Flavor) {
+    let h = harness(flavor);
     // Costs above 2^19 - 1 take several 8-byte records; same-microsecond requests merge.
     let policy = Policy::new(AlgorithmKind::SlidingLog, "2000000/s".parse().unwrap()).unwrap();
     let rule = fresh_rule();
@@ -235,9 +287,8 @@ fn batches() -> impl Strategy<Value = Vec<BatchStep>> {
 
 /// Multi-item batches (same-key items see each other's tentative consumption; all or nothing)
 /// decide identically on the memory store and on Redis, with time moving forward.
-#[test]
-fn batches_match_the_memory_store() {
-    let h = harness();
+fn batches_match(flavor: Flavor) {
+    let h = harness(flavor);
     let strategy = (
         prop::collection::vec(0usize..6, 3),
         prop::collection::vec(0..QUOTAS.len(), 3),
@@ -373,7 +424,7 @@ macro_rules! reservations_differential {
     ($name:ident, $kind:expr) => {
         #[test]
         fn $name() {
-            let h = harness();
+            let h = harness(Flavor::Redis);
             let mut runner = proptest::test_runner::TestRunner::new(config());
             runner
                 .run(&(0..QUOTAS.len(), reservation_requests(6)), |(q, reqs)| {
@@ -410,7 +461,7 @@ reservations_differential!(gcra_reservations_match_core, AlgorithmKind::Gcra);
 /// and their settles decide identically on the memory store and on Redis.
 #[test]
 fn reservation_batches_match_the_memory_store() {
-    let h = harness();
+    let h = harness(Flavor::Redis);
     let steps = prop::collection::vec(
         (
             prop_oneof![4 => 0u64..300_000, 1 => Just(0u64)],

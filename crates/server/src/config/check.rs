@@ -75,10 +75,22 @@ pub fn describe_store(store: &super::StoreConfig) -> String {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
+                RedisTarget::Sentinel {
+                    sentinels,
+                    master_name,
+                } => format!(
+                    "redis sentinel {master_name:?} via [{}]",
+                    sentinels
+                        .iter()
+                        .map(|n| redact(n))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             };
-            let fallback = match r.local_fallback_instances {
-                Some(n) => format!("local, limits / {n}"),
-                None => "none".into(),
+            let fallback = match (r.local_fallback, r.local_fallback_instances) {
+                (true, Some(n)) => format!("local, limits / {n}"),
+                (true, None) => "local, limits / live instances (announced in Redis)".into(),
+                (false, _) => "none".into(),
             };
             format!(
                 "store {target} (timeout {} ms, prefix {:?}, fallback {fallback})",
@@ -125,7 +137,9 @@ mod tests {
             timeout_ms: 50,
             breaker_window_ms: 250,
             prefix: "fg:".into(),
+            local_fallback: true,
             local_fallback_instances: Some(4),
+            tls: Default::default(),
         });
         assert_eq!(
             describe_store(&redis),
@@ -137,6 +151,9 @@ mod tests {
             "redis://b:7000".into(),
         ]);
         redis.redis.as_mut().unwrap().local_fallback_instances = None;
+        assert!(describe_store(&redis)
+            .ends_with("fallback local, limits / live instances (announced in Redis))"));
+        redis.redis.as_mut().unwrap().local_fallback = false;
         assert_eq!(
             describe_store(&redis),
             "store redis cluster [redis://a:7000, redis://b:7000] (timeout 50 ms, prefix \"fg:\", \

@@ -175,17 +175,25 @@ pub struct RedisConfig {
     /// `timeout_ms`: longest wait for one store call, 1 to 60,000 ms. Default 50 (see
     /// [`DEFAULT_REDIS_TIMEOUT_MS`] for the trade-off).
     pub timeout_ms: u64,
-    /// `breaker_window_ms`: the circuit breaker opens only when Redis has produced no success
-    /// for this long (and at least 5 calls failed since the last success), 0 to 60,000 ms.
+    /// `breaker_window_ms`: the circuit breaker opens only when Redis has failed every call
+    /// for this long, counted from the first failed call since the last success (and at least
+    /// 5 calls failed), 0 to 60,000 ms.
     /// Default 250; 0 opens after 5 consecutive failures whatever the time (see
     /// `docs/redis.md`, "Failures").
     pub breaker_window_ms: u64,
     /// `prefix` of every key (default `"fg:"`, at most 64 bytes, no braces).
     pub prefix: String,
-    /// `fallback = "local"` with `instances = N`: while Redis fails, decide in this process with
-    /// every limit divided by `N` (`Some(N)`). `None` (`fallback = "none"`, the default): a
-    /// failure follows each rule's `failure_mode`.
+    /// `fallback = "local"`: while Redis fails, decide in this process with every limit divided
+    /// by the number of instances. `false` (`fallback = "none"`, the default): a failure
+    /// follows each rule's `failure_mode`.
+    pub local_fallback: bool,
+    /// `instances = N` with `fallback = "local"`: divide by `N` (`Some(N)`), an override of
+    /// the count discovered in Redis (`None`: every process announces itself there and the
+    /// fallback divides by the live count it last saw).
     pub local_fallback_instances: Option<u64>,
+    /// `tls_ca_file`, `tls_cert_file`, `tls_key_file` (PEM; relative paths are relative to the
+    /// configuration file's folder), read when the file is loaded. Only with `rediss://`.
+    pub tls: floodgate_store::redis::RedisTls,
 }
 
 /// Default `[store] breaker_window_ms`: 250 ms, the store's own default
@@ -198,18 +206,11 @@ pub const DEFAULT_BREAKER_WINDOW_MS: u64 = 250;
 /// filter waits 20 ms. See `docs/redis.md`, "Failures".
 pub const DEFAULT_REDIS_TIMEOUT_MS: u64 = 50;
 
-/// `true` for the URL schemes this build's Redis client accepts (`rediss://`, TLS, is not one:
-/// see [`is_tls_redis_url`]).
+/// `true` for the URL schemes the Redis client accepts (`rediss://` is TLS).
 pub fn is_redis_url(url: &str) -> bool {
-    ["redis://", "redis+unix://", "unix://"]
+    ["redis://", "rediss://", "redis+unix://", "unix://"]
         .iter()
         .any(|scheme| url.starts_with(scheme))
-}
-
-/// `true` for a TLS Redis URL (`rediss://`), which this build cannot connect to (the Redis
-/// client is built without TLS support).
-pub fn is_tls_redis_url(url: &str) -> bool {
-    url.starts_with("rediss://")
 }
 
 /// The one rule for an admin token, wherever it comes from (`[server] admin_token`,
@@ -593,6 +594,13 @@ impl Validator<'_> {
                 s.prefix.as_ref().map(|v| (v.span(), "prefix")),
                 s.fallback.as_ref().map(|v| (v.span(), "fallback")),
                 s.instances.as_ref().map(|v| (v.span(), "instances")),
+                s.sentinels.first().map(|v| (v.span(), "sentinels")),
+                s.master_name.as_ref().map(|v| (v.span(), "master_name")),
+                s.tls_ca_file.as_ref().map(|v| (v.span(), "tls_ca_file")),
+                s.tls_cert_file
+                    .as_ref()
+                    .map(|v| (v.span(), "tls_cert_file")),
+                s.tls_key_file.as_ref().map(|v| (v.span(), "tls_key_file")),
             ];
             for (span, field) in only_redis.into_iter().flatten() {
                 self.errors.push(self.src.error(
@@ -625,7 +633,6 @@ impl Validator<'_> {
 
     /// The `[store]` fields of `kind = "redis"`; `None` when they have errors (pushed).
     fn redis_store(&mut self, s: &raw::RawStore) -> Option<RedisConfig> {
-        use floodgate_store::redis::RedisTarget;
         let before = self.errors.len();
         for url in s.url.iter().chain(&s.nodes) {
             if !is_redis_url(url.get_ref()) {
@@ -634,43 +641,24 @@ impl Validator<'_> {
                 } else {
                     "store.nodes"
                 };
-                let message = if is_tls_redis_url(url.get_ref()) {
-                    format!(
-                        "{:?}: TLS (rediss://) is not supported in this build; use redis:// \
-                         (e.g. through a local TLS tunnel)",
-                        url.get_ref()
-                    )
-                } else {
-                    format!(
-                        "{:?} is not a redis://, redis+unix:// or unix:// URL",
-                        url.get_ref()
-                    )
-                };
+                let message = format!(
+                    "{:?} is not a redis://, rediss://, redis+unix:// or unix:// URL",
+                    url.get_ref()
+                );
                 self.push(url, field.into(), message);
             }
         }
-        let target = match (&s.url, s.nodes.is_empty()) {
-            (Some(url), true) => Some(RedisTarget::Standalone(url.get_ref().clone())),
-            (None, false) => Some(RedisTarget::Cluster(
-                s.nodes.iter().map(|n| n.get_ref().clone()).collect(),
-            )),
-            (Some(url), false) => {
+        let target = if !s.sentinels.is_empty() {
+            self.sentinel_target(s)
+        } else {
+            if let Some(m) = &s.master_name {
                 self.push(
-                    url,
-                    "store.url".into(),
-                    "give url (one server) or nodes (a cluster), not both".into(),
+                    m,
+                    "store.master_name".into(),
+                    "only with sentinels = [...]".into(),
                 );
-                None
             }
-            (None, true) => {
-                let kind = s.kind.as_ref().expect("kind = \"redis\" was given");
-                self.push(
-                    kind,
-                    "store.url".into(),
-                    "kind = \"redis\" needs url = \"redis://host:port\" or nodes = [...]".into(),
-                );
-                None
-            }
+            self.url_target(s)
         };
         let timeout_ms = self.millis(
             &s.timeout_ms,
@@ -726,24 +714,177 @@ impl Validator<'_> {
                 "store.instances".into(),
                 "only with fallback = \"local\"".into(),
             ),
-            (None, true) => {
-                let f = s.fallback.as_ref().expect("fallback was given");
-                self.push(
-                    f,
-                    "store.instances".into(),
-                    "fallback = \"local\" needs instances = N (the processes sharing the limits)"
-                        .into(),
-                );
-            }
-            (None, false) => {}
+            // Discovered: every process announces itself in Redis.
+            (None, true) | (None, false) => {}
         }
+        let tls = self.redis_tls(s);
         (self.errors.len() == before).then(|| RedisConfig {
             target: target.expect("no error, so a target"),
             timeout_ms,
             breaker_window_ms,
             prefix,
+            local_fallback: local,
             local_fallback_instances: instances,
+            tls,
         })
+    }
+
+    /// `url` (one server) or `nodes` (a cluster); `None` when they have errors (pushed).
+    fn url_target(&mut self, s: &raw::RawStore) -> Option<floodgate_store::redis::RedisTarget> {
+        use floodgate_store::redis::RedisTarget;
+        match (&s.url, s.nodes.is_empty()) {
+            (Some(url), true) => Some(RedisTarget::Standalone(url.get_ref().clone())),
+            (None, false) => Some(RedisTarget::Cluster(
+                s.nodes.iter().map(|n| n.get_ref().clone()).collect(),
+            )),
+            (Some(url), false) => {
+                self.push(
+                    url,
+                    "store.url".into(),
+                    "give url (one server) or nodes (a cluster), not both".into(),
+                );
+                None
+            }
+            (None, true) => {
+                let kind = s.kind.as_ref().expect("kind = \"redis\" was given");
+                self.push(
+                    kind,
+                    "store.url".into(),
+                    "kind = \"redis\" needs url = \"redis://host:port\", nodes = [...] or \
+                     sentinels = [...]"
+                        .into(),
+                );
+                None
+            }
+        }
+    }
+
+    /// `sentinels` and `master_name` (Redis Sentinel); `None` when they have errors (pushed).
+    fn sentinel_target(
+        &mut self,
+        s: &raw::RawStore,
+    ) -> Option<floodgate_store::redis::RedisTarget> {
+        let before = self.errors.len();
+        for u in &s.sentinels {
+            if !u.get_ref().starts_with("redis://") {
+                self.push(
+                    u,
+                    "store.sentinels".into(),
+                    format!(
+                        "{:?} is not a redis:// URL (TLS to sentinels is not supported)",
+                        u.get_ref()
+                    ),
+                );
+            }
+        }
+        for (v, field) in [
+            (s.url.as_ref(), "store.url"),
+            (s.nodes.first(), "store.nodes"),
+        ] {
+            if let Some(v) = v {
+                self.push(
+                    v,
+                    field.into(),
+                    "give one of url (one server), nodes (a cluster) or sentinels (Redis \
+                     Sentinel)"
+                        .into(),
+                );
+            }
+        }
+        let master_name = match &s.master_name {
+            Some(m) if !m.get_ref().is_empty() => Some(m.get_ref().clone()),
+            Some(m) => {
+                self.push(m, "store.master_name".into(), "must not be empty".into());
+                None
+            }
+            None => {
+                self.push(
+                    &s.sentinels[0],
+                    "store.master_name".into(),
+                    "sentinels need master_name = \"...\" (the name the sentinels monitor)".into(),
+                );
+                None
+            }
+        };
+        let master_name = master_name.filter(|_| self.errors.len() == before)?;
+        Some(floodgate_store::redis::RedisTarget::Sentinel {
+            sentinels: s.sentinels.iter().map(|u| u.get_ref().clone()).collect(),
+            master_name,
+        })
+    }
+
+    /// `tls_ca_file`, `tls_cert_file`, `tls_key_file`: read and checked (PEM that parses, a
+    /// certificate with its key, `rediss://` URLs); errors pushed naming the field.
+    fn redis_tls(&mut self, s: &raw::RawStore) -> floodgate_store::redis::RedisTls {
+        let dir = Path::new(self.src.file).parent();
+        let mut read = |value: &Option<Spanned<String>>, field: &str| -> Option<Vec<u8>> {
+            let v = value.as_ref()?;
+            let path = dir.map_or_else(
+                || Path::new(v.get_ref()).to_path_buf(),
+                |d| d.join(v.get_ref()),
+            );
+            match std::fs::read(&path) {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    self.push(
+                        v,
+                        format!("store.{field}"),
+                        format!("cannot read {:?}: {e}", path.display().to_string()),
+                    );
+                    None
+                }
+            }
+        };
+        let tls = floodgate_store::redis::RedisTls {
+            ca_pem: read(&s.tls_ca_file, "tls_ca_file"),
+            client_cert_pem: read(&s.tls_cert_file, "tls_cert_file"),
+            client_key_pem: read(&s.tls_key_file, "tls_key_file"),
+        };
+        let given = [
+            (&s.tls_ca_file, "tls_ca_file"),
+            (&s.tls_cert_file, "tls_cert_file"),
+            (&s.tls_key_file, "tls_key_file"),
+        ];
+        let all_tls = s
+            .url
+            .iter()
+            .chain(&s.nodes)
+            .chain(&s.sentinels)
+            .all(|u| u.get_ref().starts_with("rediss://"));
+        if let Some((v, field)) = given.iter().find_map(|(v, f)| v.as_ref().map(|v| (v, *f))) {
+            if !all_tls {
+                self.push(
+                    v,
+                    format!("store.{field}"),
+                    "TLS files need rediss:// URLs (url or every one of nodes)".into(),
+                );
+            }
+        }
+        match (&s.tls_cert_file, &s.tls_key_file) {
+            (Some(v), None) => self.push(
+                v,
+                "store.tls_key_file".into(),
+                "tls_cert_file needs tls_key_file (the client certificate's private key)".into(),
+            ),
+            (None, Some(v)) => self.push(
+                v,
+                "store.tls_cert_file".into(),
+                "tls_key_file needs tls_cert_file (the client certificate)".into(),
+            ),
+            _ => {
+                if let Err((field, e)) = tls.check() {
+                    let (value, name) = match field {
+                        "ca_pem" => (&s.tls_ca_file, "tls_ca_file"),
+                        "client_cert_pem" => (&s.tls_cert_file, "tls_cert_file"),
+                        _ => (&s.tls_key_file, "tls_key_file"),
+                    };
+                    if let Some(v) = value {
+                        self.push(v, format!("store.{name}"), e);
+                    }
+                }
+            }
+        }
+        tls
     }
 
     /// Validates one rule; `None` when it has errors (already pushed).

@@ -48,6 +48,12 @@ pub(crate) struct RawStore {
     pub prefix: Option<Spanned<String>>,
     pub fallback: Option<Spanned<String>>,
     pub instances: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub sentinels: Vec<Spanned<String>>,
+    pub master_name: Option<Spanned<String>>,
+    pub tls_ca_file: Option<Spanned<String>>,
+    pub tls_cert_file: Option<Spanned<String>>,
+    pub tls_key_file: Option<Spanned<String>>,
 }
 
 /// One `[[rules]]` entry.

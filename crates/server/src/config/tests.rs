@@ -355,11 +355,15 @@ fn redis_store_settings_are_read_and_checked() {
     )
     .unwrap();
     assert_eq!(c.store.redis.unwrap().local_fallback_instances, Some(4));
-    assert_eq!(
-        err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\nfallback = \"local\"\n"),
-        "rules.toml:4: store.instances: fallback = \"local\" needs instances = N (the processes \
-         sharing the limits)"
-    );
+    // No instances: the count is discovered in Redis.
+    let c = parse(
+        "rules.toml",
+        "[store]\nkind = \"redis\"\nurl = \"redis://a\"\nfallback = \"local\"\n",
+    )
+    .unwrap();
+    let r = c.store.redis.unwrap();
+    assert!(r.local_fallback);
+    assert_eq!(r.local_fallback_instances, None);
     assert!(
         err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\ninstances = 4\n")
             .starts_with("rules.toml:4: store.instances: only with fallback")
@@ -367,7 +371,8 @@ fn redis_store_settings_are_read_and_checked() {
 
     assert_eq!(
         err("[store]\nkind = \"redis\"\n"),
-        "rules.toml:2: store.url: kind = \"redis\" needs url = \"redis://host:port\" or nodes = [...]"
+        "rules.toml:2: store.url: kind = \"redis\" needs url = \"redis://host:port\", nodes = [...] \
+         or sentinels = [...]"
     );
     assert!(err("[store]\nkind = \"redis\"\nurl = \"http://x\"\n")
         .starts_with("rules.toml:3: store.url: \"http://x\" is not a redis://"));
@@ -378,16 +383,6 @@ fn redis_store_settings_are_read_and_checked() {
     assert!(
         err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\nprefix = \"{x}\"\n")
             .starts_with("rules.toml:4: store.prefix: ")
-    );
-    // TLS is refused at validation, with file:line:field, not at connection time by `serve`.
-    assert_eq!(
-        err("[store]\nkind = \"redis\"\nurl = \"rediss://a:6380\"\n"),
-        "rules.toml:3: store.url: \"rediss://a:6380\": TLS (rediss://) is not supported in this \
-         build; use redis:// (e.g. through a local TLS tunnel)"
-    );
-    assert!(
-        err("[store]\nkind = \"redis\"\nnodes = [\"redis://a:7000\", \"rediss://b:7000\"]\n")
-            .starts_with("rules.toml:3: store.nodes: \"rediss://b:7000\": TLS (rediss://) is not")
     );
     assert_eq!(
         err("[store]\nkind = \"memory\"\nurl = \"redis://a\"\n"),
@@ -634,5 +629,102 @@ fn server_grpc_listen_is_an_address() {
     assert_eq!(
         e.to_string(),
         "f.toml:2: server.grpc_listen: invalid address \"8081\": expected IP:PORT, e.g. \"127.0.0.1:8081\""
+    );
+}
+
+/// `rediss://` is accepted; `tls_ca_file`, `tls_cert_file` and `tls_key_file` are read when the
+/// file loads (relative to its folder) and checked, each problem naming file, line and field.
+#[test]
+fn redis_tls_files_are_read_and_checked() {
+    let tls =
+        |url: &str, files: &str| format!("[store]\nkind = \"redis\"\nurl = \"{url}\"\n{files}");
+    let c = parse("rules.toml", &tls("rediss://a:6380", "")).unwrap();
+    let redis = c.store.redis.unwrap();
+    assert!(redis.tls.is_empty(), "system roots, no client certificate");
+    assert_eq!(
+        err(&tls("rediss://a:6380", "tls_ca_file = \"no-such.pem\"\n")),
+        "rules.toml:4: store.tls_ca_file: cannot read \"no-such.pem\": No such file or \
+         directory (os error 2)"
+    );
+    assert_eq!(
+        err("[store]\nkind = \"memory\"\ntls_ca_file = \"ca.pem\"\n"),
+        "rules.toml:3: store.tls_ca_file: only for kind = \"redis\""
+    );
+
+    let certs = floodgate_store::redis::testing::TestCerts::generate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["ca.crt", "client.crt", "client.key"] {
+        std::fs::copy(certs.path(name), dir.path().join(name)).unwrap();
+    }
+    std::fs::write(dir.path().join("junk.pem"), "not PEM").unwrap();
+    let load = |text: String| {
+        let path = dir.path().join("floodgate.toml");
+        std::fs::write(&path, text).unwrap();
+        let shown = path.display().to_string();
+        load(&path).map_err(|e| e.to_string().replace(&shown, "F"))
+    };
+    // Relative to the configuration file's folder.
+    let all = "tls_ca_file = \"ca.crt\"\ntls_cert_file = \"client.crt\"\n\
+               tls_key_file = \"client.key\"\n";
+    let c = load(tls("rediss://a:6380", all)).unwrap();
+    let got = c.store.redis.unwrap().tls;
+    assert_eq!(got.ca_pem, Some(certs.read("ca.crt").unwrap()));
+    assert_eq!(got.client_key_pem, Some(certs.read("client.key").unwrap()));
+    assert_eq!(
+        load(tls("redis://a:6379", all)).unwrap_err(),
+        "F:4: store.tls_ca_file: TLS files need rediss:// URLs (url or every one of nodes)"
+    );
+    assert_eq!(
+        load(tls("rediss://a:6380", "tls_cert_file = \"client.crt\"\n")).unwrap_err(),
+        "F:4: store.tls_key_file: tls_cert_file needs tls_key_file (the client certificate's \
+         private key)"
+    );
+    assert!(load(tls("rediss://a:6380", "tls_ca_file = \"junk.pem\"\n"))
+        .unwrap_err()
+        .starts_with("F:4: store.tls_ca_file: holds no PEM certificate"));
+    let swapped = "tls_cert_file = \"client.key\"\ntls_key_file = \"client.key\"\n";
+    assert!(load(tls("rediss://a:6380", swapped))
+        .unwrap_err()
+        .starts_with("F:4: store.tls_cert_file: holds no PEM certificate"));
+}
+
+/// `sentinels = [...]` with `master_name`: a Redis Sentinel target; errors name the field.
+#[test]
+fn redis_sentinel_target() {
+    use floodgate_store::redis::RedisTarget;
+    let c = parse(
+        "rules.toml",
+        "[store]\nkind = \"redis\"\nsentinels = [\"redis://s1:26379\", \"redis://s2:26379\"]\n\
+         master_name = \"mymaster\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.store.redis.unwrap().target,
+        RedisTarget::Sentinel {
+            sentinels: vec!["redis://s1:26379".into(), "redis://s2:26379".into()],
+            master_name: "mymaster".into(),
+        }
+    );
+    assert_eq!(
+        err("[store]\nkind = \"redis\"\nsentinels = [\"redis://s1:26379\"]\n"),
+        "rules.toml:3: store.master_name: sentinels need master_name = \"...\" (the name the \
+         sentinels monitor)"
+    );
+    assert_eq!(
+        err("[store]\nkind = \"redis\"\nurl = \"redis://a\"\nmaster_name = \"m\"\n"),
+        "rules.toml:4: store.master_name: only with sentinels = [...]"
+    );
+    assert!(err(
+        "[store]\nkind = \"redis\"\nurl = \"redis://a\"\nsentinels = [\"redis://s\"]\n\
+         master_name = \"m\"\n"
+    )
+    .starts_with("rules.toml:3: store.url: give one of url (one server), nodes (a cluster) or"));
+    assert!(
+        err("[store]\nkind = \"redis\"\nsentinels = [\"http://s\"]\nmaster_name = \"m\"\n")
+            .starts_with("rules.toml:3: store.sentinels: \"http://s\" is not a redis:// URL")
+    );
+    assert_eq!(
+        err("[store]\nsentinels = [\"redis://s\"]\n"),
+        "rules.toml:2: store.sentinels: only for kind = \"redis\""
     );
 }

@@ -100,6 +100,10 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     });
     if !matches!(store, StoreReadiness::NotChecked) {
         body["store"] = store.to_json(state.store().kind());
+        // `fallback = "local"`: the count each limit is divided by while Redis fails.
+        if let AnyStore::RedisWithFallback(f) = state.store() {
+            body["store"]["instances"] = json!(f.instances());
+        }
     }
     let status = if shutting_down {
         StatusCode::SERVICE_UNAVAILABLE

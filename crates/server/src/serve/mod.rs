@@ -474,11 +474,12 @@ impl Signals {
 }
 
 /// The `[store]` file settings that also apply when `--store redis://...` names the server:
-/// timeout, breaker window and key prefix.
+/// timeout, breaker window, key prefix and TLS files.
 fn apply_redis_settings(redis: &mut RedisStoreConfig, file: &config::RedisConfig) {
     redis.timeout = Duration::from_millis(file.timeout_ms);
     redis.breaker_window = Duration::from_millis(file.breaker_window_ms);
     redis.prefix.clone_from(&file.prefix);
+    redis.tls.clone_from(&file.tls);
 }
 
 /// The store `[store]` (or `--store`) asks for. A Redis store connects lazily: when Redis is
@@ -499,7 +500,9 @@ async fn build_store(
             }
             Some(redis)
         }
-        Some(other) => anyhow::bail!("--store: expected memory or a redis:// URL, got {other:?}"),
+        Some(other) => {
+            anyhow::bail!("--store: expected memory or a redis:// or rediss:// URL, got {other:?}")
+        }
         None => config.redis.as_ref().map(|r| {
             let mut redis = RedisStoreConfig::with_target(r.target.clone());
             apply_redis_settings(&mut redis, r);
@@ -520,6 +523,9 @@ async fn build_store(
         // Test only: decide on the manual clock, so tests control time on Redis too.
         redis.time_source = TimeSource::Caller;
     }
+    let local_fallback = config.redis.as_ref().filter(|r| r.local_fallback);
+    // With the local fallback, every process announces itself, so the count is discovered.
+    redis.announce = local_fallback.is_some();
     let store = RedisStore::new(redis, Arc::clone(clock))
         .map_err(|e| anyhow::anyhow!("redis store: {e}"))?;
     match store.startup_check().await {
@@ -532,26 +538,33 @@ async fn build_store(
             "redis is not reachable yet; the rules' failure modes apply until it answers"
         ),
     }
-    Ok(
-        match config
-            .redis
-            .as_ref()
-            .and_then(|r| r.local_fallback_instances)
-        {
-            Some(instances) => {
-                tracing::info!(
-                    instances,
-                    "while redis fails, limits are enforced locally, divided by the instance count"
-                );
-                AnyStore::RedisWithFallback(Arc::new(FallbackStore::new(
-                    store,
-                    instances,
-                    Arc::clone(clock),
-                )))
-            }
-            None => AnyStore::Redis(Arc::new(store)),
-        },
-    )
+    Ok(match local_fallback.map(|r| r.local_fallback_instances) {
+        Some(Some(instances)) => {
+            tracing::info!(
+                instances,
+                "while redis fails, limits are enforced locally, divided by the instance count"
+            );
+            AnyStore::RedisWithFallback(Arc::new(FallbackStore::new(
+                store,
+                instances,
+                Arc::clone(clock),
+            )))
+        }
+        Some(None) => {
+            tracing::info!(
+                "while redis fails, limits are enforced locally, divided by the live instance \
+                 count last seen in redis"
+            );
+            let live = store.live_instances();
+            AnyStore::RedisWithFallback(Arc::new(FallbackStore::discovered(
+                store,
+                live,
+                1,
+                Arc::clone(clock),
+            )))
+        }
+        None => AnyStore::Redis(Arc::new(store)),
+    })
 }
 
 /// Drops expired keys a little at a time and publishes the store's size.

@@ -4,13 +4,21 @@
 //! Closed: every call goes to Redis. It opens when **both** hold:
 //! - at least `failure_threshold` calls have failed (errors or timeouts) since the last
 //!   success, and
-//! - no call has succeeded for `window` (default 250 ms): Redis has produced no success
-//!   recently.
+//! - Redis has been failing for `window` (default 250 ms): no call has succeeded since the
+//!   *start* of the current failure streak, which is the start of its first failed call (or
+//!   the last success, if later). Idle time is not failure: after 12 s without traffic, a
+//!   100 ms stall is 100 ms of failing, not 12.1 s of "no success" (issue: a short stall
+//!   after an idle period opened the breaker and sent 4,000 requests to the failure mode
+//!   after Redis was healthy again).
 //!
 //! Open: calls fail at once with [`StoreError::Unavailable`] for `cool_down`. Then it lets
 //! exactly one call through as a probe (half-open): success closes it, failure opens it for
-//! another `cool_down`. Time comes from the store's [`Clock`], so tests drive it with a
-//! `ManualClock`.
+//! another `cool_down`. Besides, while it is open the store keeps one *recovery watch* going
+//! (`RedisStore`'s `watch_recovery`): a `PING` that waits for the background reconnection, and
+//! whose success closes the breaker at once ([`Breaker::recovered`]), so decisions return to
+//! Redis as soon as it answers again instead of at the next cool-down's probe (which, sent
+//! before the reconnection finished, timed out and cost another whole cool-down). Time comes
+//! from the store's [`Clock`], so tests drive it with a `ManualClock`.
 //!
 //! # Why not "N consecutive failures" alone
 //! With many calls in flight on one multiplexed connection, one slow moment (a scheduling
@@ -18,8 +26,9 @@
 //! produce 64 "consecutive" failures from a single hiccup, and a count-only breaker then fails
 //! everything for a whole cool-down although Redis is healthy. Counting failures alone cannot
 //! tell "many callers saw one stall" from "Redis is dead"; time can. A dead Redis produces no
-//! success at all, so the breaker still opens `window` after the last success (plus at most
-//! one call timeout). A stall shorter than `window` opens nothing. Others also ask for a
+//! success at all, so the breaker still opens `window` after the first call that failed
+//! (about `window` plus one call timeout after Redis died, under traffic). A stall shorter than
+//! `window` opens nothing, however long the service was idle before it. Others also ask for a
 //! minimum of evidence over time: resilience4j's sliding-window breaker judges a failure rate
 //! only after `minimumNumberOfCalls` in its (count or time) window; Envoy's outlier detection
 //! judges success rates per `interval` above a minimum request volume (its `consecutive_5xx`
@@ -45,21 +54,26 @@ pub(crate) struct Breaker {
     consecutive_failures: AtomicU32,
     /// Time of the last success (0: none yet, so a Redis dead from the start opens at once).
     last_success: AtomicU64,
+    /// Start time of the earliest failed call since the last success (0: no failure since).
+    streak_start: AtomicU64,
     /// Open or half-open: calls fail fast except the one probe.
     open: AtomicBool,
     /// While open: the time from which a probe may go.
     open_until: AtomicU64,
     /// A probe is in flight (half-open): other calls keep failing fast.
     probing: AtomicBool,
+    /// A recovery watch is running (see the module docs).
+    watching: AtomicBool,
 }
 
 /// Permission to call Redis; report the outcome with [`Breaker::record`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Permit {
-    /// The breaker is closed.
-    Normal,
-    /// The one probe of a half-open breaker.
-    Probe,
+pub(crate) struct Permit {
+    /// `true` for the one probe of a half-open breaker, `false` while it is closed.
+    pub(crate) probe: bool,
+    /// When the call was permitted (store clock, µs): a failure means Redis was failing from
+    /// this time on.
+    pub(crate) started: Timestamp,
 }
 
 impl Breaker {
@@ -72,25 +86,33 @@ impl Breaker {
             window,
             consecutive_failures: AtomicU32::new(0),
             last_success: AtomicU64::new(0),
+            streak_start: AtomicU64::new(0),
             open: AtomicBool::new(false),
             open_until: AtomicU64::new(0),
             probing: AtomicBool::new(false),
+            watching: AtomicBool::new(false),
         }
     }
 
     /// `Ok` when a call may go to Redis now, else the fail-fast error.
     pub(crate) fn permit(&self, clock: &dyn Clock) -> Result<Permit, StoreError> {
-        if !self.open.load(Ordering::Acquire) {
-            return Ok(Permit::Normal);
-        }
         let now: Timestamp = clock.now();
+        if !self.open.load(Ordering::Acquire) {
+            return Ok(Permit {
+                probe: false,
+                started: now,
+            });
+        }
         if now >= self.open_until.load(Ordering::Acquire)
             && self
                 .probing
                 .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            return Ok(Permit::Probe);
+            return Ok(Permit {
+                probe: true,
+                started: now,
+            });
         }
         Err(StoreError::Unavailable {
             reason: "redis circuit breaker open (repeated failures and no success recently); \
@@ -103,27 +125,41 @@ impl Breaker {
     pub(crate) fn record(&self, permit: Permit, ok: bool, clock: &dyn Clock) {
         let now: Timestamp = clock.now();
         if ok {
-            self.consecutive_failures.store(0, Ordering::Release);
-            self.last_success.fetch_max(now, Ordering::AcqRel);
             self.probing.store(false, Ordering::Release);
-            if self.open.swap(false, Ordering::AcqRel) {
-                tracing::info!("redis store recovered: circuit breaker closed");
-                metrics::gauge!("floodgate_store_breaker_open").set(0.0);
-            }
+            self.succeeded(now, "a call succeeded");
             return;
         }
         let failures = self
             .consecutive_failures
             .fetch_add(1, Ordering::AcqRel)
             .saturating_add(1);
-        if permit == Permit::Probe {
+        // The streak starts with the earliest start among its failed calls (at least 1, since
+        // 0 means "no streak").
+        let started = permit.started.max(1);
+        let streak_start =
+            match self
+                .streak_start
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                    (s == 0 || started < s).then_some(started)
+                }) {
+                Ok(_) => started,
+                Err(s) => s,
+            };
+        if permit.probe {
             // A failed probe: another full cool-down.
             self.open_until
                 .store(now.saturating_add(self.cool_down), Ordering::Release);
             self.probing.store(false, Ordering::Release);
             return;
         }
-        let quiet_for = now.saturating_sub(self.last_success.load(Ordering::Acquire));
+        let last_success = self.last_success.load(Ordering::Acquire);
+        // Never succeeded (Redis down from the start): the threshold alone opens it.
+        let failing_since = if last_success == 0 {
+            0
+        } else {
+            last_success.max(streak_start)
+        };
+        let quiet_for = now.saturating_sub(failing_since);
         if failures >= self.threshold
             && quiet_for >= self.window
             && !self.open.load(Ordering::Acquire)
@@ -139,7 +175,7 @@ impl Breaker {
             {
                 tracing::warn!(
                     failures,
-                    no_success_for_ms = quiet_for / 1000,
+                    failing_for_ms = quiet_for / 1000,
                     cool_down_ms = self.cool_down / 1000,
                     "redis store failing: circuit breaker open"
                 );
@@ -148,11 +184,44 @@ impl Breaker {
         }
     }
 
+    /// Redis answered the recovery watch's `PING` at `clock`'s now: close the breaker (a
+    /// probe still in flight keeps its slot and reports its own outcome).
+    pub(crate) fn recovered(&self, clock: &dyn Clock) {
+        self.succeeded(clock.now(), "redis answered the recovery PING");
+    }
+
+    fn succeeded(&self, now: Timestamp, how: &'static str) {
+        self.consecutive_failures.store(0, Ordering::Release);
+        self.streak_start.store(0, Ordering::Release);
+        self.last_success.fetch_max(now, Ordering::AcqRel);
+        if self.open.swap(false, Ordering::AcqRel) {
+            tracing::info!(how, "redis store recovered: circuit breaker closed");
+            metrics::gauge!("floodgate_store_breaker_open").set(0.0);
+        }
+    }
+
+    /// `true` when the caller should start the recovery watch: the breaker is open and no
+    /// watch runs. The caller must call [`Breaker::watch_ended`] when its watch ends.
+    pub(crate) fn start_watch(&self) -> bool {
+        self.is_open()
+            && self
+                .watching
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    /// The recovery watch ended. `true` when it must go on after all: the breaker opened again
+    /// meanwhile and no other watch started.
+    pub(crate) fn watch_ended(&self) -> bool {
+        self.watching.store(false, Ordering::Release);
+        self.start_watch()
+    }
+
     /// A permitted call ended without an outcome (its future was dropped: the caller gave up,
     /// e.g. the HTTP client disconnected). A probe that never reports would leave the breaker
     /// half-open with "a probe in flight" for ever, failing every call: let the next one probe.
     pub(crate) fn abandon(&self, permit: Permit) {
-        if permit == Permit::Probe {
+        if permit.probe {
             self.probing.store(false, Ordering::Release);
         }
     }
@@ -168,43 +237,56 @@ mod tests {
     use super::*;
     use floodgate_core::ManualClock;
 
+    /// One call that starts and ends now (a connection refused at once).
+    fn call(b: &Breaker, clock: &ManualClock, ok: bool) {
+        let p = b.permit(clock).unwrap();
+        b.record(p, ok, clock);
+    }
+
+    /// One call that starts now and fails `took` µs later (a timeout).
+    fn slow_failure(b: &Breaker, clock: &ManualClock, took: u64) {
+        let p = b.permit(clock).unwrap();
+        clock.advance(took);
+        b.record(p, false, clock);
+    }
+
     #[test]
     fn opens_after_threshold_fails_fast_then_probes_once() {
         let clock = ManualClock::new(1_000_000);
         let b = Breaker::new(3, 500_000, 0);
         for _ in 0..2 {
-            let p = b.permit(&clock).unwrap();
-            b.record(p, false, &clock);
+            call(&b, &clock, false);
         }
         assert!(!b.is_open());
-        let p = b.permit(&clock).unwrap();
-        b.record(p, false, &clock);
+        call(&b, &clock, false);
         assert!(b.is_open());
         assert!(b.permit(&clock).is_err());
         clock.advance(499_999);
         assert!(b.permit(&clock).is_err());
         clock.advance(1);
-        assert_eq!(b.permit(&clock).unwrap(), Permit::Probe);
+        let probe = b.permit(&clock).unwrap();
+        assert!(probe.probe);
         // only one probe at a time
         assert!(b.permit(&clock).is_err());
         // failed probe: another full cool-down
-        b.record(Permit::Probe, false, &clock);
+        b.record(probe, false, &clock);
         clock.advance(499_999);
         assert!(b.permit(&clock).is_err());
         clock.advance(1);
         let p = b.permit(&clock).unwrap();
+        assert!(p.probe);
         b.record(p, true, &clock);
         assert!(!b.is_open());
-        assert_eq!(b.permit(&clock).unwrap(), Permit::Normal);
+        assert!(!b.permit(&clock).unwrap().probe);
     }
 
     #[test]
     fn a_success_resets_the_count() {
-        let clock = ManualClock::new(0);
+        let clock = ManualClock::new(1);
         let b = Breaker::new(2, 1, 0);
-        b.record(Permit::Normal, false, &clock);
-        b.record(Permit::Normal, true, &clock);
-        b.record(Permit::Normal, false, &clock);
+        call(&b, &clock, false);
+        call(&b, &clock, true);
+        call(&b, &clock, false);
         assert!(!b.is_open());
     }
 
@@ -215,62 +297,91 @@ mod tests {
     fn a_burst_of_simultaneous_timeouts_then_successes_does_not_open() {
         let clock = ManualClock::new(10_000_000);
         let b = Breaker::new(5, 1_000_000, 250_000);
-        let p = b.permit(&clock).unwrap();
-        b.record(p, true, &clock);
+        call(&b, &clock, true);
         let permits: Vec<Permit> = (0..64).map(|_| b.permit(&clock).unwrap()).collect();
         clock.advance(60_000);
         for p in permits {
             b.record(p, false, &clock);
         }
         assert!(!b.is_open());
-        assert_eq!(b.permit(&clock).unwrap(), Permit::Normal);
-        b.record(Permit::Normal, true, &clock);
-        // Another stall 200 ms later: still well within the window after the last success.
+        assert!(!b.permit(&clock).unwrap().probe);
+        call(&b, &clock, true);
+        // Another stall 200 ms later: still well within the window.
         clock.advance(200_000);
-        for _ in 0..64 {
-            b.record(Permit::Normal, false, &clock);
+        let permits: Vec<Permit> = (0..64).map(|_| b.permit(&clock).unwrap()).collect();
+        clock.advance(50_000);
+        for p in permits {
+            b.record(p, false, &clock);
         }
         assert!(!b.is_open());
     }
 
-    /// A dead Redis: every call fails. The breaker stays closed while the last success is
-    /// less than the window old, and opens at the first failure once it is.
+    /// A dead Redis: every call fails. The breaker stays closed while the first failed call
+    /// started less than the window ago, and opens at the first failure once it did.
     #[test]
-    fn a_dead_redis_opens_once_no_success_for_the_window() {
+    fn a_dead_redis_opens_once_failing_for_the_window() {
         let clock = ManualClock::new(10_000_000);
         let b = Breaker::new(5, 1_000_000, 250_000);
-        b.record(Permit::Normal, true, &clock);
+        call(&b, &clock, true);
+        // The first failing call started right after the success, 20 ms per timeout.
         for _ in 0..10 {
-            clock.advance(20_000);
-            b.record(Permit::Normal, false, &clock);
+            slow_failure(&b, &clock, 20_000);
         }
         // 200 ms of failures only.
         assert!(!b.is_open());
         clock.advance(49_999);
-        b.record(Permit::Normal, false, &clock);
+        call(&b, &clock, false);
         assert!(!b.is_open());
         clock.advance(1);
-        b.record(Permit::Normal, false, &clock);
+        call(&b, &clock, false);
         assert!(b.is_open());
         assert!(b.permit(&clock).is_err());
         clock.advance(1_000_000);
-        assert_eq!(b.permit(&clock).unwrap(), Permit::Probe);
-        b.record(Permit::Probe, true, &clock);
+        let p = b.permit(&clock).unwrap();
+        assert!(p.probe);
+        b.record(p, true, &clock);
         assert!(!b.is_open());
     }
 
-    /// Fewer failures than the threshold never open it, however long Redis has been quiet.
+    /// The regression of issue 10 (item 2): after 12 s without traffic, a 100 ms stall (every
+    /// call times out for 100 ms) must not open the breaker: measured from the last success,
+    /// "no success for the window" held at the fifth failure. A stall longer than the window
+    /// after the same idle time does open it, a window after its first failed call started.
+    #[test]
+    fn a_short_stall_after_idle_time_does_not_open() {
+        let clock = ManualClock::new(10_000_000);
+        let b = Breaker::new(5, 1_000_000, 250_000);
+        call(&b, &clock, true);
+        clock.advance(12_000_000);
+        // 100 ms of stall: ten calls failing 10 ms apart (all 5+ failures, none succeeding).
+        for _ in 0..10 {
+            slow_failure(&b, &clock, 10_000);
+        }
+        assert!(!b.is_open());
+        call(&b, &clock, true);
+        assert!(!b.is_open());
+
+        // Idle again, then a stall longer than the window.
+        clock.advance(12_000_000);
+        for _ in 0..24 {
+            slow_failure(&b, &clock, 10_000);
+        }
+        assert!(!b.is_open(), "240 ms of failing");
+        slow_failure(&b, &clock, 10_000);
+        assert!(b.is_open(), "250 ms of failing");
+    }
+
+    /// Fewer failures than the threshold never open it, however long Redis has been failing.
     #[test]
     fn the_threshold_still_applies_after_the_window() {
         let clock = ManualClock::new(10_000_000);
         let b = Breaker::new(5, 1_000_000, 250_000);
-        b.record(Permit::Normal, true, &clock);
-        clock.advance(10_000_000);
+        call(&b, &clock, true);
         for _ in 0..4 {
-            b.record(Permit::Normal, false, &clock);
+            slow_failure(&b, &clock, 10_000_000);
         }
         assert!(!b.is_open());
-        b.record(Permit::Normal, false, &clock);
+        call(&b, &clock, false);
         assert!(b.is_open());
     }
 
@@ -281,9 +392,31 @@ mod tests {
         let clock = ManualClock::new(10_000_000);
         let b = Breaker::new(5, 1_000_000, 250_000);
         for _ in 0..5 {
-            b.record(Permit::Normal, false, &clock);
+            call(&b, &clock, false);
         }
         assert!(b.is_open());
+    }
+
+    /// The recovery watch's PING closes an open breaker at once (no cool-down), and a probe
+    /// in flight then fails without reopening it. One watch at a time.
+    #[test]
+    fn a_recovery_ping_closes_the_breaker_at_once() {
+        let clock = ManualClock::new(10_000_000);
+        let b = Breaker::new(1, 1_000_000, 0);
+        assert!(!b.start_watch(), "closed: nothing to watch");
+        call(&b, &clock, false);
+        assert!(b.is_open());
+        assert!(b.start_watch());
+        assert!(!b.start_watch(), "one watch at a time");
+        clock.advance(1_000_000);
+        let probe = b.permit(&clock).unwrap();
+        assert!(probe.probe);
+        b.recovered(&clock);
+        assert!(!b.is_open());
+        assert!(!b.watch_ended());
+        b.record(probe, false, &clock);
+        assert!(!b.is_open());
+        assert!(!b.permit(&clock).unwrap().probe);
     }
 
     /// A probe whose caller went away (future dropped) must not block every later probe.
@@ -291,12 +424,12 @@ mod tests {
     fn an_abandoned_probe_lets_the_next_call_probe() {
         let clock = ManualClock::new(10_000_000);
         let b = Breaker::new(1, 1_000_000, 0);
-        b.record(Permit::Normal, false, &clock);
+        call(&b, &clock, false);
         clock.advance(1_000_000);
         let p = b.permit(&clock).unwrap();
-        assert_eq!(p, Permit::Probe);
+        assert!(p.probe);
         assert!(b.permit(&clock).is_err());
         b.abandon(p);
-        assert_eq!(b.permit(&clock).unwrap(), Permit::Probe);
+        assert!(b.permit(&clock).unwrap().probe);
     }
 }

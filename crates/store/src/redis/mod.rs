@@ -39,8 +39,9 @@
 //! failures are [`StoreError::Unavailable`]. Connections are multiplexed (concurrent calls are
 //! pipelined on one connection) and re-established in the background after a loss. After
 //! [`RedisStoreConfig::breaker_failures`] failures with no success for
-//! [`RedisStoreConfig::breaker_window`] (so a stall that times out many concurrent calls at once
-//! does not count as an outage; see `breaker.rs`) a circuit breaker fails every call
+//! [`RedisStoreConfig::breaker_window`] since the current failures began (so a stall that times
+//! out many concurrent calls at once, even after an idle period, does not count as an outage;
+//! see `breaker.rs`) a circuit breaker fails every call
 //! at once for [`RedisStoreConfig::breaker_cool_down`], then lets one probe through; decisions
 //! return to Redis on the first successful probe. What a failed call means for the request
 //! (open, closed, or the local fallback of [`FallbackStore`](crate::fallback::FallbackStore)) is
@@ -63,6 +64,9 @@ use crate::{BatchDecision, CheckItem, Store, StoreError};
 mod any;
 mod breaker;
 mod coalesce;
+pub mod deny_cache;
+pub mod evictions;
+pub mod instances;
 pub mod keys;
 mod reserve;
 pub mod scripts;
@@ -74,10 +78,125 @@ use breaker::Breaker;
 /// Where the Redis data lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisTarget {
-    /// One Redis server: `redis://host:port/db` (also `rediss://`, `redis+unix://`).
+    /// One Redis server: `redis://host:port/db`, `rediss://host:port/db` (TLS, see
+    /// [`RedisTls`]) or `redis+unix:///path`.
     Standalone(String),
-    /// A Redis Cluster, given by one or more of its nodes (`redis://host:port` each).
+    /// A Redis Cluster, given by one or more of its nodes (`redis://host:port` each, or all
+    /// `rediss://` for TLS).
     Cluster(Vec<String>),
+    /// The master of `master_name` as Redis Sentinel reports it, given by sentinels
+    /// (`redis://host:26379` each; no TLS). The store follows a failover (see
+    /// [`SENTINEL_POLL`]).
+    Sentinel {
+        /// The sentinels' URLs.
+        sentinels: Vec<String>,
+        /// The monitored master's name (`sentinel monitor <name> ...`).
+        master_name: String,
+    },
+}
+
+/// How often a store on [`RedisTarget::Sentinel`] asks the sentinels for the current master
+/// (a background task). A failover is followed within about this long after the sentinels
+/// promote a replica.
+pub const SENTINEL_POLL: Duration = Duration::from_millis(250);
+
+/// TLS for `rediss://` targets (rustls, through the `redis` crate). The server's certificate
+/// is always verified, and its name must match the URL's host: against the CA certificates
+/// of [`ca_pem`](Self::ca_pem), or else against the system's trust store. Empty (the default)
+/// means system roots and no client certificate. Debug output never shows the contents.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct RedisTls {
+    /// PEM CA certificate(s) that verify the server, instead of the system's trust store.
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM client certificate chain, for mutual TLS (with [`client_key_pem`](Self::client_key_pem)).
+    pub client_cert_pem: Option<Vec<u8>>,
+    /// PEM private key of the client certificate.
+    pub client_key_pem: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |v: &Option<Vec<u8>>| if v.is_some() { "<set>" } else { "<none>" };
+        f.debug_struct("RedisTls")
+            .field("ca_pem", &set(&self.ca_pem))
+            .field("client_cert_pem", &set(&self.client_cert_pem))
+            .field("client_key_pem", &set(&self.client_key_pem))
+            .finish()
+    }
+}
+
+impl RedisTls {
+    /// `true` when nothing is set (system roots, no client certificate).
+    pub fn is_empty(&self) -> bool {
+        self.ca_pem.is_none() && self.client_cert_pem.is_none() && self.client_key_pem.is_none()
+    }
+
+    /// Checks that the PEM contents parse (at least one CA certificate, a certificate chain,
+    /// a private key) and that a client certificate comes with its key, without connecting.
+    ///
+    /// # Errors
+    /// The first problem, naming the field (`ca_pem`, `client_cert_pem`, `client_key_pem`)
+    /// and why.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = |pem: &[u8]| -> Result<usize, String> {
+            let n = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("not PEM certificates: {e}"))?
+                .len();
+            if n == 0 {
+                return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
+            }
+            Ok(n)
+        };
+        if let Some(pem) = &self.ca_pem {
+            certs(pem).map_err(|e| ("ca_pem", e))?;
+        }
+        match (&self.client_cert_pem, &self.client_key_pem) {
+            (Some(cert), Some(key)) => {
+                certs(cert).map_err(|e| ("client_cert_pem", e))?;
+                PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+                    (
+                        "client_key_pem",
+                        format!("holds no PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"),
+                    )
+                })?;
+            }
+            (Some(_), None) => {
+                return Err((
+                    "client_key_pem",
+                    "a client certificate needs its private key".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err((
+                    "client_cert_pem",
+                    "a client private key needs its certificate".into(),
+                ))
+            }
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: match (&self.client_cert_pem, &self.client_key_pem) {
+                (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+                _ => None,
+            },
+            root_cert: self.ca_pem.clone(),
+        }
+    }
+}
+
+/// `true` for a TLS URL (`rediss://`).
+fn is_tls_url(url: &str) -> bool {
+    url.starts_with("rediss://")
 }
 
 /// Which clock decides.
@@ -118,13 +237,27 @@ pub struct RedisStoreConfig {
     /// Failures since the last success that, with [`breaker_window`](Self::breaker_window),
     /// open the circuit breaker. Default 5.
     pub breaker_failures: u32,
-    /// The breaker opens only when no call has succeeded for this long (and
-    /// `breaker_failures` calls failed): a stall that times out many concurrent calls at once
-    /// does not open it, a dead Redis does, this long after its last success. Default 250 ms;
-    /// zero opens on `breaker_failures` consecutive failures alone.
+    /// The breaker opens only when Redis has been failing for this long: no call has
+    /// succeeded since the first failed call of the current streak started (and
+    /// `breaker_failures` calls failed). Idle time does not count: a stall that times out many
+    /// concurrent calls at once does not open it, even after minutes without traffic; a dead
+    /// Redis does, this long after the first call that failed. Default 250 ms; zero opens on
+    /// `breaker_failures` consecutive failures alone.
     pub breaker_window: Duration,
     /// How long an open breaker fails fast before letting one probe through. Default 1 s.
     pub breaker_cool_down: Duration,
+    /// Answer repeated cost-1 checks of a key Redis just denied locally until its
+    /// `retry_after`, without a round trip (see [`deny_cache`]: exact within this process,
+    /// but a reset made through another process is not seen). Standalone Redis and Sentinel
+    /// only (a cluster's refunds can give units back). Default `false`.
+    pub deny_cache: bool,
+    /// Announce this process in Redis every [`instances::ANNOUNCE_INTERVAL`] (a background
+    /// task), so that [`RedisStore::live_instances`] counts the processes sharing this Redis
+    /// (see [`instances`]). Default `false`.
+    pub announce: bool,
+    /// TLS settings for `rediss://` URLs (CA, client certificate). Default: none (system
+    /// roots, no client certificate). Setting any of them requires `rediss://` URLs.
+    pub tls: RedisTls,
     /// Coalescing (standalone Redis): at most this many script calls in flight; checks that
     /// arrive while all are out wait and then go together in the next call (see the module
     /// docs). Default 2. `0` turns coalescing off (one script call per batch, all pipelined).
@@ -156,6 +289,9 @@ impl RedisStoreConfig {
             breaker_failures: 5,
             breaker_window: Duration::from_millis(250),
             breaker_cool_down: Duration::from_secs(1),
+            tls: RedisTls::default(),
+            announce: false,
+            deny_cache: false,
             coalesce: 2,
         }
     }
@@ -167,6 +303,67 @@ impl RedisStoreConfig {
 enum Conn {
     Single(ConnectionManager),
     Cluster(Arc<ClusterLink>),
+    Sentinel(Arc<SentinelLink>),
+}
+
+/// The master of a Sentinel-monitored set: a connection to the address the sentinels name,
+/// replaced when they name another (a failover).
+struct SentinelLink {
+    sentinel: tokio::sync::Mutex<redis::sentinel::Sentinel>,
+    master_name: String,
+    manager_config: ConnectionManagerConfig,
+    /// The master's address and the connection to it; `None` until first found.
+    current: parking_lot::Mutex<Option<(String, ConnectionManager)>>,
+}
+
+impl SentinelLink {
+    /// The connection to the current master (asking the sentinels first if none is known).
+    async fn manager(&self) -> Result<ConnectionManager, RedisError> {
+        if let Some((_, m)) = self.current.lock().clone() {
+            return Ok(m);
+        }
+        self.resolve().await
+    }
+
+    /// Asks the sentinels for the master (`redis` checks it answers `ROLE` as a master) and,
+    /// when it is another address than the current one, connects to it instead.
+    async fn resolve(&self) -> Result<ConnectionManager, RedisError> {
+        let client = self
+            .sentinel
+            .lock()
+            .await
+            .async_master_for(&self.master_name, None)
+            .await?;
+        let addr = client.get_connection_info().addr().to_string();
+        let mut current = self.current.lock();
+        if let Some((known, m)) = current.as_ref() {
+            if *known == addr {
+                return Ok(m.clone());
+            }
+        }
+        let manager = ConnectionManager::new_lazy_with_config(client, self.manager_config.clone())?;
+        if current.is_some() {
+            tracing::warn!(master = %addr, name = %self.master_name, "redis sentinel: following a failover to a new master");
+        }
+        *current = Some((addr, manager.clone()));
+        Ok(manager)
+    }
+}
+
+/// The background task of a Sentinel store: asks for the master every [`SENTINEL_POLL`] until
+/// the store is dropped.
+fn spawn_sentinel_poll(link: std::sync::Weak<SentinelLink>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SENTINEL_POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(link) = link.upgrade() else {
+                return;
+            };
+            let _ = tokio::time::timeout(SENTINEL_POLL * 4, link.resolve()).await;
+        }
+    });
 }
 
 /// A cluster connection made on first use, so that the store can be built while the cluster is
@@ -181,6 +378,7 @@ impl Conn {
         match self {
             Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
             Conn::Cluster(link) => cmd.query_async(&mut link.connection().await?).await,
+            Conn::Sentinel(link) => cmd.query_async(&mut link.manager().await?).await,
         }
     }
 
@@ -188,6 +386,7 @@ impl Conn {
     async fn query_all_masters(&self, cmd: &redis::Cmd) -> Result<Value, RedisError> {
         match self {
             Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Conn::Sentinel(link) => cmd.query_async(&mut link.manager().await?).await,
             Conn::Cluster(link) => {
                 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
                 link.connection()
@@ -259,18 +458,37 @@ impl ClusterLink {
 /// The Redis / Redis Cluster [`Store`]. See the [module docs](self).
 pub struct RedisStore {
     conn: Conn,
+    /// Standalone Redis: the client, for the startup check's own connection attempt.
+    client: Option<redis::Client>,
     /// `Some` on standalone Redis with [`RedisStoreConfig::coalesce`] > 0.
     coalescer: Option<Arc<coalesce::Coalescer>>,
     config: RedisStoreConfig,
     clock: Arc<dyn Clock>,
-    breaker: Breaker,
+    breaker: Arc<Breaker>,
     /// Readiness: when the last readiness `PING` went out (store clock, µs; 0: never).
     ping_at: std::sync::atomic::AtomicU64,
     /// Readiness: whether that `PING` failed.
     ping_failed: std::sync::atomic::AtomicBool,
+    /// Readiness: `evicted_keys` per node (see [`evictions`]).
+    evictions: evictions::Evictions,
+    /// `Some` with [`RedisStoreConfig::deny_cache`] (not on a cluster).
+    deny_cache: Option<deny_cache::DenyCache>,
+    /// This process's id in the instance set, and the live count last seen (0: none yet).
+    instance_id: String,
+    live_instances: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// Most often a readiness probe ([`RedisStore::readiness`]) sends a `PING`: once a second.
+/// Longest pause between two reconnection attempts of a standalone connection (plus up to as
+/// much again of jitter): a Redis that accepts connections again is reconnected to within
+/// about this long. A dead Redis gets one connection attempt per 50 to 100 ms from each
+/// process.
+pub const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(50);
+
+/// Pause between two recovery `PING`s that failed at once.
+const RECOVERY_PING_PAUSE: Duration = Duration::from_millis(10);
+
+/// Most often a readiness probe ([`RedisStore::readiness`]) asks Redis (`INFO stats`): once a
+/// second.
 pub const READINESS_PING_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The labels of `floodgate_store_redis_errors_total{reason}`: `timeout` and `unavailable`
@@ -328,6 +546,7 @@ impl Drop for PendingPermit<'_> {
 }
 
 /// One slot group of a batch: the keys it touches and the batch items it decides.
+#[derive(Clone)]
 struct Group {
     /// Distinct key names, in first-use order.
     keys: Vec<String>,
@@ -370,41 +589,94 @@ impl RedisStore {
                 ),
             });
         }
+        let urls: Vec<&str> = match &config.target {
+            RedisTarget::Standalone(url) => vec![url.as_str()],
+            RedisTarget::Cluster(nodes) => nodes.iter().map(String::as_str).collect(),
+            RedisTarget::Sentinel { sentinels, .. } => {
+                sentinels.iter().map(String::as_str).collect()
+            }
+        };
+        let tls = urls.iter().any(|u| is_tls_url(u));
+        if tls && !urls.iter().all(|u| is_tls_url(u)) {
+            return Err(StoreError::Unavailable {
+                reason: "redis cluster nodes mix rediss:// (TLS) and plain URLs".into(),
+            });
+        }
+        if !tls && !config.tls.is_empty() {
+            return Err(StoreError::Unavailable {
+                reason: "redis TLS files (CA, client certificate) are given, but the URL is not \
+                         rediss://"
+                    .into(),
+            });
+        }
+        if tls && matches!(config.target, RedisTarget::Sentinel { .. }) {
+            return Err(StoreError::Unavailable {
+                reason: "redis sentinel with TLS (rediss://) is not supported".into(),
+            });
+        }
+        if tls {
+            config
+                .tls
+                .check()
+                .map_err(|(field, e)| StoreError::Unavailable {
+                    reason: format!("redis TLS {field}: {e}"),
+                })?;
+            // One process-wide crypto provider for rustls (ring); already installed is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let mut standalone_client = None;
         let conn = match &config.target {
             RedisTarget::Standalone(url) => {
-                let client = redis::Client::open(url.as_str()).map_err(unavailable)?;
-                let manager_config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(config.connect_timeout))
-                    .set_response_timeout(Some(config.timeout.max(Duration::from_millis(1))))
-                    // Reconnect quickly and keep trying: a restarted Redis is picked up within
-                    // a second.
-                    .set_min_delay(Duration::from_millis(10))
-                    .set_max_delay(Duration::from_millis(500))
-                    .set_number_of_retries(usize::MAX >> 1);
+                let client = if tls && !config.tls.is_empty() {
+                    redis::Client::build_with_tls(url.as_str(), config.tls.certificates())
+                } else {
+                    redis::Client::open(url.as_str())
+                }
+                .map_err(unavailable)?;
+                standalone_client = Some(client.clone());
                 Conn::Single(
-                    ConnectionManager::new_lazy_with_config(client, manager_config)
+                    ConnectionManager::new_lazy_with_config(client, manager_config(&config))
                         .map_err(unavailable)?,
                 )
             }
+            RedisTarget::Sentinel {
+                sentinels,
+                master_name,
+            } => {
+                let sentinel =
+                    redis::sentinel::Sentinel::build(sentinels.clone()).map_err(unavailable)?;
+                let link = Arc::new(SentinelLink {
+                    sentinel: tokio::sync::Mutex::new(sentinel),
+                    master_name: master_name.clone(),
+                    // Finite retries: a connection to a master replaced by a failover stops
+                    // trying (the next call on a live one reconnects anew).
+                    manager_config: manager_config(&config).set_number_of_retries(40),
+                    current: parking_lot::Mutex::new(None),
+                });
+                spawn_sentinel_poll(Arc::downgrade(&link));
+                Conn::Sentinel(link)
+            }
             RedisTarget::Cluster(nodes) => {
-                let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+                let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(config.connect_timeout)
                     .response_timeout(config.timeout.max(Duration::from_millis(1)))
-                    .retries(2)
-                    .build()
-                    .map_err(unavailable)?;
+                    .retries(2);
+                if tls && !config.tls.is_empty() {
+                    builder = builder.certs(config.tls.certificates());
+                }
+                let client = builder.build().map_err(unavailable)?;
                 Conn::Cluster(Arc::new(ClusterLink {
                     client,
                     conn: OnceCell::new(),
                 }))
             }
         };
-        let breaker = Breaker::new(
+        let breaker = Arc::new(Breaker::new(
             config.breaker_failures,
             u64::try_from(config.breaker_cool_down.as_micros()).unwrap_or(u64::MAX),
             u64::try_from(config.breaker_window.as_micros()).unwrap_or(u64::MAX),
-        );
-        let coalescer = (config.coalesce > 0 && matches!(conn, Conn::Single(_))).then(|| {
+        ));
+        let coalescer = (config.coalesce > 0 && !matches!(conn, Conn::Cluster(_))).then(|| {
             Arc::new(coalesce::Coalescer::new(
                 conn.clone(),
                 duration_ms(config.ttl_extra),
@@ -417,15 +689,66 @@ impl RedisStore {
                 .increment(0);
         }
         metrics::gauge!("floodgate_store_breaker_open").set(0.0);
+        metrics::counter!("floodgate_store_redis_evicted_keys_total").increment(0);
+        if config.deny_cache {
+            metrics::counter!("floodgate_store_deny_cache_hits_total").increment(0);
+        }
+        let deny_cache = (config.deny_cache && !matches!(config.target, RedisTarget::Cluster(_)))
+            .then(deny_cache::DenyCache::default);
+        let instance_id = instances::process_id(clock.now());
+        let live_instances = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        if config.announce {
+            spawn_announcer(
+                conn.clone(),
+                announce_call_parts(&config, &instance_id),
+                Arc::downgrade(&live_instances),
+                config.timeout.max(config.connect_timeout),
+            );
+        }
         Ok(Self {
             conn,
+            client: standalone_client,
             coalescer,
             config,
             clock,
             breaker,
             ping_at: std::sync::atomic::AtomicU64::new(0),
             ping_failed: std::sync::atomic::AtomicBool::new(false),
+            evictions: evictions::Evictions::default(),
+            instance_id,
+            live_instances,
+            deny_cache,
         })
+    }
+
+    /// The number of Floodgate processes announced in this Redis when this one last announced
+    /// itself (see [`instances`]), this one included; 0 before the first announcement
+    /// succeeded. Shared: the handle follows every later announcement.
+    pub fn live_instances(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        Arc::clone(&self.live_instances)
+    }
+
+    /// Announces this process now (what the background task of
+    /// [`RedisStoreConfig::announce`] does every second) and returns the live count, also
+    /// kept for [`live_instances`](Self::live_instances). Uses the decision clock: with
+    /// [`TimeSource::Caller`], the store's clock (so tests can expire announcements). Bounded
+    /// by the timeout; around the breaker and the error counters.
+    ///
+    /// # Errors
+    /// [`StoreError::Timeout`] / [`StoreError::Unavailable`].
+    pub async fn announce(&self) -> Result<u64, StoreError> {
+        let mut parts = announce_call_parts(&self.config, &self.instance_id);
+        if self.config.time_source == TimeSource::Caller {
+            parts.now = Some(self.clock.now());
+        }
+        let n = tokio::time::timeout(self.config.timeout, parts.send(&self.conn))
+            .await
+            .map_err(|_| StoreError::Timeout {
+                after_ms: duration_ms(self.config.timeout),
+            })?
+            .map_err(|e| to_store_error(e, self.config.timeout))?;
+        publish_live(&self.live_instances, n);
+        Ok(n)
     }
 
     /// The configuration in force.
@@ -483,15 +806,17 @@ impl RedisStore {
     }
 
     /// Whether Redis can decide now, for a readiness probe: `Err` while the circuit breaker is
-    /// open, or when the last readiness `PING` failed. Sends at most one `PING` (bounded by
-    /// the timeout) per [`READINESS_PING_INTERVAL`] of the store's clock, however often it is
-    /// called; concurrent callers in between get the cached answer. The `PING` goes around the
-    /// breaker and the error counters: a probe neither opens the breaker nor shows up in
-    /// `floodgate_store_redis_errors_total` (which counts decision calls only, see
+    /// open, or when the last readiness probe failed. The probe is `INFO stats` (on every
+    /// master of a cluster): it answers like a `PING`, and its `evicted_keys` show whether
+    /// Redis evicted keys since the last probe (counted and logged, see [`evictions`]). At most
+    /// one probe (bounded by the timeout) per [`READINESS_PING_INTERVAL`] of the store's clock,
+    /// however often this is called; concurrent callers in between get the cached answer. The
+    /// probe goes around the breaker and the error counters: it neither opens the breaker nor
+    /// shows up in `floodgate_store_redis_errors_total` (which counts decision calls only, see
     /// `docs/redis.md`).
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] (breaker open, or the `PING` failed or timed out), naming
+    /// [`StoreError::Unavailable`] (breaker open, or the probe failed or timed out), naming
     /// the cause.
     pub async fn readiness(&self) -> Result<(), StoreError> {
         use std::sync::atomic::Ordering;
@@ -510,15 +835,17 @@ impl RedisStore {
                 .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            let ping = async {
-                let _: String = self.conn.query(&redis::cmd("PING")).await?;
-                Ok::<(), RedisError>(())
-            };
-            let failed = match tokio::time::timeout(self.config.timeout, ping).await {
-                Ok(Ok(())) => None,
+            let mut info = redis::cmd("INFO");
+            info.arg("stats");
+            let probe = self.conn.query_all_masters(&info);
+            let failed = match tokio::time::timeout(self.config.timeout, probe).await {
+                Ok(Ok(info)) => {
+                    self.evictions.observe(&info, now);
+                    None
+                }
                 Ok(Err(e)) => Some(to_store_error(e, self.config.timeout).to_string()),
                 Err(_) => Some(format!(
-                    "PING timed out after {} ms",
+                    "timed out after {} ms",
                     duration_ms(self.config.timeout)
                 )),
             };
@@ -526,13 +853,13 @@ impl RedisStore {
             return match failed {
                 None => Ok(()),
                 Some(reason) => Err(StoreError::Unavailable {
-                    reason: format!("redis readiness PING failed: {reason}"),
+                    reason: format!("redis readiness probe (INFO stats) failed: {reason}"),
                 }),
             };
         }
         if self.ping_failed.load(Ordering::Acquire) {
             return Err(StoreError::Unavailable {
-                reason: "redis readiness PING failed within the last second".into(),
+                reason: "redis readiness probe (INFO stats) failed within the last second".into(),
             });
         }
         Ok(())
@@ -547,6 +874,26 @@ impl RedisStore {
     /// [`StoreError::Timeout`] / [`StoreError::Unavailable`] when Redis cannot be asked.
     pub async fn startup_check(&self) -> Result<ServerCheck, StoreError> {
         let wait = self.config.connect_timeout + self.config.timeout;
+        if let Some(client) = &self.client {
+            // A connection of its own, dropped at once: a connection error (refused, a TLS
+            // certificate not trusted, a client certificate missing) is reported as itself,
+            // where the shared connection, which retries in the background, only times out.
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(self.config.connect_timeout))
+                .set_response_timeout(Some(wait));
+            let attempt = async {
+                let mut con = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                redis::cmd("PING").query_async::<String>(&mut con).await
+            };
+            tokio::time::timeout(wait, attempt)
+                .await
+                .map_err(|_| StoreError::Timeout {
+                    after_ms: duration_ms(wait),
+                })?
+                .map_err(|e| to_store_error(e, wait))?;
+        }
         let reply: Value = tokio::time::timeout(
             wait,
             self.conn
@@ -568,6 +915,7 @@ impl RedisStore {
                 &scripts::REFUND_SOURCE,
                 &scripts::RESERVE_SOURCE,
                 &scripts::SETTLE_SOURCE,
+                &scripts::PEEK_OOM_SOURCE,
             ]);
         for source in sources {
             let _: Value = tokio::time::timeout(
@@ -632,7 +980,46 @@ impl RedisStore {
         }
         self.breaker
             .record(pending.take(), result.is_ok(), &*self.clock);
+        if self.breaker.start_watch() {
+            self.watch_recovery();
+        }
         result
+    }
+
+    /// Starts the recovery watch of an open breaker (`breaker.rs`): a task that sends `PING`
+    /// after `PING` (each waiting up to `connect_timeout + timeout`, which includes waiting
+    /// for the background reconnection) until one succeeds, which closes the breaker, or
+    /// until the breaker closed otherwise or the store is dropped. So decisions return to
+    /// Redis one reconnection after Redis accepts connections again (the reconnection is
+    /// retried every 10 to [`RECONNECT_MAX_DELAY`], twice that with jitter), not at the next
+    /// cool-down. The `PING`s count in no error metric.
+    fn watch_recovery(&self) {
+        let breaker = Arc::downgrade(&self.breaker);
+        let conn = self.conn.clone();
+        let clock = Arc::clone(&self.clock);
+        let wait = self.config.connect_timeout + self.config.timeout;
+        tokio::spawn(async move {
+            let ping = redis::cmd("PING");
+            loop {
+                let answered = matches!(
+                    tokio::time::timeout(wait, conn.query::<String>(&ping)).await,
+                    Ok(Ok(_))
+                );
+                let Some(breaker) = breaker.upgrade() else {
+                    return;
+                };
+                if answered {
+                    breaker.recovered(&*clock);
+                }
+                if !breaker.is_open() && !breaker.watch_ended() {
+                    return;
+                }
+                if !answered {
+                    // A PING that failed at once (no connection yet on a cluster): do not spin.
+                    tokio::time::sleep(RECOVERY_PING_PAUSE).await;
+                }
+            }
+        });
     }
 
     fn now_arg(&self, now: Option<Timestamp>) -> Option<Timestamp> {
@@ -693,19 +1080,88 @@ impl RedisStore {
             });
         }
         let now = self.now_arg(now);
-        let mut groups = self.groups(items);
-        match &self.coalescer {
-            // Standalone: always one group.
-            Some(c) if groups.len() == 1 => {
-                let group = groups.pop().expect("one group");
-                self.guarded(self.decide_coalesced(c, items, group, now, commit))
-                    .await
+        if let (Some(cache), false) = (
+            &self.deny_cache,
+            commit && items.len() == 1 && items[0].cost == 1,
+        ) {
+            cache.observe(now.unwrap_or_else(|| self.clock.now()));
+        }
+        // The deny cache: one cost-1 check, on the decision clock (the store's clock at
+        // sending time for Redis' clock, see `deny_cache`).
+        let cached = match &self.deny_cache {
+            Some(cache) if commit && items.len() == 1 && items[0].cost == 1 => {
+                let name = self.key_name(items[0].rule, items[0].policy, items[0].key);
+                let at = now.unwrap_or_else(|| self.clock.now());
+                if let Some(d) = cache.lookup(&name, at) {
+                    metrics::counter!("floodgate_store_deny_cache_hits_total").increment(1);
+                    return Ok(BatchDecision {
+                        allowed: false,
+                        decisions: vec![d],
+                        store_full: None,
+                    });
+                }
+                Some((cache, name, at))
             }
-            _ => {
-                self.guarded(self.decide_groups(items, &groups, now, commit))
-                    .await
+            _ => None,
+        };
+        let groups = self.groups(items);
+        let result = self
+            .guarded(async {
+                let result = match &self.coalescer {
+                    // Standalone: always one group.
+                    Some(c) if groups.len() == 1 => {
+                        self.decide_coalesced(c, items, groups[0].clone(), now, commit)
+                            .await
+                    }
+                    _ => self.decide_groups(items, &groups, now, commit).await,
+                };
+                match result {
+                    Err(e) if is_out_of_memory(&e) => {
+                        self.decide_out_of_memory(items, &groups, now, commit, e)
+                            .await
+                    }
+                    other => other,
+                }
+            })
+            .await;
+        if let (Some((cache, name, at)), Ok(batch)) = (cached, &result) {
+            if !batch.allowed {
+                cache.insert(&name, at, batch.decisions[0]);
             }
         }
+        result
+    }
+
+    /// Redis refused the batch with `OOM` (over `maxmemory` with `noeviction`): peek it with
+    /// [`scripts::PEEK_OOM`], which Redis runs even then. A peek, or a check that is denied
+    /// anyway (a denial writes nothing), is answered; a check that would be admitted needs a
+    /// write and fails with the `OOM` error, into the failure mode.
+    async fn decide_out_of_memory(
+        &self,
+        items: &[CheckItem<'_>],
+        groups: &[Group],
+        now: Option<Timestamp>,
+        commit: bool,
+        error: RedisError,
+    ) -> Result<BatchDecision, RedisError> {
+        let replies = futures_util::future::join_all(groups.iter().map(|g| {
+            self.run_group_script(
+                items,
+                g,
+                now,
+                false,
+                (&scripts::PEEK_OOM, scripts::PEEK_OOM_SOURCE),
+            )
+        }))
+        .await;
+        let Ok(replies) = replies.into_iter().collect::<Result<Vec<_>, _>>() else {
+            return Err(error);
+        };
+        if commit && replies.iter().all(|r| r.all_allowed) {
+            return Err(error);
+        }
+        metrics::counter!("floodgate_store_redis_out_of_memory_answers_total").increment(1);
+        Ok(assemble(items, groups, replies, commit))
     }
 
     /// One batch (one group) through the [`coalesce`] queue.
@@ -799,13 +1255,26 @@ impl RedisStore {
         now: Option<Timestamp>,
         commit: bool,
     ) -> Result<GroupReply, RedisError> {
+        let script = scripts::batch_script(single_kind(items, group));
+        self.run_group_script(items, group, now, commit, script)
+            .await
+    }
+
+    /// [`run_group`](Self::run_group) with another batch script (same arguments and reply).
+    async fn run_group_script(
+        &self,
+        items: &[CheckItem<'_>],
+        group: &Group,
+        now: Option<Timestamp>,
+        commit: bool,
+        (script, source): (&redis::Script, &'static str),
+    ) -> Result<GroupReply, RedisError> {
         let mut args = Vec::with_capacity(2 + 8 * group.items.len());
         args.push(u64::from(commit));
         args.push(duration_ms(self.config.ttl_extra));
         for (&i, &k) in group.items.iter().zip(&group.key_index) {
             push_item_args(&mut args, k, &items[i]);
         }
-        let (script, source) = scripts::batch_script(single_kind(items, group));
         let call = ScriptCall {
             script,
             source,
@@ -840,6 +1309,96 @@ impl RedisStore {
         };
         self.conn.invoke(&call).await
     }
+}
+
+/// The standalone connection's settings (also each Sentinel master's).
+fn manager_config(config: &RedisStoreConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.timeout.max(Duration::from_millis(1))))
+        // Reconnect quickly and keep trying: a restarted Redis is picked up within about
+        // 100 ms.
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(RECONNECT_MAX_DELAY)
+        .set_number_of_retries(usize::MAX >> 1)
+}
+
+/// The arguments of one `instances.lua` call but `now`.
+struct AnnounceCall {
+    keys: [String; 1],
+    id: String,
+    now: Option<Timestamp>,
+    ttl_us: u64,
+    expire_ms: u64,
+}
+
+fn announce_call_parts(config: &RedisStoreConfig, id: &str) -> AnnounceCall {
+    let ttl = instances::ANNOUNCE_TTL;
+    AnnounceCall {
+        keys: [format!("{}instances", config.prefix)],
+        id: id.to_string(),
+        now: None,
+        ttl_us: u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX),
+        expire_ms: duration_ms(ttl + config.ttl_extra),
+    }
+}
+
+impl AnnounceCall {
+    async fn send(&self, conn: &Conn) -> Result<u64, RedisError> {
+        let cmd = |full: bool| {
+            let mut c = if full {
+                let mut c = redis::cmd("EVAL");
+                c.arg(instances::SOURCE);
+                c
+            } else {
+                let mut c = redis::cmd("EVALSHA");
+                c.arg(instances::SCRIPT.get_hash());
+                c
+            };
+            c.arg(1).arg(&self.keys[0]);
+            match self.now {
+                Some(now) => c.arg(now),
+                None => c.arg(""),
+            };
+            c.arg(&self.id).arg(self.ttl_us).arg(self.expire_ms);
+            c
+        };
+        match conn.query(&cmd(false)).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                conn.query(&cmd(true)).await
+            }
+            other => other,
+        }
+    }
+}
+
+fn publish_live(live: &std::sync::atomic::AtomicU64, n: u64) {
+    live.store(n, std::sync::atomic::Ordering::Release);
+    metrics::gauge!("floodgate_store_redis_live_instances").set(n as f64);
+}
+
+/// The background announcement of [`RedisStoreConfig::announce`]: every
+/// [`instances::ANNOUNCE_INTERVAL`] until the store (its count) is dropped. A failed
+/// announcement keeps the count last seen.
+fn spawn_announcer(
+    conn: Conn,
+    call: AnnounceCall,
+    live: std::sync::Weak<std::sync::atomic::AtomicU64>,
+    wait: Duration,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(instances::ANNOUNCE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(live) = live.upgrade() else {
+                return;
+            };
+            if let Ok(Ok(n)) = tokio::time::timeout(wait, call.send(&conn)).await {
+                publish_live(&live, n);
+            }
+        }
+    });
 }
 
 /// The one algorithm of every item of `group`, if they share one (a smaller script then).
@@ -953,6 +1512,12 @@ fn collect_policies(v: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// Redis refused a command for lack of memory (`OOM command not allowed when used memory >
+/// 'maxmemory'`).
+fn is_out_of_memory(e: &RedisError) -> bool {
+    e.code() == Some("OOM") || e.to_string().contains("OOM command not allowed")
+}
+
 fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -1014,6 +1579,9 @@ impl Store for RedisStore {
         // other names) expires on its own.
         let name = keys::state_key(&self.config.prefix, rule, policy, key);
         tracing::debug!(rule, key, redis_key = %name, "redis store: reset");
+        if let Some(cache) = &self.deny_cache {
+            cache.invalidate(&name);
+        }
         let mut cmd = redis::cmd("DEL");
         cmd.arg(&name);
         async move {

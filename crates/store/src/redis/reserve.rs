@@ -62,6 +62,9 @@ impl RedisStore {
     ) -> Result<BatchReservation, StoreError> {
         crate::validate_batch(items)?;
         let now = self.now_arg(now);
+        if let Some(cache) = &self.deny_cache {
+            cache.observe(now.unwrap_or_else(|| self.clock.now()));
+        }
         if items.is_empty() {
             return Ok(BatchReservation {
                 batch: BatchDecision {
@@ -245,6 +248,13 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         let now = self.now_arg(now);
+        if let Some(cache) = &self.deny_cache {
+            cache.observe(now.unwrap_or_else(|| self.clock.now()));
+            // A refund gives units back: a cached denial of these keys may no longer hold.
+            for s in items {
+                cache.invalidate(&self.key_name(s.rule, s.policy, s.key));
+            }
+        }
         let as_checks: Vec<CheckItem<'_>> = items
             .iter()
             .map(|s| CheckItem {

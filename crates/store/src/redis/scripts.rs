@@ -26,8 +26,14 @@ macro_rules! shebang {
 /// `common.lua` and the six algorithm files, in the order the drivers expect.
 macro_rules! library {
     () => {
+        concat!(shebang!(), library_body!())
+    };
+}
+
+/// [`library!`] without its first line.
+macro_rules! library_body {
+    () => {
         concat!(
-            shebang!(),
             include_str!("../../lua/common.lua"),
             "\n",
             include_str!("../../lua/fixed_window.lua"),
@@ -148,6 +154,22 @@ pub const MULTI_SINGLE_SOURCES: [&str; 6] = [
         "../../lua/multi.lua"
     ),
 ];
+
+/// The source of the out-of-memory peek: the batch script for any mix of algorithms, flagged
+/// `no-writes,allow-oom` (Redis 7 script flags). Redis runs it even when over `maxmemory`,
+/// and refuses any write it might attempt; the store sends it with commit = 0 (a peek, which
+/// writes nothing) when a check was refused with `OOM`: a batch that is denied anyway is then
+/// still answered (a denial writes nothing), and only a batch that would be admitted (and
+/// written) fails into the failure mode.
+pub const PEEK_OOM_SOURCE: &str = concat!(
+    "#!lua flags=no-writes,allow-oom\n",
+    library_body!(),
+    driver!("../../lua/batch.lua")
+);
+
+/// The out-of-memory peek script ([`PEEK_OOM_SOURCE`]).
+pub static PEEK_OOM: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(PEEK_OOM_SOURCE));
 
 /// The source of the refund script (library + `driver.lua` + `refund.lua`).
 pub const REFUND_SOURCE: &str = concat!(library!(), driver!("../../lua/refund.lua"));

