@@ -1,6 +1,6 @@
 //! The original request's URI as a proxy forwards it to forward-auth (`X-Forwarded-Uri`,
 //! `X-Original-URI`): the proxy's bytes, read so that the rules see the path the upstream is
-//! sent, canonicalised as in proxy mode ([`floodgate_tower::path`]).
+//! sent, canonicalised as in proxy mode ([`floodgate_tower::canonical_path`]).
 //!
 //! Proxies pass on more than `http::Uri` holds: nginx forwards `"`, `<`, `>`, `` ` ``, `\`,
 //! `{`, `}` and non-ASCII bytes as the client sent them, and Caddy sends the raw request target
