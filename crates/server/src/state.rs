@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use floodgate_core::{Clock, ManualClock};
-use floodgate_store::redis::AnyStore;
+use floodgate_store::AnyStore;
 use floodgate_tower::RateLimiter;
 use http::Uri;
 use metrics_exporter_prometheus::PrometheusHandle;

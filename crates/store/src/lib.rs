@@ -35,12 +35,16 @@ use std::sync::Arc;
 
 use floodgate_core::{Decision, Micros, Policy, Timestamp};
 
+#[cfg(feature = "redis")]
+mod any;
 pub mod error;
 pub mod fallback;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+#[cfg(feature = "redis")]
+pub use any::AnyStore;
 pub use error::StoreError;
 pub use memory::{KeyedLimiter, MemoryStore, MemoryStoreConfig, StoreStats};
 

@@ -2,7 +2,7 @@
 //! CROSSSLOT and never steer the slot; batches across slots are all-or-nothing through the
 //! refund protocol, exactly, for every algorithm; reservations across slots are reserved for one
 //! wait, exactly as the memory store reserves them. Every test runs on Redis and again on Valkey (`valkey_*`).
-#![cfg(feature = "redis")]
+#![cfg(feature = "testing")]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! identical decisions for every algorithm, for checks, peeks, reservations and settles; random
 //! multi-item batches (checks and reservations with settles) give identical answers on
 //! `MemoryStore` and `RedisStore`. Every test runs on Redis and again on Valkey (`valkey_*`).
-#![cfg(feature = "redis")]
+#![cfg(feature = "testing")]
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

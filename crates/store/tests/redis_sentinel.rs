@@ -2,7 +2,7 @@
 //! the test); the master is killed under load and the store follows the failover to the
 //! promoted replica. The time from the kill to the first decision on the new master is
 //! printed (BENCHMARKS.md), never asserted.
-#![cfg(feature = "redis")]
+#![cfg(feature = "testing")]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! RedisStore behaviour against real redis-server processes started by each test: TTLs on every
 //! key, server time, exact limits under concurrency, SCRIPT FLUSH under load, Redis killed and
 //! restarted, the circuit breaker, the maxmemory-policy check, the local fallback.
-#![cfg(feature = "redis")]
+#![cfg(feature = "testing")]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

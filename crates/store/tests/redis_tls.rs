@@ -2,7 +2,7 @@
 //! test time (`openssl`): the server certificate is verified against the configured CA (an
 //! unrelated CA, or the system's trust store, refuses it), mutual TLS needs the client
 //! certificate, and a Redis Cluster works over TLS too.
-#![cfg(feature = "redis")]
+#![cfg(feature = "testing")]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use floodgate_core::Clock;
-use floodgate_store::redis::AnyStore;
+use floodgate_store::AnyStore;
 use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 use serde_json::json;

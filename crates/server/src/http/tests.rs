@@ -15,7 +15,7 @@ use crate::state::AppState;
 fn state() -> Arc<AppState> {
     let config = crate::config::embedded_default();
     let clock = ManualClock::new(1_800_000_000_000_000);
-    let store = floodgate_store::redis::AnyStore::Memory(Arc::new(MemoryStore::new(
+    let store = floodgate_store::AnyStore::Memory(Arc::new(MemoryStore::new(
         MemoryStoreConfig::default(),
         Arc::new(clock.clone()),
     )));

@@ -61,7 +61,6 @@ use tokio::sync::OnceCell;
 
 use crate::{BatchDecision, CheckItem, Store, StoreError};
 
-mod any;
 mod breaker;
 mod coalesce;
 pub mod deny_cache;
@@ -70,9 +69,10 @@ pub mod instances;
 pub mod keys;
 mod reserve;
 pub mod scripts;
+// The test harness (feature `testing`): real servers on free ports, not for production use.
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use any::AnyStore;
 use breaker::Breaker;
 
 /// Where the Redis data lives.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use floodgate_core::{Decision, Micros, Policy};
 
-use super::RedisStore;
 use crate::fallback::FallbackStore;
+use crate::redis::RedisStore;
 use crate::{
     BatchDecision, BatchReservation, CheckItem, MemoryStore, SettleItem, Store, StoreError,
 };
