@@ -602,6 +602,7 @@ mod tests {
             outcomes,
             store_error: None,
             store_full: None,
+            wait: None,
         }
     }
 
@@ -653,6 +654,7 @@ mod tests {
             shadow,
             policy_item: None,
             check,
+            scheduled_at: None,
         };
         let items = [item(), item()];
         let cases = [
