@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use floodgate_core::{Decision, Quota};
+use floodgate_core::{Decision, Micros, Quota, Timestamp};
 use floodgate_store::{CheckItem, OnFull, Store, StoreError};
 use http::{HeaderMap, HeaderValue, Request, Response};
 
@@ -35,6 +35,10 @@ use crate::rule::{CostError, FailureMode, RuleSet};
 ///    nothing in the others.
 /// 4. Shadow items are then checked one by one (charged only when the request is admitted,
 ///    peeked otherwise); their denials are counted, never enforced.
+///
+/// A [`Mode::Reserve`] evaluation makes step 3 one [`Store::reserve`] batch (it may wait up
+/// to its `max_wait` for a slot; [`Verdict::wait`], [`RuleOutcome::scheduled_at`]) and is
+/// otherwise a check, counted the same way.
 ///
 /// A [`Mode::Peek`] evaluation consumes nothing anywhere and counts no decision (a peek
 /// decides nothing); store failures are still counted in `floodgate_store_errors_total` and
@@ -147,6 +151,10 @@ pub struct RuleOutcome {
     /// The position of the decided item in its [`Plan`](crate::Plan) (for a request plan,
     /// among the rules that applied; for explicit items, the order they were pushed).
     pub check: usize,
+    /// For an enforcing item of a granted [`Mode::Reserve`] evaluation: the time (microseconds
+    /// since the Unix epoch) its units were reserved for, which a settle passes back
+    /// ([`floodgate_store::SettleItem::scheduled_at`]). `None` otherwise.
+    pub scheduled_at: Option<Timestamp>,
 }
 
 /// The result of evaluating one request.
@@ -163,6 +171,10 @@ pub struct Verdict {
     /// Set when a new key met a full store, and what the store did (see
     /// [`OnFull`]); a [`OnFull::Reject`] denial is answered by [`response::store_full`].
     pub store_full: Option<OnFull>,
+    /// For a [`Mode::Reserve`] evaluation the store granted: microseconds until the reserved
+    /// units may be used (0 when at once; at most the `max_wait` asked for). `None` for other
+    /// modes, a denial, a refusal or a store failure (also when no enforcing item applied).
+    pub wait: Option<Micros>,
 }
 
 impl Verdict {
@@ -206,6 +218,17 @@ pub enum Mode {
     Check,
     /// Report what a check would answer without consuming anything, and count no decision.
     Peek,
+    /// A check that may wait: the enforcing items are reserved as one all-or-nothing batch
+    /// ([`Store::reserve`]) for the shortest wait within `max_wait` microseconds after which
+    /// they all fit (units consumed now for the scheduled time), else denied consuming nothing;
+    /// counted exactly as [`Mode::Check`]. The wait is [`Verdict::wait`], each enforcing
+    /// item's scheduled time [`RuleOutcome::scheduled_at`]. Shadow items are checked as in
+    /// [`Mode::Check`]. `max_wait: 0` decides as a check does.
+    Reserve {
+        /// The longest wait accepted, in microseconds (clamped by the store to each policy's
+        /// [`floodgate_core::Policy::max_wait`]).
+        max_wait: Micros,
+    },
 }
 
 /// The per-request work decided before talking to the store: which rules apply, with which key
@@ -510,7 +533,7 @@ pub(crate) async fn evaluate<S: Store>(
     let set = &*plan.rules;
     let rules = &set.rules;
     let checks = plan.checks.as_slice();
-    let consume = mode == Mode::Check;
+    let consume = mode != Mode::Peek;
     // Decisions are counted only when they are made: a peek decides nothing.
     let count = |rule: usize, outcome: Outcome| {
         if consume {
@@ -523,6 +546,7 @@ pub(crate) async fn evaluate<S: Store>(
     let mut action = Action::Admit;
     let mut store_error = None;
     let mut store_full = None;
+    let mut wait = None;
 
     // A cost that cannot be read, or that the rule can never admit, refuses the request
     // before any rule is charged.
@@ -565,6 +589,7 @@ pub(crate) async fn evaluate<S: Store>(
             outcomes,
             store_error,
             store_full,
+            wait: None,
         };
     }
 
@@ -586,15 +611,30 @@ pub(crate) async fn evaluate<S: Store>(
         // limiter's (possibly manual) time source.
         #[allow(clippy::disallowed_methods)]
         let started = std::time::Instant::now();
-        let result = if consume {
-            store.check(items).await
-        } else {
-            // Boxed: the rarer path keeps its own (possibly large) store future off this one.
-            Box::pin(store.peek(items)).await
+        // Per enforcing item, in order: the scheduled time of a granted reservation.
+        let mut scheduled: Vec<Timestamp> = Vec::new();
+        let result = match mode {
+            Mode::Check => store.check(items).await,
+            // Boxed: the rarer paths keep their own (possibly large) store futures off this one.
+            Mode::Peek => Box::pin(store.peek(items)).await,
+            Mode::Reserve { max_wait } => {
+                Box::pin(store.reserve(items, max_wait))
+                    .await
+                    .map(|reservation| {
+                        wait = reservation.wait;
+                        scheduled = reservation.scheduled_at;
+                        reservation.batch
+                    })
+            }
         };
         set.record_decision_duration(started.elapsed());
         match result {
             Ok(batch) => {
+                if !batch.allowed {
+                    // A denied reservation consumed nothing and waits for nothing.
+                    wait = None;
+                    scheduled.clear();
+                }
                 if !batch.allowed {
                     action = Action::Deny;
                 }
@@ -603,7 +643,9 @@ pub(crate) async fn evaluate<S: Store>(
                 // doing: its denials are counted apart, so dashboards do not read them as
                 // clients over their limits.
                 let refused_full = store_full == Some(OnFull::Reject);
-                for ((index, c), decision) in enforcing().zip(batch.decisions) {
+                for (position, ((index, c), decision)) in
+                    enforcing().zip(batch.decisions).enumerate()
+                {
                     let rule = &rules[c.rule];
                     count(
                         c.rule,
@@ -633,6 +675,7 @@ pub(crate) async fn evaluate<S: Store>(
                         shadow: false,
                         policy_item,
                         check: index,
+                        scheduled_at: scheduled.get(position).copied(),
                     });
                 }
             }
@@ -712,6 +755,7 @@ pub(crate) async fn evaluate<S: Store>(
                     shadow: true,
                     policy_item: None,
                     check: index,
+                    scheduled_at: None,
                 });
             }
             Err(StoreError::InsufficientCapacity { .. }) => {
@@ -736,6 +780,7 @@ pub(crate) async fn evaluate<S: Store>(
         outcomes,
         store_error,
         store_full,
+        wait,
     }
 }
 

@@ -374,6 +374,7 @@ mod tests {
             shadow: false,
             policy_item: None,
             check: 0,
+            scheduled_at: None,
         }
     }
 

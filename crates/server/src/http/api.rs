@@ -18,6 +18,12 @@
 //!                 "retry_after_us": 100000}, ...]}
 //! ```
 //!
+//! With `"max_wait_ms": W` (`/v1/check` only; a whole number from 0 to 86,400,000) the check
+//! may wait: a request that would be admitted within `W` milliseconds is admitted now for its
+//! scheduled time, consuming its units, and the answer carries `"wait_us"` (microseconds until
+//! the caller may go on; 0 when at once). Beyond `W` it is denied as a check is (429),
+//! consuming nothing, and carries no `wait_us`.
+//!
 //! The top-level fields repeat the *binding* decision: the denying rule with the longest wait, or
 //! when admitted the enforcing rule with the fewest units remaining. Times are microseconds
 //! (`_us`) except `retry_after_s` (whole seconds, rounded up, as in `Retry-After`). Client keys
@@ -54,6 +60,8 @@ struct CheckRequest<'a> {
     cost: Option<serde_json::Number>,
     #[serde(borrow)]
     descriptors: Option<Vec<Descriptor<'a>>>,
+    /// `/v1/check` only: wait up to this many milliseconds for a slot (a reservation).
+    max_wait_ms: Option<serde_json::Number>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -182,6 +190,10 @@ async fn handle(
     // One snapshot of the rules for the whole request: names, quotas, modes and the metric
     // handles all come from the same generation, even across a reload.
     let rules = state.limiter.rules();
+    let max_wait = match max_wait(request.max_wait_ms.as_ref(), consume) {
+        Ok(max_wait) => max_wait,
+        Err(response) => return response,
+    };
     let items = match validate(&rules, request) {
         Ok(items) => items,
         Err(response) => return response,
@@ -190,12 +202,45 @@ async fn handle(
     for item in items.iter() {
         plan.push(item.rule, client_key(&item.raw_key), item.cost);
     }
-    let mode = if consume { Mode::Check } else { Mode::Peek };
+    let mode = match (consume, max_wait) {
+        (false, _) => Mode::Peek,
+        (true, None) => Mode::Check,
+        (true, Some(max_wait)) => Mode::Reserve { max_wait },
+    };
     // Boxed: the evaluation holds the store's future (kilobytes for a remote store), and axum
     // moves this handler's future on every request; one allocation costs less than the copies
     // (callgrind: about 600 instructions of memcpy per request inline).
     let verdict = Box::pin(state.limiter.evaluate(plan, mode)).await;
     answer(&items, &verdict, consume)
+}
+
+/// The longest `max_wait_ms` accepted: one day.
+const MAX_WAIT_MS: u64 = 86_400_000;
+
+/// `max_wait_ms` in microseconds; `None` when absent. Errors are 400 problems naming the field.
+fn max_wait(value: Option<&serde_json::Number>, consume: bool) -> Result<Option<u64>, Response> {
+    let Some(n) = value else {
+        return Ok(None);
+    };
+    let bad = |detail: String| invalid(StatusCode::BAD_REQUEST, "max_wait_ms", detail);
+    if !consume {
+        return Err(bad(
+            "only /v1/check waits: a peek consumes nothing and reserves nothing".into(),
+        ));
+    }
+    match n.as_u64() {
+        Some(ms) if ms <= MAX_WAIT_MS => Ok(Some(ms * 1_000)),
+        _ => {
+            let hint = if n.is_f64() {
+                " written without a fraction or exponent"
+            } else {
+                ""
+            };
+            Err(bad(format!(
+                "must be a whole number of milliseconds between 0 and {MAX_WAIT_MS}{hint}, got {n}"
+            )))
+        }
+    }
 }
 
 /// Reads a JSON body of at most [`MAX_BODY_BYTES`]; errors name the field at fault.
@@ -411,6 +456,8 @@ struct Answer<'a> {
     /// The decided items' outcomes, in item order.
     outcomes: &'a [RuleOutcome],
     store_full: Option<floodgate_store::OnFull>,
+    /// A granted reservation's wait (`wait_us`).
+    wait: Option<u64>,
 }
 
 impl Serialize for Answer<'_> {
@@ -438,6 +485,9 @@ impl Serialize for Answer<'_> {
         }
         if let Some(full) = self.store_full {
             map.serialize_entry("store_full", full.as_str())?;
+        }
+        if let Some(wait) = self.wait {
+            map.serialize_entry("wait_us", &wait)?;
         }
         map.end()
     }
@@ -547,6 +597,7 @@ fn answer(items: &[Item<'_>], verdict: &Verdict, consume: bool) -> Response {
         items,
         outcomes,
         store_full: verdict.store_full,
+        wait: verdict.wait,
     };
     let status = if allowed || !consume {
         StatusCode::OK
@@ -602,6 +653,7 @@ mod tests {
             outcomes,
             store_error: None,
             store_full: None,
+            wait: None,
         }
     }
 
@@ -653,6 +705,7 @@ mod tests {
             shadow,
             policy_item: None,
             check,
+            scheduled_at: None,
         };
         let items = [item(), item()];
         let cases = [
