@@ -215,3 +215,65 @@ async fn an_unreadable_uri_is_a_counted_400_naming_the_header_and_charges_nothin
         [200, 200, 200, 429]
     );
 }
+
+/// Found by a new user: Envoy's ext_authz asks `/v1/forward-auth/` for the app's root (a 404,
+/// which Envoy takes as a denial); a repeated X-Forwarded-Host or X-Forwarded-Method let the
+/// first value dodge a host or method match; a repeated cost header charged its first value.
+#[tokio::test]
+async fn the_root_suffix_is_answered_and_repeated_forwarding_or_cost_headers_are_refused() {
+    let fg = Floodgate::with_config(
+        r#"
+[[rules]]
+name = "h"
+limit = "1/min"
+key = "global"
+cost_header = "x-cost"
+[rules.match]
+host = "api.example.com"
+methods = ["POST"]
+"#,
+        &[],
+    );
+    let c = client();
+    for path in ["/v1/forward-auth/", "/v1/forward-auth/?page=1"] {
+        let r = c.get(fg.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    let twice = |name: &'static str, a: &'static str, b: &'static str| {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            "x-forwarded-host",
+            HeaderValue::from_static("api.example.com"),
+        );
+        headers.insert("x-forwarded-method", HeaderValue::from_static("POST"));
+        headers.remove(name);
+        headers.append(name, HeaderValue::from_static(a));
+        headers.append(name, HeaderValue::from_static(b));
+        c.get(fg.url("/v1/forward-auth")).headers(headers).send()
+    };
+    for (name, a, b) in [
+        ("x-forwarded-host", "other.example", "api.example.com"),
+        ("x-forwarded-method", "GET", "POST"),
+    ] {
+        let (status, _, body) = split(twice(name, a, b).await.unwrap()).await;
+        assert_eq!(
+            (status, &body["field"]),
+            (400, &serde_json::json!(name)),
+            "{body}"
+        );
+    }
+    let (status, _, body) = split(twice("x-cost", "1", "1").await.unwrap()).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["type"], "urn:floodgate:problem:invalid-cost");
+    // Nothing was charged by the refused ones: the one unit is still there.
+    let (status, _, _) = split(
+        c.get(fg.url("/v1/forward-auth"))
+            .header("x-forwarded-host", "api.example.com")
+            .header("x-forwarded-method", "POST")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+}

@@ -509,7 +509,17 @@ pub fn build_traffic(spec: &Spec, quota: &Quota) -> Result<Traffic, Error> {
             (f.traffic(), "rate")
         }
     };
-    traffic.map_err(|message| Error::invalid(field, message))
+    traffic.map_err(|message| {
+        // A message about one flag (`--every must be ...`) names that field.
+        const FIELDS: [&str; 7] = [
+            "requests", "spread", "before", "after", "at", "every", "rate",
+        ];
+        let named = message
+            .strip_prefix("--")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|flag| FIELDS.iter().find(|f| **f == flag).copied());
+        Error::invalid(named.unwrap_or(field), message)
+    })
 }
 
 /// The column width: [`Spec::column`] (`--column`), else one column per second, narrowed to a round sub-second
@@ -649,6 +659,19 @@ pub fn render(report: &Report, format: Format) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A message about one parameter names that field (`/v1/simulate` answered `at` for a
+    /// zero `every`).
+    #[test]
+    fn a_traffic_error_names_its_own_field() {
+        let spec = Spec {
+            scenario: ScenarioName::CalmSpike,
+            every: Some(0),
+            ..Spec::default()
+        };
+        let err = build_report(&spec).unwrap_err();
+        assert_eq!(err.field(), Some("every"), "{err}");
+    }
 
     #[test]
     fn column_width_keeps_at_most_80_columns() {

@@ -267,6 +267,10 @@ impl CostSource {
     pub fn cost(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<u64, CostError> {
         let from_header = |name: &HeaderName, default: u64, max: u64| match headers.get(name) {
             None => Ok(default),
+            // Sent twice: which cost the request has would be a guess.
+            Some(_) if headers.get_all(name).iter().nth(1).is_some() => Err(CostError::Invalid {
+                header: name.clone(),
+            }),
             Some(value) => match parse_cost(value.as_bytes()) {
                 None => Err(CostError::Invalid {
                     header: name.clone(),

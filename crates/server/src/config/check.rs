@@ -39,10 +39,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 }
             }
             if config.rules.is_empty() {
-                eprintln!(
-                    "{}: warning: 0 rules: nothing is limited (add [[rules]] entries)",
-                    config.file
-                );
+                eprintln!("{}: warning: 0 rules: nothing is limited", config.file);
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -62,7 +62,13 @@ pub fn describe_rule(rule: &RuleConfig) -> RuleDescription {
             ),
             None => format!("key {}", describe_key(&rule.key)),
         },
-        applies: describe_matcher(&rule.matcher),
+        applies: match &rule.descriptor {
+            Some(d) => format!(
+                "applies to gRPC rate limit requests of domain {} only (never to HTTP requests)",
+                d.domain
+            ),
+            None => describe_matcher(&rule.matcher),
+        },
         cost: describe_cost(&rule.cost),
         mode: format!(
             "{}, failure_mode {}",
@@ -207,7 +213,7 @@ pub fn log_rules(config: &Config) {
             in_words = %rule.policy.quota().describe(),
             rate = %d.rate,
             burst = rule.policy.quota().burst(),
-            key = %describe_key(&rule.key),
+            key = %d.key,
             applies = %d.applies,
             cost = %d.cost,
             mode = %d.mode,

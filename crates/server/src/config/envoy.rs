@@ -146,20 +146,21 @@ pub fn parse(display: &str, files: &[(String, String)]) -> Result<Config, Config
                     );
                     continue;
                 }
-                if let Some(&(file, line)) = names.get(&name) {
+                // Unique regardless of case, as in the TOML format.
+                if let Some(&(file, line)) = names.get(&name.to_ascii_lowercase()) {
                     w.error(
                         f.file,
                         f.line,
                         &f.field,
                         format!(
-                            "rule name {name:?} is also the name of the rate_limit at {}:{line}; \
-                             names must be unique",
+                            "rule name {name:?} is also (regardless of case) the name of the \
+                             rate_limit at {}:{line}; names must be unique regardless of case",
                             files[file].0
                         ),
                     );
                     continue;
                 }
-                names.insert(name.clone(), (f.file, f.line));
+                names.insert(name.to_ascii_lowercase(), (f.file, f.line));
                 let at = rules.len();
                 rules.push(RuleConfig {
                     name: name.clone(),

@@ -166,6 +166,21 @@ fn original_request(
             .filter(|v| !v.is_empty())
             .map(str::to_string)
     };
+    // Two values of a header that says what the original request was could name two requests:
+    // refused, as a repeated URI header is.
+    for name in [
+        "x-forwarded-method",
+        "x-original-method",
+        "x-forwarded-host",
+    ] {
+        if headers.get_all(name).iter().nth(1).is_some() {
+            return Err(super::invalid(
+                StatusCode::BAD_REQUEST,
+                name,
+                "sent more than once",
+            ));
+        }
+    }
     let method = text(headers, "x-forwarded-method")
         .or_else(|| text(headers, "x-original-method"))
         .and_then(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())

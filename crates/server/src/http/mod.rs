@@ -85,6 +85,11 @@ pub fn router(state: Arc<AppState>) -> Router {
             // Envoy asks with the original request's method, whatever it is.
             axum::routing::any(forward_auth::forward_auth_suffix),
         )
+        // The app's root: `path_prefix` + `/` (the wildcard above needs a segment).
+        .route(
+            "/v1/forward-auth/",
+            axum::routing::any(forward_auth::forward_auth_suffix),
+        )
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz));

@@ -41,8 +41,8 @@ pub(super) async fn healthz() -> &'static str {
 /// 503 once shutdown has begun, so load balancers stop sending traffic.
 ///
 /// With a Redis store it also reports the store (`"store": {"kind", "state", "reason"}`): while
-/// the circuit breaker is open or a readiness `PING` failed within the last second (at most one
-/// `PING` a second, however often `/readyz` is polled; see `RedisStore::readiness`), the store
+/// the circuit breaker is open or a readiness probe (`INFO stats`) failed within the last second (at most one
+/// probe a second, however often `/readyz` is polled; see `RedisStore::readiness`), the store
 /// is `down` and `/readyz` answers 503 problem+json naming the store, since every `closed`
 /// rule would answer 503 too. With `fallback = "local"` it stays 200 with `"status":
 /// "degraded"`: requests are still decided, locally.

@@ -610,11 +610,17 @@ fn parse_admin_token(text: &str) -> Result<String, String> {
 
 fn describe_metrics() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    // Every outcome the limiter counts, from the one list it counts with.
+    let outcomes: Vec<&str> = floodgate_tower::Outcome::ALL
+        .iter()
+        .map(|o| o.as_str())
+        .collect();
     describe_counter!(
         "floodgate_decisions_total",
-        "Rate-limit decisions by rule and outcome (allowed, not_charged, denied, store_full, \
-         shadow_allowed, shadow_denied, skipped, error_open, error_closed, \
-         cost_exceeds_capacity, invalid_cost)"
+        format!(
+            "Rate-limit decisions by rule and outcome ({}); see docs/metrics.md",
+            outcomes.join(", ")
+        )
     );
     describe_histogram!(
         "floodgate_decision_duration_seconds",
