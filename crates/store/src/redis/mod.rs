@@ -726,7 +726,8 @@ impl RedisStore {
             now,
             kind: single_kind(items, &group),
             tx,
-        });
+        })
+        .await;
         let reply = rx.await.map_err(|_| {
             RedisError::from(std::io::Error::other(
                 "redis store: the coalesced call was dropped",
