@@ -12,6 +12,7 @@ use floodgate_core::{
     LeakyBucketState, Micros, Policy, SlidingLog, SlidingLogState, SlidingWindow,
     SlidingWindowState, State, Timestamp, TokenBucket, TokenBucketState,
 };
+
 use super::fpmap::FpMap;
 
 /// A shard lock: a `parking_lot` mutex. Acquiring uncontended is one compare-and-swap; a

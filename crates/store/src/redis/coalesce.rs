@@ -295,7 +295,8 @@ mod tests {
     use std::time::Duration;
 
     fn pending(key: &str) -> (Pending, oneshot::Receiver<Reply>) {
-        let policy = Policy::new(AlgorithmKind::Gcra, "10/s".parse().expect("quota")).expect("fits");
+        let policy =
+            Policy::new(AlgorithmKind::Gcra, "10/s".parse().expect("quota")).expect("fits");
         let mut item_args = Vec::new();
         let item = CheckItem {
             rule: "coalesce",
@@ -345,7 +346,10 @@ mod tests {
             let mut a_call = Box::pin(coalescer.submit(a));
             // The first poll yields, the second sends A and waits for the reply.
             assert!(poll_once(a_call.as_mut()).await.is_pending());
-            assert!(poll_once(a_call.as_mut()).await.is_pending(), "A is in flight");
+            assert!(
+                poll_once(a_call.as_mut()).await.is_pending(),
+                "A is in flight"
+            );
             assert_eq!(coalescer.queue.lock().in_flight, 1);
             assert!(coalescer.queue.lock().waiting.is_empty(), "A was taken");
             let (b, b_rx) = pending("fgtest:b");
