@@ -11,14 +11,12 @@
 //!   read under a policy it was not made by. The tables are found through a small append-only
 //!   registry read without any lock (a linked list of `OnceLock`s); [`MemoryStore::limiter`]
 //!   resolves the rule once and returns a [`KeyedLimiter`] that skips even that.
-//! - A table is `shards` (a power of two, default 64) cache-line-aligned mutexes, each over
+//! - A table is `shards` (a power of two, default 64) cache-line-aligned spin locks, each over
 //!   a `hashbrown::HashTable` of `(fingerprint, state)` entries (`fpmap.rs`) that takes the
 //!   fingerprint itself as its hash (it is already a uniform secret hash: no second hashing)
-//!   and recognises an entry by comparing the stored fingerprint. Taking a free lock is one
-//!   compare-and-swap (`parking_lot::Mutex`); a waiter spins a few times, then sleeps until the
-//!   holder hands the lock over, so a holder preempted mid-section gets the waiter's core
-//!   instead of the waiter burning it (spin-then-yield locks made two threads slower than one
-//!   under ordinary scheduling noise). A batch locks only the shards its items hash
+//!   and recognises an entry by comparing the stored fingerprint. Taking a lock is one
+//!   compare-and-swap, releasing it a plain store; a waiter spins 128 times, then yields its
+//!   core (a holder may have been preempted). A batch locks only the shards its items hash
 //!   to, in increasing `(table, shard)` order (so two batches can never deadlock), decides
 //!   everything, writes back and unlocks: the critical section is a few look-ups and integer
 //!   decisions, never I/O, an allocation other than a table growing, or an `.await`.

@@ -1,4 +1,4 @@
-//! One rule's keys: a [`Table`] of `shards` mutex-locked hash tables of one algorithm's state.
+//! One rule's keys: a [`Table`] of `shards` spin-locked hash tables of one algorithm's state.
 //!
 //! [`Kind`] says, per algorithm, what a bucket stores beside the fingerprint and when a stored
 //! state becomes equivalent to a fresh key (its *expiry*). Five algorithms derive the expiry
@@ -12,17 +12,37 @@ use floodgate_core::{
     LeakyBucketState, Micros, Policy, SlidingLog, SlidingLogState, SlidingWindow,
     SlidingWindowState, State, Timestamp, TokenBucket, TokenBucketState,
 };
+use spinning_top::lock_api;
+use spinning_top::relax::Relax;
+use spinning_top::RawSpinlock;
 
 use super::fpmap::FpMap;
 
-/// A shard lock: a `parking_lot` mutex. Acquiring uncontended is one compare-and-swap; a
-/// waiter spins a few times, then sleeps on the lock until the holder hands it over. Sleeping,
-/// not spinning or yielding, matters when the holder has been preempted: the waiter's core goes
-/// idle, so the scheduler can run the preempted holder there at once, instead of the waiter
-/// burning its core (or yielding to nobody) until the holder's own core is free again.
-pub(crate) type Lock<T> = parking_lot::Mutex<T>;
+/// Spin briefly, then give the core away: a critical section is a hash probe and an integer
+/// decision (tens of nanoseconds), so a waiter usually gets the lock within a few spins; if
+/// the holder was preempted, yielding lets it run instead of burning the waiter's time slice.
+#[derive(Debug, Default)]
+pub(crate) struct SpinThenYield {
+    spins: u32,
+}
+
+impl Relax for SpinThenYield {
+    #[inline]
+    fn relax(&mut self) {
+        if self.spins < 128 {
+            self.spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A shard lock: acquiring is one compare-and-swap, releasing a plain store (no second locked
+/// instruction, unlike a parking mutex, whose release must also check for sleepers).
+pub(crate) type Lock<T> = lock_api::Mutex<RawSpinlock<SpinThenYield>, T>;
 /// A held shard lock.
-pub(crate) type Guard<'a, T> = parking_lot::MutexGuard<'a, T>;
+pub(crate) type Guard<'a, T> = lock_api::MutexGuard<'a, RawSpinlock<SpinThenYield>, T>;
 
 /// How a table stores one algorithm's state.
 pub(crate) trait Kind: Algorithm {

@@ -328,7 +328,7 @@ fn batches_lock_shards_of_several_rule_tables() {
     assert_eq!(store.stats().keys, 2);
 }
 
-/// The locked shards lose no update: four threads hammering eight keys through one handle
+/// The spin-locked shards lose no update: four threads hammering eight keys through one handle
 /// (and the store's one-item path) at a fixed time admit exactly the burst of every key.
 #[test]
 fn concurrent_checks_admit_exactly_the_burst() {
