@@ -15,7 +15,9 @@
 //!
 //! Prints one JSON line: `{"decisions": n, "seconds": s, "p50_us": .., "p99_us": ..,
 //! "denied": n,
-//! "total": n}` (`total`: every decision made, warm-up included). Quota: 1,000,000 per 60 s per key, so every decision admits and writes.
+//! "total": n}` (`total`: every decision made, warm-up included). Quota: 1,000,000 per 60 s
+//! per key, so every decision admits and writes; the probe uses 1 per 60 s, so that every
+//! algorithm's state outlives it.
 
 #[cfg(feature = "limitador")]
 use std::collections::HashMap;
@@ -105,7 +107,13 @@ async fn main() -> anyhow::Result<()> {
         config.connect_timeout = Duration::from_secs(2);
         let store = RedisStore::new(config, Arc::new(SystemClock))?;
         store.startup_check().await?;
-        let quota = Quota::new(1_000_000, 60_000_000)?;
+        // The probe: a quota whose state outlives the probe (at 1,000,000 per minute a GCRA
+        // key is fresh again, and expires, 60 us after one admission).
+        let quota = if clients == 0 {
+            Quota::new(1, 60_000_000)?
+        } else {
+            Quota::new(1_000_000, 60_000_000)?
+        };
         Peer::Floodgate(Arc::new(store), Arc::new(Policy::new(kind, quota)?))
     } else if cfg!(feature = "limitador") && imp == "limitador" {
         limitador_peer(url).await?
