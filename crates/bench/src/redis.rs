@@ -540,7 +540,10 @@ mod tests {
             let policy = Policy::new(kind, "1000/s".parse().unwrap()).unwrap();
             let lone = lone_check_command(&policy);
             let (_, source) = scripts::multi_script(Some(kind));
-            assert_eq!(server.cli(&["SCRIPT", "LOAD", source]).unwrap().trim(), lone[1]);
+            assert_eq!(
+                server.cli(&["SCRIPT", "LOAD", source]).unwrap().trim(),
+                lone[1]
+            );
             let (_, source) = scripts::batch_script(Some(kind));
             server.cli(&["SCRIPT", "LOAD", source]).unwrap();
             assert!(redis_benchmark_command(host, port, 1, 1, 200, &lone).unwrap() > 0.0);
