@@ -9,7 +9,7 @@
 //! How, without adding latency: at most [`RedisStoreConfig::coalesce`](super::RedisStoreConfig)
 //! calls are in flight at once. A batch that finds a free slot is sent at once (a lone request
 //! waits for nothing: no timer; and when no call is out, its caller sends it from its own task,
-//! without a hand-off to a sending task and back). A batch that finds every slot taken waits
+//! without a hand-off to a sending task and back, unless other batches arrived meanwhile). A batch that finds every slot taken waits
 //! in a queue; when a call's reply arrives, the task that sent it takes *everything* waiting (up
 //! to [`MAX_BATCHES`]) as its next call. So the busier Redis is, the more decisions each call
 //! carries. Standalone Redis only: a cluster call must stay within one slot.
@@ -56,8 +56,11 @@ pub(crate) struct Pending {
 }
 
 struct Queue {
-    waiting: VecDeque<Pending>,
+    /// Batches in arrival order, each with its arrival number.
+    waiting: VecDeque<(u64, Pending)>,
     in_flight: usize,
+    /// The next arrival number.
+    arrivals: u64,
 }
 
 /// The queue and its sending tasks (one per call in flight).
@@ -122,29 +125,34 @@ impl Coalescer {
             queue: Mutex::new(Queue {
                 waiting: VecDeque::new(),
                 in_flight: 0,
+                arrivals: 0,
             }),
         }
     }
 
     /// Queues `p` (its reply goes to `p.tx`) and makes sure a sender will take it.
     ///
-    /// Fast path: when no call is in flight, the caller becomes the sender itself, from its
-    /// own task: it yields once (so that batches submitted in the same instant, e.g. by the
-    /// same task, join the call), then sends everything waiting in one call and returns when
-    /// the replies are out. This spares a lone client the hand-off to a sending task and back
-    /// (two wake-ups, often across threads, per decision). Batches that queue behind that call
-    /// pass to a sending task when it returns. Otherwise a sending task is started when fewer
-    /// than `max_in_flight` calls are out, and the caller waits on its receiver.
+    /// Fast path: when no call is in flight, the caller yields once (so that batches
+    /// submitted in the same instant, e.g. by the same task, can join it) and then, if its own
+    /// batch is still the only one waiting, sends it from its own task and returns when the
+    /// reply is out. This spares a lone client the hand-off to a sending task and back (two
+    /// wake-ups, often across threads, per decision). If other batches are waiting by then,
+    /// its slot goes to a sending task that takes them all, as without the fast path: a
+    /// caller never carries another caller's batch, so its timeout (which drops its future)
+    /// never fails anyone else. Otherwise a sending task is started when fewer than
+    /// `max_in_flight` calls are out, and the caller waits on its receiver.
     pub(crate) async fn submit(self: &Arc<Self>, p: Pending) {
-        let (start, inline) = {
+        let (start, inline, mine) = {
             let mut q = self.queue.lock();
-            q.waiting.push_back(p);
+            let mine = q.arrivals;
+            q.arrivals += 1;
+            q.waiting.push_back((mine, p));
             let inline = q.in_flight == 0;
             let start = q.in_flight < self.max_in_flight;
             if start {
                 q.in_flight += 1;
             }
-            (start, inline)
+            (start, inline, mine)
         };
         if !start {
             return;
@@ -153,18 +161,19 @@ impl Coalescer {
             tokio::spawn(Arc::clone(self).drain());
             return;
         }
-        // Given back or handed on when this call returns, and also if this future is dropped
-        // mid-call (its caller timed out): batches queued behind it never lack a sender.
+        // Given back, or handed to a sending task when batches wait, when this returns, and
+        // also if this future is dropped mid-call (its caller timed out).
         let _slot = InlineSlot(self);
         tokio::task::yield_now().await;
-        let batches: Vec<Pending> = {
+        let alone = {
             let mut q = self.queue.lock();
-            let n = q.waiting.len().min(MAX_BATCHES);
-            q.waiting.drain(..n).collect()
+            match q.waiting.front() {
+                Some((seq, _)) if *seq == mine && q.waiting.len() == 1 => q.waiting.pop_front(),
+                _ => None,
+            }
         };
-        // Empty when another sender took them meanwhile.
-        if !batches.is_empty() {
-            self.send(batches).await;
+        if let Some((_, p)) = alone {
+            self.send(vec![p]).await;
         }
     }
 
@@ -186,7 +195,7 @@ impl Coalescer {
                     return;
                 }
                 let n = q.waiting.len().min(MAX_BATCHES);
-                q.waiting.drain(..n).collect()
+                q.waiting.drain(..n).map(|(_, p)| p).collect()
             };
             self.send(batches).await;
         }
