@@ -136,12 +136,14 @@ fn redis_benchmark_command(
     port: &str,
     clients: u32,
     pipeline: u32,
+    requests: u32,
     command: &[String],
 ) -> Result<f64, String> {
     let out = Command::new("timeout")
         // A bound, so a stuck server cannot hang the bench; the runs take a few seconds.
         .args(["120", "redis-benchmark"])
-        .args(["-h", host, "-p", port, "-q", "-n", "100000", "-r", "100000"])
+        .args(["-h", host, "-p", port, "-q", "-r", "100000"])
+        .args(["-n", &requests.to_string()])
         .args(["-c", &clients.to_string(), "-P", &pipeline.to_string()])
         .args(command)
         .output()
@@ -220,6 +222,48 @@ fn same_script_command(policy: &Policy) -> Vec<String> {
     cmd
 }
 
+/// The exact call a lone sequential client's check makes (coalescing on, nothing else in
+/// flight): `EVALSHA <the single-algorithm coalescing script> 1 <key> '' <ttl extra> 1
+/// <policy> 1 0 0 1 1 1 <cost>`, keys as in [`same_script_command`] (same layout per
+/// algorithm, so either run may find the other's keys). `redis-benchmark -c 1` with it is the
+/// one-connection rate for this script without Floodgate's client side.
+fn lone_check_command(policy: &Policy) -> Vec<String> {
+    let kind = policy.kind();
+    let quota = policy.quota();
+    let (num, den) = quota.emission_interval();
+    let (script, _) = scripts::multi_script(Some(kind));
+    let mut cmd: Vec<String> = vec![
+        "EVALSHA".into(),
+        script.get_hash().into(),
+        "1".into(),
+        format!("f{}:__rand_int__", scripts::algorithm_code(kind)),
+        String::new(),
+    ];
+    cmd.extend(
+        [
+            // ttl extra (ms), one policy
+            0,
+            1,
+            u64::from(scripts::algorithm_code(kind)),
+            quota.limit(),
+            quota.period(),
+            quota.burst(),
+            num,
+            den,
+            // one batch: commit, no caller time, now 0, one item: key 1, policy 1, cost 1
+            1,
+            0,
+            0,
+            1,
+            1,
+            1,
+            1,
+        ]
+        .map(|v| v.to_string()),
+    );
+    cmd
+}
+
 /// Measures the Redis store at `--store`.
 ///
 /// # Errors
@@ -248,6 +292,8 @@ pub fn run(
             "algorithm",
             "1 sequential client (checks/s)",
             "1 client p99 (us)",
+            "redis-benchmark, same script, 1 connection (calls/s)",
+            "1 client / redis-benchmark 1 connection",
             "64 concurrent clients (checks/s)",
             "64 clients p99 (us)",
             "MEMORY USAGE, 1 key after 1 request (B)",
@@ -295,6 +341,13 @@ pub fn run(
             let policy = Arc::new(Policy::new(kind, "1000/s".parse()?)?);
             progress.step(format!("redis: {kind}"));
             let (seq, seq_p99, _) = throughput(&store, &policy, 1, total / 5, time).await?;
+            // The same script's one-connection rate, right after: the latency-bound ceiling of
+            // one sequential client.
+            let lone =
+                redis_benchmark_command(host, port, 1, 1, 20_000, &lone_check_command(&policy));
+            if let Err(why) = &lone {
+                section.note(format!("{kind}: no one-connection redis-benchmark: {why}."));
+            }
             let before = evalsha_stats(&mut con).await?;
             let cpu_before = process_cpu_us();
             let (c64, c64_p99, c64_checks) = throughput(&store, &policy, 64, total, time).await?;
@@ -313,7 +366,7 @@ pub fn run(
             let c64_us = after.1.saturating_sub(before.1) as f64 / c64_checks.max(1) as f64;
             // The server's ceiling for the very script a single-item check runs, pipelined.
             let ceiling =
-                redis_benchmark_command(host, port, 50, 16, &same_script_command(&policy));
+                redis_benchmark_command(host, port, 50, 16, 100_000, &same_script_command(&policy));
             if let Err(why) = &ceiling {
                 section.note(format!("{kind}: no redis-benchmark ceiling: {why}."));
             }
@@ -331,6 +384,8 @@ pub fn run(
                 Value::from(kind.as_str()),
                 num(seq, 0),
                 num(seq_p99, 0),
+                lone.as_ref().map_or(Value::Null, |&c| num(c, 0)),
+                lone.as_ref().map_or(Value::Null, |&c| num(seq / c, 2)),
                 num(c64, 0),
                 num(c64_p99, 0),
                 Value::from(bytes),
@@ -382,7 +437,7 @@ pub fn run(
         let set: Vec<String> = ["SET", "fgbench-__rand_int__", "1", "PX", "60000"]
             .map(String::from)
             .into();
-        match redis_benchmark_command(host, port, c, p, &set) {
+        match redis_benchmark_command(host, port, c, p, 100_000, &set) {
             Ok(rps) => measured.push(format!("{name}: {rps:.0}/s")),
             Err(why) => failed.push(format!("{name}: {why}")),
         }
@@ -462,9 +517,40 @@ mod tests {
             .unwrap();
         let (host, port) = hostport.rsplit_once(':').unwrap();
         let incr = ["INCR", "fgtest:str"].map(String::from);
-        let why = redis_benchmark_command(host, port, 1, 1, &incr).unwrap_err();
+        let why = redis_benchmark_command(host, port, 1, 1, 1_000, &incr).unwrap_err();
         assert!(why.contains("ERR value is not an integer"), "{why}");
         let ok = ["SET", "fgtest:__rand_int__", "1", "PX", "1000"].map(String::from);
-        assert!(redis_benchmark_command(host, port, 2, 1, &ok).unwrap() > 0.0);
+        assert!(redis_benchmark_command(host, port, 2, 1, 1_000, &ok).unwrap() > 0.0);
+    }
+
+    /// The one-connection ceiling's call is one the coalescing script accepts and decides
+    /// (redis-benchmark stops at the first error reply, so any layout mistake fails here),
+    /// for every algorithm, and it writes the key layout of the same-script ceiling's keys.
+    #[test]
+    fn the_lone_check_call_is_decided_by_the_coalescing_script() {
+        let server = RedisServer::start().unwrap();
+        let url = server.url();
+        let hostport = url
+            .trim_start_matches("redis://")
+            .split('/')
+            .next()
+            .unwrap();
+        let (host, port) = hostport.rsplit_once(':').unwrap();
+        for kind in AlgorithmKind::ALL {
+            let policy = Policy::new(kind, "1000/s".parse().unwrap()).unwrap();
+            let lone = lone_check_command(&policy);
+            let (_, source) = scripts::multi_script(Some(kind));
+            assert_eq!(
+                server.cli(&["SCRIPT", "LOAD", source]).unwrap().trim(),
+                lone[1]
+            );
+            let (_, source) = scripts::batch_script(Some(kind));
+            server.cli(&["SCRIPT", "LOAD", source]).unwrap();
+            assert!(redis_benchmark_command(host, port, 1, 1, 200, &lone).unwrap() > 0.0);
+            // Then the pipelined ceiling's script on the keys the lone calls wrote.
+            let same = same_script_command(&policy);
+            assert_eq!(lone[3], same[3], "{kind}");
+            assert!(redis_benchmark_command(host, port, 1, 1, 200, &same).unwrap() > 0.0);
+        }
     }
 }

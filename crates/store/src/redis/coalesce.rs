@@ -8,7 +8,8 @@
 //!
 //! How, without adding latency: at most [`RedisStoreConfig::coalesce`](super::RedisStoreConfig)
 //! calls are in flight at once. A batch that finds a free slot is sent at once (a lone request
-//! waits for nothing: no timer, only a task hand-off). A batch that finds every slot taken waits
+//! waits for nothing: no timer; and when no call is out, its caller sends it from its own task,
+//! without a hand-off to a sending task and back, unless other batches arrived meanwhile). A batch that finds every slot taken waits
 //! in a queue; when a call's reply arrives, the task that sent it takes *everything* waiting (up
 //! to [`MAX_BATCHES`]) as its next call. So the busier Redis is, the more decisions each call
 //! carries. Standalone Redis only: a cluster call must stay within one slot.
@@ -55,8 +56,11 @@ pub(crate) struct Pending {
 }
 
 struct Queue {
-    waiting: VecDeque<Pending>,
+    /// Batches in arrival order, each with its arrival number.
+    waiting: VecDeque<(u64, Pending)>,
     in_flight: usize,
+    /// The next arrival number.
+    arrivals: u64,
 }
 
 /// The queue and its sending tasks (one per call in flight).
@@ -84,6 +88,34 @@ impl Drop for Slot<'_> {
     }
 }
 
+/// The in-flight slot of a caller sending its own batch (the fast path). On drop, after the
+/// call or when the caller gives up mid-call, the slot passes to a new sending task if
+/// batches queued meanwhile, else it is released.
+struct InlineSlot<'a>(&'a Arc<Coalescer>);
+
+impl Drop for InlineSlot<'_> {
+    fn drop(&mut self) {
+        let coalescer = self.0;
+        let hand_off = {
+            let mut q = coalescer.queue.lock();
+            if q.waiting.is_empty() {
+                q.in_flight -= 1;
+            }
+            !q.waiting.is_empty()
+        };
+        if hand_off {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(Arc::clone(coalescer).drain());
+                }
+                // No runtime to send on (dropped outside one): release the slot; the next
+                // batch starts a sender that takes what waits.
+                Err(_) => coalescer.queue.lock().in_flight -= 1,
+            }
+        }
+    }
+}
+
 impl Coalescer {
     pub(crate) fn new(conn: Conn, ttl_extra_ms: u64, max_in_flight: usize) -> Self {
         Self {
@@ -93,27 +125,60 @@ impl Coalescer {
             queue: Mutex::new(Queue {
                 waiting: VecDeque::new(),
                 in_flight: 0,
+                arrivals: 0,
             }),
         }
     }
 
-    /// Queues `p`; starts a sending task when fewer than `max_in_flight` calls are out.
-    pub(crate) fn submit(self: &Arc<Self>, p: Pending) {
-        let start = {
+    /// Queues `p` (its reply goes to `p.tx`) and makes sure a sender will take it.
+    ///
+    /// Fast path: when no call is in flight, the caller yields once (so that batches
+    /// submitted in the same instant, e.g. by the same task, can join it) and then, if its own
+    /// batch is still the only one waiting, sends it from its own task and returns when the
+    /// reply is out. This spares a lone client the hand-off to a sending task and back (two
+    /// wake-ups, often across threads, per decision). If other batches are waiting by then,
+    /// its slot goes to a sending task that takes them all, as without the fast path: a
+    /// caller never carries another caller's batch, so its timeout (which drops its future)
+    /// never fails anyone else. Otherwise a sending task is started when fewer than
+    /// `max_in_flight` calls are out, and the caller waits on its receiver.
+    pub(crate) async fn submit(self: &Arc<Self>, p: Pending) {
+        let (start, inline, mine) = {
             let mut q = self.queue.lock();
-            q.waiting.push_back(p);
+            let mine = q.arrivals;
+            q.arrivals += 1;
+            q.waiting.push_back((mine, p));
+            let inline = q.in_flight == 0;
             let start = q.in_flight < self.max_in_flight;
             if start {
                 q.in_flight += 1;
             }
-            start
+            (start, inline, mine)
         };
-        if start {
+        if !start {
+            return;
+        }
+        if !inline {
             tokio::spawn(Arc::clone(self).drain());
+            return;
+        }
+        // Given back, or handed to a sending task when batches wait, when this returns, and
+        // also if this future is dropped mid-call (its caller timed out).
+        let _slot = InlineSlot(self);
+        tokio::task::yield_now().await;
+        let alone = {
+            let mut q = self.queue.lock();
+            match q.waiting.front() {
+                Some((seq, _)) if *seq == mine && q.waiting.len() == 1 => q.waiting.pop_front(),
+                _ => None,
+            }
+        };
+        if let Some((_, p)) = alone {
+            self.send(vec![p]).await;
         }
     }
 
-    /// Sends everything waiting, call after call, until the queue is empty.
+    /// Sends everything waiting, call after call, until the queue is empty. Runs in a slot
+    /// already counted in `in_flight`.
     async fn drain(self: Arc<Self>) {
         let mut slot = Slot {
             coalescer: &self,
@@ -130,7 +195,7 @@ impl Coalescer {
                     return;
                 }
                 let n = q.waiting.len().min(MAX_BATCHES);
-                q.waiting.drain(..n).collect()
+                q.waiting.drain(..n).map(|(_, p)| p).collect()
             };
             self.send(batches).await;
         }
@@ -223,5 +288,90 @@ impl Coalescer {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::testing::{current_thread_runtime, RedisServer};
+    use crate::CheckItem;
+    use floodgate_core::Policy;
+    use redis::aio::ConnectionManager;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+    use std::time::Duration;
+
+    fn pending(key: &str) -> (Pending, oneshot::Receiver<Reply>) {
+        let policy =
+            Policy::new(AlgorithmKind::Gcra, "10/s".parse().expect("quota")).expect("fits");
+        let mut item_args = Vec::new();
+        let item = CheckItem {
+            rule: "coalesce",
+            policy: &policy,
+            key,
+            cost: 1,
+        };
+        super::super::push_item_args(&mut item_args, 1, &item);
+        let (tx, rx) = oneshot::channel();
+        let p = Pending {
+            keys: vec![key.to_string()],
+            item_args,
+            commit: true,
+            now: None,
+            kind: Some(AlgorithmKind::Gcra),
+            tx,
+        };
+        (p, rx)
+    }
+
+    /// Polls `f` once.
+    async fn poll_once<F: Future>(mut f: Pin<&mut F>) -> Poll<F::Output> {
+        std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx))).await
+    }
+
+    /// A lone batch is sent from its caller's task; a batch that queued behind it while the
+    /// only slot was taken is still sent when that caller gives up mid-call (its future
+    /// dropped, as on a timeout), not left waiting for a sender that never comes.
+    #[test]
+    fn a_dropped_lone_caller_hands_its_queue_on() {
+        let server = RedisServer::start().expect("redis-server");
+        let rt = current_thread_runtime().expect("runtime");
+        rt.block_on(async {
+            let client = redis::Client::open(server.url()).expect("url");
+            let manager = ConnectionManager::new(client).await.expect("connects");
+            let coalescer = Arc::new(Coalescer::new(Conn::Single(manager), 0, 1));
+
+            // Alone: decided from this task.
+            let (p, rx) = pending("fgtest:lone");
+            coalescer.submit(p).await;
+            let reply = rx.await.expect("replied").expect("decided");
+            assert_eq!(reply[0], 1, "admitted: {reply:?}");
+            assert_eq!(coalescer.queue.lock().in_flight, 0);
+
+            // A takes the only slot and waits for Redis; B queues behind it; A is dropped.
+            let (a, _a_rx) = pending("fgtest:a");
+            let mut a_call = Box::pin(coalescer.submit(a));
+            // The first poll yields, the second sends A and waits for the reply.
+            assert!(poll_once(a_call.as_mut()).await.is_pending());
+            assert!(
+                poll_once(a_call.as_mut()).await.is_pending(),
+                "A is in flight"
+            );
+            assert_eq!(coalescer.queue.lock().in_flight, 1);
+            assert!(coalescer.queue.lock().waiting.is_empty(), "A was taken");
+            let (b, b_rx) = pending("fgtest:b");
+            let mut b_call = Box::pin(coalescer.submit(b));
+            assert!(poll_once(b_call.as_mut()).await.is_ready(), "B only queues");
+            assert_eq!(coalescer.queue.lock().waiting.len(), 1, "B queued");
+            drop(a_call);
+            let reply = tokio::time::timeout(Duration::from_secs(5), b_rx)
+                .await
+                .expect("B was sent")
+                .expect("replied")
+                .expect("decided");
+            assert_eq!(reply[0], 1, "admitted: {reply:?}");
+        });
     }
 }

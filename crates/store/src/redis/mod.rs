@@ -1178,14 +1178,16 @@ impl RedisStore {
             push_item_args(&mut item_args, k, &items[i]);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        coalescer.submit(coalesce::Pending {
-            keys: group.keys.clone(),
-            item_args,
-            commit,
-            now,
-            kind: single_kind(items, &group),
-            tx,
-        });
+        coalescer
+            .submit(coalesce::Pending {
+                keys: group.keys.clone(),
+                item_args,
+                commit,
+                now,
+                kind: single_kind(items, &group),
+                tx,
+            })
+            .await;
         let reply = rx.await.map_err(|_| {
             RedisError::from(std::io::Error::other(
                 "redis store: the coalesced call was dropped",
