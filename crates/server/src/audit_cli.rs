@@ -25,7 +25,7 @@ Examples:
 /// Flags of `floodgate audit`.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXAMPLES)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     what: What,
 }
@@ -130,7 +130,7 @@ struct RedisArgs {
 ///
 /// # Errors
 /// The audit could not run (the binary then exits with status 2).
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

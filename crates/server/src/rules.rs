@@ -5,7 +5,7 @@ use floodgate_tower::{ClientIpConfig, Rule, RuleSet};
 use crate::config::{Config, RuleConfig};
 
 /// The floodgate-tower rule set for a configuration.
-pub fn rule_set(config: &Config) -> RuleSet {
+pub(crate) fn rule_set(config: &Config) -> RuleSet {
     let rules = config.rules.iter().map(tower_rule).collect();
     RuleSet::new(rules).with_client_ip(ClientIpConfig {
         trusted_proxies: config.server.trusted_proxies.clone(),

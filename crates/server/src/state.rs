@@ -18,25 +18,25 @@ use crate::rules::rule_set;
 
 /// Everything the handlers share. One per process.
 #[derive(Debug)]
-pub struct AppState {
+pub(crate) struct AppState {
     /// Rules + store: the one place requests are decided. Its rule set is swapped on reload;
     /// the store identifies state by (rule name, policy, key), so a reloaded rule with the same
     /// name, algorithm and quota keeps its counters and a changed one starts fresh.
-    pub limiter: RateLimiter<AnyStore>,
+    pub(crate) limiter: RateLimiter<AnyStore>,
     /// The time source of the store (the system clock, or the test-only manual clock).
-    pub clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     /// `Some` only with the hidden test-only `--manual-clock` flag.
-    pub manual_clock: Option<ManualClock>,
+    pub(crate) manual_clock: Option<ManualClock>,
     /// Renders `/metrics`.
-    pub prometheus: PrometheusHandle,
+    pub(crate) prometheus: PrometheusHandle,
     /// Set when SIGTERM/SIGINT arrived: `/readyz` answers 503.
-    pub shutting_down: AtomicBool,
+    pub(crate) shutting_down: AtomicBool,
     /// Reverse-proxy upstream, when in proxy mode.
-    pub upstream: Option<Uri>,
+    pub(crate) upstream: Option<Uri>,
     /// BENCH ONLY (hidden `--bench-baseline`): serve `POST /v1/bench/bare`.
-    pub bench_baseline: bool,
+    pub(crate) bench_baseline: bool,
     /// The web page's live view; `None` when the page is off (`--no-ui`, `[server] ui = false`).
-    pub ui: Option<Arc<crate::ui::live::Live>>,
+    pub(crate) ui: Option<Arc<crate::ui::live::Live>>,
     /// Read on every proxied request: a lock-free load, not a lock.
     config: ArcSwap<Config>,
     /// Serialises reloads (each reads the old configuration and replaces it).
@@ -44,14 +44,14 @@ pub struct AppState {
     config_path: Option<PathBuf>,
     admin_token_override: Option<String>,
     /// `--api-token` / `FLOODGATE_API_TOKEN` (see [`AppState::api_token`]); set after `new`.
-    pub api_token_override: Option<String>,
+    pub(crate) api_token_override: Option<String>,
     generation: AtomicU64,
 }
 
 impl AppState {
     /// State for `config` (already validated).
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         config: Config,
         config_path: Option<PathBuf>,
         admin_token_override: Option<String>,
@@ -81,34 +81,34 @@ impl AppState {
     }
 
     /// The store (memory or Redis), for housekeeping and readiness.
-    pub fn store(&self) -> &AnyStore {
+    pub(crate) fn store(&self) -> &AnyStore {
         self.limiter.store()
     }
 
     /// The configuration in force.
-    pub fn config(&self) -> Arc<Config> {
+    pub(crate) fn config(&self) -> Arc<Config> {
         self.config.load_full()
     }
 
     /// The configuration in force, for a short read on the request path: no reference count
     /// is taken (see [`arc_swap::Guard`]); do not hold it across an `.await`.
-    pub fn config_now(&self) -> arc_swap::Guard<Arc<Config>> {
+    pub(crate) fn config_now(&self) -> arc_swap::Guard<Arc<Config>> {
         self.config.load()
     }
 
     /// How many configurations have been in force (1 at start, +1 per successful reload).
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
 
     /// The config file, when one was given.
-    pub fn config_path(&self) -> Option<&PathBuf> {
+    pub(crate) fn config_path(&self) -> Option<&PathBuf> {
         self.config_path.as_ref()
     }
 
     /// The admin bearer token: `--admin-token` / `FLOODGATE_ADMIN_TOKEN`, else
     /// `[server] admin_token`; `None` disables the admin API.
-    pub fn admin_token(&self) -> Option<String> {
+    pub(crate) fn admin_token(&self) -> Option<String> {
         self.admin_token_override
             .clone()
             .or_else(|| self.config().server.admin_token.clone())
@@ -116,14 +116,14 @@ impl AppState {
 
     /// The decision API's bearer token: `--api-token` / `FLOODGATE_API_TOKEN`, else
     /// `[server] api_token`; `None` leaves the decision API open to whoever reaches it.
-    pub fn api_token(&self) -> Option<String> {
+    pub(crate) fn api_token(&self) -> Option<String> {
         self.api_token_override
             .clone()
             .or_else(|| self.config().server.api_token.clone())
     }
 
     /// The rule named `name` in the configuration in force.
-    pub fn rule(&self, name: &str) -> Option<(Arc<Config>, usize)> {
+    pub(crate) fn rule(&self, name: &str) -> Option<(Arc<Config>, usize)> {
         let config = self.config();
         let index = config.rules.iter().position(|r| r.name == name)?;
         Some((config, index))
@@ -137,7 +137,7 @@ impl AppState {
     ///
     /// # Errors
     /// [`ConfigErrors`] when the sources are invalid; the old configuration stays in force.
-    pub fn reload_from_sources(
+    pub(crate) fn reload_from_sources(
         &self,
         file: &str,
         sources: &[(String, String)],

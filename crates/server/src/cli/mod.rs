@@ -4,12 +4,12 @@
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use floodgate_simulate::Choice;
 
-pub mod bench;
-pub mod simulate;
+pub(crate) mod bench;
+pub(crate) mod simulate;
 
 /// A clap value parser for the named values `all` (name and `--help` text of each), so a
 /// library's plain enum lists its choices in `--help` as a `clap::ValueEnum` would.
-pub fn choice_of<T: Copy + Send + Sync + 'static>(
+pub(crate) fn choice_of<T: Copy + Send + Sync + 'static>(
     all: &'static [(T, &'static str, &'static str)],
 ) -> impl TypedValueParser<Value = T> {
     PossibleValuesParser::new(
@@ -25,6 +25,6 @@ pub fn choice_of<T: Copy + Send + Sync + 'static>(
 }
 
 /// [`choice_of`] a [`Choice`] of floodgate-simulate.
-pub fn choice<T: Choice + Send + Sync>() -> impl TypedValueParser<Value = T> {
+pub(crate) fn choice<T: Choice + Send + Sync>() -> impl TypedValueParser<Value = T> {
     choice_of(T::ALL)
 }

@@ -35,115 +35,115 @@ Examples:
 /// Flags of `floodgate simulate`.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXAMPLES)]
-pub struct Args {
+pub(crate) struct Args {
     /// Built-in traffic to replay.
     #[arg(long, default_value = "boundary", value_parser = choice::<ScenarioName>())]
-    pub scenario: ScenarioName,
+    pub(crate) scenario: ScenarioName,
 
     /// A boundary case from the source documents: sets the scenario, the limit (100/s) and the
     /// traffic flags; flags given explicitly still win.
     #[arg(long, value_parser = choice::<Preset>())]
-    pub preset: Option<Preset>,
+    pub(crate) preset: Option<Preset>,
 
     /// Replay the requests in FILE instead of a scenario: one per line, CSV `t_ms,key,cost`
     /// (header optional, cost defaults to 1) or JSON `{"t_ms":950,"key":"a","cost":1}`.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["scenario", "preset"])]
-    pub trace: Option<PathBuf>,
+    pub(crate) trace: Option<PathBuf>,
 
     /// The algorithm, or `all` to compare the six on the same traffic: fixed_window,
     /// sliding_log, sliding_window, token_bucket, leaky_bucket, gcra.
     #[arg(long, short, default_value = "all", value_parser = parse_algorithms)]
-    pub algorithm: AlgorithmChoice,
+    pub(crate) algorithm: AlgorithmChoice,
 
     /// The declared limit as LIMIT/PERIOD, e.g. 100/s, 10/10s, 5/min
     /// [default: 10/10s as in the documents' chart; 100/s with a preset].
     #[arg(long, short, value_name = "LIMIT/PERIOD")]
-    pub limit: Option<Quota>,
+    pub(crate) limit: Option<Quota>,
 
     /// Most units the bucket algorithms (token bucket, leaky bucket, GCRA) admit at once
     /// [default: the limit]. The window algorithms ignore it.
     #[arg(long)]
-    pub burst: Option<u64>,
+    pub(crate) burst: Option<u64>,
 
     /// Number of service instances behind the load balancer.
     #[arg(long, default_value_t = 1, help_heading = "Setup")]
-    pub instances: usize,
+    pub(crate) instances: usize,
 
     /// Where each instance's counter lives.
     #[arg(long, default_value = "local", value_parser = choice::<CounterMode>(), help_heading = "Setup")]
-    pub counter: CounterMode,
+    pub(crate) counter: CounterMode,
 
     /// How the load balancer spreads requests over the instances, in arrival order.
     #[arg(long, default_value = "round-robin", value_parser = choice::<Balance>(), help_heading = "Setup")]
-    pub balance: Balance,
+    pub(crate) balance: Balance,
 
     /// Where the counters live: `memory` (in this process) or `redis://HOST:PORT` (a Redis
     /// server, deciding at the simulated time with the scripts `serve` runs; every run uses
     /// fresh keys).
     #[arg(long, default_value = "memory", help_heading = "Setup")]
-    pub store: StoreSpec,
+    pub(crate) store: StoreSpec,
 
     /// Requests per burst (boundary) [default: the limit; 200 with redis-boundary] or in the
     /// spike (calm-spike) [default: 1.5 x the limit].
     #[arg(long, help_heading = "Traffic")]
-    pub requests: Option<u64>,
+    pub(crate) requests: Option<u64>,
 
     /// How long each burst or spike lasts, its requests evenly spaced, e.g. 14ms [default: 0,
     /// all at one instant].
     #[arg(long, value_parser = parse_duration, help_heading = "Traffic")]
-    pub spread: Option<Micros>,
+    pub(crate) spread: Option<Micros>,
 
     /// boundary: the first burst starts this long before the window edge at 1 x period
     /// [default: period / 20, i.e. 0.95 s at 1/s].
     #[arg(long, value_parser = parse_duration, help_heading = "Traffic")]
-    pub before: Option<Micros>,
+    pub(crate) before: Option<Micros>,
 
     /// boundary: the second burst starts this long after the window edge
     /// [default: period / 20, i.e. 1.05 s at 1/s].
     #[arg(long, value_parser = parse_duration, help_heading = "Traffic")]
-    pub after: Option<Micros>,
+    pub(crate) after: Option<Micros>,
 
     /// calm-spike: when the spike arrives [default: 0.45 x period, 4.5 s at 10/10s].
     #[arg(long, value_parser = parse_duration, help_heading = "Traffic")]
-    pub at: Option<Micros>,
+    pub(crate) at: Option<Micros>,
 
     /// calm-spike: interval between the calm client's requests [default: period / limit, 1 s
     /// at 10/10s].
     #[arg(long, value_parser = parse_duration, help_heading = "Traffic")]
-    pub every: Option<Micros>,
+    pub(crate) every: Option<Micros>,
 
     /// flood: demand as COUNT/DURATION, e.g. 1000/s [default: 10 x the limit].
     #[arg(long, value_parser = parse_rate, value_name = "COUNT/DURATION", help_heading = "Traffic")]
-    pub rate: Option<(u64, Micros)>,
+    pub(crate) rate: Option<(u64, Micros)>,
 
     /// calm-spike and flood: how long the traffic lasts [default: 2 periods for calm-spike, 1
     /// period for flood].
     #[arg(long, value_parser = parse_duration, help_heading = "Traffic")]
-    pub duration: Option<Micros>,
+    pub(crate) duration: Option<Micros>,
 
     /// Refuse to generate more requests than this (counted before generating anything). Every
     /// request costs about 0.5 KB of memory with all six algorithms (more with --format json),
     /// so the default keeps a run to about half a gigabyte.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUESTS, help_heading = "Traffic")]
-    pub max_requests: u64,
+    pub(crate) max_requests: u64,
 
     /// The rate-limit key of the scenario's requests.
     #[arg(long, default_value = "client", help_heading = "Traffic")]
-    pub key: String,
+    pub(crate) key: String,
 
     /// table: per-second table, terminal chart and totals. json: every decision plus the
     /// summary. svg: a chart (one panel per algorithm).
     #[arg(long, short, default_value = "table", value_parser = choice::<Format>(), help_heading = "Output")]
-    pub format: Format,
+    pub(crate) format: Format,
 
     /// Write to FILE instead of standard output.
     #[arg(long, short, value_name = "FILE", help_heading = "Output")]
-    pub output: Option<PathBuf>,
+    pub(crate) output: Option<PathBuf>,
 
     /// Width of one chart column / table row, e.g. 1s, 100ms [default: 1s; 100 ms or so when
     /// the traffic spans under 10 s; wider to keep at most 80 columns].
     #[arg(long, value_parser = parse_duration, help_heading = "Output")]
-    pub column: Option<Micros>,
+    pub(crate) column: Option<Micros>,
 }
 
 fn parse_algorithms(text: &str) -> Result<AlgorithmChoice, String> {
@@ -152,7 +152,7 @@ fn parse_algorithms(text: &str) -> Result<AlgorithmChoice, String> {
 
 impl Args {
     /// The simulation the flags describe.
-    pub fn spec(&self) -> Spec {
+    pub(crate) fn spec(&self) -> Spec {
         Spec {
             scenario: self.scenario,
             preset: self.preset,
@@ -183,7 +183,7 @@ impl Args {
 ///
 /// # Errors
 /// As [`floodgate_simulate::build_report`], plus failures writing the output.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = build_report(&args.spec())?;
     let text = render(&report, args.format);
     match &args.output {

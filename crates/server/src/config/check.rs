@@ -5,10 +5,10 @@ use std::process::ExitCode;
 
 /// Arguments of `floodgate check-config`.
 #[derive(Debug, clap::Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// The configuration to validate: a TOML file, or envoyproxy/ratelimit YAML (a
     /// `.yaml`/`.yml` file or a directory of them).
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
 }
 
 /// Validates the file: prints a summary of the rules and exits 0, or prints every error as
@@ -16,7 +16,7 @@ pub struct CheckArgs {
 ///
 /// # Errors
 /// None today; the `Result` matches the other subcommands.
-pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     match super::load(&args.file) {
         Ok(config) => {
             println!(
@@ -53,7 +53,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 /// One line saying which store the configuration selects, e.g. `store memory (max_keys
 /// 100000, on_full reject)` or `store redis redis://127.0.0.1:6379 (timeout 50 ms, prefix
 /// "fg:", fallback none)`.
-pub fn describe_store(store: &super::StoreConfig) -> String {
+fn describe_store(store: &super::StoreConfig) -> String {
     use floodgate_store::redis::RedisTarget;
     match &store.redis {
         None => format!(

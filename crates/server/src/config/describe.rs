@@ -9,25 +9,25 @@ use super::{describe_key, Config, RuleConfig};
 
 /// One rule described: `headline` (name, algorithm, quota) and one line per aspect.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleDescription {
+pub(crate) struct RuleDescription {
     /// `per-user: gcra 600/min burst 200 (600 requests per minute)`.
-    pub headline: String,
+    pub(crate) headline: String,
     /// How the algorithm spends the quota: `one unit every 100 ms; a full burst of 200 after
     /// 20 s` for the buckets, the window for the window algorithms.
-    pub rate: String,
+    pub(crate) rate: String,
     /// `key [user:x-user-id | client_ip]`.
-    pub key: String,
+    pub(crate) key: String,
     /// `applies to every request`, or the matcher's conditions.
-    pub applies: String,
+    pub(crate) applies: String,
     /// `cost 1`, plus the cost header and route costs.
-    pub cost: String,
+    pub(crate) cost: String,
     /// `enforcing, failure_mode open` or `shadow (never denies), ...`.
-    pub mode: String,
+    pub(crate) mode: String,
 }
 
 impl RuleDescription {
     /// Every line, the headline first.
-    pub fn lines(&self) -> [&str; 6] {
+    pub(crate) fn lines(&self) -> [&str; 6] {
         [
             &self.headline,
             &self.rate,
@@ -40,7 +40,7 @@ impl RuleDescription {
 }
 
 /// Describes `rule`.
-pub fn describe_rule(rule: &RuleConfig) -> RuleDescription {
+pub(crate) fn describe_rule(rule: &RuleConfig) -> RuleDescription {
     let quota = rule.policy.quota();
     let kind = rule.policy.kind();
     RuleDescription {
@@ -203,7 +203,7 @@ fn human(num: u128, den: u128) -> String {
 
 /// Logs every rule of `config` at `info`, one line each with its fields (at start-up and after
 /// each reload).
-pub fn log_rules(config: &Config) {
+pub(crate) fn log_rules(config: &Config) {
     for rule in &config.rules {
         let d = describe_rule(rule);
         tracing::info!(

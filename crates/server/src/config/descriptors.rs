@@ -25,7 +25,7 @@ use floodgate_core::{Micros, Quota};
 
 /// A configured value of a descriptor entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ValueMatch {
+pub(crate) enum ValueMatch {
     /// No value configured: any value.
     Any,
     /// Exactly this value.
@@ -36,7 +36,7 @@ pub enum ValueMatch {
 
 impl ValueMatch {
     /// The match for a configured value (`None` or empty: any value).
-    pub fn parse(value: Option<&str>) -> Self {
+    pub(crate) fn parse(value: Option<&str>) -> Self {
         match value {
             None | Some("") => ValueMatch::Any,
             Some(v) if v.contains('*') => {
@@ -47,7 +47,7 @@ impl ValueMatch {
     }
 
     /// The configured text (`None` for any value).
-    pub fn text(&self) -> Option<String> {
+    pub(crate) fn text(&self) -> Option<String> {
         match self {
             ValueMatch::Any => None,
             ValueMatch::Exact(v) => Some(v.clone()),
@@ -59,7 +59,7 @@ impl ValueMatch {
 /// Whether `value` matches a wildcard split at its `*`s: starts with the first part, ends
 /// with the last, and holds the middle parts in order in between (envoyproxy/ratelimit's
 /// matching).
-pub fn wildcard_matches(parts: &[String], value: &str) -> bool {
+fn wildcard_matches(parts: &[String], value: &str) -> bool {
     let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
         return false;
     };
@@ -83,33 +83,33 @@ pub fn wildcard_matches(parts: &[String], value: &str) -> bool {
 
 /// One entry of a rule's descriptor path: a key and the values it accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EntryMatch {
+pub(crate) struct EntryMatch {
     /// The entry's key (`remote_address`, `generic_key`, a header's descriptor key, ...).
-    pub key: String,
+    pub(crate) key: String,
     /// The values it accepts.
-    pub value: ValueMatch,
+    pub(crate) value: ValueMatch,
 }
 
 /// A rule's place in the descriptor tree (`domain` + `descriptors` of a rule).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DescriptorRule {
+pub(crate) struct DescriptorRule {
     /// The domain of the rate limit requests it answers.
-    pub domain: String,
+    pub(crate) domain: String,
     /// The entries a descriptor must have, in order.
-    pub entries: Vec<EntryMatch>,
+    pub(crate) entries: Vec<EntryMatch>,
     /// The name other rules' `replaces` refer to (the YAML `rate_limit.name`; a TOML rule's own
     /// name). `None`: nothing can replace it.
-    pub limit_name: Option<String>,
+    pub(crate) limit_name: Option<String>,
     /// Names of limits this one replaces when both apply to one request.
-    pub replaces: Vec<String>,
+    pub(crate) replaces: Vec<String>,
     /// Limit overrides a request may ask for on this rule's descriptors (Envoy's
     /// `RateLimitDescriptor.limit`): each is a rule of its own (see [`Overrides`]).
-    pub overrides: Vec<Quota>,
+    pub(crate) overrides: Vec<Quota>,
 }
 
 /// What a descriptor selects.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Leaf {
+pub(crate) enum Leaf {
     /// A rule: a position in [`super::Config::rules`].
     Rule(usize),
     /// `rate_limit: {unlimited: true}`: answered OK without touching the store.
@@ -189,7 +189,7 @@ impl Node {
 /// The descriptor trees of every domain, built from the rules and the YAML's unlimited and
 /// block-list entries.
 #[derive(Debug, Clone, Default)]
-pub struct DescriptorIndex {
+pub(crate) struct DescriptorIndex {
     domains: HashMap<String, Node>,
     overrides: Overrides,
 }
@@ -198,11 +198,11 @@ pub struct DescriptorIndex {
 /// override's own rule in [`super::Config::rules`]. An override is its own rule (named
 /// `<rule>@<limit>/<period>`), so its counters never mix with the configured quota's.
 #[derive(Debug, Clone, Default)]
-pub struct Overrides(HashMap<(usize, u64, Micros), usize>);
+struct Overrides(HashMap<(usize, u64, Micros), usize>);
 
 /// The result of looking a descriptor up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lookup<'a> {
+pub(crate) enum Lookup<'a> {
     /// No rule has this domain.
     UnknownDomain,
     /// The domain is known; the descriptor selects nothing (no limit applies).
@@ -213,9 +213,9 @@ pub enum Lookup<'a> {
 
 /// Two configuration entries claim the same descriptor path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DuplicatePath {
+pub(crate) struct DuplicatePath {
     /// The path, as `domain.key_value.key...`.
-    pub path: String,
+    pub(crate) path: String,
 }
 
 impl DescriptorIndex {
@@ -223,7 +223,7 @@ impl DescriptorIndex {
     ///
     /// # Errors
     /// [`DuplicatePath`] when something is already there.
-    pub fn insert(
+    pub(crate) fn insert(
         &mut self,
         domain: &str,
         entries: &[EntryMatch],
@@ -244,7 +244,7 @@ impl DescriptorIndex {
 
     /// Creates the nodes of `domain` / `entries` without a leaf (a YAML descriptor without a
     /// limit still stops the look-up there).
-    pub fn touch(&mut self, domain: &str, entries: &[EntryMatch]) {
+    pub(crate) fn touch(&mut self, domain: &str, entries: &[EntryMatch]) {
         let mut node = self.domains.entry(domain.to_string()).or_default();
         for entry in entries {
             node = node.child_mut(entry);
@@ -252,24 +252,24 @@ impl DescriptorIndex {
     }
 
     /// Makes `domain` known without any descriptor (a YAML file with no limits).
-    pub fn add_domain(&mut self, domain: &str) {
+    pub(crate) fn add_domain(&mut self, domain: &str) {
         self.domains.entry(domain.to_string()).or_default();
     }
 
     /// Allows override `quota` on rule `rule`, decided by rule `override_rule`.
-    pub fn allow_override(&mut self, rule: usize, quota: &Quota, override_rule: usize) {
+    pub(crate) fn allow_override(&mut self, rule: usize, quota: &Quota, override_rule: usize) {
         self.overrides
             .0
             .insert((rule, quota.limit(), quota.period()), override_rule);
     }
 
     /// The rule deciding override `limit` per `period` of rule `rule`, if allowed.
-    pub fn override_rule(&self, rule: usize, limit: u64, period: Micros) -> Option<usize> {
+    pub(crate) fn override_rule(&self, rule: usize, limit: u64, period: Micros) -> Option<usize> {
         self.overrides.0.get(&(rule, limit, period)).copied()
     }
 
     /// Looks up the descriptor with these `(key, value)` entries in `domain`.
-    pub fn lookup<'a, I>(&self, domain: &str, entries: I) -> Lookup<'_>
+    pub(crate) fn lookup<'a, I>(&self, domain: &str, entries: I) -> Lookup<'_>
     where
         I: IntoIterator<Item = (&'a str, &'a str)>,
     {
@@ -291,14 +291,14 @@ impl DescriptorIndex {
     }
 
     /// The configured domains.
-    pub fn domains(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn domains(&self) -> impl Iterator<Item = &str> {
         self.domains.keys().map(String::as_str)
     }
 }
 
 /// The name of a descriptor path as envoyproxy/ratelimit writes its stats key:
 /// `domain.key_value.key` (a wildcard value as written, an unset value left out).
-pub fn path_name(domain: &str, entries: &[EntryMatch]) -> String {
+pub(crate) fn path_name(domain: &str, entries: &[EntryMatch]) -> String {
     let mut out = domain.to_string();
     for e in entries {
         out.push('.');

@@ -41,17 +41,17 @@ use super::descriptors::{
 use super::{Config, ConfigError, ConfigErrors, RuleConfig, MAX_SLIDING_LOG_LIMIT};
 
 /// Longest rule name made from a YAML file, in bytes (a `name`, or a descriptor path).
-pub const MAX_YAML_RULE_NAME_BYTES: usize = 200;
+const MAX_YAML_RULE_NAME_BYTES: usize = 200;
 
 /// Whether `file` names a YAML file (`.yaml` or `.yml`).
-pub fn is_yaml(file: &str) -> bool {
+pub(crate) fn is_yaml(file: &str) -> bool {
     let lower = file.to_ascii_lowercase();
     lower.ends_with(".yaml") || lower.ends_with(".yml")
 }
 
 /// The period of an envoyproxy/ratelimit `unit` (case-insensitive), as its service computes
 /// windows: a week is 7 days, a month 30 days, a year 365 days.
-pub fn unit_period(unit: &str) -> Option<Micros> {
+pub(crate) fn unit_period(unit: &str) -> Option<Micros> {
     let secs: u64 = match unit.to_ascii_lowercase().as_str() {
         "second" => 1,
         "minute" => 60,
@@ -97,7 +97,7 @@ enum FoundKind {
 ///
 /// # Errors
 /// Every problem found, each naming its file, line and field.
-pub fn parse(display: &str, files: &[(String, String)]) -> Result<Config, ConfigErrors> {
+pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config, ConfigErrors> {
     let mut w = Walker {
         errors: Vec::new(),
         found: Vec::new(),

@@ -12,15 +12,15 @@ use std::ops::Range;
 /// (`rules[1].match.methods[0]`), or empty when no field is at fault (a TOML syntax error:
 /// `rules.toml:2: invalid TOML: ...`); an empty field is left out too.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
+pub(crate) struct ConfigError {
     /// The file name as given on the command line, or `<embedded default>`.
-    pub file: String,
+    pub(crate) file: String,
     /// 1-based line of the offending value (0: the file itself).
-    pub line: usize,
+    pub(crate) line: usize,
     /// Dotted path of the offending field, e.g. `rules[0].cost`; empty when none is at fault.
-    pub field: String,
+    pub(crate) field: String,
     /// What is wrong and, where possible, what would be right.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for ConfigError {
@@ -43,7 +43,7 @@ impl std::error::Error for ConfigError {}
 /// Parsing stops at the first syntax or type error; semantic checks (quotas, duplicate names,
 /// cost above capacity, addresses) report all problems at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigErrors(pub Vec<ConfigError>);
+pub(crate) struct ConfigErrors(pub(crate) Vec<ConfigError>);
 
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -23,11 +23,11 @@
 //! key = "client_ip"
 //! ```
 
-pub mod check;
-pub mod describe;
-pub mod descriptors;
-pub mod envoy;
-pub mod error;
+pub(crate) mod check;
+pub(crate) mod describe;
+pub(crate) mod descriptors;
+pub(crate) mod envoy;
+pub(crate) mod error;
 mod raw;
 
 use std::collections::HashMap;
@@ -36,7 +36,7 @@ use std::path::Path;
 
 use floodgate_core::{AlgorithmKind, Policy, Quota, QuotaError};
 use floodgate_store::OnFull;
-pub use floodgate_tower::FailureMode;
+pub(crate) use floodgate_tower::FailureMode;
 use floodgate_tower::KeySource;
 use floodgate_tower::{CostSource, ForwardedHeader, HeaderMatch, Matcher, RouteCost};
 use http::{HeaderName, HeaderValue, Method, Uri};
@@ -44,13 +44,13 @@ use ipnet::IpNet;
 use toml::Spanned;
 
 use error::Source;
-pub use error::{ConfigError, ConfigErrors};
+pub(crate) use error::{ConfigError, ConfigErrors};
 use raw::{RawConfig, RawRule};
 
 /// The configuration `floodgate serve` runs when started without `--config`: one rule that
 /// admits 10 requests per 10 seconds per client IP (token bucket), applied to forward-auth and
 /// proxied requests, and usable by name (`per-client-ip`) from `POST /v1/check`.
-pub const EMBEDDED_DEFAULT: &str = r#"# Floodgate's embedded default configuration.
+const EMBEDDED_DEFAULT: &str = r#"# Floodgate's embedded default configuration.
 [store]
 kind = "memory"
 max_keys = 100000
@@ -63,68 +63,68 @@ key = "client_ip"
 "#;
 
 /// The name used in errors for [`EMBEDDED_DEFAULT`].
-pub const EMBEDDED_DEFAULT_NAME: &str = "<embedded default>";
+const EMBEDDED_DEFAULT_NAME: &str = "<embedded default>";
 
 /// Longest accepted rule name, in bytes (names appear in metrics labels and store keys).
-pub const MAX_RULE_NAME_BYTES: usize = 64;
+const MAX_RULE_NAME_BYTES: usize = 64;
 
 /// Largest accepted cost of one request, in units (also the largest `cost` in `POST /v1/check`).
-pub const MAX_COST: u64 = 1_000_000;
+pub(crate) const MAX_COST: u64 = 1_000_000;
 
 /// Largest `limit` accepted for the sliding log, whose state holds one entry per admitted unit
 /// (a limit of 10,000 is about 80 KB per key in memory and ~1 MB in a Redis sorted set).
-pub const MAX_SLIDING_LOG_LIMIT: u64 = 10_000;
+pub(crate) const MAX_SLIDING_LOG_LIMIT: u64 = 10_000;
 
 /// Default `[store] max_keys`.
-pub const DEFAULT_MAX_KEYS: u64 = 100_000;
+const DEFAULT_MAX_KEYS: u64 = 100_000;
 
 /// Largest accepted `[store] max_keys`.
-pub const MAX_MAX_KEYS: u64 = 100_000_000;
+const MAX_MAX_KEYS: u64 = 100_000_000;
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub(crate) struct Config {
     /// The file it came from (as given), or [`EMBEDDED_DEFAULT_NAME`].
-    pub file: String,
+    pub(crate) file: String,
     /// `[server]`.
-    pub server: ServerConfig,
+    pub(crate) server: ServerConfig,
     /// `[store]`.
-    pub store: StoreConfig,
+    pub(crate) store: StoreConfig,
     /// `[[rules]]`, in file order (the order decisions are reported in), then the rules of the
     /// limit overrides they allow.
-    pub rules: Vec<RuleConfig>,
+    pub(crate) rules: Vec<RuleConfig>,
     /// Which rule an Envoy rate limit descriptor selects (rules with a `domain`).
-    pub descriptors: descriptors::DescriptorIndex,
+    pub(crate) descriptors: descriptors::DescriptorIndex,
 }
 
 /// `[server]`: settings read once at start (a reload that changes them is logged and ignored,
 /// except `admin_token` and `trusted_proxies`, which take effect).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerConfig {
+pub(crate) struct ServerConfig {
     /// Address to listen on; `--listen` overrides it.
-    pub listen: Option<SocketAddr>,
+    pub(crate) listen: Option<SocketAddr>,
     /// Address of the gRPC listener (Envoy's rate limit service); `--grpc-listen` overrides
     /// it. `None`: no gRPC listener.
-    pub grpc_listen: Option<SocketAddr>,
+    pub(crate) grpc_listen: Option<SocketAddr>,
     /// Bearer token that guards the admin API; `None` disables it.
-    pub admin_token: Option<String>,
+    pub(crate) admin_token: Option<String>,
     /// `api_token`: when set, `/v1/check` and `/v1/peek` need `Authorization: Bearer <it>`
     /// (`--api-token` / `FLOODGATE_API_TOKEN` override it); the same rule as `admin_token`.
-    pub api_token: Option<String>,
+    pub(crate) api_token: Option<String>,
     /// TCP peers whose `X-Forwarded-For` is believed (counted from the right).
-    pub trusted_proxies: Vec<IpNet>,
+    pub(crate) trusted_proxies: Vec<IpNet>,
     /// Reverse-proxy upstream (`http://host:port`); `--upstream` overrides it.
-    pub upstream: Option<Uri>,
+    pub(crate) upstream: Option<Uri>,
     /// The header trusted proxies set: `"x-forwarded-for"` (default) or `"forwarded"` (RFC 7239).
-    pub forwarded_header: ForwardedHeader,
+    pub(crate) forwarded_header: ForwardedHeader,
     /// IPv6 clients are counted per prefix of this length (default 64, what one subscriber
     /// usually holds).
-    pub ipv6_prefix: u8,
+    pub(crate) ipv6_prefix: u8,
     /// Serve the web page at `/ui/` on the API listener (default true); `--no-ui` overrides.
-    pub ui: bool,
+    pub(crate) ui: bool,
     /// `ui_denied_keys`: how many of the busiest denied keys the web page's live view shows
     /// (0, the default: none; keys can be personal data, so the list is opt-in; at most 1,000).
-    pub ui_denied_keys: usize,
+    pub(crate) ui_denied_keys: usize,
 }
 
 impl Default for ServerConfig {
@@ -146,15 +146,15 @@ impl Default for ServerConfig {
 
 /// `[store]`: `kind = "memory"` (the default) or `kind = "redis"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreConfig {
+pub(crate) struct StoreConfig {
     /// Most keys held at once (all rules together; memory store).
-    pub max_keys: u64,
+    pub(crate) max_keys: u64,
     /// What happens when `max_keys` live keys are held and a new key arrives: `"reject"`
     /// (default: deny the new key, so a flood of keys cannot switch limiting off) or
     /// `"admit_untracked"` (admit it without counting).
-    pub on_full: OnFull,
+    pub(crate) on_full: OnFull,
     /// `Some` for `kind = "redis"`.
-    pub redis: Option<RedisConfig>,
+    pub(crate) redis: Option<RedisConfig>,
 }
 
 impl Default for StoreConfig {
@@ -169,45 +169,45 @@ impl Default for StoreConfig {
 
 /// `[store] kind = "redis"`: where Redis is and how long to wait for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisConfig {
+pub(crate) struct RedisConfig {
     /// `url = "redis://host:port/db"` (one server) or `nodes = [...]` (a Redis Cluster).
-    pub target: floodgate_store::redis::RedisTarget,
+    pub(crate) target: floodgate_store::redis::RedisTarget,
     /// `timeout_ms`: longest wait for one store call, 1 to 60,000 ms. Default 50 (see
     /// [`DEFAULT_REDIS_TIMEOUT_MS`] for the trade-off).
-    pub timeout_ms: u64,
+    pub(crate) timeout_ms: u64,
     /// `breaker_window_ms`: the circuit breaker opens only when Redis has failed every call
     /// for this long, counted from the first failed call since the last success (and at least
     /// 5 calls failed), 0 to 60,000 ms.
     /// Default 250; 0 opens after 5 consecutive failures whatever the time (see
     /// `docs/redis.md`, "Failures").
-    pub breaker_window_ms: u64,
+    pub(crate) breaker_window_ms: u64,
     /// `prefix` of every key (default `"fg:"`, at most 64 bytes, no braces).
-    pub prefix: String,
+    pub(crate) prefix: String,
     /// `fallback = "local"`: while Redis fails, decide in this process with every limit divided
     /// by the number of instances. `false` (`fallback = "none"`, the default): a failure
     /// follows each rule's `failure_mode`.
-    pub local_fallback: bool,
+    pub(crate) local_fallback: bool,
     /// `instances = N` with `fallback = "local"`: divide by `N` (`Some(N)`), an override of
     /// the count discovered in Redis (`None`: every process announces itself there and the
     /// fallback divides by the live count it last saw).
-    pub local_fallback_instances: Option<u64>,
+    pub(crate) local_fallback_instances: Option<u64>,
     /// `tls_ca_file`, `tls_cert_file`, `tls_key_file` (PEM; relative paths are relative to the
     /// configuration file's folder), read when the file is loaded. Only with `rediss://`.
-    pub tls: floodgate_store::redis::RedisTls,
+    pub(crate) tls: floodgate_store::redis::RedisTls,
 }
 
 /// Default `[store] breaker_window_ms`: 250 ms, the store's own default
 /// (`RedisStoreConfig::breaker_window`).
-pub const DEFAULT_BREAKER_WINDOW_MS: u64 = 250;
+const DEFAULT_BREAKER_WINDOW_MS: u64 = 250;
 
 /// Default `[store] timeout_ms`: 50 ms. Longer delays a decision while Redis is slow; shorter
 /// sends healthy but momentarily slow calls to the failure mode (10 ms timed out hundreds of
 /// calls within seconds against a healthy Redis on a loaded 2-core host). Envoy's rate-limit
 /// filter waits 20 ms. See `docs/redis.md`, "Failures".
-pub const DEFAULT_REDIS_TIMEOUT_MS: u64 = 50;
+const DEFAULT_REDIS_TIMEOUT_MS: u64 = 50;
 
 /// `true` for the URL schemes the Redis client accepts (`rediss://` is TLS).
-pub fn is_redis_url(url: &str) -> bool {
+pub(crate) fn is_redis_url(url: &str) -> bool {
     ["redis://", "rediss://", "redis+unix://", "unix://"]
         .iter()
         .any(|scheme| url.starts_with(scheme))
@@ -219,7 +219,7 @@ pub fn is_redis_url(url: &str) -> bool {
 ///
 /// # Errors
 /// What is wrong with it.
-pub fn check_admin_token(token: &str) -> Result<(), String> {
+pub(crate) fn check_admin_token(token: &str) -> Result<(), String> {
     if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()) {
         return Err("must be at least 16 printable ASCII characters without spaces".into());
     }
@@ -228,36 +228,36 @@ pub fn check_admin_token(token: &str) -> Result<(), String> {
 
 /// One validated `[[rules]]` entry.
 #[derive(Debug, Clone)]
-pub struct RuleConfig {
+pub(crate) struct RuleConfig {
     /// Unique name (`[A-Za-z0-9_.-]`, 1..=64 bytes).
-    pub name: String,
+    pub(crate) name: String,
     /// Which requests it applies to (in forward-auth and proxy mode): `[rules.match]`.
-    pub matcher: Matcher,
+    pub(crate) matcher: Matcher,
     /// What it counts separately (see [`parse_key`]).
-    pub key: KeySource,
+    pub(crate) key: KeySource,
     /// The algorithm and quota.
-    pub policy: Policy,
+    pub(crate) policy: Policy,
     /// The cost of a request: `cost`, `cost_header` and `[[rules.route_costs]]` (the first
     /// matching route, then the header, then `cost`).
-    pub cost: CostSource,
+    pub(crate) cost: CostSource,
     /// Shadow mode: decide and count, report in metrics and logs, but never deny.
-    pub shadow: bool,
+    pub(crate) shadow: bool,
     /// What to answer when the store fails: `"open"` (default: admit, count `error_open`) or
     /// `"closed"` (503, count `error_closed`).
-    pub failure_mode: FailureMode,
+    pub(crate) failure_mode: FailureMode,
     /// `domain` and `descriptors`: the rule answers Envoy's rate limit requests for these
     /// descriptors (gRPC and `/v1/check` only; never applied to forward-auth or proxied
     /// requests).
-    pub descriptor: Option<descriptors::DescriptorRule>,
+    pub(crate) descriptor: Option<descriptors::DescriptorRule>,
     /// For the rule of a limit override: the position of the rule it overrides.
-    pub override_of: Option<usize>,
+    pub(crate) override_of: Option<usize>,
 }
 
 impl RuleConfig {
     /// Whether a reloaded `other` keeps this rule's counters: the same name, algorithm and
     /// quota (the stores identify state by rule name, policy and key); any change starts it
     /// fresh.
-    pub fn same_state(&self, other: &RuleConfig) -> bool {
+    pub(crate) fn same_state(&self, other: &RuleConfig) -> bool {
         self.name == other.name
             && self.policy.kind() == other.policy.kind()
             && self.policy.quota() == other.policy.quota()
@@ -269,7 +269,7 @@ impl RuleConfig {
 ///
 /// # Errors
 /// [`ConfigErrors`] with every problem found (one with line 0 when the file cannot be read).
-pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+pub(crate) fn load(path: &Path) -> Result<Config, ConfigErrors> {
     parse_sources(&path.display().to_string(), &read_sources(path)?)
 }
 
@@ -279,7 +279,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 ///
 /// # Errors
 /// [`ConfigErrors`] naming the path when it cannot be read, or a directory holds no YAML file.
-pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigErrors> {
+pub(crate) fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigErrors> {
     let display = path.display().to_string();
     let fail = |file: &str, message: String| {
         ConfigErrors(vec![ConfigError {
@@ -326,7 +326,10 @@ pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigErrors> 
 ///
 /// # Errors
 /// [`ConfigErrors`] as [`parse`] and [`envoy::parse`] give them.
-pub fn parse_sources(display: &str, sources: &[(String, String)]) -> Result<Config, ConfigErrors> {
+pub(crate) fn parse_sources(
+    display: &str,
+    sources: &[(String, String)],
+) -> Result<Config, ConfigErrors> {
     match sources {
         [(file, text)] if !envoy::is_yaml(file) => parse(file, text),
         _ => envoy::parse(display, sources),
@@ -335,7 +338,7 @@ pub fn parse_sources(display: &str, sources: &[(String, String)]) -> Result<Conf
 
 /// The rule deciding limit override `quota` of `base`: the same rule under its own name
 /// (`<name>@<limit>/<period>`) and quota, so its counters never mix with the base quota's.
-pub fn override_rule(base: &RuleConfig, quota: &Quota) -> RuleConfig {
+pub(crate) fn override_rule(base: &RuleConfig, quota: &Quota) -> RuleConfig {
     let policy = Policy::new(base.policy.kind(), *quota).unwrap_or_else(|_| base.policy.clone());
     RuleConfig {
         name: format!("{}@{}", base.name, quota),
@@ -345,7 +348,7 @@ pub fn override_rule(base: &RuleConfig, quota: &Quota) -> RuleConfig {
 }
 
 /// The [`EMBEDDED_DEFAULT`] configuration.
-pub fn embedded_default() -> Config {
+pub(crate) fn embedded_default() -> Config {
     parse(EMBEDDED_DEFAULT_NAME, EMBEDDED_DEFAULT).expect("the embedded default config is valid")
 }
 
@@ -355,7 +358,7 @@ pub fn embedded_default() -> Config {
 /// [`ConfigErrors`]: the first syntax or type error (unknown field, wrong type, missing field:
 /// TOML cannot be read past it), or every semantic error (invalid quota, duplicate rule name,
 /// cost above capacity, ...), in line order.
-pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
+pub(crate) fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
     let src = Source::new(file, text);
     let raw = deserialize(&src, text).map_err(|e| ConfigErrors(vec![e]))?;
     let mut v = Validator {
@@ -1450,7 +1453,7 @@ fn parse_key_value(value: &toml::Value) -> Result<KeySource, String> {
 ///
 /// # Errors
 /// A message naming the accepted sources.
-pub fn parse_key(text: &str) -> Result<KeySource, String> {
+fn parse_key(text: &str) -> Result<KeySource, String> {
     let mut chain = Vec::new();
     for part in text.split('|') {
         chain.push(parse_key_source(part.trim())?);
@@ -1506,7 +1509,7 @@ fn parse_key_source(text: &str) -> Result<KeySource, String> {
 }
 
 /// The configuration spelling of a key source (inverse of [`parse_key`] for one source).
-pub fn describe_key(key: &KeySource) -> String {
+pub(crate) fn describe_key(key: &KeySource) -> String {
     match key {
         KeySource::ClientIp => "client_ip".into(),
         KeySource::User { header } => format!("user:{header}"),
@@ -1537,7 +1540,7 @@ pub fn describe_key(key: &KeySource) -> String {
 ///
 /// # Errors
 /// A message with an example of the accepted form.
-pub fn parse_net(text: &str) -> Result<IpNet, String> {
+fn parse_net(text: &str) -> Result<IpNet, String> {
     if let Ok(net) = text.parse::<IpNet>() {
         return Ok(net.trunc());
     }
@@ -1550,7 +1553,7 @@ pub fn parse_net(text: &str) -> Result<IpNet, String> {
 ///
 /// # Errors
 /// A message saying which part is not accepted.
-pub fn parse_upstream(text: &str) -> Result<Uri, String> {
+pub(crate) fn parse_upstream(text: &str) -> Result<Uri, String> {
     let uri: Uri = text
         .parse()
         .map_err(|e| format!("invalid upstream URL {text:?}: {e}"))?;

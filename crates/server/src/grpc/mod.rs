@@ -13,7 +13,7 @@
 //! `floodgate_grpc_request_duration_seconds{method}`; decisions are counted by the limiter in
 //! `floodgate_decisions_total{rule, outcome}` as on every other path.
 
-pub mod rls;
+mod rls;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use crate::state::AppState;
 /// Serves the gRPC services on `listener` until `shutdown` turns true, then lets in-flight
 /// calls finish. Health answers `NOT_SERVING` from the moment the process starts shutting
 /// down (SIGTERM, before `--shutdown-delay` ends).
-pub fn spawn(
+pub(crate) fn spawn(
     listener: TcpListener,
     state: Arc<AppState>,
     mut shutdown: watch::Receiver<bool>,
@@ -89,7 +89,7 @@ pub fn spawn(
 }
 
 /// Registers the descriptions and zero values of the gRPC metrics.
-pub fn describe_metrics() {
+pub(crate) fn describe_metrics() {
     use metrics::{describe_counter, describe_histogram, Unit};
     describe_counter!(
         "floodgate_grpc_requests_total",

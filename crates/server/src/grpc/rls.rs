@@ -49,23 +49,23 @@ use crate::config::{envoy::unit_period, Config, MAX_COST};
 use crate::state::AppState;
 
 /// The method label of the metrics.
-pub const METHOD: &str = "ShouldRateLimit";
+pub(crate) const METHOD: &str = "ShouldRateLimit";
 
 /// Most descriptors in one request.
-pub const MAX_DESCRIPTORS: usize = 64;
+pub(crate) const MAX_DESCRIPTORS: usize = 64;
 
 /// Most entries in one descriptor.
-pub const MAX_ENTRIES: usize = 32;
+const MAX_ENTRIES: usize = 32;
 
 /// Envoy's rate limit service over the server's limiter.
 #[derive(Debug, Clone)]
-pub struct RateLimitService {
+pub(crate) struct RateLimitService {
     state: Arc<AppState>,
 }
 
 impl RateLimitService {
     /// The service deciding with `state`'s limiter and configuration.
-    pub fn new(state: Arc<AppState>) -> Self {
+    pub(crate) fn new(state: Arc<AppState>) -> Self {
         Self { state }
     }
 }
@@ -124,7 +124,7 @@ enum Slot {
 /// # Errors
 /// `INVALID_ARGUMENT` naming the field at fault; `UNAVAILABLE` when the store failed and a
 /// rule fails closed.
-pub async fn should_rate_limit(
+async fn should_rate_limit(
     state: &AppState,
     request: &RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
@@ -345,7 +345,7 @@ fn allowed_overrides(config: &Config, base: usize) -> String {
 
 /// The partition key of a descriptor: its domain and entries, each escaped, so every distinct
 /// list of values has its own counter (`domain=edge|remote_address=203.0.113.7`).
-pub fn descriptor_key(domain: &str, d: &RateLimitDescriptor) -> String {
+fn descriptor_key(domain: &str, d: &RateLimitDescriptor) -> String {
     floodgate_tower::encode_key(
         std::iter::once(("domain", domain.as_bytes())).chain(
             d.entries

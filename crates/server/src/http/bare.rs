@@ -17,7 +17,7 @@ use http::{header, HeaderValue, StatusCode};
 
 /// The answer of [`bare`]: byte for byte what `/v1/check` answers for an admitted one-rule
 /// request (`{"rule":"per-user","key":"user:000123","cost":1}` under a 10,000,000/s GCRA rule).
-pub const BARE_ANSWER: &str = "{\"allowed\":true,\"decisions\":[{\"allowed\":true,\
+const BARE_ANSWER: &str = "{\"allowed\":true,\"decisions\":[{\"allowed\":true,\
 \"key\":\"user:000123\",\"limit\":10000000,\"remaining\":9999999,\"reset_after_us\":1,\
 \"retry_after_us\":null,\"rule\":\"per-user\",\"shadow\":false}],\"limit\":10000000,\
 \"remaining\":9999999,\"reset_after_us\":1,\"retry_after_s\":null,\"retry_after_us\":null,\

@@ -25,7 +25,7 @@
 
 mod admin;
 mod api;
-pub mod bare;
+pub(crate) mod bare;
 mod forward_auth;
 mod forwarded_uri;
 mod ops;
@@ -46,29 +46,29 @@ use crate::state::AppState;
 pub(crate) use ops::store_state;
 
 /// Largest accepted request body on the API, in bytes (64 KiB).
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// Longest accepted client key, in bytes.
-pub const MAX_KEY_BYTES: usize = 256;
+pub(crate) const MAX_KEY_BYTES: usize = 256;
 
 /// Most descriptors in one `/v1/check` request.
-pub const MAX_DESCRIPTORS: usize = 16;
+pub(crate) const MAX_DESCRIPTORS: usize = 16;
 
 /// Problem type of a malformed or out-of-range API request.
-pub const PROBLEM_INVALID_REQUEST: &str = "urn:floodgate:problem:invalid-request";
+const PROBLEM_INVALID_REQUEST: &str = "urn:floodgate:problem:invalid-request";
 
 /// Problem type of a request naming a rule that is not configured (404 on the admin API).
-pub const PROBLEM_UNKNOWN_RULE: &str = "urn:floodgate:problem:unknown-rule";
+const PROBLEM_UNKNOWN_RULE: &str = "urn:floodgate:problem:unknown-rule";
 
 /// Problem type of a method an endpoint does not support (405, with `Allow`).
-pub const PROBLEM_METHOD_NOT_ALLOWED: &str = "urn:floodgate:problem:method-not-allowed";
+pub(crate) const PROBLEM_METHOD_NOT_ALLOWED: &str = "urn:floodgate:problem:method-not-allowed";
 
 /// The `reason` labels of `floodgate_requests_rejected_total`, all exported from startup.
-pub const REJECTION_REASONS: &[&str] =
+pub(crate) const REJECTION_REASONS: &[&str] =
     &["invalid", "too_large", "unknown_rule", "method_not_allowed"];
 
 /// The API router (everything but the reverse proxy).
-pub fn router(state: Arc<AppState>) -> Router {
+pub(crate) fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
         .route("/v1/check", post(api::check))
         .route("/v1/peek", post(api::peek))
@@ -112,7 +112,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// A problem+json response. `extra` fields (e.g. `field`) are merged into the body.
-pub fn problem(
+pub(crate) fn problem(
     status: StatusCode,
     kind: &str,
     title: &str,
@@ -138,7 +138,7 @@ pub fn problem(
 
 /// A 400 (or `status`, e.g. 413) problem naming the request `field` at fault. Counted in
 /// `floodgate_requests_rejected_total{reason}` (`too_large` for a 413, else `invalid`).
-pub fn invalid(status: StatusCode, field: &str, detail: impl Into<String>) -> Response {
+pub(crate) fn invalid(status: StatusCode, field: &str, detail: impl Into<String>) -> Response {
     let reason = match status {
         StatusCode::PAYLOAD_TOO_LARGE => "too_large",
         _ => "invalid",
@@ -155,7 +155,7 @@ pub fn invalid(status: StatusCode, field: &str, detail: impl Into<String>) -> Re
 
 /// A 404 problem: the rule named by `field` is not configured. Counted in
 /// `floodgate_requests_rejected_total{reason="unknown_rule"}`.
-pub fn unknown_rule(field: &str, rule: &str) -> Response {
+pub(crate) fn unknown_rule(field: &str, rule: &str) -> Response {
     rejected(
         StatusCode::NOT_FOUND,
         "unknown_rule",
@@ -168,7 +168,7 @@ pub fn unknown_rule(field: &str, rule: &str) -> Response {
 
 /// A 400 problem like [`invalid`] for a request body naming (in `field`) a rule that is not
 /// configured, but counted in `floodgate_requests_rejected_total{reason="unknown_rule"}`.
-pub fn unknown_rule_in_body(field: &str, detail: impl Into<String>) -> Response {
+pub(crate) fn unknown_rule_in_body(field: &str, detail: impl Into<String>) -> Response {
     rejected(
         StatusCode::BAD_REQUEST,
         "unknown_rule",
@@ -204,7 +204,7 @@ fn rejected(
 /// with a plain-text 400 that names nothing). Unknown parameters are ignored, since proxies
 /// may add their own.
 #[derive(Debug, Clone, Default)]
-pub struct QueryParams(Vec<(String, String)>);
+pub(crate) struct QueryParams(Vec<(String, String)>);
 
 impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
     type Rejection = Response;
@@ -222,7 +222,7 @@ impl QueryParams {
     ///
     /// # Errors
     /// A problem response when `name` appears more than once.
-    pub fn get(&self, name: &str) -> Result<Option<&str>, Response> {
+    pub(crate) fn get(&self, name: &str) -> Result<Option<&str>, Response> {
         let mut found = self
             .0
             .iter()
@@ -243,7 +243,7 @@ impl QueryParams {
     ///
     /// # Errors
     /// A 400 naming `name` for any other value, or when it is given twice.
-    pub fn bool(&self, name: &str) -> Result<Option<bool>, Response> {
+    pub(crate) fn bool(&self, name: &str) -> Result<Option<bool>, Response> {
         match self.get(name)? {
             None => Ok(None),
             Some("true") => Ok(Some(true)),
@@ -261,7 +261,7 @@ impl QueryParams {
     /// # Errors
     /// A 400 naming `name` when the value is not a whole number from 0 to 65535, or when it is
     /// given twice.
-    pub fn u16(&self, name: &str) -> Result<Option<u16>, Response> {
+    pub(crate) fn u16(&self, name: &str) -> Result<Option<u16>, Response> {
         match self.get(name)? {
             None => Ok(None),
             Some(text) => text.parse().map(Some).map_err(|_| {
@@ -276,6 +276,6 @@ impl QueryParams {
 }
 
 /// Converts a floodgate-tower response (bytes body) into an axum response.
-pub fn from_tower(response: http::Response<bytes::Bytes>) -> Response {
+pub(crate) fn from_tower(response: http::Response<bytes::Bytes>) -> Response {
     response.map(Body::from)
 }

@@ -114,7 +114,7 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// Problem type of a `/readyz` answered 503 because the store cannot decide.
-pub const PROBLEM_STORE_UNAVAILABLE: &str = "urn:floodgate:problem:store-unavailable";
+pub(crate) const PROBLEM_STORE_UNAVAILABLE: &str = "urn:floodgate:problem:store-unavailable";
 
 /// What `/readyz` found about the store.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -44,7 +44,7 @@ struct Proxy {
 
 /// Forwarding headers dropped from a request whose peer is not a trusted proxy: a client could
 /// otherwise tell the upstream it is someone else, or came over HTTPS.
-pub const CLIENT_FORWARDING_HEADERS: [HeaderName; 8] = [
+const CLIENT_FORWARDING_HEADERS: [HeaderName; 8] = [
     HeaderName::from_static("x-forwarded-for"),
     HeaderName::from_static("x-forwarded-host"),
     HeaderName::from_static("x-forwarded-proto"),
@@ -64,7 +64,7 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 ///
 /// # Panics
 /// When called without an upstream (the caller only builds it in proxy mode).
-pub fn router(state: Arc<AppState>) -> Router {
+pub(crate) fn router(state: Arc<AppState>) -> Router {
     let upstream = state
         .upstream
         .clone()

@@ -38,41 +38,41 @@ use crate::config::{self, Config};
 use crate::state::AppState;
 
 /// Default address of the main listener.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// Default address of the API listener in reverse-proxy mode.
-pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 
 /// Arguments of `floodgate serve`.
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// TOML configuration file, or envoyproxy/ratelimit YAML (a `.yaml`/`.yml` file or a
     /// directory of them, one domain per file; see `floodgate check-config`). Without it the
     /// embedded default runs: one rule, 10 requests per 10 seconds per client IP (token
     /// bucket).
     #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
 
     /// Address to listen on [default: `[server] listen`, else 127.0.0.1:8080]. Port 0 picks a
     /// free port; the chosen address is printed on stdout.
     #[arg(long, value_name = "ADDR")]
-    pub listen: Option<SocketAddr>,
+    pub(crate) listen: Option<SocketAddr>,
 
     /// Serve Envoy's rate limit service (gRPC RLS v3), gRPC health and reflection on this
     /// address [default: `[server] grpc_listen`, else no gRPC listener]. Port 0 picks a free
     /// port, printed on stdout.
     #[arg(long, value_name = "ADDR")]
-    pub grpc_listen: Option<SocketAddr>,
+    pub(crate) grpc_listen: Option<SocketAddr>,
 
     /// Reverse-proxy mode: forward every request on --listen to this `http://host:port` after
     /// applying the rules [default: `[server] upstream`].
     #[arg(long, value_name = "URL")]
-    pub upstream: Option<String>,
+    pub(crate) upstream: Option<String>,
 
     /// Where the API, metrics and health endpoints listen in reverse-proxy mode [default:
     /// 127.0.0.1:9090].
     #[arg(long, value_name = "ADDR")]
-    pub admin_listen: Option<SocketAddr>,
+    admin_listen: Option<SocketAddr>,
 
     /// Bearer token for the admin API (`/v1/keys/...`); overrides `[server] admin_token`.
     /// At least 16 printable ASCII characters without spaces (as in the file); an empty value
@@ -84,7 +84,7 @@ pub struct ServeArgs {
         value_name = "TOKEN",
         value_parser = parse_admin_token
     )]
-    pub admin_token: Option<String>,
+    pub(crate) admin_token: Option<String>,
 
     /// Bearer token the decision API (`/v1/check`, `/v1/peek`) then requires; overrides
     /// `[server] api_token`. The same rule as the admin token; empty counts as none. Without
@@ -96,47 +96,47 @@ pub struct ServeArgs {
         value_name = "TOKEN",
         value_parser = parse_admin_token
     )]
-    pub api_token: Option<String>,
+    pub(crate) api_token: Option<String>,
 
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    log_format: LogFormat,
 
     /// How often the config file is checked for changes: a duration such as `1s`, `500ms`,
     /// `2min`, or a bare number of seconds (0: only reload on SIGHUP).
     #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
-    pub watch_interval: Duration,
+    watch_interval: Duration,
 
     /// How long in-flight requests may finish after the listeners close: a duration such as
     /// `10s` or `500ms`, or a bare number of seconds.
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
-    pub drain_timeout: Duration,
+    drain_timeout: Duration,
 
     /// After SIGTERM/SIGINT, keep serving this long with `/readyz` answering 503, so load
     /// balancers stop sending before the listeners close (a second signal ends the wait).
     /// Default 0: the listeners close at once.
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
-    pub shutdown_delay: Duration,
+    shutdown_delay: Duration,
 
     /// Where rate-limit state lives: `memory` (this process only) or a Redis URL
     /// (`redis://host:port`, shared by every process using it) [default: `[store]`].
     #[arg(long, value_name = "memory|URL")]
-    pub store: Option<String>,
+    pub(crate) store: Option<String>,
 
     /// TEST ONLY, never for production: run on a manual clock starting at START_US
     /// (microseconds since the Unix epoch) and enable `POST /v1/debug/clock/advance`, so tests
     /// can move time deterministically instead of sleeping.
     #[arg(long, hide = true, value_name = "START_US")]
-    pub manual_clock: Option<u64>,
+    pub(crate) manual_clock: Option<u64>,
 
     /// Do not serve the web page (`/ui/`, `/v1/ui/live`) [default: `[server] ui`, on].
     #[arg(long)]
-    pub no_ui: bool,
+    no_ui: bool,
 
     /// BENCH ONLY: also serve `POST /v1/bench/bare`, a bare axum handler behind the same
     /// server stack (see [`crate::http::bare`]): the baseline of `floodgate bench --what http`.
     #[arg(long, hide = true)]
-    pub bench_baseline: bool,
+    pub(crate) bench_baseline: bool,
 }
 
 /// Parses a command-line duration: a bare number of seconds (`10`) or a count with a unit as
@@ -144,7 +144,7 @@ pub struct ServeArgs {
 ///
 /// # Errors
 /// A reason naming the accepted forms when `text` is neither.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         return text
@@ -159,7 +159,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
+enum LogFormat {
     /// Human-readable lines.
     Text,
     /// One JSON object per line.
@@ -171,7 +171,7 @@ pub enum LogFormat {
 /// # Errors
 /// An invalid configuration (every problem, with file, line and field), an address that cannot
 /// be bound, or a failure to install the metrics recorder or signal handlers.
-pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logging(args.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -16,28 +16,28 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 /// Longest key kept, in bytes (longer keys are cut at a character boundary).
-pub const MAX_KEY_BYTES: usize = 256;
+pub(crate) const MAX_KEY_BYTES: usize = 256;
 
 /// Most entries a [`DeniedKeys`] may hold.
-pub const MAX_CAPACITY: usize = 1_000;
+const MAX_CAPACITY: usize = 1_000;
 
 /// One held pair: its denials, at most `error` of them overcounted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DeniedKey {
+pub(crate) struct DeniedKey {
     /// The rule that denied.
-    pub rule: String,
+    pub(crate) rule: String,
     /// The key it denied (cut to [`MAX_KEY_BYTES`]).
-    pub key: String,
+    pub(crate) key: String,
     /// Denials counted for the pair (an upper bound of the true count).
-    pub count: u64,
+    pub(crate) count: u64,
     /// How many of `count` may belong to pairs it replaced (`count - error` is a lower bound).
-    pub error: u64,
+    pub(crate) error: u64,
 }
 
 /// A bounded top-k of denied `(rule, key)` pairs (see the module docs). Cheap to share: one
 /// short lock per recorded denial, no allocation once a pair is held.
 #[derive(Debug)]
-pub struct DeniedKeys {
+pub(crate) struct DeniedKeys {
     capacity: usize,
     inner: Mutex<Inner>,
 }
@@ -60,7 +60,7 @@ impl floodgate_tower::DenialObserver for DeniedKeys {
 
 impl DeniedKeys {
     /// Holds at most `capacity` pairs (clamped to `1..=MAX_CAPACITY`).
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             capacity: capacity.clamp(1, MAX_CAPACITY),
             inner: Mutex::new(Inner::default()),
@@ -68,12 +68,12 @@ impl DeniedKeys {
     }
 
     /// The most pairs held.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Counts one denial of `key` by `rule`.
-    pub fn record_denied(&self, rule: &str, key: &str) {
+    fn record_denied(&self, rule: &str, key: &str) {
         let key = cut(key);
         let mut inner = self.inner.lock();
         inner.total += 1;
@@ -122,7 +122,7 @@ impl DeniedKeys {
     }
 
     /// The held pairs, most denied first (ties by rule, then key), and the denials recorded.
-    pub fn top(&self) -> (Vec<DeniedKey>, u64) {
+    pub(crate) fn top(&self) -> (Vec<DeniedKey>, u64) {
         let inner = self.inner.lock();
         let mut entries = inner.entries.clone();
         entries.sort_by(|a, b| {

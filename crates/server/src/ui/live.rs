@@ -23,10 +23,10 @@ use super::denied_keys::DeniedKeys;
 use crate::state::AppState;
 
 /// Seconds of history kept per rule (5 minutes).
-pub const WINDOW_SECONDS: usize = 300;
+const WINDOW_SECONDS: usize = 300;
 
 /// The groups of outcomes the page shows, in order.
-pub const GROUPS: [&str; 4] = ["admitted", "denied", "shadow", "error"];
+const GROUPS: [&str; 4] = ["admitted", "denied", "shadow", "error"];
 
 /// The group of an `outcome` label, if it is shown.
 fn group(outcome: &str) -> Option<usize> {
@@ -41,10 +41,10 @@ fn group(outcome: &str) -> Option<usize> {
 
 /// The live view's state: the per-second rings and, when opted in, the busiest denied keys.
 #[derive(Debug)]
-pub struct Live {
+pub(crate) struct Live {
     rings: Mutex<Rings>,
     /// The busiest denied keys, when opted in (keys can be personal data).
-    pub denied_keys: Option<Arc<DeniedKeys>>,
+    pub(crate) denied_keys: Option<Arc<DeniedKeys>>,
 }
 
 #[derive(Debug, Default)]
@@ -59,7 +59,7 @@ struct Rings {
 
 impl Live {
     /// A live view; `denied_keys` turns the busiest-denied-keys panel on.
-    pub fn new(denied_keys: Option<Arc<DeniedKeys>>) -> Self {
+    pub(crate) fn new(denied_keys: Option<Arc<DeniedKeys>>) -> Self {
         Self {
             rings: Mutex::new(Rings::default()),
             denied_keys,
@@ -68,7 +68,7 @@ impl Live {
 
     /// Takes one sample: `metrics` is the Prometheus text, `rules` the names in force (rings of
     /// other rules are dropped). The first sample only sets the baseline.
-    pub fn record(&self, metrics: &str, rules: &[&str]) {
+    pub(crate) fn record(&self, metrics: &str, rules: &[&str]) {
         let totals = decision_totals(metrics);
         let mut r = self.rings.lock();
         let first = r.samples == 0;
@@ -95,7 +95,7 @@ impl Live {
     /// The document of `GET /v1/ui/live` without the store: `rules` as given (`(name, about)`),
     /// each `about` object extended with `per_second` (one array per group, a count per second,
     /// oldest first) and `totals` (their sums).
-    pub fn to_json(&self, rules: &[(&str, Value)]) -> Value {
+    pub(crate) fn to_json(&self, rules: &[(&str, Value)]) -> Value {
         let r = self.rings.lock();
         let rules: Vec<Value> = rules
             .iter()
@@ -130,7 +130,11 @@ impl Live {
 }
 
 /// Samples `state`'s decision counters into `live` once a second until shutdown.
-pub async fn sample(state: Arc<AppState>, live: Arc<Live>, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn sample(
+    state: Arc<AppState>,
+    live: Arc<Live>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

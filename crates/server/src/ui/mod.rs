@@ -13,9 +13,9 @@
 //! `/v1/simulate` stays (it is an API of its own, bounded like the command line).
 
 // Fed by `floodgate_tower::RateLimiter`'s denial observer when `[server] ui_denied_keys` > 0.
-pub mod denied_keys;
-pub mod live;
-pub mod simulate;
+pub(crate) mod denied_keys;
+pub(crate) mod live;
+pub(crate) mod simulate;
 
 use std::sync::Arc;
 
@@ -67,7 +67,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
 
 /// Adds the page's routes to the API router: `/v1/simulate` always, `/ui/` and `/v1/ui/live`
 /// when the page is on ([`AppState::ui`]).
-pub fn routes(router: Router<Arc<AppState>>, state: &AppState) -> Router<Arc<AppState>> {
+pub(crate) fn routes(router: Router<Arc<AppState>>, state: &AppState) -> Router<Arc<AppState>> {
     let router = router.route(
         "/v1/simulate",
         post(simulate::simulate).layer(DefaultBodyLimit::max(simulate::MAX_SIMULATE_BODY_BYTES)),

@@ -44,17 +44,17 @@ use crate::http::{invalid, MAX_KEY_BYTES};
 /// Most requests one `/v1/simulate` generates or replays. Lower than the command line's
 /// default (1,000,000) because the answer holds every decision of every algorithm (about
 /// 160 bytes each): 50,000 requests through all six algorithms answer about 50 MB.
-pub const MAX_SIMULATE_REQUESTS: u64 = 50_000;
+const MAX_SIMULATE_REQUESTS: u64 = 50_000;
 
 /// Most service instances one simulation may model (each keeps its own counters per key).
-pub const MAX_INSTANCES: u64 = 1_000;
+const MAX_INSTANCES: u64 = 1_000;
 
 /// Largest accepted `/v1/simulate` body, in bytes (1 MiB: room for a pasted trace of about
 /// 50,000 lines).
-pub const MAX_SIMULATE_BODY_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_SIMULATE_BODY_BYTES: usize = 1024 * 1024;
 
 /// Most simulations running at once; further requests wait for a free slot.
-pub const MAX_CONCURRENT: usize = 2;
+const MAX_CONCURRENT: usize = 2;
 
 /// The request body: the [`Spec`] fields, as text where the command line takes text.
 #[derive(Debug, Default, Deserialize)]
