@@ -279,7 +279,7 @@ pub fn parse_period(text: &str) -> Result<Micros, String> {
 /// Formats a period in microseconds as the largest whole unit, e.g. `10s`, `min`, `1500ms`.
 pub fn format_period(period: Micros) -> String {
     for (name, micros) in UNITS {
-        if period % micros == 0 {
+        if period.is_multiple_of(*micros) {
             let n = period / micros;
             return if n == 1 {
                 (*name).to_string()
@@ -301,7 +301,7 @@ fn describe_period(period: Micros) -> String {
         ("microsecond", 1),
     ];
     for (word, micros) in WORDS {
-        if period % micros == 0 {
+        if period.is_multiple_of(*micros) {
             let n = period / micros;
             return if n == 1 {
                 (*word).to_string()
