@@ -132,7 +132,7 @@ mod tests {
         assert_eq!(v.div_rem(n), (n / d, n % d), "{n} % {d}");
         assert_eq!(v.rem(n), n % d, "{n} % {d}");
         assert_eq!(v.get(), d);
-        assert_eq!(v.divides(n), n % d == 0, "{d} divides {n}");
+        assert_eq!(v.divides(n), n.is_multiple_of(d), "{d} divides {n}");
         assert_eq!(v.div_ceil(n), n.div_ceil(d), "{n} div_ceil {d}");
     }
 

@@ -414,7 +414,7 @@ pub fn parse_rate(text: &str) -> Result<(u64, Micros), String> {
 /// Formats a length of time for people: whole milliseconds below a second as `14 ms`, else as
 /// [`format_duration`].
 pub fn format_span(us: Micros) -> String {
-    if us < MICROS_PER_SECOND && us % 1_000 == 0 && us > 0 {
+    if us < MICROS_PER_SECOND && us.is_multiple_of(1_000) && us > 0 {
         format!("{} ms", us / 1_000)
     } else {
         format_duration(us)

@@ -68,8 +68,8 @@ pub fn format_window(us: u64) -> String {
         60_000_000 => "min".into(),
         3_600_000_000 => "h".into(),
         86_400_000_000 => "day".into(),
-        _ if us % US == 0 => format!("{}s", us / US),
-        _ if us % 1000 == 0 => format!("{}ms", us / 1000),
+        _ if us.is_multiple_of(US) => format!("{}s", us / US),
+        _ if us.is_multiple_of(1000) => format!("{}ms", us / 1000),
         _ => format!("{us}us"),
     }
 }

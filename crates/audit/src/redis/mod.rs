@@ -670,7 +670,7 @@ fn layout(len: u64, head: &[u8]) -> (&'static str, Vec<AlgorithmKind>) {
             }
         }
     }
-    if len >= 24 && (len - 24) % 8 == 0 {
+    if len >= 24 && (len - 24).is_multiple_of(8) {
         return ("a binary log", vec![SlidingLog]);
     }
     ("not a Floodgate value", Vec::new())

@@ -909,7 +909,11 @@ fn settle_gives_back_exactly(
         let mut over = state.clone();
         let d = p.settle(&mut over, now, at, cost, u64::MAX).unwrap();
         prop_assert!(d.remaining <= cap);
-        state = if actual_raw % 3 == 0 { over } else { state };
+        state = if actual_raw.is_multiple_of(3) {
+            over
+        } else {
+            state
+        };
     }
     Ok(())
 }

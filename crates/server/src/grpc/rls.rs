@@ -358,7 +358,7 @@ fn descriptor_key(domain: &str, d: &RateLimitDescriptor) -> String {
 /// The Envoy unit of a period, or `UNKNOWN` when it is not one unit.
 fn unit_of(period: Micros) -> Unit {
     match period / 1_000_000 {
-        _ if period % 1_000_000 != 0 => Unit::Unknown,
+        _ if !period.is_multiple_of(1_000_000) => Unit::Unknown,
         1 => Unit::Second,
         60 => Unit::Minute,
         3_600 => Unit::Hour,

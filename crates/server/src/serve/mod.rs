@@ -580,14 +580,14 @@ async fn housekeeping(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>)
         // Only the memory store needs sweeping: Redis expires keys by their TTL.
         let Some(memory) = state.store().memory() else {
             n += 1;
-            if n % 10 == 0 {
+            if n.is_multiple_of(10) {
                 state.prometheus.run_upkeep();
             }
             continue;
         };
         memory.sweep(state.clock.now());
         n += 1;
-        if n % 10 == 0 {
+        if n.is_multiple_of(10) {
             // Publishes floodgate_store_keys.
             let _ = memory.stats();
             state.prometheus.run_upkeep();
