@@ -1,7 +1,6 @@
 //! `floodgate audit`: the command line of the `floodgate-audit` library (`http` and `redis`);
 //! every probe, check and renderer lives in the library.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -165,7 +164,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(path) => {
             std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?
         }
-        None => std::io::stdout().write_all(text.as_bytes())?,
+        None => crate::cli::write_stdout(&text)?,
     }
     Ok(if danger {
         ExitCode::from(1)

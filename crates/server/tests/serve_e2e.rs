@@ -1048,6 +1048,26 @@ fn run_check_config(dir: &std::path::Path, file: &str) -> std::process::Output {
         .unwrap()
 }
 
+/// `floodgate check-config rules.toml | head -1`: a reader that closed the pipe is no error
+/// (it used to panic with "failed printing to stdout").
+#[test]
+fn check_config_into_a_closed_pipe_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rules.toml"), PROXY_CONFIG).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .current_dir(dir.path())
+        .args(["check-config", "rules.toml"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the child writes anything.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8(out.stderr).unwrap(), "");
+}
+
 #[test]
 fn check_config_names_file_line_and_field() {
     let dir = tempfile::tempdir().unwrap();

@@ -114,8 +114,8 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     let report = floodgate_bench::run(&options)?;
     match args.format {
-        Format::Table => print!("{}", report.to_table()),
-        Format::Json => println!("{}", report.to_json()),
+        Format::Table => super::write_stdout(&report.to_table())?,
+        Format::Json => super::write_stdout(&format!("{}\n", report.to_json()))?,
     }
     Ok(ExitCode::SUCCESS)
 }

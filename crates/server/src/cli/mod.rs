@@ -28,3 +28,21 @@ pub(crate) fn choice_of<T: Copy + Send + Sync + 'static>(
 pub(crate) fn choice<T: Choice + Send + Sync>() -> impl TypedValueParser<Value = T> {
     choice_of(T::ALL)
 }
+
+/// Writes `text` to standard output and flushes it. A reader that went away (`floodgate
+/// check-config rules.toml | head -1`) is not an error: the rest is simply not wanted.
+///
+/// # Errors
+/// Any other failure to write, with context.
+pub(crate) fn write_stdout(text: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .or_else(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => Ok(()),
+            _ => Err(e),
+        })
+        .context("cannot write to standard output")
+}

@@ -1,6 +1,5 @@
 //! `floodgate simulate`: the command line of the simulation engine in `floodgate-simulate`.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -189,17 +188,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match &args.output {
         Some(path) => std::fs::write(path, text)
             .with_context(|| format!("cannot write {}", path.display()))?,
-        None => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes())
-                .and_then(|()| out.flush())
-                .or_else(|e| match e.kind() {
-                    // `floodgate simulate | head` is fine.
-                    std::io::ErrorKind::BrokenPipe => Ok(()),
-                    _ => Err(e),
-                })
-                .context("cannot write to standard output")?;
-        }
+        None => super::write_stdout(&text)?,
     }
     Ok(ExitCode::SUCCESS)
 }

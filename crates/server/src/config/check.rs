@@ -15,12 +15,13 @@ pub(crate) struct CheckArgs {
 /// `FILE:LINE: FIELD: MESSAGE` on stderr and exits 1.
 ///
 /// # Errors
-/// None today; the `Result` matches the other subcommands.
+/// A failure to write the summary to standard output (a closed pipe is not one).
 pub(crate) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     match super::load(&args.file) {
         Ok(config) => {
-            println!(
-                "{}: ok: {} rule(s), {}",
+            use std::fmt::Write as _;
+            let mut out = format!(
+                "{}: ok: {} rule(s), {}\n",
                 config.file,
                 config.rules.len(),
                 describe_store(&config.store)
@@ -28,16 +29,17 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             let mut domains: Vec<&str> = config.descriptors.domains().collect();
             if !domains.is_empty() {
                 domains.sort_unstable();
-                println!("  domains: {}", domains.join(", "));
+                let _ = writeln!(out, "  domains: {}", domains.join(", "));
             }
             for r in &config.rules {
                 let d = super::describe::describe_rule(r);
                 let [headline, details @ ..] = d.lines();
-                println!("  {headline}");
+                let _ = writeln!(out, "  {headline}");
                 for line in details {
-                    println!("      {line}");
+                    let _ = writeln!(out, "      {line}");
                 }
             }
+            crate::cli::write_stdout(&out)?;
             if config.rules.is_empty() {
                 eprintln!("{}: warning: 0 rules: nothing is limited", config.file);
             }
