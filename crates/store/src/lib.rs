@@ -47,6 +47,8 @@ pub mod redis;
 pub use any::AnyStore;
 pub use error::StoreError;
 pub use memory::{KeyedLimiter, MemoryStore, MemoryStoreConfig, StoreStats};
+#[cfg(feature = "tokio")]
+pub use memory::Jitter;
 
 /// One item of a check batch: charge `cost` units to partition `key` of rule `rule`.
 ///
