@@ -493,12 +493,9 @@ impl Client {
 
     /// Full jitter for retry `attempt`, at most `room` microseconds.
     fn jitter(&self, attempt: u32, room: Micros) -> Micros {
-        let bound = retry::full_jitter_bound(
-            self.inner.jitter_base,
-            self.inner.jitter_cap,
-            attempt,
-        )
-        .min(room);
+        let bound =
+            retry::full_jitter_bound(self.inner.jitter_base, self.inner.jitter_cap, attempt)
+                .min(room);
         let mut rng = match self.inner.rng.lock() {
             Ok(rng) => rng,
             Err(poisoned) => poisoned.into_inner(),
@@ -543,11 +540,10 @@ fn parse_answer(status: u16, text: &str, received_at: Timestamp) -> Result<Answe
     if status != 200 && status != 429 {
         return Err(problem(status, text));
     }
-    let mut answer: Answer =
-        serde_json::from_str(text).map_err(|e| Error::UnexpectedAnswer {
-            status,
-            detail: format!("{e}: {text}"),
-        })?;
+    let mut answer: Answer = serde_json::from_str(text).map_err(|e| Error::UnexpectedAnswer {
+        status,
+        detail: format!("{e}: {text}"),
+    })?;
     if answer.allowed != (status == 200) {
         return Err(Error::UnexpectedAnswer {
             status,
@@ -639,8 +635,12 @@ mod tests {
             parse_answer(200, text, 5),
             Err(Error::UnexpectedAnswer { status: 200, .. })
         ));
-        let degraded = parse_answer(200, r#"{"allowed": true, "degraded": true, "decisions": []}"#, 1)
-            .unwrap();
+        let degraded = parse_answer(
+            200,
+            r#"{"allowed": true, "degraded": true, "decisions": []}"#,
+            1,
+        )
+        .unwrap();
         assert!(degraded.degraded);
         let p = parse_answer(
             400,
@@ -660,7 +660,10 @@ mod tests {
             "reset_after_us": 1, "wait_us": 2000, "reservation": "v1.abc", "decisions": []}"#;
         let a = parse_answer(200, text, 0).unwrap();
         let r = reservation_of("a", "k", 7, &a, 0, 10).unwrap();
-        assert_eq!((r.token.as_str(), r.estimate, r.wait_us), ("v1.abc", 7, 2000));
+        assert_eq!(
+            (r.token.as_str(), r.estimate, r.wait_us),
+            ("v1.abc", 7, 2000)
+        );
         let no_token = parse_answer(200, r#"{"allowed": true, "decisions": []}"#, 0).unwrap();
         assert!(matches!(
             reservation_of("a", "k", 7, &no_token, 0, 10),
@@ -669,7 +672,11 @@ mod tests {
         let denied = parse_answer(429, r#"{"allowed": false, "retry_after_us": 9}"#, 3).unwrap();
         assert!(matches!(
             reservation_of("a", "k", 7, &denied, 0, 10),
-            Err(Error::DeadlineExceeded { deadline: 10_000, retry_after: Some(9), at: 3 })
+            Err(Error::DeadlineExceeded {
+                deadline: 10_000,
+                retry_after: Some(9),
+                at: 3
+            })
         ));
         let settled = parse_settled(
             200,
@@ -679,7 +686,10 @@ mod tests {
         .unwrap();
         assert_eq!(settled.decisions[0].remaining, 4);
         assert!(matches!(parse_settled(409, ""), Err(Error::AlreadySettled)));
-        assert!(matches!(parse_settled(410, ""), Err(Error::ReservationExpired)));
+        assert!(matches!(
+            parse_settled(410, ""),
+            Err(Error::ReservationExpired)
+        ));
         assert!(matches!(
             parse_settled(400, r#"{"detail": "forged", "field": "reservation"}"#),
             Err(Error::Problem { field: Some(f), .. }) if f == "reservation"

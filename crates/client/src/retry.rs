@@ -217,7 +217,11 @@ fn retryable(status: StatusCode) -> bool {
 /// `Retry-After` as microseconds from `now`: delay-seconds or an HTTP-date (a date in the
 /// past is 0).
 pub fn retry_after(headers: &HeaderMap, now: Timestamp) -> Option<Micros> {
-    let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let value = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
     if let Ok(secs) = value.parse::<u64>() {
         return Some(secs.saturating_mul(1_000_000));
     }
@@ -375,7 +379,10 @@ mod tests {
         assert_eq!(retry_after(&date, now + 5_000_000), Some(0));
         // Beyond max_delay: not waited for.
         let long = headers(&[("retry-after", "3600")]);
-        assert_eq!(policy.wait_for(0, StatusCode::TOO_MANY_REQUESTS, &long, now), None);
+        assert_eq!(
+            policy.wait_for(0, StatusCode::TOO_MANY_REQUESTS, &long, now),
+            None
+        );
         // Garbage is ignored: backoff.
         let junk = headers(&[("retry-after", "soon")]);
         assert_eq!(
@@ -389,8 +396,14 @@ mod tests {
     #[test]
     fn ratelimit_headers_give_the_longest_exhausted_reset() {
         let h = headers(&[
-            ("ratelimit", "\"per-second\";r=4;t=1, \"per-minute\";r=0;t=12"),
-            ("ratelimit-policy", "\"per-second\";q=10;w=1, \"per-minute\";q=100;w=60"),
+            (
+                "ratelimit",
+                "\"per-second\";r=4;t=1, \"per-minute\";r=0;t=12",
+            ),
+            (
+                "ratelimit-policy",
+                "\"per-second\";q=10;w=1, \"per-minute\";q=100;w=60",
+            ),
         ]);
         assert_eq!(ratelimit_wait(&h), Some(12_000_000));
         let no_t = headers(&[

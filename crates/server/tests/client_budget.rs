@@ -111,7 +111,11 @@ async fn eight_jobs_share_a_daily_budget_through_two_instances_and_stop_with_the
     // What the jobs were granted is exactly what the shared count holds.
     let c = client();
     let (_, _, peek) = post_json_auth(&c, &instances[1].url("/v1/peek")).await;
-    assert_eq!(peek["remaining"].as_u64().unwrap(), 10_000 - total, "{peek}");
+    assert_eq!(
+        peek["remaining"].as_u64().unwrap(),
+        10_000 - total,
+        "{peek}"
+    );
     // Every job stopped only when a search could not fit: fewer than 100 units are left.
     assert!(10_000 - total < 100, "spent {total}");
 
@@ -224,7 +228,13 @@ async fn acquire_sleeps_the_reserved_wait_and_refuses_what_cannot_fit_the_deadli
         .await
         .unwrap_err();
     assert!(
-        matches!(e, Error::DeadlineExceeded { retry_after: Some(100_000), .. }),
+        matches!(
+            e,
+            Error::DeadlineExceeded {
+                retry_after: Some(100_000),
+                ..
+            }
+        ),
         "{e:?}"
     );
     assert_eq!(sleeper.slept.lock().unwrap().len(), 1);
@@ -233,7 +243,16 @@ async fn acquire_sleeps_the_reserved_wait_and_refuses_what_cannot_fit_the_deadli
         .acquire("per-second", "job", 1, START_US)
         .await
         .unwrap_err();
-    assert!(matches!(e, Error::DeadlineExceeded { retry_after: None, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::DeadlineExceeded {
+                retry_after: None,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     // Slots reserved up to the rule's horizon (a full burst's refill, 1 s): the server cannot
     // reserve further ahead, so acquire gets a 429 and retries at its retry_after plus full
     // jitter (at most 10 ms on the first retry), then is admitted before the deadline.

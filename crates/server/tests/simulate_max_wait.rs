@@ -36,7 +36,13 @@ fn queueing_the_calm_spike_admits_what_fits_within_the_wait_at_its_slot() {
     assert_eq!(s["longest_wait_us"], 2_000_000);
     assert_eq!(s["total_wait_us"], 2 * 1_000_000 + 15 * 2_000_000);
     let reference = &s["reject_reference"];
-    assert_eq!((reference["admitted"].as_u64(), reference["rejected"].as_u64()), (Some(29), Some(6)));
+    assert_eq!(
+        (
+            reference["admitted"].as_u64(),
+            reference["rejected"].as_u64()
+        ),
+        (Some(29), Some(6))
+    );
     // Every admitted decision says its wait, never above --max-wait; a denial has none.
     for d in run(&report, "gcra")["decisions"].as_array().unwrap() {
         if d["allowed"] == true {
@@ -50,7 +56,10 @@ fn queueing_the_calm_spike_admits_what_fits_within_the_wait_at_its_slot() {
     assert_eq!(columns.len(), 22);
     assert_eq!(columns[21]["admitted"], 1);
     assert_eq!(columns[21]["queued"], 1);
-    let admitted: u64 = columns.iter().map(|c| c["admitted"].as_u64().unwrap()).sum();
+    let admitted: u64 = columns
+        .iter()
+        .map(|c| c["admitted"].as_u64().unwrap())
+        .sum();
     assert_eq!(admitted, 31);
 }
 
@@ -65,7 +74,10 @@ fn at_their_scheduled_times_the_sliding_log_still_holds_the_limit() {
         let reference = summary(&report, "sliding_log")["reject_reference"]["admitted"]
             .as_u64()
             .unwrap();
-        assert!(admitted >= reference, "--max-wait {wait}: queueing admits no fewer");
+        assert!(
+            admitted >= reference,
+            "--max-wait {wait}: queueing admits no fewer"
+        );
     }
 }
 
@@ -116,11 +128,17 @@ fn eight_runners_never_spend_more_than_the_daily_budget() {
         assert_eq!(per_hour.len(), 24);
         assert_eq!(per_hour.iter().sum::<u64>(), 10_000);
         let spent_out = per_hour.iter().position(|u| *u == 0).unwrap();
-        assert!(per_hour[spent_out..].iter().all(|u| *u == 0), "{per_hour:?}");
+        assert!(
+            per_hour[spent_out..].iter().all(|u| *u == 0),
+            "{per_hour:?}"
+        );
     }
     for algorithm in ["token_bucket", "leaky_bucket", "gcra"] {
         let peak = totals(&report, algorithm).2;
-        assert!(peak > 10_000, "{algorithm}: the refill spends past a day's quota: {peak}");
+        assert!(
+            peak > 10_000,
+            "{algorithm}: the refill spends past a day's quota: {peak}"
+        );
     }
     // The table shows the units spent per hour.
     let out = simulate(&["--scenario", "daily-jobs", "-a", "fixed_window"]);
@@ -143,7 +161,10 @@ fn runners_and_every_shape_the_jobs_and_wrong_flags_are_errors() {
     ]);
     // 3 runners x 24 calls, far below the budget: everything passes.
     let s = summary(&report, "fixed_window");
-    assert_eq!((s["requests"].as_u64(), s["rejected"].as_u64()), (Some(72), Some(0)));
+    assert_eq!(
+        (s["requests"].as_u64(), s["rejected"].as_u64()),
+        (Some(72), Some(0))
+    );
     for (args, message) in [
         (
             &["--scenario", "calm-spike", "--runners", "3"][..],

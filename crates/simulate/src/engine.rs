@@ -70,7 +70,9 @@ pub fn simulate_waiting(
             let instance = balancer.pick();
             let now = base + r.t_us;
             let decided = match max_wait {
-                None => store.check(instance, &r.key, now, r.cost).map(|d| (d, None)),
+                None => store
+                    .check(instance, &r.key, now, r.cost)
+                    .map(|d| (d, None)),
                 Some(max_wait) => store
                     .reserve(instance, &r.key, now, r.cost, max_wait)
                     .map(|reserved| (reserved.decision, reserved.wait)),
@@ -448,28 +450,27 @@ pub fn run_shaped(
         max_wait,
     } = shape;
     // Replays the traffic on counters laid out by `setup` and summarizes the decisions.
-    let mut replay = |setup: &Setup,
-                      max_wait: Option<Micros>|
-     -> Result<(Vec<Outcome>, Summary), Error> {
-        let mut store = new_store(setup)?;
-        let mut balancer = Balancer::new(setup.instances, setup.balance);
-        let outcomes = simulate_waiting(
-            requests,
-            store.as_mut(),
-            &mut balancer,
-            epoch_base(quota.period()),
-            max_wait,
-        )?;
-        let summary = summarize(
-            requests,
-            &outcomes,
-            &quota,
-            setup.instances,
-            column_us,
-            span_us,
-        );
-        Ok((outcomes, summary))
-    };
+    let mut replay =
+        |setup: &Setup, max_wait: Option<Micros>| -> Result<(Vec<Outcome>, Summary), Error> {
+            let mut store = new_store(setup)?;
+            let mut balancer = Balancer::new(setup.instances, setup.balance);
+            let outcomes = simulate_waiting(
+                requests,
+                store.as_mut(),
+                &mut balancer,
+                epoch_base(quota.period()),
+                max_wait,
+            )?;
+            let summary = summarize(
+                requests,
+                &outcomes,
+                &quota,
+                setup.instances,
+                column_us,
+                span_us,
+            );
+            Ok((outcomes, summary))
+        };
     let (outcomes, summary) = replay(&setup, max_wait)?;
     let shared_reference = if setup.instances > 1 && setup.counter != CounterMode::Shared {
         let (_, s) = replay(&setup.shared(), max_wait)?;

@@ -604,9 +604,8 @@ pub fn column_width(requested: Option<Micros>, span: Micros) -> Micros {
 /// cannot apply, or a column width drawing over 10,000 columns; [`Error::Run`] when a setup
 /// cannot be built for an algorithm or its store fails.
 pub fn build_report(spec: &Spec) -> Result<Report, Error> {
-    let daily_jobs = spec.trace.is_none()
-        && spec.preset.is_none()
-        && spec.scenario == ScenarioName::DailyJobs;
+    let daily_jobs =
+        spec.trace.is_none() && spec.preset.is_none() && spec.scenario == ScenarioName::DailyJobs;
     let mut quota = spec.limit.unwrap_or_else(|| match spec.preset {
         Some(_) => preset_quota(),
         None if daily_jobs => "10000/d".parse().expect("10000/d is a valid quota"),

@@ -110,9 +110,9 @@ pub fn render(report: &Report) -> String {
         for run in &report.runs {
             let s = &run.summary;
             let mean = s.total_wait_us.checked_div(s.queued).unwrap_or(0);
-            let reference = run.reject_reference.map_or_else(String::new, |r| {
-                format!("{}/{}", r.admitted, r.rejected)
-            });
+            let reference = run
+                .reject_reference
+                .map_or_else(String::new, |r| format!("{}/{}", r.admitted, r.rejected));
             let _ = writeln!(
                 out,
                 "{:<15}{:>24}{:>10}{:>14}{:>14}{:>26}",

@@ -344,7 +344,12 @@ impl DailyJobs {
             self.search_cost,
             search_every,
         );
-        Ok(Traffic::new("daily-jobs", description, requests, self.duration))
+        Ok(Traffic::new(
+            "daily-jobs",
+            description,
+            requests,
+            self.duration,
+        ))
     }
 }
 

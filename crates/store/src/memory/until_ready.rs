@@ -46,8 +46,7 @@ impl Jitter {
 
     /// One sample, in microseconds.
     fn sample(self) -> Micros {
-        self.min
-            .saturating_add(fastrand::u64(0..=self.interval))
+        self.min.saturating_add(fastrand::u64(0..=self.interval))
     }
 }
 
@@ -180,7 +179,12 @@ mod tests {
         assert!(l.check("k", 20).unwrap().allowed);
         let jitter = Jitter::new(Duration::from_millis(40), Duration::from_millis(20));
         for _ in 0..3 {
-            assert!(l.until_ready_with_jitter("k", jitter).await.unwrap().allowed);
+            assert!(
+                l.until_ready_with_jitter("k", jitter)
+                    .await
+                    .unwrap()
+                    .allowed
+            );
         }
         // Each of the three waits is at least its slot's distance plus 40 ms: after the first
         // (>= 50 ms + 40 ms) the next slot is 50 ms after the previous one's.
