@@ -22,6 +22,9 @@ pub struct Outcome {
     pub instance: usize,
     /// The decision, or [`CheckError::InsufficientCapacity`] when the cost can never fit.
     pub result: Result<Decision, CheckError>,
+    /// With `--max-wait`, an admitted request's wait: microseconds from its arrival until the
+    /// slot it was reserved (0: at once). `None` for a plain check and for a denial.
+    pub wait: Option<Micros>,
 }
 
 /// The first window edge after the Unix epoch's 1.7 x 10^15 us (November 2023) that is a multiple
@@ -43,20 +46,47 @@ pub fn simulate(
     balancer: &mut Balancer,
     base: Timestamp,
 ) -> Result<Vec<Outcome>, Error> {
+    simulate_waiting(requests, store, balancer, base, None)
+}
+
+/// [`simulate`] where, with `max_wait` (microseconds; `--max-wait`), every request may wait:
+/// it is reserved for the earliest slot within `max_wait` ([`CounterStore::reserve`]) and runs
+/// then ([`Outcome::wait`]); only a request that would wait longer is denied (a queue with a
+/// bounded wait instead of an immediate rejection).
+///
+/// # Errors
+/// As [`simulate`].
+pub fn simulate_waiting(
+    requests: &[Request],
+    store: &mut dyn CounterStore,
+    balancer: &mut Balancer,
+    base: Timestamp,
+    max_wait: Option<Micros>,
+) -> Result<Vec<Outcome>, Error> {
     requests
         .iter()
         .enumerate()
         .map(|(index, r)| {
             let instance = balancer.pick();
-            let result = match store.check(instance, &r.key, base + r.t_us, r.cost) {
-                Ok(decision) => Ok(decision),
-                Err(CounterError::Check(e)) => Err(e),
+            let now = base + r.t_us;
+            let decided = match max_wait {
+                None => store
+                    .check(instance, &r.key, now, r.cost)
+                    .map(|d| (d, None)),
+                Some(max_wait) => store
+                    .reserve(instance, &r.key, now, r.cost, max_wait)
+                    .map(|reserved| (reserved.decision, reserved.wait)),
+            };
+            let (result, wait) = match decided {
+                Ok((decision, wait)) => (Ok(decision), wait),
+                Err(CounterError::Check(e)) => (Err(e), None),
                 Err(CounterError::Store(e)) => return Err(Error::Store(e)),
             };
             Ok(Outcome {
                 request: index,
                 instance,
                 result,
+                wait,
             })
         })
         .collect()
@@ -84,6 +114,10 @@ pub struct Column {
     pub rejected: u64,
     /// Requests refused as impossible (cost above capacity).
     pub impossible: u64,
+    /// Units admitted to run in this column (at their scheduled time with `--max-wait`).
+    pub units_admitted: u64,
+    /// Of the admitted, those that waited for their slot (`--max-wait`).
+    pub queued: u64,
 }
 
 /// Admissions of one traffic source (`calm`, `spike`, `burst-1` ...).
@@ -119,6 +153,12 @@ pub struct Summary {
     pub max_in_period: Option<PeakWindow>,
     /// `max_in_period.units / limit`: 1.0 means the declared limit held, 2.0 twice the limit.
     pub over_admission: f64,
+    /// With `--max-wait`: requests admitted after waiting for their slot (a wait above 0).
+    pub queued: u64,
+    /// With `--max-wait`: the longest wait of an admitted request, microseconds (0 without).
+    pub longest_wait_us: Micros,
+    /// With `--max-wait`: the sum of the admitted requests' waits, microseconds.
+    pub total_wait_us: Micros,
     /// Requests admitted by each instance.
     pub admitted_per_instance: Vec<u64>,
     /// Counts per traffic source, in order of first appearance.
@@ -157,6 +197,9 @@ pub fn summarize(
         units_rejected: 0,
         max_in_period: None,
         over_admission: 0.0,
+        queued: 0,
+        longest_wait_us: 0,
+        total_wait_us: 0,
         admitted_per_instance: vec![0; instances.max(1)],
         per_source: Vec::new(),
         column_us,
@@ -166,7 +209,7 @@ pub fn summarize(
     let mut admitted_by_key: HashMap<&str, Vec<(Micros, u64)>> = HashMap::new();
     for outcome in outcomes {
         let request = &requests[outcome.request];
-        let column = &mut columns[(request.t_us / column_us) as usize];
+        let arrival = (request.t_us / column_us) as usize;
         let source = match summary
             .per_source
             .iter()
@@ -185,9 +228,28 @@ pub fn summarize(
         };
         match outcome.result {
             Ok(d) if d.allowed => {
+                // An admitted request runs at its scheduled time: counted in that column.
+                let wait = outcome.wait.unwrap_or(0);
+                let runs_at = request.t_us + wait;
+                let index = (runs_at / column_us) as usize;
+                while columns.len() <= index {
+                    let start_us = columns.len() as u64 * column_us;
+                    columns.push(Column {
+                        start_us,
+                        ..Column::default()
+                    });
+                }
+                let column = &mut columns[index];
                 summary.admitted += 1;
                 summary.units_admitted += request.cost;
                 column.admitted += 1;
+                column.units_admitted += request.cost;
+                if wait > 0 {
+                    summary.queued += 1;
+                    column.queued += 1;
+                    summary.longest_wait_us = summary.longest_wait_us.max(wait);
+                    summary.total_wait_us += wait;
+                }
                 source.admitted += 1;
                 if let Some(count) = summary.admitted_per_instance.get_mut(outcome.instance) {
                     *count += 1;
@@ -195,19 +257,19 @@ pub fn summarize(
                 admitted_by_key
                     .entry(request.key.as_str())
                     .or_default()
-                    .push((request.t_us, request.cost));
+                    .push((runs_at, request.cost));
             }
             Ok(_) => {
                 summary.rejected += 1;
                 summary.units_rejected += request.cost;
-                column.rejected += 1;
+                columns[arrival].rejected += 1;
                 source.rejected += 1;
             }
             // Cost above capacity (or any future refusal): an error, not a denial.
             Err(_) => {
                 summary.impossible += 1;
                 summary.units_rejected += request.cost;
-                column.impossible += 1;
+                columns[arrival].impossible += 1;
                 source.impossible += 1;
             }
         }
@@ -215,7 +277,9 @@ pub fn summarize(
     let mut keys: Vec<_> = admitted_by_key.into_iter().collect();
     // Deterministic tie-breaking between keys: alphabetical.
     keys.sort_by(|a, b| a.0.cmp(b.0));
-    for (key, admissions) in keys {
+    for (key, mut admissions) in keys {
+        // In time order (scheduled times of separate counters can interleave).
+        admissions.sort_by_key(|a| a.0);
         let (units, start_us) = max_in_window(&admissions, quota.period());
         if summary
             .max_in_period
@@ -268,6 +332,22 @@ pub struct Run {
     /// For several instances without a shared counter: what one shared counter admits on the
     /// same traffic (requests, most units in any period), the exact reference.
     pub shared_reference: Option<(u64, u64)>,
+    /// With `--max-wait`: the same traffic and counters without waiting, every request that
+    /// does not fit at once rejected (queue vs reject).
+    pub reject_reference: Option<RejectReference>,
+}
+
+/// What the same run admits when nothing waits ([`Run::reject_reference`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RejectReference {
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Requests rejected (denied or impossible).
+    pub rejected: u64,
+    /// Units admitted.
+    pub units_admitted: u64,
+    /// The most units admitted for one key in any period.
+    pub max_in_period: u64,
 }
 
 /// Runs `kind` on `quota` over `requests` with in-process counters laid out by `setup`.
@@ -283,9 +363,47 @@ pub fn run_in_memory(
     column_us: Micros,
     span_us: Micros,
 ) -> Result<Run, Error> {
-    run_with(requests, kind, quota, setup, column_us, span_us, |setup| {
+    run_in_memory_waiting(requests, kind, quota, setup, column_us, span_us, None)
+}
+
+/// [`run_in_memory`] with `max_wait` ([`simulate_waiting`]).
+///
+/// # Errors
+/// As [`run_in_memory`].
+pub fn run_in_memory_waiting(
+    requests: &[Request],
+    kind: AlgorithmKind,
+    quota: Quota,
+    setup: Setup,
+    column_us: Micros,
+    span_us: Micros,
+    max_wait: Option<Micros>,
+) -> Result<Run, Error> {
+    let shape = RunShape {
+        quota,
+        setup,
+        column_us,
+        span_us,
+        max_wait,
+    };
+    run_shaped(requests, kind, shape, |setup| {
         Ok(Box::new(InProcessCounters::new(kind, quota, setup)?))
     })
+}
+
+/// The parameters of one run besides the traffic, the algorithm and the counters.
+#[derive(Debug, Clone, Copy)]
+pub struct RunShape {
+    /// The declared quota.
+    pub quota: Quota,
+    /// The deployment.
+    pub setup: Setup,
+    /// Chart column width, microseconds.
+    pub column_us: Micros,
+    /// The traffic's span, microseconds.
+    pub span_us: Micros,
+    /// `--max-wait`, microseconds: requests wait up to it instead of being rejected.
+    pub max_wait: Option<Micros>,
 }
 
 /// Runs `kind` on `quota` over `requests` with the counters `new_store` builds for a setup:
@@ -301,40 +419,83 @@ pub fn run_with(
     setup: Setup,
     column_us: Micros,
     span_us: Micros,
+    new_store: impl FnMut(&Setup) -> Result<Box<dyn CounterStore>, Error>,
+) -> Result<Run, Error> {
+    let shape = RunShape {
+        quota,
+        setup,
+        column_us,
+        span_us,
+        max_wait: None,
+    };
+    run_shaped(requests, kind, shape, new_store)
+}
+
+/// [`run_with`] for a [`RunShape`]: with `max_wait`, requests wait ([`simulate_waiting`]) and
+/// the run carries the [`RejectReference`] of the same traffic without waiting.
+///
+/// # Errors
+/// As [`run_with`].
+pub fn run_shaped(
+    requests: &[Request],
+    kind: AlgorithmKind,
+    shape: RunShape,
     mut new_store: impl FnMut(&Setup) -> Result<Box<dyn CounterStore>, Error>,
 ) -> Result<Run, Error> {
+    let RunShape {
+        quota,
+        setup,
+        column_us,
+        span_us,
+        max_wait,
+    } = shape;
     // Replays the traffic on counters laid out by `setup` and summarizes the decisions.
-    let mut replay = |setup: &Setup| -> Result<(Vec<Outcome>, Summary), Error> {
-        let mut store = new_store(setup)?;
-        let mut balancer = Balancer::new(setup.instances, setup.balance);
-        let outcomes = simulate(
-            requests,
-            store.as_mut(),
-            &mut balancer,
-            epoch_base(quota.period()),
-        )?;
-        let summary = summarize(
-            requests,
-            &outcomes,
-            &quota,
-            setup.instances,
-            column_us,
-            span_us,
-        );
-        Ok((outcomes, summary))
-    };
-    let (outcomes, summary) = replay(&setup)?;
+    let mut replay =
+        |setup: &Setup, max_wait: Option<Micros>| -> Result<(Vec<Outcome>, Summary), Error> {
+            let mut store = new_store(setup)?;
+            let mut balancer = Balancer::new(setup.instances, setup.balance);
+            let outcomes = simulate_waiting(
+                requests,
+                store.as_mut(),
+                &mut balancer,
+                epoch_base(quota.period()),
+                max_wait,
+            )?;
+            let summary = summarize(
+                requests,
+                &outcomes,
+                &quota,
+                setup.instances,
+                column_us,
+                span_us,
+            );
+            Ok((outcomes, summary))
+        };
+    let (outcomes, summary) = replay(&setup, max_wait)?;
     let shared_reference = if setup.instances > 1 && setup.counter != CounterMode::Shared {
-        let (_, s) = replay(&setup.shared())?;
+        let (_, s) = replay(&setup.shared(), max_wait)?;
         Some((s.admitted, s.max_in_period.map_or(0, |p| p.units)))
     } else {
         None
+    };
+    let reject_reference = match max_wait {
+        Some(_) => {
+            let (_, s) = replay(&setup, None)?;
+            Some(RejectReference {
+                admitted: s.admitted,
+                rejected: s.rejected + s.impossible,
+                units_admitted: s.units_admitted,
+                max_in_period: s.max_in_period.map_or(0, |p| p.units),
+            })
+        }
+        None => None,
     };
     Ok(Run {
         kind,
         outcomes,
         summary,
         shared_reference,
+        reject_reference,
     })
 }
 

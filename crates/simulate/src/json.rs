@@ -54,7 +54,7 @@ pub fn render(report: &Report) -> String {
 
 /// Everything but the runs.
 fn header(report: &Report) -> Value {
-    json!({
+    let mut header = json!({
         "scenario": report.traffic.name,
         "preset": report.preset.map(|p| p.as_str()),
         "traffic": report.traffic.description,
@@ -64,7 +64,11 @@ fn header(report: &Report) -> Value {
             "burst": report.quota.burst(),
         },
         "setup": report.setup,
-    })
+    });
+    if let Some(max_wait) = report.max_wait {
+        header["max_wait_us"] = max_wait.into();
+    }
+    header
 }
 
 /// A run's summary plus its shared-counter reference.
@@ -76,6 +80,10 @@ fn summary(run: &Run) -> Value {
             Some((admitted, max)) => json!({"admitted": admitted, "max_in_period": max}),
             None => Value::Null,
         },
+    );
+    summary.as_object_mut().expect("an object").insert(
+        "reject_reference".into(),
+        serde_json::to_value(run.reject_reference).expect("reference serializes"),
     );
     summary
 }
@@ -95,6 +103,9 @@ fn write_decisions(text: &mut String, report: &Report, run: &Run) {
             r.cost,
             r.source
         );
+        if let Some(wait) = o.wait {
+            let _ = write!(text, "\"wait_us\": {wait}, ");
+        }
         let _ = match o.result {
             Ok(d) => write!(
                 text,
@@ -158,6 +169,7 @@ mod tests {
             setup,
             preset: None,
             runs: vec![run],
+            max_wait: None,
         };
         let text = render(&report);
         let value: Value = serde_json::from_str(&text).unwrap();

@@ -46,7 +46,7 @@ pub mod traffic;
 use engine::Run;
 use setup::{Balance, CounterMode, Setup, SetupError, StoreSpec};
 use trace::TraceError;
-use traffic::{Boundary, CalmSpike, Flood, Traffic};
+use traffic::{Boundary, CalmSpike, DailyJobs, Flood, Traffic};
 
 /// Why a simulation could not be built or run.
 #[derive(Debug, thiserror::Error)]
@@ -186,6 +186,12 @@ pub struct Spec {
     pub key: String,
     /// Width of one chart column, microseconds [default: see [`column_width`]].
     pub column: Option<Micros>,
+    /// Requests wait up to this long (microseconds) for a slot instead of being rejected
+    /// (`--max-wait`; a reservation, see `docs/reservations.md`); each run then also reports
+    /// what the same traffic gets without waiting (queue vs reject). Memory counters only.
+    pub max_wait: Option<Micros>,
+    /// daily-jobs: the number of job runners [default: 8].
+    pub runners: Option<u64>,
 }
 
 impl Default for Spec {
@@ -212,6 +218,8 @@ impl Default for Spec {
             max_requests: DEFAULT_MAX_REQUESTS,
             key: "client".to_string(),
             column: None,
+            max_wait: None,
+            runners: None,
         }
     }
 }
@@ -248,6 +256,9 @@ pub enum ScenarioName {
     CalmSpike,
     /// Sustained demand well above the limit: `--rate` (default 10 x the limit).
     Flood,
+    /// `--runners` jobs (default 8) sharing one daily quota (default 10000/d) with weighted
+    /// costs: a search costs 100 units, a list call 1.
+    DailyJobs,
 }
 
 /// Named cases from the source documents (limit 100/s).
@@ -277,6 +288,13 @@ impl Choice for ScenarioName {
             ScenarioName::Flood,
             "flood",
             "Sustained demand well above the limit: `--rate` (default 10 x the limit)",
+        ),
+        (
+            ScenarioName::DailyJobs,
+            "daily-jobs",
+            "`--runners` jobs (default 8) sharing one daily quota (default 10000/d), each \
+             calling every `--every` (default 10 min): a search (100 units) every 10th call, \
+             list calls (1 unit) otherwise",
         ),
     ];
 }
@@ -376,6 +394,8 @@ pub struct Report {
     pub preset: Option<Preset>,
     /// One run per algorithm, in [`AlgorithmKind::ALL`] order.
     pub runs: Vec<Run>,
+    /// `--max-wait`, microseconds, when requests waited.
+    pub max_wait: Option<Micros>,
 }
 
 impl Report {
@@ -421,7 +441,16 @@ pub fn build_traffic(spec: &Spec, quota: &Quota) -> Result<Traffic, Error> {
     only(spec.before.is_some(), "before", ScenarioName::Boundary)?;
     only(spec.after.is_some(), "after", ScenarioName::Boundary)?;
     only(spec.at.is_some(), "at", ScenarioName::CalmSpike)?;
-    only(spec.every.is_some(), "every", ScenarioName::CalmSpike)?;
+    if spec.every.is_some()
+        && (spec.trace.is_some()
+            || !matches!(scenario, ScenarioName::CalmSpike | ScenarioName::DailyJobs))
+    {
+        return Err(Error::invalid(
+            "every",
+            "--every applies only to --scenario calm-spike and daily-jobs",
+        ));
+    }
+    only(spec.runners.is_some(), "runners", ScenarioName::DailyJobs)?;
     only(spec.rate.is_some(), "rate", ScenarioName::Flood)?;
     if let Some(input) = &spec.trace {
         for (present, field) in [
@@ -487,6 +516,27 @@ pub fn build_traffic(spec: &Spec, quota: &Quota) -> Result<Traffic, Error> {
             check_request_count(c.count(), max, "--scenario calm-spike")?;
             (c.traffic(), "at")
         }
+        ScenarioName::DailyJobs => {
+            if spec.requests.is_some() || spec.spread.is_some() {
+                let field = if spec.requests.is_some() {
+                    "requests"
+                } else {
+                    "spread"
+                };
+                return Err(Error::invalid(
+                    field,
+                    "--requests and --spread do not apply to --scenario daily-jobs (use \
+                     --runners and --every)",
+                ));
+            }
+            let mut d = DailyJobs::for_quota(quota);
+            d.runners = spec.runners.unwrap_or(d.runners);
+            d.every = spec.every.unwrap_or(d.every);
+            d.duration = spec.duration.unwrap_or(d.duration);
+            d.key.clone_from(&spec.key);
+            check_request_count(d.count(), max, "--scenario daily-jobs")?;
+            (d.traffic(), "every")
+        }
         ScenarioName::Flood => {
             if spec.requests.is_some() || spec.spread.is_some() {
                 let field = if spec.requests.is_some() {
@@ -511,8 +561,8 @@ pub fn build_traffic(spec: &Spec, quota: &Quota) -> Result<Traffic, Error> {
     };
     traffic.map_err(|message| {
         // A message about one flag (`--every must be ...`) names that field.
-        const FIELDS: [&str; 7] = [
-            "requests", "spread", "before", "after", "at", "every", "rate",
+        const FIELDS: [&str; 8] = [
+            "requests", "spread", "before", "after", "at", "every", "rate", "runners",
         ];
         let named = message
             .strip_prefix("--")
@@ -554,10 +604,20 @@ pub fn column_width(requested: Option<Micros>, span: Micros) -> Micros {
 /// cannot apply, or a column width drawing over 10,000 columns; [`Error::Run`] when a setup
 /// cannot be built for an algorithm or its store fails.
 pub fn build_report(spec: &Spec) -> Result<Report, Error> {
+    let daily_jobs =
+        spec.trace.is_none() && spec.preset.is_none() && spec.scenario == ScenarioName::DailyJobs;
     let mut quota = spec.limit.unwrap_or_else(|| match spec.preset {
         Some(_) => preset_quota(),
+        None if daily_jobs => "10000/d".parse().expect("10000/d is a valid quota"),
         None => "10/10s".parse().expect("10/10s is a valid quota"),
     });
+    if spec.max_wait.is_some() && spec.store != StoreSpec::Memory {
+        return Err(Error::invalid(
+            "max_wait",
+            "--max-wait needs --store memory: the Redis counters of the simulator do not \
+             reserve yet",
+        ));
+    }
     if let Some(burst) = spec.burst {
         quota = quota
             .burst_of(burst)
@@ -580,7 +640,12 @@ pub fn build_report(spec: &Spec) -> Result<Report, Error> {
         balance: spec.balance,
     };
     let traffic = build_traffic(spec, &quota)?;
-    let column = column_width(spec.column, traffic.span_us);
+    // The daily jobs' spending is read per hour.
+    let requested_column = match spec.column {
+        None if daily_jobs => Some(3_600 * MICROS_PER_SECOND),
+        other => other,
+    };
+    let column = column_width(requested_column, traffic.span_us);
     if traffic.span_us.div_ceil(column) > 10_000 {
         return Err(Error::invalid(
             "column",
@@ -598,12 +663,31 @@ pub fn build_report(spec: &Spec) -> Result<Report, Error> {
             })
         })
         .collect::<Result<Vec<_>, Error>>()?;
+    // Requests that waited may run after the traffic's span: every run draws as many columns
+    // as the longest.
+    let mut runs = runs;
+    let n_columns = runs
+        .iter()
+        .map(|r| r.summary.columns.len())
+        .max()
+        .unwrap_or(0);
+    for run in &mut runs {
+        let columns = &mut run.summary.columns;
+        while columns.len() < n_columns {
+            let start_us = columns.len() as u64 * column;
+            columns.push(engine::Column {
+                start_us,
+                ..engine::Column::default()
+            });
+        }
+    }
     Ok(Report {
         traffic,
         quota,
         setup,
         preset: spec.preset,
         runs,
+        max_wait: spec.max_wait,
     })
 }
 
@@ -617,13 +701,14 @@ fn run_one(
     column: Micros,
 ) -> Result<Run, Error> {
     match &spec.store {
-        StoreSpec::Memory => engine::run_in_memory(
+        StoreSpec::Memory => engine::run_in_memory_waiting(
             &traffic.requests,
             kind,
             quota,
             setup,
             column,
             traffic.span_us,
+            spec.max_wait,
         ),
         #[cfg(feature = "redis")]
         StoreSpec::Redis(url) => engine::run_with(

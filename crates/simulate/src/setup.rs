@@ -12,7 +12,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use floodgate_core::{
-    AlgorithmKind, CheckError, Decision, Policy, Quota, QuotaError, State, Timestamp,
+    AlgorithmKind, CheckError, Decision, Micros, Policy, Quota, QuotaError, Reservation, State,
+    Timestamp,
 };
 
 /// Where each instance's counter lives.
@@ -193,6 +194,29 @@ pub trait CounterStore {
         now: Timestamp,
         cost: u64,
     ) -> Result<Decision, CounterError>;
+
+    /// A check that may wait (`--max-wait`): reserves `cost` units for the earliest time within
+    /// `max_wait` microseconds that they fit, consuming them now for that time; beyond it
+    /// denies as [`CounterStore::check`] does, consuming nothing (see
+    /// [`floodgate_core::Policy::reserve`]).
+    ///
+    /// The default (counters that cannot reserve) is a [`CounterError::Store`] saying so.
+    ///
+    /// # Errors
+    /// As [`CounterStore::check`].
+    fn reserve(
+        &mut self,
+        instance: usize,
+        key: &str,
+        now: Timestamp,
+        cost: u64,
+        max_wait: Micros,
+    ) -> Result<Reservation, CounterError> {
+        let _ = (instance, key, now, cost, max_wait);
+        Err(CounterError::Store(
+            "these counters cannot reserve: --max-wait needs --store memory".into(),
+        ))
+    }
 }
 
 /// Why a [`CounterStore`] gave no decision.
@@ -334,6 +358,26 @@ impl CounterStore for InProcessCounters {
         let counters = self.states.get_mut(key).expect("just inserted");
         let state = counters[counter].get_or_insert_with(|| policy.initial_state());
         Ok(policy.check(state, now, cost)?)
+    }
+
+    fn reserve(
+        &mut self,
+        instance: usize,
+        key: &str,
+        now: Timestamp,
+        cost: u64,
+        max_wait: Micros,
+    ) -> Result<Reservation, CounterError> {
+        let counter = counter_index(self.mode, instance);
+        let policy = &self.policies[counter];
+        policy.validate_cost(cost)?;
+        if !self.states.contains_key(key) {
+            self.states
+                .insert(key.to_string(), vec![None; self.policies.len()]);
+        }
+        let counters = self.states.get_mut(key).expect("just inserted");
+        let state = counters[counter].get_or_insert_with(|| policy.initial_state());
+        Ok(policy.reserve(state, now, cost, max_wait)?)
     }
 }
 

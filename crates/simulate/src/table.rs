@@ -31,6 +31,13 @@ pub fn render(report: &Report) -> String {
         q.burst()
     );
     let _ = writeln!(out, "setup:    {}", report.setup.describe());
+    if let Some(max_wait) = report.max_wait {
+        let _ = writeln!(
+            out,
+            "waiting:  up to {} for a slot (--max-wait), instead of a rejection",
+            format_duration(max_wait)
+        );
+    }
     out.push('\n');
 
     // Totals and the true rate, one row per algorithm.
@@ -87,6 +94,42 @@ pub fn render(report: &Report) -> String {
          over every decision time;\n vs limit: that max over the limit of {})",
         q.limit()
     );
+    if report.runs.iter().any(|r| r.reject_reference.is_some()) {
+        // Queue vs reject: the same traffic, waiting up to --max-wait or not at all.
+        out.push('\n');
+        let _ = writeln!(
+            out,
+            "{:<15}{:>24}{:>10}{:>14}{:>14}{:>26}",
+            "queue vs reject",
+            "waiting: admitted/rej",
+            "queued",
+            "longest wait",
+            "mean wait",
+            "not waiting: admitted/rej"
+        );
+        for run in &report.runs {
+            let s = &run.summary;
+            let mean = s.total_wait_us.checked_div(s.queued).unwrap_or(0);
+            let reference = run
+                .reject_reference
+                .map_or_else(String::new, |r| format!("{}/{}", r.admitted, r.rejected));
+            let _ = writeln!(
+                out,
+                "{:<15}{:>24}{:>10}{:>14}{:>14}{:>26}",
+                run.kind.as_str(),
+                format!("{}/{}", s.admitted, s.rejected + s.impossible),
+                s.queued,
+                format_duration(s.longest_wait_us),
+                format_duration(mean),
+                reference
+            );
+        }
+        let _ = writeln!(
+            out,
+            "(queued: admitted after waiting for a slot; waits are from arrival to the slot; \
+             an admitted request is counted below in the column it runs in)"
+        );
+    }
     if report.setup.instances > 1 {
         out.push('\n');
         for run in &report.runs {
@@ -152,6 +195,34 @@ pub fn render(report: &Report) -> String {
         "(admitted/rejected requests in each {} from the time shown)",
         format_duration(column_us)
     );
+    if report.traffic.requests.iter().any(|r| r.cost != 1) {
+        // Weighted costs: what was spent, in units, per column and in all.
+        out.push('\n');
+        let _ = write!(out, "{:<12}", "units spent");
+        for run in &report.runs {
+            let _ = write!(out, "{:>16}", run.kind.as_str());
+        }
+        out.push('\n');
+        for i in 0..n_columns {
+            let start = report.runs[0].summary.columns[i].start_us;
+            let _ = write!(out, "{:<12}", format_duration(start));
+            for run in &report.runs {
+                let _ = write!(out, "{:>16}", run.summary.columns[i].units_admitted);
+            }
+            out.push('\n');
+        }
+        let _ = write!(out, "{:<12}", "total");
+        for run in &report.runs {
+            let _ = write!(out, "{:>16}", run.summary.units_admitted);
+        }
+        out.push('\n');
+        let _ = writeln!(
+            out,
+            "(units admitted in each {}; the limit is {} per {period})",
+            format_duration(column_us),
+            q.limit()
+        );
+    }
 
     // One chart per algorithm, all on the same vertical scale.
     let scale = report.chart_scale();
@@ -273,7 +344,7 @@ mod tests {
             start_us: 0,
             admitted,
             rejected,
-            impossible: 0,
+            ..Column::default()
         }
     }
 

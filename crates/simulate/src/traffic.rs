@@ -258,6 +258,101 @@ impl CalmSpike {
     }
 }
 
+/// Job runners sharing one daily quota of a paid API (the source documents' case): `runners`
+/// jobs each make one call every `every`, staggered by `every / runners`, for `duration`;
+/// every `search_every`-th call of a job is a search costing `search_cost` units, the others
+/// list calls costing 1. Every call spends from the same key (the shared budget). Defaults
+/// ([`DailyJobs::for_quota`]): 8 runners, one call per 10 minutes each, a search (100 units)
+/// every 10th call, for one period: about 12,500 units of demand a day against 10,000.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DailyJobs {
+    /// Job runners.
+    pub runners: u64,
+    /// Interval between one runner's calls, in microseconds (at least 1).
+    pub every: Micros,
+    /// How long the jobs run, in microseconds.
+    pub duration: Micros,
+    /// Every this many calls of a runner is a search (the first call included).
+    pub search_every: u64,
+    /// Units a search costs (a list call costs 1).
+    pub search_cost: u64,
+    /// The key every call spends from.
+    pub key: String,
+}
+
+impl DailyJobs {
+    /// The defaults described on [`DailyJobs`].
+    pub fn for_quota(quota: &Quota) -> Self {
+        Self {
+            runners: 8,
+            every: 600 * 1_000_000,
+            duration: quota.period(),
+            search_every: 10,
+            search_cost: 100,
+            key: "client".to_string(),
+        }
+    }
+
+    /// How many calls [`DailyJobs::traffic`] generates, computed without generating them.
+    pub fn count(&self) -> u128 {
+        match self.every {
+            0 => 0,
+            every => u128::from(self.duration.div_ceil(every)) * u128::from(self.runners),
+        }
+    }
+
+    /// Every runner's calls.
+    ///
+    /// # Errors
+    /// When `every`, `runners` or `search_every` is 0.
+    pub fn traffic(&self) -> Result<Traffic, String> {
+        if self.every == 0 {
+            return Err("--every must be longer than 0".into());
+        }
+        if self.runners == 0 {
+            return Err("--runners must be at least 1".into());
+        }
+        let search_every = self.search_every.max(1);
+        let mut requests = Vec::new();
+        for runner in 0..self.runners {
+            let offset = self.every / self.runners * runner;
+            let mut call = 0u64;
+            let mut t = offset;
+            while t < self.duration {
+                // Runners search at different calls of theirs, as independent jobs do.
+                let search = (call + runner) % search_every == 0;
+                requests.push(Request {
+                    t_us: t,
+                    key: self.key.clone(),
+                    cost: if search { self.search_cost } else { 1 },
+                    source: if search { "search" } else { "list" },
+                });
+                call += 1;
+                match t.checked_add(self.every) {
+                    Some(next) => t = next,
+                    None => break,
+                }
+            }
+        }
+        let description = format!(
+            "{} job runners sharing one quota (key {:?}), each calling every {} for {}: a search \
+             ({} units) every {} calls, list calls (1 unit) otherwise",
+            self.runners,
+            self.key,
+            format_span(self.every),
+            format_span(self.duration),
+            self.search_cost,
+            search_every,
+        );
+        Ok(Traffic::new(
+            "daily-jobs",
+            description,
+            requests,
+            self.duration,
+        ))
+    }
+}
+
 /// Sustained demand well above the limit: `units` requests per `per`, evenly spaced, for
 /// `duration`. Request `i` arrives at `floor(i x per / units)`. Defaults
 /// ([`Flood::for_quota`]): 10 x the limit (100 per 10 s at the documents' 10 per 10 s) for one

@@ -46,6 +46,8 @@ pub mod redis;
 #[cfg(feature = "redis")]
 pub use any::AnyStore;
 pub use error::StoreError;
+#[cfg(feature = "tokio")]
+pub use memory::Jitter;
 pub use memory::{KeyedLimiter, MemoryStore, MemoryStoreConfig, StoreStats};
 
 /// One item of a check batch: charge `cost` units to partition `key` of rule `rule`.

@@ -28,6 +28,10 @@ Examples:
   floodgate simulate --scenario flood --algorithm fixed_window --instances 3 --counter shared
   # A calm client and a sudden 15, as an SVG chart:
   floodgate simulate --scenario calm-spike --format svg --output calm.svg
+  # Queue instead of reject: the calm client and the spike wait up to 2 s for a slot:
+  floodgate simulate --scenario calm-spike --max-wait 2s
+  # 8 job runners sharing 10,000 units a day (search 100, list 1), units spent per hour:
+  floodgate simulate --scenario daily-jobs --algorithm fixed_window
   # Your own traffic (CSV t_ms,key,cost or JSON lines):
   floodgate simulate --trace requests.csv --limit 100/min --algorithm sliding_window";
 
@@ -130,6 +134,16 @@ pub(crate) struct Args {
     #[arg(long, default_value = "client", help_heading = "Traffic")]
     pub(crate) key: String,
 
+    /// daily-jobs: the number of job runners sharing the quota [default: 8].
+    #[arg(long, help_heading = "Traffic")]
+    pub runners: Option<u64>,
+
+    /// Requests wait up to this long for a slot instead of being rejected, e.g. 2s (a
+    /// reservation, as `POST /v1/check` with `max_wait_ms`); the totals then compare queueing
+    /// with rejecting on the same traffic. Memory counters only.
+    #[arg(long, value_parser = parse_duration, help_heading = "Setup")]
+    pub max_wait: Option<Micros>,
+
     /// table: per-second table, terminal chart and totals. json: every decision plus the
     /// summary. svg: a chart (one panel per algorithm).
     #[arg(long, short, default_value = "table", value_parser = choice::<Format>(), help_heading = "Output")]
@@ -174,6 +188,8 @@ impl Args {
             max_requests: self.max_requests,
             key: self.key.clone(),
             column: self.column,
+            max_wait: self.max_wait,
+            runners: self.runners,
         }
     }
 }

@@ -300,6 +300,9 @@ fn spec_of(r: SimulateRequest) -> Result<Spec, Bad> {
         max_requests,
         key: r.key.unwrap_or(defaults.key),
         column: duration("column", r.column)?,
+        // Not offered by /v1/simulate yet.
+        max_wait: None,
+        runners: None,
     })
 }
 

@@ -66,6 +66,8 @@
 
 mod fpmap;
 mod table;
+#[cfg(feature = "tokio")]
+mod until_ready;
 
 use std::hash::BuildHasher;
 use std::iter::successors;
@@ -78,6 +80,8 @@ use siphasher::sip::SipHasher13;
 
 use crate::{BatchDecision, BatchReservation, CheckItem, OnFull, SettleItem, Store, StoreError};
 use table::{AnyLocked, AnyTable, Held, Kind, Table};
+#[cfg(feature = "tokio")]
+pub use until_ready::Jitter;
 
 /// Settings of a [`MemoryStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,109 @@
+//! [`Budget`]: a job's quota (e.g. a paid API's 10,000 units a day), spent until it is gone.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use floodgate_core::{Micros, Timestamp};
+
+use crate::{Client, Error};
+
+/// A quota a job spends: one rule and key on a Floodgate (or several Floodgates sharing Redis,
+/// which then count one budget). Each [`Budget::spend`] is one check of `cost` units: granted
+/// units are consumed; a refusal says exactly when the quota frees, so the job stops cleanly
+/// instead of learning it from the provider's errors.
+///
+/// For a daily quota that frees at once, configure the rule as a fixed window (`limit =
+/// "10000/d"`, `algorithm = "fixed_window"`): [`Exhausted::until`] is then the window's end.
+/// With GCRA or a bucket it is when enough units have refilled for the refused cost.
+#[derive(Debug)]
+pub struct Budget {
+    client: Client,
+    rule: String,
+    key: String,
+    spent: AtomicU64,
+}
+
+/// The quota cannot grant the units now. Times on the client's clock.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("budget {rule:?} exhausted: {cost} units refused, {remaining} left; frees at {until} µs since the epoch")]
+pub struct Exhausted {
+    /// The rule.
+    pub rule: String,
+    /// The refused cost.
+    pub cost: u64,
+    /// Units left (less than `cost`).
+    pub remaining: u64,
+    /// Microseconds from the answer until the cost can be granted (`retry_after_us`).
+    pub retry_after_us: Micros,
+    /// When the cost can be granted: microseconds since the Unix epoch (the answer's arrival
+    /// plus `retry_after_us`).
+    pub until: Timestamp,
+}
+
+impl Exhausted {
+    /// [`Exhausted::until`] as a `SystemTime`.
+    pub fn until_system_time(&self) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::from_micros(self.until)
+    }
+}
+
+/// Why [`Budget::spend`] did not grant the units.
+#[derive(Debug, thiserror::Error)]
+pub enum SpendError {
+    /// The quota is spent until [`Exhausted::until`]: stop.
+    #[error(transparent)]
+    Exhausted(#[from] Exhausted),
+    /// The request failed (see [`Error`]).
+    #[error(transparent)]
+    Client(#[from] Error),
+}
+
+impl Budget {
+    /// The budget of `rule` for `key` on `client`'s Floodgate.
+    pub fn new(client: Client, rule: impl Into<String>, key: impl Into<String>) -> Self {
+        Self {
+            client,
+            rule: rule.into(),
+            key: key.into(),
+            spent: AtomicU64::new(0),
+        }
+    }
+
+    /// Spends `cost` units: `Ok(())` when granted (consumed now), or
+    /// [`SpendError::Exhausted`] with the exact time the quota frees, consuming nothing.
+    ///
+    /// # Errors
+    /// [`SpendError::Exhausted`]; [`SpendError::Client`] when the request failed (e.g. a cost
+    /// above the rule's limit is a 400 naming `cost`).
+    pub async fn spend(&self, cost: u64) -> Result<(), SpendError> {
+        let answer = self.client.check(&self.rule, &self.key, cost).await?;
+        if answer.allowed {
+            self.spent.fetch_add(cost, Ordering::Relaxed);
+            return Ok(());
+        }
+        let retry_after_us = answer.retry_after_us.unwrap_or(0);
+        Err(Exhausted {
+            rule: self.rule.clone(),
+            cost,
+            remaining: answer.remaining.unwrap_or(0),
+            retry_after_us,
+            until: answer.received_at.saturating_add(retry_after_us),
+        }
+        .into())
+    }
+
+    /// Units this `Budget` was granted so far (by this process; others sharing the quota
+    /// spend from the same count on the server).
+    pub fn spent(&self) -> u64 {
+        self.spent.load(Ordering::Relaxed)
+    }
+
+    /// The rule.
+    pub fn rule(&self) -> &str {
+        &self.rule
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
