@@ -49,7 +49,7 @@ failure_mode = "closed"
 
 /// The job's calls: a search (100 units) then nine list calls (1 unit each), over and over.
 fn cost_of(call: u64) -> u64 {
-    if call % 10 == 0 {
+    if call.is_multiple_of(10) {
         100
     } else {
         1

@@ -320,7 +320,7 @@ impl DailyJobs {
             let mut t = offset;
             while t < self.duration {
                 // Runners search at different calls of theirs, as independent jobs do.
-                let search = (call + runner) % search_every == 0;
+                let search = (call + runner).is_multiple_of(search_every);
                 requests.push(Request {
                     t_us: t,
                     key: self.key.clone(),
