@@ -11,6 +11,7 @@ use floodgate_core::{Decision, Micros, Quota, Timestamp};
 use floodgate_store::{CheckItem, OnFull, Store, StoreError};
 use http::{HeaderMap, HeaderValue, Request, Response};
 
+use crate::future::{DelayTimer, Delays, DEFAULT_MAX_DELAYED};
 use crate::key::KeyContext;
 use crate::metrics::Outcome;
 use crate::response;
@@ -61,6 +62,8 @@ pub struct RateLimiter<S> {
     store: Arc<S>,
     rules: Arc<ArcSwap<RuleSet>>,
     observer: Option<Arc<dyn DenialObserver>>,
+    /// The delay mode's waiting requests: their bound, count and timer.
+    delays: Arc<Delays>,
 }
 
 impl<S> Clone for RateLimiter<S> {
@@ -69,6 +72,7 @@ impl<S> Clone for RateLimiter<S> {
             store: Arc::clone(&self.store),
             rules: Arc::clone(&self.rules),
             observer: self.observer.clone(),
+            delays: Arc::clone(&self.delays),
         }
     }
 }
@@ -338,6 +342,26 @@ impl Plan {
         self.checks.push(PlannedCheck { rule, key, cost });
     }
 
+    /// The longest the plan's request may be held in the delay mode, in microseconds: the
+    /// smallest [`Rule::delay`](crate::Rule::delay) of its enforcing items (each clamped to
+    /// its policy's horizon, [`floodgate_core::Policy::max_wait`]); 0 (decide as a check)
+    /// when an enforcing item's rule has no delay, when there is no enforcing item, or when
+    /// the plan is refused before the store is asked. Shadow items never hold a request.
+    pub fn delay(&self) -> Micros {
+        if self.refusal.is_some() {
+            return 0;
+        }
+        let rules = &self.rules.rules;
+        self.checks
+            .as_slice()
+            .iter()
+            .map(|c| &rules[c.rule])
+            .filter(|rule| !rule.shadow)
+            .map(|rule| rule.delay.map_or(0, |d| d.min(rule.policy.max_wait())))
+            .min()
+            .unwrap_or(0)
+    }
+
     /// The rules the plan was made with.
     pub fn rules(&self) -> &Arc<RuleSet> {
         &self.rules
@@ -375,7 +399,35 @@ impl<S: Store> RateLimiter<S> {
             store,
             rules,
             observer: None,
+            delays: Arc::new(Delays::new(DEFAULT_MAX_DELAYED, DelayTimer::Tokio)),
         }
+    }
+
+    /// At most `max` requests of this limiter (and its clones made from now on) wait in the
+    /// delay mode at once ([`Rule::delay`](crate::Rule::delay)); one more that would wait is
+    /// refused as a check refuses it (default [`DEFAULT_MAX_DELAYED`]; 0: none waits).
+    pub fn with_max_delayed(mut self, max: usize) -> Self {
+        self.delays = Arc::new(Delays::new(max, self.delays.timer.clone()));
+        self
+    }
+
+    /// Held requests of the delay mode wait until `clock` reads their scheduled time, looked
+    /// at every 5 ms, instead of on tokio's timer (the default, right for a store on the
+    /// system clock). For a store on a [`ManualClock`](floodgate_core::ManualClock): a held
+    /// request then passes when the clock is advanced past its slot.
+    pub fn with_delay_clock(mut self, clock: Arc<dyn floodgate_core::Clock>) -> Self {
+        self.delays = Arc::new(Delays::new(self.delays.max, DelayTimer::Clock(clock)));
+        self
+    }
+
+    /// How many requests are being held in the delay mode now.
+    pub fn delayed_now(&self) -> usize {
+        self.delays.holding()
+    }
+
+    /// The delay mode's state.
+    pub(crate) fn delays(&self) -> &Arc<Delays> {
+        &self.delays
     }
 
     /// This limiter (and its clones made from now on) tells `observer` of every denial.
@@ -404,11 +456,6 @@ impl<S: Store> RateLimiter<S> {
     /// The store.
     pub fn store(&self) -> &Arc<S> {
         &self.store
-    }
-
-    /// The denial observer, if any.
-    pub(crate) fn observer(&self) -> Option<&Arc<dyn DenialObserver>> {
-        self.observer.as_ref()
     }
 
     /// Decides which rules apply to a request and with which keys and costs. `extensions` are
