@@ -31,6 +31,7 @@ pub(crate) struct RawServer {
     pub ui: Option<bool>,
     pub ui_denied_keys: Option<Spanned<i64>>,
     pub grpc_listen: Option<Spanned<String>>,
+    pub max_delayed: Option<Spanned<i64>>,
 }
 
 /// `[store]`.
@@ -77,6 +78,8 @@ pub(crate) struct RawRule {
     #[serde(default)]
     pub shadow: bool,
     pub failure_mode: Option<Spanned<String>>,
+    /// Delay mode: `"500ms"`.
+    pub delay: Option<Spanned<String>>,
     /// The Envoy rate limit domain whose descriptors the rule answers.
     pub domain: Option<Spanned<String>>,
     #[serde(default)]
