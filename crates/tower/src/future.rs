@@ -18,7 +18,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
 
-use crate::limiter::{Action, Mode, Plan, RateLimiter, Verdict};
+use crate::limiter::{Action, Mode, Plan, RateLimiter, Reservation, Verdict};
 
 /// The future of [`RateLimit`](crate::RateLimit): boxed, because it awaits the store and then
 /// the inner service.
@@ -186,32 +186,37 @@ fn count_delayed(outcome: &'static str) {
 /// dropped before its slot (the client went away).
 struct Held<S: Store> {
     limiter: RateLimiter<S>,
-    plan: Option<Plan>,
-    verdict: Verdict,
-    slot: Slot,
+    /// `None` once the slot came (the units are used).
+    reservation: Option<Reservation>,
+    /// Given back (the gauge and the bound) when this is dropped.
+    _slot: Slot,
 }
 
 impl<S: Store> Held<S> {
     /// The slot came: the reservation is used.
     fn pass(mut self) {
-        self.plan = None;
+        self.reservation = None;
         count_delayed("passed");
     }
 }
 
 impl<S: Store> Drop for Held<S> {
     fn drop(&mut self) {
-        let Some(plan) = self.plan.take() else {
+        let Some(reservation) = self.reservation.take() else {
             return;
         };
         count_delayed("cancelled");
-        let _ = &self.slot;
-        // Settled on the runtime the request ran on (none: the process is going away and the
-        // reservation simply stands, spent).
+        // Settled on the runtime the request ran on, through the one settle path (counted
+        // there in floodgate_settles_total). Without a runtime (the process is going away)
+        // the reservation simply stands, spent.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let limiter = self.limiter.clone();
-            let verdict = std::mem::replace(&mut self.verdict, empty_verdict());
-            runtime.spawn(async move { give_back(&limiter, &plan, &verdict).await });
+            runtime.spawn(async move {
+                // A failure is counted and logged by settle; the units then stay spent.
+                let _ = limiter
+                    .settle(&reservation, &reservation.nothing_used())
+                    .await;
+            });
         }
     }
 }
@@ -271,10 +276,10 @@ impl<S: Store> RateLimiter<S> {
         let scheduled = verdict.outcomes.iter().filter_map(|o| o.scheduled_at).max();
         let held = Held {
             limiter: self.clone(),
-            plan: Some(plan),
-            verdict,
-            slot,
+            reservation: Reservation::from_verdict(&plan, &verdict),
+            _slot: slot,
         };
+        drop(plan);
         match &self.delays().timer {
             DelayTimer::Tokio => tokio::time::sleep(Duration::from_micros(wait)).await,
             DelayTimer::Clock(clock) => {
@@ -284,25 +289,7 @@ impl<S: Store> RateLimiter<S> {
                 }
             }
         }
-        let verdict = held.verdict.clone();
         held.pass();
         verdict
     }
-}
-
-/// A verdict holding nothing (what a [`Held`] keeps once its own is taken).
-fn empty_verdict() -> Verdict {
-    Verdict {
-        action: Action::Admit,
-        outcomes: Vec::new(),
-        store_error: None,
-        store_full: None,
-        wait: None,
-    }
-}
-
-/// Gives a held request's reservation back: settles it with actual cost 0.
-async fn give_back<S: Store>(limiter: &RateLimiter<S>, plan: &Plan, verdict: &Verdict) {
-    // PENDING: RateLimiter::settle (branch `settle`).
-    let _ = (limiter, plan, verdict);
 }

@@ -219,3 +219,55 @@ fn beyond_max_delayed_a_request_that_would_wait_is_refused_and_counted_queue_ful
     assert_eq!(delayed_total(&counters, "passed"), 2, "{counters:?}");
     assert_eq!(delayed_total(&counters, "cancelled"), 0, "{counters:?}");
 }
+
+#[test]
+fn a_request_dropped_while_held_gives_its_slot_back() {
+    let recorder = DebuggingRecorder::new();
+    metrics::with_local_recorder(&recorder, || {
+        runtime().block_on(async {
+            let d = delayed(vec![two_per_second()], 16);
+            for _ in 0..2 {
+                assert_eq!(d.send().await.0, StatusCode::OK);
+            }
+            let third = d.spawn();
+            let fourth = d.spawn();
+            d.until_held(2).await;
+            // The client of the fourth (slot at +1 s) goes away.
+            fourth.abort();
+            assert!(fourth.await.unwrap_err().is_cancelled());
+            d.until_held(1).await;
+            // Its units come back once the settle task has run: the next request then gets
+            // the +1 s slot (held) instead of +1.5 s (beyond the delay: a 429 at once).
+            let mut tries = 0;
+            let fifth = loop {
+                tries += 1;
+                assert!(tries < 100, "the dropped request's units never came back");
+                tokio::task::yield_now().await;
+                let next = d.spawn();
+                tokio::task::yield_now().await;
+                if d.limiter.delayed_now() == 2 {
+                    break next;
+                }
+                assert_eq!(next.await.unwrap().0, StatusCode::TOO_MANY_REQUESTS);
+            };
+            d.advance_ms(500);
+            assert_eq!(third.await.unwrap().0, StatusCode::OK);
+            assert!(!fifth.is_finished());
+            d.advance_ms(500);
+            assert_eq!(fifth.await.unwrap().0, StatusCode::OK);
+            assert_eq!(d.backend.calls(), 4, "the dropped request never reached it");
+        });
+    });
+    let counters = counters(&recorder);
+    assert_eq!(delayed_total(&counters, "cancelled"), 1, "{counters:?}");
+    assert_eq!(delayed_total(&counters, "passed"), 2, "{counters:?}");
+    let refunded: u64 = counters
+        .iter()
+        .filter(|(name, labels, _)| {
+            name == "floodgate_settled_units_total"
+                && labels.contains(&("direction".to_string(), "refunded".to_string()))
+        })
+        .map(|(_, _, n)| *n)
+        .sum();
+    assert_eq!(refunded, 1, "{counters:?}");
+}
