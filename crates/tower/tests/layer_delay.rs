@@ -157,7 +157,10 @@ fn several_rules_wait_at_most_the_smallest_delay() {
     });
 }
 
-fn counters(recorder: &DebuggingRecorder) -> Vec<(String, Vec<(String, String)>, u64)> {
+/// A counter's name, labels and value.
+type Counted = (String, Vec<(String, String)>, u64);
+
+fn counters(recorder: &DebuggingRecorder) -> Vec<Counted> {
     recorder
         .snapshotter()
         .snapshot()
@@ -177,7 +180,7 @@ fn counters(recorder: &DebuggingRecorder) -> Vec<(String, Vec<(String, String)>,
         .collect()
 }
 
-fn delayed_total(counters: &[(String, Vec<(String, String)>, u64)], outcome: &str) -> u64 {
+fn delayed_total(counters: &[Counted], outcome: &str) -> u64 {
     counters
         .iter()
         .filter(|(name, labels, _)| {
