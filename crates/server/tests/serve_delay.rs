@@ -1,7 +1,8 @@
 //! The delay mode (`delay = "2s"` on a rule) through the real binary: the reverse proxy holds a
 //! request until its slot and then forwards it to a real upstream, forward-auth answers 200 at
 //! the slot, a request beyond the delay is a 429 at once, a client that goes away gives its
-//! slot back, and the waiting bound refuses and counts.
+//! slot back, and the waiting bound refuses and counts; two proxies sharing one Redis keep one
+//! schedule.
 //!
 //! The schedule is measured on the real clock (`serve` without `--manual-clock`: tokio's timer
 //! is what holds the requests), from the moment the test has written the burst (the first
@@ -110,17 +111,18 @@ async fn read_answer(mut stream: TcpStream) -> (u16, Option<String>, Instant) {
     (status, retry, at)
 }
 
-/// Opens `n` connections, then writes one GET on each as fast as it can, `path(i)` with
-/// `headers`; answers (i, status, Retry-After, answered at), in order of i.
+/// Opens `n` connections (the i-th to `urls[i % urls.len()]`), then writes one GET on each as
+/// fast as it can, `path(i)` with `headers`; answers (i, status, Retry-After, answered at), in
+/// order of i.
 async fn burst(
-    url: &str,
+    urls: &[&str],
     n: usize,
     path: impl Fn(usize) -> String,
     headers: impl Fn(usize) -> String,
 ) -> (Instant, Vec<(usize, u16, Option<String>, Instant)>) {
     let mut streams = Vec::with_capacity(n);
-    for _ in 0..n {
-        streams.push(connect(url).await);
+    for i in 0..n {
+        streams.push(connect(urls[i % urls.len()]).await);
     }
     let sent = Instant::now();
     for (i, s) in streams.iter_mut().enumerate() {
@@ -164,7 +166,7 @@ async fn the_proxy_forwards_a_burst_at_its_scheduled_times_and_refuses_beyond_th
     let upstream = Recorder::start().await;
     let fg = Floodgate::with_config_on_real_clock(TEN_PER_SECOND, &["--upstream", &upstream.url]);
     let proxy = fg.proxy.clone().unwrap();
-    let (sent, answers) = burst(&proxy, 50, |i| format!("/r/{i}"), |_| String::new()).await;
+    let (sent, answers) = burst(&[&proxy], 50, |i| format!("/r/{i}"), |_| String::new()).await;
 
     let refused: Vec<_> = answers.iter().filter(|a| a.1 == 429).collect();
     let passed: Vec<_> = answers.iter().filter(|a| a.1 == 200).collect();
@@ -203,11 +205,43 @@ async fn the_proxy_forwards_a_burst_at_its_scheduled_times_and_refuses_beyond_th
     assert_eq!(metric(&c, &fg, allowed).await, Some(40.0));
 }
 
+/// The two proxies of one Redis hold one schedule: the burst split between them passes as from
+/// one process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_proxies_sharing_redis_forward_one_schedule() {
+    let redis = floodgate_store::redis::testing::RedisServer::start().unwrap();
+    let config = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout_ms = 1000\n{TEN_PER_SECOND}",
+        redis.url()
+    );
+    let upstream = Recorder::start().await;
+    let a = Floodgate::with_config_on_real_clock(&config, &["--upstream", &upstream.url]);
+    let b = Floodgate::with_config_on_real_clock(&config, &["--upstream", &upstream.url]);
+    let (pa, pb) = (a.proxy.clone().unwrap(), b.proxy.clone().unwrap());
+    let (sent, answers) = burst(&[&pa, &pb], 50, |i| format!("/r/{i}"), |_| String::new()).await;
+    let refused: Vec<_> = answers.iter().filter(|a| a.1 == 429).collect();
+    assert_eq!(refused.len(), 10, "{answers:?}");
+    for (i, _, retry, at) in &refused {
+        assert!(*at - sent < Duration::from_millis(500), "{i} was held");
+        assert_eq!(retry.as_deref(), Some("3"), "{i}");
+    }
+    let arrivals = upstream.arrivals();
+    assert_schedule(
+        "arrivals from two proxies",
+        sent,
+        &arrivals.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+    );
+    let c = client();
+    let passed = "floodgate_requests_delayed_total{outcome=\"passed\"}";
+    let held = metric(&c, &a, passed).await.unwrap() + metric(&c, &b, passed).await.unwrap();
+    assert_eq!(held, 20.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forward_auth_answers_a_burst_at_its_scheduled_times_and_refuses_beyond_the_delay() {
     let fg = Floodgate::with_config_on_real_clock(TEN_PER_SECOND, &[]);
     let (sent, answers) = burst(
-        &fg.api,
+        &[&fg.api],
         50,
         |_| "/v1/forward-auth".to_string(),
         |i| format!("x-forwarded-uri: /r/{i}\r\nx-forwarded-method: GET\r\n"),
