@@ -21,5 +21,6 @@ fn tower_rule(r: &RuleConfig) -> Rule {
         .with_cost(r.cost.clone())
         .with_shadow(r.shadow)
         .with_failure_mode(r.failure_mode)
+        .with_delay(std::time::Duration::from_micros(r.delay.unwrap_or(0)))
         .with_explicit_only(r.descriptor.is_some() || r.override_of.is_some())
 }

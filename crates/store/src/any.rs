@@ -106,6 +106,14 @@ impl Store for AnyStore {
             AnyStore::RedisWithFallback(s) => s.settle(items).await,
         }
     }
+
+    async fn claim(&self, id: &str, ttl: Micros) -> Result<bool, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.claim(id, ttl).await,
+            AnyStore::Redis(s) => s.claim(id, ttl).await,
+            AnyStore::RedisWithFallback(s) => s.claim(id, ttl).await,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -212,6 +212,12 @@ impl<S: Store> Store for FallbackStore<S> {
         self.primary.settle(items).await
     }
 
+    /// The primary's claim, with no local fallback: claims made in one process's memory
+    /// would let a reservation be settled once per process while the primary is down.
+    async fn claim(&self, id: &str, ttl: floodgate_core::Micros) -> Result<bool, StoreError> {
+        self.primary.claim(id, ttl).await
+    }
+
     async fn inspect(
         &self,
         rule: &str,

@@ -329,6 +329,27 @@ pub trait Store: Send + Sync + 'static {
             operation: "settle",
         }))
     }
+
+    /// Claims `id` for `ttl` microseconds: `true` the first time, `false` while an earlier
+    /// claim of the same `id` stands (until its `ttl` ends). Atomic across every process
+    /// sharing the store: of two concurrent claims exactly one gets `true`. What the service
+    /// uses so that a reservation token is settled at most once (`floodgate_tower::Reservation`);
+    /// `id` is opaque to the store (the service passes a token's random id). A `ttl` of 0 is
+    /// read as 1 microsecond.
+    ///
+    /// The default (a store without claims) returns [`StoreError::Unsupported`].
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] from remote stores (then nothing
+    /// is known about the claim: the caller must not settle).
+    fn claim(
+        &self,
+        id: &str,
+        ttl: Micros,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = (id, ttl);
+        std::future::ready(Err(StoreError::Unsupported { operation: "claim" }))
+    }
 }
 
 /// Rejects settle items whose `reserved` exceeds their policy's capacity (no reservation was
@@ -396,6 +417,14 @@ impl<S: Store> Store for Arc<S> {
         items: &[SettleItem<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         (**self).settle(items)
+    }
+
+    fn claim(
+        &self,
+        id: &str,
+        ttl: Micros,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).claim(id, ttl)
     }
 }
 

@@ -60,11 +60,14 @@ pub mod response;
 mod rule;
 mod service;
 
-pub use future::{ResponseBody, ResponseFuture};
+pub use future::{ResponseBody, ResponseFuture, DEFAULT_MAX_DELAYED};
 pub use ip::{canonical as canonical_ip, ClientIpConfig, ForwardedHeader, PeerAddr};
 pub use key::{encode_key, KeyContext, KeySource, MAX_COMPONENT_LEN};
 pub use layer::RateLimitLayer;
-pub use limiter::{Action, DenialObserver, Mode, Plan, RateLimiter, RuleOutcome, Verdict};
+pub use limiter::{
+    Action, Claim, DenialObserver, Mode, Plan, RateLimiter, Reservation, ReservedItem, RuleOutcome,
+    SettleError, SettledItem, Verdict,
+};
 pub use metrics::Outcome;
 pub use path::canonical_path;
 pub use rule::{

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use floodgate_core::{Decision, Micros, Quota, Timestamp};
-use floodgate_store::{CheckItem, OnFull, Store, StoreError};
+use floodgate_core::{Decision, Micros, Policy, Quota, Timestamp};
+use floodgate_store::{CheckItem, OnFull, SettleItem, Store, StoreError};
 use http::{HeaderMap, HeaderValue, Request, Response};
 
+use crate::future::{DelayTimer, Delays, DEFAULT_MAX_DELAYED};
 use crate::key::KeyContext;
 use crate::metrics::Outcome;
 use crate::response;
@@ -61,6 +62,8 @@ pub struct RateLimiter<S> {
     store: Arc<S>,
     rules: Arc<ArcSwap<RuleSet>>,
     observer: Option<Arc<dyn DenialObserver>>,
+    /// The delay mode's waiting requests: their bound, count and timer.
+    delays: Arc<Delays>,
 }
 
 impl<S> Clone for RateLimiter<S> {
@@ -69,6 +72,7 @@ impl<S> Clone for RateLimiter<S> {
             store: Arc::clone(&self.store),
             rules: Arc::clone(&self.rules),
             observer: self.observer.clone(),
+            delays: Arc::clone(&self.delays),
         }
     }
 }
@@ -231,6 +235,192 @@ pub enum Mode {
     },
 }
 
+/// A granted reservation, owned: what [`RateLimiter::settle`] needs to give units back or
+/// charge more once the actual cost is known. Made from the plan and the verdict of a granted
+/// [`Mode::Reserve`] evaluation ([`Reservation::from_verdict`]), or from its parts
+/// ([`Reservation::new`], e.g. decoded from a signed token). Owns everything (no borrow of the
+/// request or the rule set), so it can be moved into a spawned task or kept in a `Drop` guard:
+///
+/// ```
+/// # use floodgate_tower::*;
+/// # async fn example(limiter: RateLimiter<MemoryStore>, plan: Plan) {
+/// let verdict = limiter.evaluate(plan.clone(), Mode::Reserve { max_wait: 500_000 }).await;
+/// if let Some(reservation) = Reservation::from_verdict(&plan, &verdict) {
+///     // ... the request was given up before its slot: give every unit back.
+///     let limiter = limiter.clone();
+///     tokio::spawn(async move {
+///         let _ = limiter.settle(&reservation, &reservation.nothing_used()).await;
+///     });
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    items: Vec<ReservedItem>,
+    claim: Option<Claim>,
+}
+
+/// One enforcing item of a [`Reservation`]: `cost` units reserved on `key` of rule `rule`
+/// (under `policy`, as it was when reserved) for `scheduled_at`.
+#[derive(Debug, Clone)]
+pub struct ReservedItem {
+    /// The rule's name.
+    pub rule: Arc<str>,
+    /// The rule's algorithm and quota when the units were reserved: the state they were taken
+    /// from (a rule given another quota by a reload keeps its old state apart).
+    pub policy: Policy,
+    /// The store key (as given to [`Plan::push`]).
+    pub key: String,
+    /// Units reserved.
+    pub cost: u64,
+    /// The time (microseconds since the Unix epoch) the units were reserved for
+    /// ([`RuleOutcome::scheduled_at`]).
+    pub scheduled_at: Timestamp,
+}
+
+/// Equal when rule, key, cost, time and the policy's algorithm and quota are (the identity of
+/// the state, as the stores see it).
+impl PartialEq for ReservedItem {
+    fn eq(&self, other: &Self) -> bool {
+        self.rule == other.rule
+            && self.key == other.key
+            && self.cost == other.cost
+            && self.scheduled_at == other.scheduled_at
+            && same_policy(&self.policy, &other.policy)
+    }
+}
+
+impl Eq for ReservedItem {}
+
+/// Whether two policies keep the same state: same algorithm, limit, period and burst.
+fn same_policy(a: &Policy, b: &Policy) -> bool {
+    a.kind() == b.kind() && a.quota() == b.quota()
+}
+
+/// Makes a [`Reservation`] settle at most once, across every process sharing the store:
+/// [`RateLimiter::settle`] first claims `id` for `ttl` microseconds ([`Store::claim`]) and
+/// settles only if the claim is new. For reservations handed out as tokens (a client could
+/// present one twice); a reservation kept in-process needs none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// A unique id of the reservation (random, e.g. 128 bits).
+    pub id: String,
+    /// How long the claim must stand, in microseconds: at least until the reservation could no
+    /// longer be presented (its expiry).
+    pub ttl: Micros,
+}
+
+impl Reservation {
+    /// The reservation of a granted [`Mode::Reserve`] evaluation: one item per enforcing
+    /// outcome with a scheduled time, with its rule, policy, key and cost taken from `plan`
+    /// (the plan that was evaluated: clone it before [`RateLimiter::evaluate`]). `None` when
+    /// nothing was reserved: not a reserve evaluation, not admitted, a store failure, or no
+    /// enforcing item applied (shadow items are never reserved).
+    pub fn from_verdict(plan: &Plan, verdict: &Verdict) -> Option<Self> {
+        if !verdict.is_admitted() || verdict.wait.is_none() {
+            return None;
+        }
+        let checks = plan.checks.as_slice();
+        let rules = &plan.rules.rules;
+        let items: Vec<ReservedItem> = verdict
+            .outcomes
+            .iter()
+            .filter(|o| !o.shadow)
+            .filter_map(|o| {
+                let scheduled_at = o.scheduled_at?;
+                let c = checks.get(o.check)?;
+                let rule = rules.get(c.rule)?;
+                Some(ReservedItem {
+                    rule: Arc::clone(&rule.name),
+                    policy: rule.policy.clone(),
+                    key: c.key.clone(),
+                    cost: c.cost,
+                    scheduled_at,
+                })
+            })
+            .collect();
+        (!items.is_empty()).then_some(Self { items, claim: None })
+    }
+
+    /// A reservation of `items` (in the order they were reserved).
+    pub fn new(items: Vec<ReservedItem>) -> Self {
+        Self { items, claim: None }
+    }
+
+    /// This reservation, settled at most once ([`Claim`]).
+    pub fn with_claim(mut self, claim: Claim) -> Self {
+        self.claim = Some(claim);
+        self
+    }
+
+    /// The reserved items, in order.
+    pub fn items(&self) -> &[ReservedItem] {
+        &self.items
+    }
+
+    /// The claim, if any.
+    pub fn claim(&self) -> Option<&Claim> {
+        self.claim.as_ref()
+    }
+
+    /// Number of reserved items.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing is reserved.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Actual costs of 0 for every item: settling with them gives every reserved unit back
+    /// (a request given up before it ran).
+    pub fn nothing_used(&self) -> Vec<u64> {
+        vec![0; self.items.len()]
+    }
+}
+
+/// One item of a settled [`Reservation`], in order: the key's standing afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettledItem {
+    /// The rule's name.
+    pub rule: Arc<str>,
+    /// The quota the item was settled under (the reservation's).
+    pub quota: Quota,
+    /// Units reserved.
+    pub reserved: u64,
+    /// Units actually used (as given to [`RateLimiter::settle`]).
+    pub actual: u64,
+    /// The key's standing after the settle: a cost-0 peek (`allowed`, `remaining`,
+    /// `reset_after`) under the reservation's policy.
+    pub decision: Decision,
+    /// `false` when the rule set in force no longer has this rule with the reservation's
+    /// algorithm and quota (a reload removed or changed it): the units were still given back
+    /// to (or charged on) the state they were reserved from, which no longer limits anyone.
+    pub current: bool,
+}
+
+/// Why [`RateLimiter::settle`] settled nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettleError {
+    /// The number of actual costs is not the number of reserved items.
+    #[error("{got} actual costs for a reservation of {expected} items")]
+    CostCount {
+        /// Items reserved.
+        expected: usize,
+        /// Costs given.
+        got: usize,
+    },
+    /// The reservation's [`Claim`] was made before: it was settled already (or is being
+    /// settled by another request).
+    #[error("the reservation was settled already")]
+    AlreadySettled,
+    /// The store failed (nothing is known to have been settled; with a [`Claim`], the claim
+    /// may stand, so the reservation is spent as if never settled).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// The per-request work decided before talking to the store: which rules apply, with which key
 /// and cost. Owns everything it needs, so the store call borrows nothing from the request.
 ///
@@ -338,6 +528,26 @@ impl Plan {
         self.checks.push(PlannedCheck { rule, key, cost });
     }
 
+    /// The longest the plan's request may be held in the delay mode, in microseconds: the
+    /// smallest [`Rule::delay`](crate::Rule::delay) of its enforcing items (each clamped to
+    /// its policy's horizon, [`floodgate_core::Policy::max_wait`]); 0 (decide as a check)
+    /// when an enforcing item's rule has no delay, when there is no enforcing item, or when
+    /// the plan is refused before the store is asked. Shadow items never hold a request.
+    pub fn delay(&self) -> Micros {
+        if self.refusal.is_some() {
+            return 0;
+        }
+        let rules = &self.rules.rules;
+        self.checks
+            .as_slice()
+            .iter()
+            .map(|c| &rules[c.rule])
+            .filter(|rule| !rule.shadow)
+            .map(|rule| rule.delay.map_or(0, |d| d.min(rule.policy.max_wait())))
+            .min()
+            .unwrap_or(0)
+    }
+
     /// The rules the plan was made with.
     pub fn rules(&self) -> &Arc<RuleSet> {
         &self.rules
@@ -375,7 +585,35 @@ impl<S: Store> RateLimiter<S> {
             store,
             rules,
             observer: None,
+            delays: Arc::new(Delays::new(DEFAULT_MAX_DELAYED, DelayTimer::Tokio)),
         }
+    }
+
+    /// At most `max` requests of this limiter (and its clones made from now on) wait in the
+    /// delay mode at once ([`Rule::delay`](crate::Rule::delay)); one more that would wait is
+    /// refused as a check refuses it (default [`DEFAULT_MAX_DELAYED`]; 0: none waits).
+    pub fn with_max_delayed(mut self, max: usize) -> Self {
+        self.delays = Arc::new(Delays::new(max, self.delays.timer.clone()));
+        self
+    }
+
+    /// Held requests of the delay mode wait until `clock` reads their scheduled time, looked
+    /// at every 5 ms, instead of on tokio's timer (the default, right for a store on the
+    /// system clock). For a store on a [`ManualClock`](floodgate_core::ManualClock): a held
+    /// request then passes when the clock is advanced past its slot.
+    pub fn with_delay_clock(mut self, clock: Arc<dyn floodgate_core::Clock>) -> Self {
+        self.delays = Arc::new(Delays::new(self.delays.max, DelayTimer::Clock(clock)));
+        self
+    }
+
+    /// How many requests are being held in the delay mode now.
+    pub fn delayed_now(&self) -> usize {
+        self.delays.holding()
+    }
+
+    /// The delay mode's state.
+    pub(crate) fn delays(&self) -> &Arc<Delays> {
+        &self.delays
     }
 
     /// This limiter (and its clones made from now on) tells `observer` of every denial.
@@ -404,11 +642,6 @@ impl<S: Store> RateLimiter<S> {
     /// The store.
     pub fn store(&self) -> &Arc<S> {
         &self.store
-    }
-
-    /// The denial observer, if any.
-    pub(crate) fn observer(&self) -> Option<&Arc<dyn DenialObserver>> {
-        self.observer.as_ref()
     }
 
     /// Decides which rules apply to a request and with which keys and costs. `extensions` are
@@ -520,6 +753,129 @@ impl<S: Store> RateLimiter<S> {
     /// Runs a plan against the store (see [`RateLimiter`] for the steps).
     pub async fn evaluate(&self, plan: Plan, mode: Mode) -> Verdict {
         evaluate(&*self.store, self.observer.as_deref(), plan, mode).await
+    }
+
+    /// Settles `reservation` with the units each item actually used (`actual[i]` for item `i`):
+    /// below the reserved cost gives the difference back, above charges it (see
+    /// `docs/spec/reservations.md`), each item on the state it was reserved from. The one place
+    /// a settle is made, counted and logged, as [`RateLimiter::evaluate`] is for checks.
+    /// Returns each key's standing afterwards, in order.
+    ///
+    /// With a [`Claim`] the reservation is first claimed in the store: a second settle of it
+    /// (here or in any process sharing the store) is [`SettleError::AlreadySettled`] and
+    /// changes nothing. The claim comes first, so a store failure after it leaves the
+    /// reservation spent, never settled twice.
+    ///
+    /// Metrics:
+    /// - `floodgate_settles_total{rule, outcome}`, one per item: `refunded` (actual below
+    ///   reserved), `exact`, `charged` (above), `replayed` (the claim was made before),
+    ///   `error` (the store failed);
+    /// - `floodgate_settled_units_total{rule, direction}`: units given back (`refunded`) or
+    ///   charged (`charged`);
+    /// - store failures in `floodgate_store_errors_total{kind}`, as for checks.
+    ///
+    /// # Errors
+    /// [`SettleError::CostCount`] when `actual.len()` is not the number of items (nothing
+    /// counted); [`SettleError::AlreadySettled`]; [`SettleError::Store`] when the store
+    /// failed (including [`StoreError::InsufficientCapacity`] for an item reserving more
+    /// than its policy's capacity, which no reservation did).
+    pub async fn settle(
+        &self,
+        reservation: &Reservation,
+        actual: &[u64],
+    ) -> Result<Vec<SettledItem>, SettleError> {
+        let items = &reservation.items;
+        if actual.len() != items.len() {
+            return Err(SettleError::CostCount {
+                expected: items.len(),
+                got: actual.len(),
+            });
+        }
+        let count = |outcome: &'static str| {
+            for item in items {
+                count_settle(&item.rule, outcome);
+            }
+        };
+        if let Some(claim) = &reservation.claim {
+            match self.store.claim(&claim.id, claim.ttl).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    count("replayed");
+                    tracing::debug!(id = %claim.id, "settle refused: the reservation was settled already");
+                    return Err(SettleError::AlreadySettled);
+                }
+                Err(error) => {
+                    count("error");
+                    count_store_error(&error);
+                    log_store_failure(&error, true);
+                    return Err(error.into());
+                }
+            }
+        }
+        let settle: Vec<SettleItem<'_>> = items
+            .iter()
+            .zip(actual)
+            .map(|(item, &actual)| SettleItem {
+                rule: &item.rule,
+                policy: &item.policy,
+                key: &item.key,
+                reserved: item.cost,
+                actual,
+                scheduled_at: item.scheduled_at,
+            })
+            .collect();
+        let decisions = match self.store.settle(&settle).await {
+            Ok(decisions) => decisions,
+            Err(error) => {
+                count("error");
+                count_store_error(&error);
+                log_store_failure(&error, true);
+                return Err(error.into());
+            }
+        };
+        let rules = self.rules.load();
+        let settled = items
+            .iter()
+            .zip(actual)
+            .zip(decisions)
+            .map(|((item, &actual), decision)| {
+                let (outcome, units) = match actual.cmp(&item.cost) {
+                    std::cmp::Ordering::Less => (Some("refunded"), item.cost - actual),
+                    std::cmp::Ordering::Equal => (None, 0),
+                    std::cmp::Ordering::Greater => (Some("charged"), actual - item.cost),
+                };
+                count_settle(&item.rule, outcome.unwrap_or("exact"));
+                if let Some(direction) = outcome {
+                    metrics::counter!(
+                        "floodgate_settled_units_total",
+                        "rule" => Arc::clone(&item.rule),
+                        "direction" => direction
+                    )
+                    .increment(units);
+                }
+                let current = rules
+                    .rules
+                    .iter()
+                    .any(|r| r.name == item.rule && same_policy(&r.policy, &item.policy));
+                tracing::debug!(
+                    rule = %item.rule,
+                    reserved = item.cost,
+                    actual,
+                    current,
+                    remaining = decision.remaining,
+                    "settled"
+                );
+                SettledItem {
+                    rule: Arc::clone(&item.rule),
+                    quota: *item.policy.quota(),
+                    reserved: item.cost,
+                    actual,
+                    decision,
+                    current,
+                }
+            })
+            .collect();
+        Ok(settled)
     }
 }
 
@@ -792,6 +1148,16 @@ fn check_item<'a>(rules: &'a [crate::Rule], c: &'a PlannedCheck) -> CheckItem<'a
         key: &c.key,
         cost: c.cost,
     }
+}
+
+/// Adds 1 to `floodgate_settles_total{rule, outcome}`.
+fn count_settle(rule: &Arc<str>, outcome: &'static str) {
+    metrics::counter!(
+        "floodgate_settles_total",
+        "rule" => Arc::clone(rule),
+        "outcome" => outcome
+    )
+    .increment(1);
 }
 
 /// Counts a store failure in `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`,

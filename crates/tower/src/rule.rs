@@ -34,6 +34,12 @@ pub struct Rule {
     /// gRPC rate limit service's descriptors); [`crate::RateLimiter::plan`] never applies it to
     /// a request, and counts nothing for it there.
     pub explicit_only: bool,
+    /// Delay mode: a request this rule would refuse but admit within this many microseconds
+    /// is reserved and held until its slot, then passed on, instead of answered 429 (see
+    /// `docs/reservations.md`, "Delay mode"). `None` (the default): refused at once. Clamped
+    /// to the policy's horizon ([`Policy::max_wait`]). Several matching enforcing rules wait
+    /// at most the smallest delay among them, and not at all when one of them has none.
+    pub delay: Option<floodgate_core::Micros>,
 }
 
 impl Rule {
@@ -48,6 +54,7 @@ impl Rule {
             shadow: false,
             failure_mode: FailureMode::Open,
             explicit_only: false,
+            delay: None,
         }
     }
 
@@ -72,6 +79,14 @@ impl Rule {
     /// Sets the failure mode.
     pub fn with_failure_mode(mut self, mode: FailureMode) -> Self {
         self.failure_mode = mode;
+        self
+    }
+
+    /// Sets the delay mode: hold a request that fits within `delay` until its slot instead of
+    /// refusing it (see [`Rule::delay`]; kept to whole microseconds, a zero delay is none).
+    pub fn with_delay(mut self, delay: std::time::Duration) -> Self {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.delay = (micros > 0).then_some(micros);
         self
     }
 

@@ -1,6 +1,5 @@
 //! [`RateLimit`]: the middleware service.
 
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use floodgate_store::Store;
@@ -12,7 +11,9 @@ use crate::limiter::RateLimiter;
 
 /// Checks each request against the [`RateLimiter`]'s rules. Admitted requests go to `inner`
 /// and their responses get `RateLimit-Policy` / `RateLimit` headers; denied ones are answered
-/// here (429, or 503 / 400, see [`crate::response`]) without calling `inner`.
+/// here (429, or 503 / 400, see [`crate::response`]) without calling `inner`. A request of a
+/// rule in the delay mode ([`Rule::delay`](crate::Rule::delay)) that fits within the delay is
+/// held until its slot, then `inner` is called ([`RateLimiter::admit`]).
 #[derive(Debug)]
 pub struct RateLimit<I, S> {
     inner: I,
@@ -66,18 +67,13 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let plan = self.limiter.plan_request(&request);
-        let store = Arc::clone(self.limiter.store());
-        let observer = self.limiter.observer().cloned();
-        // The evaluation future is made inside this one, not captured by it: a captured future
+        let limiter = self.limiter.clone();
+        // The decision future is made inside this one, not captured by it: a captured future
         // would be held twice (as capture and as awaitee), and a store's future can be large.
         Box::pin(async move {
-            let verdict = crate::limiter::evaluate(
-                &*store,
-                observer.as_deref(),
-                plan,
-                crate::limiter::Mode::Check,
-            )
-            .await;
+            // A check, or in the delay mode a reservation held until its slot (dropping this
+            // future while it waits gives the slot back).
+            let verdict = limiter.admit(plan).await;
             if let Some(response) = verdict.response() {
                 return Ok(response.map(ResponseBody::full));
             }

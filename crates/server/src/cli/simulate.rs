@@ -136,13 +136,13 @@ pub(crate) struct Args {
 
     /// daily-jobs: the number of job runners sharing the quota [default: 8].
     #[arg(long, help_heading = "Traffic")]
-    pub runners: Option<u64>,
+    pub(crate) runners: Option<u64>,
 
     /// Requests wait up to this long for a slot instead of being rejected, e.g. 2s (a
     /// reservation, as `POST /v1/check` with `max_wait_ms`); the totals then compare queueing
     /// with rejecting on the same traffic. Memory counters only.
     #[arg(long, value_parser = parse_duration, help_heading = "Setup")]
-    pub max_wait: Option<Micros>,
+    pub(crate) max_wait: Option<Micros>,
 
     /// table: per-second table, terminal chart and totals. json: every decision plus the
     /// summary. svg: a chart (one panel per algorithm).

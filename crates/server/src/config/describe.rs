@@ -71,7 +71,7 @@ pub(crate) fn describe_rule(rule: &RuleConfig) -> RuleDescription {
         },
         cost: describe_cost(&rule.cost),
         mode: format!(
-            "{}, failure_mode {}",
+            "{}, failure_mode {}{}",
             if rule.shadow {
                 "shadow (counted, never denies)"
             } else {
@@ -80,6 +80,13 @@ pub(crate) fn describe_rule(rule: &RuleConfig) -> RuleDescription {
             match rule.failure_mode {
                 floodgate_tower::FailureMode::Open => "open",
                 floodgate_tower::FailureMode::Closed => "closed",
+            },
+            match rule.delay {
+                Some(d) => format!(
+                    ", delay {} (holds a request that fits within it, then passes it)",
+                    human(u128::from(d), 1)
+                ),
+                None => String::new(),
             }
         ),
     }

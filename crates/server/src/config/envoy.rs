@@ -170,6 +170,7 @@ pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config,
                     cost: CostSource::Fixed(1),
                     shadow: *shadow,
                     failure_mode: *failure_mode,
+                    delay: None,
                     descriptor: Some(DescriptorRule {
                         domain: f.domain.clone(),
                         entries: f.entries.clone(),

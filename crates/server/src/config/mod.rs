@@ -125,7 +125,14 @@ pub(crate) struct ServerConfig {
     /// `ui_denied_keys`: how many of the busiest denied keys the web page's live view shows
     /// (0, the default: none; keys can be personal data, so the list is opt-in; at most 1,000).
     pub(crate) ui_denied_keys: usize,
+    /// `max_delayed`: at most this many requests are held at once in the delay mode (rules
+    /// with `delay`); one more that would wait is refused as without a delay. Default
+    /// [`floodgate_tower::DEFAULT_MAX_DELAYED`], at most [`MAX_MAX_DELAYED`]; 0: none waits.
+    pub(crate) max_delayed: usize,
 }
+
+/// Largest accepted `[server] max_delayed`.
+pub(crate) const MAX_MAX_DELAYED: usize = 1_000_000;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -140,6 +147,7 @@ impl Default for ServerConfig {
             ipv6_prefix: 64,
             ui: true,
             ui_denied_keys: 0,
+            max_delayed: floodgate_tower::DEFAULT_MAX_DELAYED,
         }
     }
 }
@@ -245,6 +253,11 @@ pub(crate) struct RuleConfig {
     /// What to answer when the store fails: `"open"` (default: admit, count `error_open`) or
     /// `"closed"` (503, count `error_closed`).
     pub(crate) failure_mode: FailureMode,
+    /// `delay = "500ms"`: the delay mode in microseconds (forward-auth and the proxy hold a
+    /// request that fits within it until its slot instead of answering 429; see
+    /// `docs/reservations.md`, "Delay mode"). Within the algorithm's horizon
+    /// ([`Policy::max_wait`]); `None`: refused at once.
+    pub(crate) delay: Option<floodgate_core::Micros>,
     /// `domain` and `descriptors`: the rule answers Envoy's rate limit requests for these
     /// descriptors (gRPC and `/v1/check` only; never applied to forward-auth or proxied
     /// requests).
@@ -557,6 +570,19 @@ impl Validator<'_> {
                     n,
                     "server.ui_denied_keys".into(),
                     format!("must be between 0 and 1000, got {}", n.get_ref()),
+                ),
+            }
+        }
+        if let Some(n) = &s.max_delayed {
+            match usize::try_from(*n.get_ref()) {
+                Ok(n) if n <= MAX_MAX_DELAYED => out.max_delayed = n,
+                _ => self.push(
+                    n,
+                    "server.max_delayed".into(),
+                    format!(
+                        "must be between 0 and {MAX_MAX_DELAYED}, got {}",
+                        n.get_ref()
+                    ),
                 ),
             }
         }
@@ -977,6 +1003,7 @@ impl Validator<'_> {
                 }
             },
         };
+        let delay = self.delay(at, r, policy.as_ref());
         if self.errors.len() > before {
             return None;
         }
@@ -988,9 +1015,74 @@ impl Validator<'_> {
             cost,
             shadow: r.shadow,
             failure_mode,
+            delay,
             descriptor,
             override_of: None,
         })
+    }
+
+    /// `delay = "500ms"`: more than 0, within what the policy can ever schedule (its horizon,
+    /// [`Policy::max_wait`]), on a rule that forward-auth and the proxy apply.
+    fn delay(&mut self, at: &str, r: &RawRule, policy: Option<&Policy>) -> Option<u64> {
+        let d = r.delay.as_ref()?;
+        let field = format!("{at}.delay");
+        let micros = match floodgate_core::quota::parse_period(d.get_ref()) {
+            Ok(0) => {
+                self.push(
+                    d,
+                    field,
+                    "must be more than 0 (leave `delay` out to refuse at once)".into(),
+                );
+                return None;
+            }
+            Ok(micros) => micros,
+            Err(msg) => {
+                self.push(d, field, msg.replace("period", "delay"));
+                return None;
+            }
+        };
+        if r.shadow {
+            self.push(
+                d,
+                field,
+                "a shadow rule never refuses a request, so it never holds one: remove `delay` \
+                 or `shadow`"
+                    .into(),
+            );
+            return None;
+        }
+        if r.domain.is_some() {
+            self.push(
+                d,
+                field,
+                "a rule with a `domain` answers only Envoy descriptors and /v1/check, never \
+                 forward-auth or proxied requests, so it holds none: remove `delay`"
+                    .into(),
+            );
+            return None;
+        }
+        let policy = policy?;
+        let horizon = policy.max_wait();
+        if micros > horizon {
+            let why = match policy.kind() {
+                AlgorithmKind::FixedWindow
+                | AlgorithmKind::SlidingWindow
+                | AlgorithmKind::SlidingLog => "one period".to_string(),
+                _ => format!("the time its burst of {} refills", policy.quota().burst()),
+            };
+            self.push(
+                d,
+                field,
+                format!(
+                    "{} can never be reached: this rule schedules a request at most {} ahead \
+                     ({why}); lower the delay or raise the burst",
+                    d.get_ref().trim(),
+                    format_micros(horizon)
+                ),
+            );
+            return None;
+        }
+        Some(micros)
     }
 
     /// `domain`, `descriptors`, `replaces` and `limit_overrides` of a rule.
@@ -1575,3 +1667,14 @@ pub(crate) fn parse_upstream(text: &str) -> Result<Uri, String> {
 
 #[cfg(test)]
 mod tests;
+
+/// A duration in microseconds as the largest whole unit (`1s`, `1500ms`, `250us`).
+fn format_micros(micros: u64) -> String {
+    let text = floodgate_core::quota::format_period(micros);
+    // format_period writes a lone unit without its count (`s`, `min`).
+    if text.starts_with(|c: char| c.is_ascii_digit()) {
+        text
+    } else {
+        format!("1{text}")
+    }
+}

@@ -31,6 +31,7 @@ pub(crate) struct RawServer {
     pub(crate) ui: Option<bool>,
     pub(crate) ui_denied_keys: Option<Spanned<i64>>,
     pub(crate) grpc_listen: Option<Spanned<String>>,
+    pub(crate) max_delayed: Option<Spanned<i64>>,
 }
 
 /// `[store]`.
@@ -77,6 +78,8 @@ pub(crate) struct RawRule {
     #[serde(default)]
     pub(crate) shadow: bool,
     pub(crate) failure_mode: Option<Spanned<String>>,
+    /// Delay mode: `"500ms"`.
+    pub(crate) delay: Option<Spanned<String>>,
     /// The Envoy rate limit domain whose descriptors the rule answers.
     pub(crate) domain: Option<Spanned<String>>,
     #[serde(default)]

@@ -728,3 +728,68 @@ fn redis_sentinel_target() {
         "rules.toml:2: store.sentinels: only for kind = \"redis\""
     );
 }
+
+#[test]
+fn delay_is_parsed_and_bounded_by_the_horizon_naming_file_line_and_field() {
+    let c = parse(
+        "f.toml",
+        r#"
+[server]
+max_delayed = 5
+
+[[rules]]
+name = "api"
+limit = "10/s"
+burst = 20
+delay = "2s"
+
+[[rules]]
+name = "login"
+limit = "5/min"
+algorithm = "fixed_window"
+delay = "500ms"
+"#,
+    )
+    .unwrap();
+    assert_eq!(c.server.max_delayed, 5);
+    assert_eq!(c.rules[0].delay, Some(2_000_000));
+    assert_eq!(c.rules[1].delay, Some(500_000));
+    assert_eq!(
+        ServerConfig::default().max_delayed,
+        floodgate_tower::DEFAULT_MAX_DELAYED
+    );
+    // 10/s with a burst of 10 schedules at most 1 s ahead: 2 s can never be reached.
+    let e = err("[[rules]]\nname = \"api\"\nlimit = \"10/s\"\ndelay = \"2s\"\n");
+    assert_eq!(
+        e,
+        "rules.toml:4: rules[0].delay: 2s can never be reached: this rule schedules a request \
+         at most 1s ahead (the time its burst of 10 refills); lower the delay or raise the burst"
+    );
+    let e = err("[[rules]]\nname = \"w\"\nlimit = \"10/s\"\nalgorithm = \"sliding_window\"\ndelay = \"1500ms\"\n");
+    assert!(
+        e.starts_with("rules.toml:5: rules[0].delay: 1500ms can never be reached"),
+        "{e}"
+    );
+    assert!(e.contains("at most 1s ahead (one period)"), "{e}");
+    for (delay, message) in [
+        ("0ms", "must be more than 0"),
+        ("soon", "unknown delay unit"),
+        ("5", "has no unit"),
+    ] {
+        let e = err(&format!(
+            "[[rules]]\nname = \"api\"\nlimit = \"10/s\"\n\ndelay = \"{delay}\"\n"
+        ));
+        assert!(e.starts_with("rules.toml:5: rules[0].delay: "), "{e}");
+        assert!(e.contains(message), "{delay}: {e}");
+    }
+    let e = err("[[rules]]\nname = \"api\"\nlimit = \"10/s\"\nshadow = true\ndelay = \"1s\"\n");
+    assert!(
+        e.starts_with("rules.toml:5: rules[0].delay: a shadow rule"),
+        "{e}"
+    );
+    let e = err("[server]\nmax_delayed = -1\n");
+    assert_eq!(
+        e,
+        "rules.toml:2: server.max_delayed: must be between 0 and 1000000, got -1"
+    );
+}

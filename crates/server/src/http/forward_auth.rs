@@ -16,13 +16,17 @@
 //! which case `X-Forwarded-For` is read from the right. Answers: 200 with `RateLimit-Policy` /
 //! `RateLimit` headers when admitted; 429 problem+json with `Retry-After` when denied (Traefik
 //! and Caddy pass a non-2xx answer to the client as is; for nginx, `?deny_status=403`).
+//!
+//! A rule with `delay` (the delay mode) holds the answer: a request that fits within the
+//! delay is reserved and answered 200 at its slot, so the proxy forwards it then; the proxy's
+//! auth timeout must be longer than the delay (`docs/proxies.md`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
-use floodgate_tower::{Mode, PeerAddr};
+use floodgate_tower::PeerAddr;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 
 use crate::state::AppState;
@@ -100,7 +104,10 @@ async fn decide(
     let mut extensions = http::Extensions::new();
     extensions.insert(PeerAddr(peer));
     let plan = state.limiter.plan(&method, &uri, &headers, &extensions);
-    let verdict = state.limiter.evaluate(plan, Mode::Check).await;
+    // A check, or in the delay mode a reservation held until its slot (the proxy waiting for
+    // this answer holds the client's request meanwhile; if it gives up, the slot is given
+    // back).
+    let verdict = state.limiter.admit(plan).await;
     match verdict.response() {
         Some(denied) => {
             if denied.status() == StatusCode::TOO_MANY_REQUESTS {

@@ -288,6 +288,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(keys) = &denied_keys {
         state.limiter = state.limiter.clone().with_denial_observer(keys.clone());
     }
+    // The delay mode: its bound is read once at start, as the rest of `[server]`; on the
+    // test-only manual clock a held request waits until that clock passes its slot.
+    state.limiter = state
+        .limiter
+        .clone()
+        .with_max_delayed(state.config_now().server.max_delayed);
+    if let Some(manual) = &state.manual_clock {
+        state.limiter = state
+            .limiter
+            .clone()
+            .with_delay_clock(Arc::new(manual.clone()));
+    }
     state.ui = ui.then(|| Arc::new(crate::ui::live::Live::new(denied_keys)));
     let state = Arc::new(state);
 
@@ -629,6 +641,15 @@ fn describe_metrics() {
     );
     describe_gauge!("floodgate_store_keys", "Keys held by the memory store");
     describe_counter!(
+        "floodgate_requests_delayed_total",
+        "Requests of the delay mode that needed a wait, by outcome (passed, cancelled, \
+         queue_full); see docs/reservations.md"
+    );
+    describe_gauge!(
+        "floodgate_requests_waiting",
+        "Requests held in the delay mode now, waiting for their slot"
+    );
+    describe_counter!(
         "floodgate_store_evictions_total",
         "Expired keys dropped to make room in a full store shard"
     );
@@ -688,6 +709,10 @@ fn describe_metrics() {
         metrics::counter!("floodgate_requests_rejected_total", "reason" => *reason).increment(0);
     }
     metrics::gauge!("floodgate_store_keys").set(0.0);
+    for outcome in ["passed", "cancelled", "queue_full"] {
+        metrics::counter!("floodgate_requests_delayed_total", "outcome" => outcome).increment(0);
+    }
+    metrics::gauge!("floodgate_requests_waiting").set(0.0);
 }
 
 #[cfg(test)]

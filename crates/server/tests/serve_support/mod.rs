@@ -65,6 +65,17 @@ impl Floodgate {
         Self::spawn(dir, &all)
     }
 
+    /// [`Floodgate::with_config`] on the system clock (no `--manual-clock`): for what only
+    /// real time shows (requests held until their slot).
+    pub fn with_config_on_real_clock(config: &str, args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("floodgate.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut all = vec!["--config", path.to_str().unwrap()];
+        all.extend_from_slice(args);
+        Self::spawn_on(dir, &all, false)
+    }
+
     /// The process's temporary directory (where [`Floodgate::with_files`] wrote its files).
     pub fn dir(&self) -> &Path {
         self._dir.path()
@@ -72,14 +83,20 @@ impl Floodgate {
 
     /// [`Floodgate::start`] with `dir` as the process's temporary directory (kept until drop).
     pub fn spawn(dir: tempfile::TempDir, args: &[&str]) -> Self {
+        Self::spawn_on(dir, args, true)
+    }
+
+    /// [`Floodgate::spawn`], on the manual clock or not.
+    fn spawn_on(dir: tempfile::TempDir, args: &[&str], manual_clock: bool) -> Self {
         let log = dir.path().join("floodgate.log");
         let proxy_mode = args.contains(&"--upstream");
         let grpc_mode = args.contains(&"--grpc-listen");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_floodgate"));
-        cmd.arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
-            .args(["--manual-clock", &START_US.to_string()])
-            .args(args)
+        cmd.arg("serve").args(["--listen", "127.0.0.1:0"]);
+        if manual_clock {
+            cmd.args(["--manual-clock", &START_US.to_string()]);
+        }
+        cmd.args(args)
             .env_remove("FLOODGATE_ADMIN_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -64,6 +64,7 @@
 //! batch has locked are dropped first; expired entries in other shards are reclaimed by the
 //! periodic sweep.
 
+mod claims;
 mod fpmap;
 mod table;
 #[cfg(feature = "tokio")]
@@ -417,6 +418,8 @@ impl Registry {
 pub struct MemoryStore {
     shared: Arc<Shared>,
     sweep_cursor: AtomicUsize,
+    /// Reservation claims ([`Store::claim`]).
+    claims: claims::Claims,
 }
 
 /// A batch's locked shards: each item's key fingerprint and the index of its shard's guard.
@@ -467,6 +470,7 @@ impl MemoryStore {
                 expirations_metric: OnceLock::new(),
             }),
             sweep_cursor: AtomicUsize::new(0),
+            claims: claims::Claims::new(max_keys),
         }
     }
 
@@ -1351,6 +1355,16 @@ impl Store for MemoryStore {
         items: &[SettleItem<'_>],
     ) -> impl std::future::Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         std::future::ready(self.settle_at(items, self.shared.clock.now()))
+    }
+
+    /// Claims are held in this process only: one `MemoryStore` is one authority, as for
+    /// its counters (see the `claims` module for the bounds).
+    fn claim(
+        &self,
+        id: &str,
+        ttl: Micros,
+    ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send {
+        std::future::ready(self.claims.claim(id, self.shared.clock.now(), ttl))
     }
 }
 

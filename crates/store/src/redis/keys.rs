@@ -107,6 +107,27 @@ fn push_digest(name: &mut String, rule: &str, policy: &Policy, key: &str) {
     name.truncate(end);
 }
 
+/// Characters of hash in a claim's key name (6 bits each: 132 bits).
+pub const CLAIM_HASH_CHARS: usize = 22;
+
+/// The Redis key of a claim of `id` ([`Store::claim`](crate::Store::claim)):
+/// `<prefix>claim:` followed by the first 132 bits of SHA-256 over `id` in base64url
+/// ([`CLAIM_HASH_CHARS`] characters), e.g. `fg:claim:q8Xb7Yk1m0o2r3s4t5u6vw`. Hashed like the
+/// state keys, so no `id` can put braces (a hash tag) in the name or make it long; the `:`
+/// keeps it apart from every state key (whose 11 characters after the prefix hold none). Its
+/// slot, on a cluster, is CRC16 of the whole name.
+pub fn claim_key(prefix: &str, id: &str) -> String {
+    let hash: [u8; 32] = Sha256::digest(id.as_bytes()).into();
+    let mut name = String::with_capacity(prefix.len() + 6 + CLAIM_HASH_CHARS + 2);
+    name.push_str(prefix);
+    name.push_str("claim:");
+    let end = name.len() + CLAIM_HASH_CHARS;
+    // 17 bytes = 136 bits -> 23 characters; the first 22 carry the first 132 bits.
+    URL_SAFE_NO_PAD.encode_string(&hash[..17], &mut name);
+    name.truncate(end);
+    name
+}
+
 /// The Redis Cluster slot of a key name: CRC16-XMODEM of its hash tag (or of the whole name
 /// when it has none, as ours) modulo 16,384, as the cluster specification defines it; computed
 /// by the `redis` client, which routes commands by the same function.

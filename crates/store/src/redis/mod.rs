@@ -1592,6 +1592,31 @@ impl Store for RedisStore {
         }
     }
 
+    /// `SET <prefix>claim:<hash of id> 1 NX PX <ttl in ms, rounded up>` ([`keys::claim_key`]):
+    /// one atomic command on one key, so exactly one of any number of processes (on a
+    /// cluster too) gets `true`. The TTL runs on Redis' clock.
+    fn claim(
+        &self,
+        id: &str,
+        ttl: floodgate_core::Micros,
+    ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send {
+        let name = keys::claim_key(&self.config.prefix, id);
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(&name)
+            .arg(1)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.div_ceil(1_000).max(1));
+        async move {
+            self.guarded(async {
+                // `OK` when set, nil when the key exists.
+                let reply: Option<String> = self.conn.query(&cmd).await?;
+                Ok(reply.is_some())
+            })
+            .await
+        }
+    }
+
     fn inspect(
         &self,
         rule: &str,
