@@ -178,6 +178,7 @@ pub fn parse(display: &str, files: &[(String, String)]) -> Result<Config, Config
                         overrides: overrides.clone(),
                     }),
                     override_of: None,
+                    max_keys: None,
                 });
                 if !overrides.is_empty() {
                     base_overrides.push((at, overrides.clone()));

@@ -85,6 +85,8 @@ pub(crate) struct RawRule {
     pub replaces: Vec<Spanned<String>>,
     #[serde(default)]
     pub limit_overrides: Vec<Spanned<String>>,
+    /// The rule's own key cap in the memory store.
+    pub max_keys: Option<Spanned<i64>>,
 }
 
 /// One entry of a rule's `descriptors`.
