@@ -1652,3 +1652,31 @@ fn redis_error_series_exist_from_creation() {
     reasons.sort();
     assert_eq!(reasons, ["circuit_open", "timeout", "unavailable"]);
 }
+
+/// Issue 10 item 12: the admin API tells a key never seen from one whose quota is full again:
+/// `holds` is false before the first check, after a peek and after a reset, and true while
+/// state is held.
+#[test]
+fn holds_tells_an_unknown_key_from_a_held_one() {
+    let server = RedisServer::start().unwrap();
+    let rt = current_thread_runtime().unwrap();
+    rt.block_on(async {
+        let mut config = slow_ok(&server);
+        config.time_source = TimeSource::Caller;
+        config.ttl_extra = Duration::ZERO;
+        let store = RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap();
+        store.startup_check().await.unwrap();
+        let p = policy(AlgorithmKind::FixedWindow, "5/s");
+        assert!(!store.holds("r", &p, "k").await.unwrap());
+        store.peek(&[item("r", &p, "k", 1)]).await.unwrap();
+        assert!(
+            !store.holds("r", &p, "k").await.unwrap(),
+            "a peek stores nothing"
+        );
+        assert!(store.check(&[item("r", &p, "k", 1)]).await.unwrap().allowed);
+        assert!(store.holds("r", &p, "k").await.unwrap());
+        assert!(!store.holds("other", &p, "k").await.unwrap());
+        assert!(store.reset("r", &p, "k").await.unwrap());
+        assert!(!store.holds("r", &p, "k").await.unwrap());
+    });
+}
