@@ -264,9 +264,13 @@ pub fn parse_period(text: &str) -> Result<Micros, String> {
     let count: u64 = if count.is_empty() {
         1
     } else {
-        count
-            .parse()
-            .map_err(|_| format!("period count {count:?} is not a number"))?
+        count.parse().map_err(|_| {
+            format!(
+                "period count {count} is too large: the longest period is {MAX_PERIOD} us \
+                 (about {} days)",
+                MAX_PERIOD / (86_400 * MICROS_PER_SECOND)
+            )
+        })?
     };
     let unit = unit.trim();
     let per_unit = unit_micros(unit)
@@ -274,6 +278,21 @@ pub fn parse_period(text: &str) -> Result<Micros, String> {
     count
         .checked_mul(per_unit)
         .ok_or_else(|| format!("period {text:?} is too long"))
+}
+
+/// A limit or burst: a whole number, at most [`MAX_EXACT`]; the message says which of the two
+/// is wrong (digits too many for the bound are "too large", not "not a whole number").
+fn parse_count(what: &str, text: &str) -> Result<u64, String> {
+    let too_large = || {
+        format!("{what} {text} is too large: the largest {what} is {MAX_EXACT} (2^51, exact in every store)")
+    };
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{what} {text:?} is not a whole number"));
+    }
+    match text.parse::<u64>() {
+        Ok(n) if n <= MAX_EXACT => Ok(n),
+        _ => Err(too_large()),
+    }
 }
 
 /// Formats a period in microseconds as the largest whole unit, e.g. `10s`, `min`, `1500ms`.
@@ -338,9 +357,7 @@ impl FromStr for Quota {
             Some(at) => {
                 let b = text[at + "burst".len()..].trim_start();
                 let b = b.strip_prefix('=').unwrap_or(b).trim();
-                let burst: u64 = b
-                    .parse()
-                    .map_err(|_| fail(format!("burst {b:?} is not a whole number")))?;
+                let burst = parse_count("burst", b).map_err(fail)?;
                 (text[..at].trim().trim_end_matches(','), Some(burst))
             }
             None => (text, None),
@@ -349,9 +366,7 @@ impl FromStr for Quota {
             .split_once('/')
             .ok_or_else(|| fail("expected LIMIT/PERIOD, e.g. 100/s or 10/10s".into()))?;
         let limit = limit.trim();
-        let limit: u64 = limit
-            .parse()
-            .map_err(|_| fail(format!("limit {limit:?} is not a whole number")))?;
+        let limit = parse_count("limit", limit).map_err(fail)?;
         let period = parse_period(period).map_err(fail)?;
         Quota::with_burst(limit, period, burst.unwrap_or(limit))
     }
@@ -360,6 +375,28 @@ impl FromStr for Quota {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 10 item 12: a number too large for a quota says so and gives the bound.
+    #[test]
+    fn a_number_too_large_says_so_and_gives_the_bound() {
+        let message = |text: &str| text.parse::<Quota>().unwrap_err().to_string();
+        assert_eq!(
+            message("99999999999999999999/min"),
+            "invalid quota \"99999999999999999999/min\": limit 99999999999999999999 is too \
+             large: the largest limit is 2251799813685248 (2^51, exact in every store)"
+        );
+        assert!(message("2251799813685249/min").contains("limit 2251799813685249 is too large"));
+        assert!(message("10/s burst 99999999999999999999")
+            .contains("burst 99999999999999999999 is too large"));
+        assert!(message("-1/min").contains("limit \"-1\" is not a whole number"));
+        assert!(message("1.5/min").contains("is not a whole number"));
+        assert!(message("1/99999999999999999999s")
+            .contains("period count 99999999999999999999 is too large: the longest period is"));
+        assert_eq!(
+            "2251799813685248/us".parse::<Quota>().map(|q| q.limit()),
+            Ok(MAX_EXACT)
+        );
+    }
 
     #[test]
     fn parses_the_documented_forms() {

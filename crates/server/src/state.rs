@@ -61,6 +61,7 @@ impl AppState {
         prometheus: PrometheusHandle,
         upstream: Option<Uri>,
     ) -> Self {
+        apply_key_caps(&store, None, &config);
         let limiter = RateLimiter::new(Arc::new(store), rule_set(&config));
         Self {
             limiter,
@@ -148,6 +149,7 @@ impl AppState {
                 let old = self.config.load_full();
                 warn_about_restart_only_changes(&old, &new);
                 let (kept, fresh) = diff_rules(&old, &new);
+                apply_key_caps(self.store(), Some(&old), &new);
                 self.limiter.replace_rules(rule_set(&new));
                 self.config.store(Arc::new(new));
                 drop(guard);
@@ -172,6 +174,33 @@ impl AppState {
                 Err(errors)
             }
         }
+    }
+}
+
+/// Gives the memory store each rule's own key cap (`[[rules]] max_keys`), and takes it off the
+/// rules of `old` that no longer have one. A store other than the memory store has no key cap:
+/// caps given anyway (a memory configuration run with `--store redis://...`) are logged.
+fn apply_key_caps(store: &AnyStore, old: Option<&Config>, new: &Config) {
+    let Some(memory) = store.memory() else {
+        if let Some(rule) = new.rules.iter().find(|r| r.max_keys.is_some()) {
+            tracing::warn!(
+                rule = %rule.name,
+                store = store.kind(),
+                "rules' max_keys apply to the memory store only; this store ignores them"
+            );
+        }
+        return;
+    };
+    for rule in old.iter().flat_map(|c| &c.rules) {
+        if !new.rules.iter().any(|r| r.name == rule.name) {
+            memory.set_rule_max_keys(&rule.name, None);
+        }
+    }
+    for rule in &new.rules {
+        let cap = rule
+            .max_keys
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        memory.set_rule_max_keys(&rule.name, cap);
     }
 }
 

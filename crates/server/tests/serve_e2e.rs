@@ -488,7 +488,12 @@ shadow = true
     assert_eq!(metric(&c, &full, &outcome("store_full")).await, Some(1.0));
     assert_eq!(metric(&c, &full, &outcome("denied")).await, None);
     assert_eq!(
-        metric(&c, &full, "floodgate_store_full_total{action=\"reject\"}").await,
+        metric(
+            &c,
+            &full,
+            "floodgate_store_full_total{action=\"reject\",rule=\"enforced\",cap=\"store\"}"
+        )
+        .await,
         Some(1.0)
     );
     // Forward-auth (this client's IP is a new key too) is refused and counted the same way,
@@ -500,6 +505,57 @@ shadow = true
     assert_eq!(headers["ratelimit"], "\"enforced\";r=0;t=1");
     assert_eq!(metric(&c, &full, &outcome("store_full")).await, Some(2.0));
     assert_eq!(metric(&c, &full, &outcome("denied")).await, None);
+}
+
+/// Issue 10 item 7: junk keys sent to `/v1/check` on one rule fill that rule's own
+/// `max_keys`, not the store, so new clients of another rule are still admitted.
+#[tokio::test]
+async fn junk_keys_on_one_rule_do_not_lock_out_another_rules_new_clients() {
+    let fg = Floodgate::with_config(
+        "[store]\nmax_keys = 10\n\n[[rules]]\nname = \"api\"\nlimit = \"5/min\"\nmax_keys = 3\n\n\
+         [[rules]]\nname = \"web\"\nlimit = \"5/min\"\n",
+        &[],
+    );
+    let c = client();
+    let mut statuses = Vec::new();
+    for i in 0..20 {
+        let (status, _, body) = post_json(
+            &c,
+            &fg.url("/v1/check"),
+            &check("api", &format!("junk-{i}")),
+        )
+        .await;
+        if status == 429 {
+            assert_eq!(body["store_full"], "reject", "{body}");
+        }
+        statuses.push(status);
+    }
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 200).count(),
+        3,
+        "{statuses:?}"
+    );
+    for i in 0..7 {
+        let (status, _, body) = post_json(
+            &c,
+            &fg.url("/v1/check"),
+            &check("web", &format!("user-{i}")),
+        )
+        .await;
+        assert_eq!(status, 200, "{i}: {body}");
+    }
+    assert_eq!(
+        metric(
+            &c,
+            &fg,
+            "floodgate_store_full_total{action=\"reject\",rule=\"api\",cap=\"rule\"}"
+        )
+        .await,
+        Some(17.0)
+    );
+    // The store's own cap (10 = 3 + 7) still holds for the rules together.
+    let (status, _, body) = post_json(&c, &fg.url("/v1/check"), &check("web", "user-7")).await;
+    assert_eq!((status, &body["store_full"]), (429, &json!("reject")));
 }
 
 #[tokio::test]
@@ -795,14 +851,30 @@ async fn admin_api_needs_a_token_and_resets_keys() {
     let (status, _, body) = split(c.get(&key_url).bearer_auth(token).send().await.unwrap()).await;
     assert_eq!(status, 200);
     assert_eq!(
-        (&body["remaining"], &body["store_key"]),
-        (&json!(6), &json!("key=alice"))
+        (&body["remaining"], &body["store_key"], &body["tracked"]),
+        (&json!(6), &json!("key=alice"), &json!(true))
     );
     let (status, _, body) =
         split(c.delete(&key_url).bearer_auth(token).send().await.unwrap()).await;
     assert_eq!((status, &body["existed"]), (200, &json!(true)));
+    // After a reset (as for a key never seen) the full quota says it is not tracked.
     let (_, _, body) = split(c.get(&key_url).bearer_auth(token).send().await.unwrap()).await;
-    assert_eq!(body["remaining"], 10);
+    assert_eq!(
+        (&body["remaining"], &body["tracked"]),
+        (&json!(10), &json!(false))
+    );
+    let (_, _, body) = split(
+        c.get(fg.url("/v1/keys/per-client-ip/never-seen"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (&body["remaining"], &body["tracked"]),
+        (&json!(10), &json!(false))
+    );
     // Keys derived from requests are named in their encoded form.
     c.get(fg.url("/v1/forward-auth")).send().await.unwrap();
     let (_, _, body) = split(

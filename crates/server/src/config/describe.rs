@@ -61,7 +61,10 @@ pub(crate) fn describe_rule(rule: &RuleConfig) -> RuleDescription {
                     .join(", ")
             ),
             None => format!("key {}", describe_key(&rule.key)),
-        },
+        } + &rule
+            .max_keys
+            .map(|n| format!(", at most {n} keys held (max_keys)"))
+            .unwrap_or_default(),
         applies: match &rule.descriptor {
             Some(d) => format!(
                 "applies to gRPC rate limit requests of domain {} only (never to HTTP requests)",

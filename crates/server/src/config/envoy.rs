@@ -179,6 +179,7 @@ pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config,
                         overrides: overrides.clone(),
                     }),
                     override_of: None,
+                    max_keys: None,
                 });
                 if !overrides.is_empty() {
                     base_overrides.push((at, overrides.clone()));

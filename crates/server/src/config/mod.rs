@@ -264,6 +264,11 @@ pub(crate) struct RuleConfig {
     pub(crate) descriptor: Option<descriptors::DescriptorRule>,
     /// For the rule of a limit override: the position of the rule it overrides.
     pub(crate) override_of: Option<usize>,
+    /// `max_keys`: most keys the memory store holds for this rule at once (inside
+    /// `[store] max_keys`), so that a flood of new keys on one rule (e.g. junk keys sent to
+    /// `POST /v1/check`) cannot take the other rules' room. `None`: only the store's cap. A
+    /// limit override's rule has the same cap, counted separately.
+    pub(crate) max_keys: Option<u64>,
 }
 
 impl RuleConfig {
@@ -377,9 +382,17 @@ pub(crate) fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
     let mut v = Validator {
         src: &src,
         errors: Vec::new(),
+        store_kind_redis: false,
+        store_max_keys: DEFAULT_MAX_KEYS,
     };
     let server = v.server(&raw);
     let store = v.store(&raw);
+    v.store_kind_redis = raw
+        .store
+        .kind
+        .as_ref()
+        .is_some_and(|k| k.get_ref() == "redis");
+    v.store_max_keys = store.max_keys;
     let mut rules = Vec::with_capacity(raw.rules.len());
     // The raw rule of each validated rule (the spans of descriptor errors).
     let mut raw_of = Vec::with_capacity(raw.rules.len());
@@ -465,6 +478,10 @@ fn clean_path(path: &str) -> String {
 struct Validator<'a> {
     src: &'a Source<'a>,
     errors: Vec<ConfigError>,
+    /// `[store] kind = "redis"` (rules' `max_keys` are for the memory store only).
+    store_kind_redis: bool,
+    /// `[store] max_keys` as validated (the bound of a rule's `max_keys`).
+    store_max_keys: u64,
 }
 
 impl Validator<'_> {
@@ -1018,6 +1035,7 @@ impl Validator<'_> {
             delay,
             descriptor,
             override_of: None,
+            max_keys: self.rule_max_keys(at, r),
         })
     }
 
@@ -1083,6 +1101,35 @@ impl Validator<'_> {
             return None;
         }
         Some(micros)
+    }
+
+    /// A rule's `max_keys`: 1 to `[store] max_keys`, memory store only (errors pushed).
+    fn rule_max_keys(&mut self, at: &str, r: &RawRule) -> Option<u64> {
+        let max = r.max_keys.as_ref()?;
+        let n = *max.get_ref();
+        let field = format!("{at}.max_keys");
+        if self.store_kind_redis {
+            self.push(
+                max,
+                field,
+                "only for the memory store ([store] kind = \"memory\"): Redis holds keys until \
+                 their TTL and has no key cap"
+                    .into(),
+            );
+            return None;
+        }
+        if n < 1 || n as u64 > self.store_max_keys {
+            self.push(
+                max,
+                field,
+                format!(
+                    "must be a whole number between 1 and [store] max_keys ({}), got {n}",
+                    self.store_max_keys
+                ),
+            );
+            return None;
+        }
+        Some(n as u64)
     }
 
     /// `domain`, `descriptors`, `replaces` and `limit_overrides` of a rule.

@@ -88,6 +88,8 @@ pub(crate) struct RawRule {
     pub(crate) replaces: Vec<Spanned<String>>,
     #[serde(default)]
     pub(crate) limit_overrides: Vec<Spanned<String>>,
+    /// The rule's own key cap in the memory store.
+    pub(crate) max_keys: Option<Spanned<i64>>,
 }
 
 /// One entry of a rule's `descriptors`.

@@ -415,6 +415,21 @@ fn other_semantic_errors_name_their_fields() {
         ),
         ("[store]\nmax_keys = 0\n", "rules.toml:2: store.max_keys: "),
         (
+            "[store]\nmax_keys = 50\n[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nmax_keys = 51\n",
+            "rules.toml:6: rules[0].max_keys: must be a whole number between 1 and [store] \
+             max_keys (50), got 51",
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nmax_keys = 0\n",
+            "rules.toml:4: rules[0].max_keys: must be a whole number between 1 and [store] \
+             max_keys (100000), got 0",
+        ),
+        (
+            "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n[[rules]]\nname = \"a\"\n\
+             limit = \"1/s\"\nmax_keys = 10\n",
+            "rules.toml:7: rules[0].max_keys: only for the memory store",
+        ),
+        (
             "[server]\nipv6_prefix = 129\n",
             "rules.toml:2: server.ipv6_prefix: ",
         ),
@@ -792,4 +807,32 @@ delay = "500ms"
         e,
         "rules.toml:2: server.max_delayed: must be between 0 and 1000000, got -1"
     );
+}
+
+/// Issue 10 item 7: a rule's own key cap, read from the rule and carried by its overrides.
+#[test]
+fn a_rule_reads_its_own_key_cap() {
+    let c = parse(
+        "rules.toml",
+        r#"
+[store]
+max_keys = 1000
+
+[[rules]]
+name = "api"
+limit = "10/s"
+key = "header:x-api-key"
+max_keys = 200
+
+[[rules]]
+name = "web"
+limit = "10/s"
+"#,
+    )
+    .unwrap();
+    assert_eq!(c.rules[0].max_keys, Some(200));
+    assert_eq!(c.rules[1].max_keys, None);
+    assert!(crate::config::describe::describe_rule(&c.rules[0])
+        .key
+        .ends_with(", at most 200 keys held (max_keys)"));
 }

@@ -43,6 +43,7 @@ pub(super) async fn inspect(
         Err(response) => return response,
     };
     let r = &config.rules[index];
+    let tracked = tracked(&state, &r.name, &r.policy, &store_key).await;
     match state
         .limiter
         .store()
@@ -50,6 +51,7 @@ pub(super) async fn inspect(
         .await
     {
         Ok(d) => Json(json!({
+            "tracked": tracked,
             "rule": r.name,
             "key": key,
             "store_key": store_key,
@@ -62,6 +64,22 @@ pub(super) async fn inspect(
         .into_response(),
         Err(e) => store_unavailable(e),
     }
+}
+
+/// Whether the store holds state for the key (`"tracked"` in the answer): `false` for a key
+/// never seen (or only peeked, or expired), whose standing is a fresh key's full quota; `None`
+/// (`null`) when the store cannot tell now (Redis did not answer).
+async fn tracked(
+    state: &AppState,
+    rule: &str,
+    policy: &floodgate_core::Policy,
+    store_key: &str,
+) -> Option<bool> {
+    let store = state.store();
+    if let Some(memory) = store.memory() {
+        return Some(memory.holds_at(rule, policy, store_key, memory.clock().now()));
+    }
+    store.redis()?.holds(rule, policy, store_key).await.ok()
 }
 
 /// `DELETE /v1/keys/{rule}/{key}`: forget the key's state (it becomes fresh).

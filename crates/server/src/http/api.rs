@@ -435,12 +435,12 @@ pub(super) fn client_key(raw: &str) -> String {
 fn store_full_detail(full: floodgate_store::OnFull) -> &'static str {
     match full {
         floodgate_store::OnFull::Reject => {
-            "the store holds [store] max_keys live keys and refuses new keys \
-             (on_full = \"reject\"); this is not the key's own limit, and retry_after is \
+            "the store holds [store] max_keys live keys, or the rule its own max_keys, and \
+             refuses new keys (on_full = \"reject\"); this is not the key's own limit, and retry_after is \
              only a suggestion: room appears as keys expire"
         }
         floodgate_store::OnFull::AdmitUntracked => {
-            "the store holds [store] max_keys live keys; a new key was admitted without \
+            "the store holds [store] max_keys live keys, or the rule its own max_keys; a new key was admitted without \
              being counted (on_full = \"admit_untracked\")"
         }
     }

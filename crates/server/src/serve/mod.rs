@@ -659,7 +659,7 @@ fn describe_metrics() {
     );
     describe_counter!(
         "floodgate_store_full_total",
-        "New keys that met a full store, by action (reject, admit_untracked)"
+        "New keys that met a full store, by action (reject, admit_untracked), rule and cap (rule: the rule's own max_keys, store: [store] max_keys)"
     );
     describe_counter!(
         "floodgate_store_errors_total",

@@ -63,6 +63,13 @@
 //! on a check of an existing key). When it is reached, the expired entries of the shards the
 //! batch has locked are dropped first; expired entries in other shards are reclaimed by the
 //! periodic sweep.
+//!
+//! A rule may also have a cap of its own ([`MemoryStore::set_rule_max_keys`]), so that one
+//! rule flooded with new keys cannot take the others' room: every rule name has its own key
+//! count beside the store's, changed at the same moments (a new key reserves room in both, or
+//! in neither; the table that drops a key takes it off its rule's count), so a check of a held
+//! key still touches no counter. When a rule's own cap is reached, the expired entries of
+//! every shard of that rule are dropped first (O(1) per shard when none has expired).
 
 mod claims;
 mod fpmap;
@@ -80,7 +87,7 @@ use parking_lot::Mutex;
 use siphasher::sip::SipHasher13;
 
 use crate::{BatchDecision, BatchReservation, CheckItem, OnFull, SettleItem, Store, StoreError};
-use table::{AnyLocked, AnyTable, Held, Kind, Table};
+use table::{AnyLocked, AnyTable, Held, Kind, RuleKeys, Table};
 #[cfg(feature = "tokio")]
 pub use until_ready::Jitter;
 
@@ -139,6 +146,27 @@ struct Counters {
     full_untracked: AtomicU64,
 }
 
+/// Which cap a new key met: the rule's own (the index of its pair in the reservation) or the
+/// store's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cap {
+    Rule(usize),
+    Store,
+}
+
+/// Each rule's count of the new keys among `new` (one `(rule, n)` pair per rule, in order of
+/// first appearance). Rules are few per batch: a linear scan.
+fn per_rule<'a>(new: impl Iterator<Item = &'a RuleKeys>) -> Vec<(&'a RuleKeys, usize)> {
+    let mut out: Vec<(&RuleKeys, usize)> = Vec::new();
+    for rule in new {
+        match out.iter_mut().find(|(r, _)| std::ptr::eq(*r, rule)) {
+            Some((_, n)) => *n += 1,
+            None => out.push((rule, 1)),
+        }
+    }
+    out
+}
+
 /// The key fingerprint: SipHash-1-3 under the store's secret 128-bit key, built once per
 /// store (see the module docs for why a keyed hash).
 #[derive(Clone)]
@@ -162,6 +190,9 @@ struct Shared {
     keys: AtomicUsize,
     counters: Counters,
     registry: Registry,
+    /// Per rule name, its key count and own cap (created on first use or when a cap is set;
+    /// read only when a table is created or a cap changes).
+    rule_keys: Mutex<Vec<Arc<RuleKeys>>>,
     /// `floodgate_store_expirations_total`, registered with the metrics recorder on first use
     /// (a handle taken before the application installs its recorder would count nowhere): a
     /// reused expired slot is a per-request event, and the macro hashes the name every call.
@@ -205,19 +236,27 @@ impl Shared {
             .increment(n as u64);
     }
 
-    /// Reserves room for `needed` new keys under the global cap. When the store is full, first
-    /// drops the expired entries of the shards this operation has locked (`drop_expired`;
-    /// counted as evictions) and tries again. Returns false when there is still no room.
+    /// Reserves room for new keys: `wants` pairs a rule's key count with how many new keys it
+    /// needs (one pair per rule). Each rule's own cap and the store's cap must all have room,
+    /// or nothing is reserved. When one is full, first drops the expired entries of the shards
+    /// this operation has locked and of the same shard index elsewhere (`drop_expired`), and,
+    /// when a rule's own cap is the one reached, of every shard of that rule (its keys are all
+    /// it can free); these are counted as evictions. Then tries again. `Err` names the cap that
+    /// is still reached.
     fn reserve(
         &self,
-        needed: usize,
+        wants: &[(&RuleKeys, usize)],
         now: Timestamp,
         drop_expired: impl FnOnce(Timestamp) -> usize,
-    ) -> bool {
-        if needed == 0 || self.try_reserve(needed) {
-            return true;
+    ) -> Result<(), Cap> {
+        let cap = match self.try_reserve(wants) {
+            Ok(()) => return Ok(()),
+            Err(cap) => cap,
+        };
+        let mut dropped = drop_expired(now);
+        if let Cap::Rule(i) = cap {
+            dropped += self.drop_expired_of_rule(wants[i].0, now);
         }
-        let dropped = drop_expired(now);
         if dropped > 0 {
             self.keys.fetch_sub(dropped, Ordering::Relaxed);
             self.counters
@@ -225,27 +264,84 @@ impl Shared {
                 .fetch_add(dropped as u64, Ordering::Relaxed);
             metrics::counter!("floodgate_store_evictions_total").increment(dropped as u64);
         }
-        self.try_reserve(needed)
+        self.try_reserve(wants)
     }
 
-    /// Adds `needed` to the key count unless that would pass `max_keys`.
-    fn try_reserve(&self, needed: usize) -> bool {
+    /// Adds each rule's new keys to its count and their sum to the store's, unless that would
+    /// pass a cap (then nothing is added).
+    fn try_reserve(&self, wants: &[(&RuleKeys, usize)]) -> Result<(), Cap> {
+        let needed: usize = wants.iter().map(|&(_, n)| n).sum();
+        if needed == 0 {
+            return Ok(());
+        }
+        for (i, &(rule, n)) in wants.iter().enumerate() {
+            if n > 0 && !rule.try_add(n) {
+                wants[..i].iter().for_each(|&(r, n)| r.sub(n));
+                return Err(Cap::Rule(i));
+            }
+        }
         let max = self.config.max_keys;
-        self.keys
+        let added = self
+            .keys
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
                 (held + needed <= max).then_some(held + needed)
             })
-            .is_ok()
+            .is_ok();
+        if added {
+            Ok(())
+        } else {
+            wants.iter().for_each(|&(r, n)| r.sub(n));
+            Err(Cap::Store)
+        }
     }
 
-    /// Counts `n` new keys that found the store full.
-    fn count_full(&self, n: usize) {
+    /// When a rule's own cap is reached: drops the expired slots of every shard of every table
+    /// of that rule whose lock is free (the caller's own locked shards are skipped). O(1) per
+    /// shard when nothing in it has expired.
+    fn drop_expired_of_rule(&self, rule: &RuleKeys, now: Timestamp) -> usize {
+        self.registry
+            .iter()
+            .filter(|e| std::ptr::eq(&**e.table.keys(), rule))
+            .map(|e| {
+                (0..e.table.shard_count())
+                    .map(|shard| e.table.try_drop_expired(shard, now))
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+
+    /// Counts `n` new keys of `rule` that found a cap reached (`cap`).
+    fn count_full(&self, rule: &RuleKeys, n: usize, cap: Cap) {
+        if n == 0 {
+            return;
+        }
         let (counter, action) = match self.config.on_full {
             OnFull::Reject => (&self.counters.full_rejections, "reject"),
             OnFull::AdmitUntracked => (&self.counters.full_untracked, "admit_untracked"),
         };
         counter.fetch_add(n as u64, Ordering::Relaxed);
-        metrics::counter!("floodgate_store_full_total", "action" => action).increment(n as u64);
+        let cap = match cap {
+            Cap::Rule(_) => "rule",
+            Cap::Store => "store",
+        };
+        metrics::counter!(
+            "floodgate_store_full_total",
+            "action" => action,
+            "rule" => rule.name.to_string(),
+            "cap" => cap
+        )
+        .increment(n as u64);
+    }
+
+    /// The key count of rule name `rule`, created (without a cap of its own) on first use.
+    fn rule_keys(&self, rule: &str) -> Arc<RuleKeys> {
+        let mut all = self.rule_keys.lock();
+        if let Some(found) = all.iter().find(|k| *k.name == *rule) {
+            return Arc::clone(found);
+        }
+        let keys = Arc::new(RuleKeys::new(rule.into()));
+        all.push(Arc::clone(&keys));
+        keys
     }
 
     /// The decision for a new key refused because the store is full.
@@ -289,12 +385,12 @@ impl Shared {
         let decision = table.alg.decide(&mut state, now, cost, consume);
         if consume && decision.allowed {
             let index = table.shard_of(fp);
-            let room = self.reserve(1, now, |now| {
+            let room = self.reserve(&[(&table.keys, 1)], now, |now| {
                 shard.drop_expired(now) + self.drop_expired_elsewhere(index, now)
             });
-            if !room {
+            if let Err(cap) = room {
                 drop(shard);
-                self.count_full(1);
+                self.count_full(&table.keys, 1, cap);
                 return match self.config.on_full {
                     OnFull::Reject => {
                         (self.full_denial(table.alg.capacity()), Some(OnFull::Reject))
@@ -381,7 +477,13 @@ impl Registry {
         self.iter().find(|e| e.matches(rule, policy))
     }
 
-    fn get_or_insert(&self, rule: &str, policy: &Policy, shards: usize) -> &RuleEntry {
+    fn get_or_insert(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        shards: usize,
+        keys: impl FnOnce() -> Arc<RuleKeys>,
+    ) -> &RuleEntry {
         if let Some(e) = self.find(rule, policy) {
             return e;
         }
@@ -399,7 +501,7 @@ impl Registry {
                 id,
                 rule: rule.into(),
                 policy: policy.clone(),
-                table: Arc::new(AnyTable::new(policy, shards)),
+                table: Arc::new(AnyTable::new(policy, shards, keys())),
                 next: OnceLock::new(),
             })
         });
@@ -425,6 +527,8 @@ pub struct MemoryStore {
 /// A batch's locked shards: each item's key fingerprint and the index of its shard's guard.
 struct LockedBatch<'s> {
     fps: Vec<u64>,
+    /// Each item's rule key count.
+    rules: Vec<&'s RuleKeys>,
     guards: Vec<Box<dyn AnyLocked + 's>>,
     guard_index: Vec<usize>,
 }
@@ -432,6 +536,8 @@ struct LockedBatch<'s> {
 /// Per distinct `(table, key)` of a batch: the working copy of its state.
 struct Slot {
     fp: u64,
+    /// The first item of the batch on this slot (its rule is the slot's).
+    item: usize,
     /// Index into the batch's locked guards.
     guard: usize,
     state: State,
@@ -467,6 +573,7 @@ impl MemoryStore {
                 keys: AtomicUsize::new(0),
                 counters: Counters::default(),
                 registry: Registry::default(),
+                rule_keys: Mutex::new(Vec::new()),
                 expirations_metric: OnceLock::new(),
             }),
             sweep_cursor: AtomicUsize::new(0),
@@ -496,6 +603,56 @@ impl MemoryStore {
     /// The clock the store reads.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.shared.clock
+    }
+
+    /// Gives rule `rule` a cap of its own: at most `max_keys` keys held under that rule name
+    /// (all its policies together), inside the store's [`MemoryStoreConfig::max_keys`], so a
+    /// flood of new keys on one rule cannot take the room of the others. `None` removes it
+    /// (only the store's cap applies). May be called at any time (a configuration reload): a
+    /// new cap applies to the next new key; keys already held are never dropped, so a cap set
+    /// below the rule's current count refuses new keys until enough of them expire. A new key
+    /// that meets the rule's cap is handled by [`MemoryStoreConfig::on_full`] exactly as one
+    /// that meets the store's.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use floodgate_core::{AlgorithmKind, ManualClock, Policy};
+    /// use floodgate_store::{CheckItem, MemoryStore};
+    ///
+    /// let store = MemoryStore::with_clock(Arc::new(ManualClock::new(1_700_000_000_000_000)));
+    /// store.set_rule_max_keys("api", Some(2));
+    /// let p = Policy::new(AlgorithmKind::Gcra, "10/s".parse().unwrap()).unwrap();
+    /// let check = |rule, key| store.check_one(&CheckItem { rule, policy: &p, key, cost: 1 });
+    /// assert!(check("api", "a").unwrap().allowed);
+    /// assert!(check("api", "b").unwrap().allowed);
+    /// assert!(!check("api", "c").unwrap().allowed); // the rule's cap
+    /// assert!(check("web", "c").unwrap().allowed); // another rule keeps its room
+    /// assert_eq!(store.rule_keys("api"), 2);
+    /// ```
+    pub fn set_rule_max_keys(&self, rule: &str, max_keys: Option<usize>) {
+        let keys = self.shared.rule_keys(rule);
+        keys.max
+            .store(max_keys.unwrap_or(usize::MAX), Ordering::Relaxed);
+    }
+
+    /// Keys held now under rule name `rule` (all its policies; expired ones not yet dropped
+    /// included); 0 for a rule never seen.
+    pub fn rule_keys(&self, rule: &str) -> usize {
+        let all = self.shared.rule_keys.lock();
+        all.iter()
+            .find(|k| *k.name == *rule)
+            .map_or(0, |k| k.held.load(Ordering::Relaxed))
+    }
+
+    /// Whether the store holds live state for `key` under `rule` and `policy` (an expired
+    /// entry, which decides exactly like a fresh key, is not live). A key never seen, or one
+    /// only ever peeked, is not held.
+    pub fn holds_at(&self, rule: &str, policy: &Policy, key: &str, now: Timestamp) -> bool {
+        let fp = self.shared.fingerprint(key);
+        self.shared
+            .registry
+            .find(rule, policy)
+            .is_some_and(|e| e.table.get_live(fp, now).is_some())
     }
 
     /// A handle on the keys of rule `rule` under `policy`: checks through it skip the rule
@@ -543,7 +700,9 @@ impl MemoryStore {
     fn entry(&self, rule: &str, policy: &Policy) -> &RuleEntry {
         self.shared
             .registry
-            .get_or_insert(rule, policy, self.shared.config.shards)
+            .get_or_insert(rule, policy, self.shared.config.shards, || {
+                self.shared.rule_keys(rule)
+            })
     }
 
     /// [`Store::check`] at the clock's current time, synchronously.
@@ -661,6 +820,7 @@ impl MemoryStore {
         crate::validate_batch(items)?;
         let LockedBatch {
             fps,
+            rules,
             mut guards,
             guard_index,
         } = self.lock_batch(items);
@@ -676,6 +836,7 @@ impl MemoryStore {
                     expired += usize::from(was_expired);
                     slots.push(Slot {
                         fp,
+                        item: i,
                         guard: g,
                         held: loaded.is_some(),
                         state: loaded.map_or_else(|| item.policy.initial_state(), |(s, _)| s),
@@ -749,6 +910,7 @@ impl MemoryStore {
         }
         let batch = self.commit_slots(
             items,
+            &rules,
             slots,
             &slot_of_item,
             peeks,
@@ -801,14 +963,17 @@ impl MemoryStore {
                 item.reserved,
                 item.actual,
             );
-            let room = held
-                || self.shared.reserve(1, now, |now| {
-                    guard.drop_expired(now) + self.shared.drop_expired_elsewhere(shard, now)
-                });
-            if room {
-                guard.save_any(fp, state, now.saturating_add(d.reset_after));
+            let rule = &**entry.table.keys();
+            let room = if held {
+                Ok(())
             } else {
-                self.shared.count_full(1);
+                self.shared.reserve(&[(rule, 1)], now, |now| {
+                    guard.drop_expired(now) + self.shared.drop_expired_elsewhere(shard, now)
+                })
+            };
+            match room {
+                Ok(()) => guard.save_any(fp, state, now.saturating_add(d.reset_after)),
+                Err(cap) => self.shared.count_full(rule, 1, cap),
             }
             standings.push(d);
         }
@@ -914,9 +1079,11 @@ impl MemoryStore {
     /// A batch whose items all have different `(table, key)`: peek every item in place, then,
     /// if all admit, consume every item in place. No state is copied; the shards stay locked
     /// throughout, so the second pass sees exactly the states the first one judged.
+    #[allow(clippy::too_many_arguments)]
     fn run_distinct(
         &self,
         items: &[CheckItem<'_>],
+        rules: &[&RuleKeys],
         fps: &[u64],
         guard_index: &[usize],
         guards: &mut [Box<dyn AnyLocked + '_>],
@@ -951,13 +1118,16 @@ impl MemoryStore {
         }
 
         let is_new = |i: usize| !held[i] && items[i].cost > 0;
-        let new_keys = (0..items.len()).filter(|&i| is_new(i)).count();
-        let full = !self.shared.reserve(new_keys, now, |now| {
+        let wants = per_rule((0..items.len()).filter(|&i| is_new(i)).map(|i| rules[i]));
+        let room = self.shared.reserve(&wants, now, |now| {
             let locked: usize = guards.iter_mut().map(|g| g.drop_expired(now)).sum();
             locked + self.drop_expired_near(fps, now)
         });
-        if full {
-            self.shared.count_full(new_keys);
+        let full = room.is_err();
+        if let Err(cap) = room {
+            for &(rule, n) in &wants {
+                self.shared.count_full(rule, n, cap);
+            }
             if self.shared.config.on_full == OnFull::Reject {
                 let decisions = (0..items.len())
                     .map(|i| {
@@ -1047,6 +1217,7 @@ impl MemoryStore {
             .collect();
         LockedBatch {
             fps,
+            rules: entries.iter().map(|e| &**e.table.keys()).collect(),
             guards,
             guard_index,
         }
@@ -1067,6 +1238,7 @@ impl MemoryStore {
         }
         let LockedBatch {
             fps,
+            rules,
             mut guards,
             guard_index,
         } = self.lock_batch(items);
@@ -1074,7 +1246,15 @@ impl MemoryStore {
         let same = |i: usize, j: usize| guard_index[i] == guard_index[j] && fps[i] == fps[j];
         let distinct = (0..items.len()).all(|i| (0..i).all(|j| !same(i, j)));
         if distinct {
-            return Ok(self.run_distinct(items, &fps, &guard_index, &mut guards, now, commit));
+            return Ok(self.run_distinct(
+                items,
+                &rules,
+                &fps,
+                &guard_index,
+                &mut guards,
+                now,
+                commit,
+            ));
         }
 
         // Phase 1: decide every item on working copies. Items sharing (table, key) share a
@@ -1095,6 +1275,7 @@ impl MemoryStore {
                     let state = loaded.map_or_else(|| item.policy.initial_state(), |(s, _)| s);
                     slots.push(Slot {
                         fp,
+                        item: i,
                         guard: g,
                         state,
                         held,
@@ -1129,6 +1310,7 @@ impl MemoryStore {
 
         Ok(self.commit_slots(
             items,
+            &rules,
             slots,
             &slot_of_item,
             peeks,
@@ -1147,6 +1329,7 @@ impl MemoryStore {
     fn commit_slots(
         &self,
         items: &[CheckItem<'_>],
+        rules: &[&RuleKeys],
         slots: Vec<Slot>,
         slot_of_item: &[usize],
         peeks: Vec<Decision>,
@@ -1157,22 +1340,32 @@ impl MemoryStore {
     ) -> BatchDecision {
         // Phase 2: every item admitted. New keys need room; reserve it before writing
         // anything, so that a rejection leaves every key untouched.
-        let new_keys = slots
-            .iter()
-            .filter(|s| !s.held && s.consumed_reset_after.is_some())
-            .count();
-        let full = !self.shared.reserve(new_keys, now, |now| {
+        let wants = per_rule(
+            slots
+                .iter()
+                .filter(|s| !s.held && s.consumed_reset_after.is_some())
+                .map(|s| rules[s.item]),
+        );
+        let room = self.shared.reserve(&wants, now, |now| {
             let locked: usize = guards.iter_mut().map(|g| g.drop_expired(now)).sum();
             locked + self.drop_expired_near(fps, now)
         });
+        let full = room.is_err();
         let is_untracked = |slot: &Slot| full && !slot.held;
-        let untracked_items = slot_of_item
-            .iter()
-            .filter(|&&s| is_untracked(&slots[s]) && slots[s].consumed_reset_after.is_some())
-            .count();
+        let untracked = per_rule(
+            slot_of_item
+                .iter()
+                .enumerate()
+                .filter(|&(_, &s)| {
+                    is_untracked(&slots[s]) && slots[s].consumed_reset_after.is_some()
+                })
+                .map(|(i, _)| rules[i]),
+        );
         let mut store_full = None;
-        if untracked_items > 0 {
-            self.shared.count_full(untracked_items);
+        if let (Err(cap), false) = (room, untracked.is_empty()) {
+            for &(rule, n) in &untracked {
+                self.shared.count_full(rule, n, cap);
+            }
             if self.shared.config.on_full == OnFull::Reject {
                 let decisions = items
                     .iter()

@@ -6,6 +6,8 @@
 //! sliding log stores it (its state has no accessor for its newest entry).
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use floodgate_core::{
     Algorithm, Decision, FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket,
@@ -240,6 +242,48 @@ pub(crate) enum Held {
 #[repr(align(64))]
 pub(crate) struct Padded<T>(pub(crate) T);
 
+/// One rule name's key count and its own cap (`[[rules]] max_keys`), shared by every table of
+/// that name (one per policy the rule has had). The count changes only when a key is added
+/// (reserved before the insert, see `Shared::reserve`) or dropped (here, by the table that
+/// drops it), never on a check of a held key.
+#[derive(Debug)]
+pub(crate) struct RuleKeys {
+    /// The rule's name (the `rule` label of `floodgate_store_full_total`).
+    pub(crate) name: Arc<str>,
+    /// Keys held by the rule's tables, expired ones not yet dropped included.
+    pub(crate) held: AtomicUsize,
+    /// The rule's cap; `usize::MAX` when it has none of its own (only the store's applies).
+    pub(crate) max: AtomicUsize,
+}
+
+impl RuleKeys {
+    pub(crate) fn new(name: Arc<str>) -> Self {
+        Self {
+            name,
+            held: AtomicUsize::new(0),
+            max: AtomicUsize::new(usize::MAX),
+        }
+    }
+
+    /// Adds `n` to the count unless that would pass the rule's cap.
+    pub(crate) fn try_add(&self, n: usize) -> bool {
+        let max = self.max.load(Ordering::Relaxed);
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held.saturating_add(n) <= max).then_some(held + n)
+            })
+            .is_ok()
+    }
+
+    /// Takes `n` dropped keys off the count.
+    #[inline]
+    pub(crate) fn sub(&self, n: usize) {
+        if n > 0 {
+            self.held.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+}
+
 /// One rule's (one rule name and policy's) keys.
 #[derive(Debug)]
 pub(crate) struct Table<A: Kind> {
@@ -247,13 +291,16 @@ pub(crate) struct Table<A: Kind> {
     expiry: A::Expiry,
     shards: Box<[Padded<Lock<Shard<A>>>]>,
     mask: usize,
+    /// The rule name's key count, shared with the rule's tables of other policies.
+    pub(crate) keys: Arc<RuleKeys>,
 }
 
 impl<A: Kind> Table<A> {
-    /// A table of `shards` (a power of two) empty shards.
-    pub(crate) fn new(alg: A, shards: usize) -> Self {
+    /// A table of `shards` (a power of two) empty shards, counting its keys in `keys`.
+    pub(crate) fn new(alg: A, shards: usize, keys: Arc<RuleKeys>) -> Self {
         debug_assert!(shards.is_power_of_two());
         Self {
+            keys,
             expiry: alg.expiry(),
             alg,
             shards: (0..shards)
@@ -362,6 +409,7 @@ impl<A: Kind> Locked<'_, A> {
             Held::Live(d)
         } else {
             self.guard.map.remove(fp);
+            table.keys.sub(1);
             Held::Absent { expired: true }
         }
     }
@@ -390,6 +438,7 @@ impl<A: Kind> Locked<'_, A> {
             (Some((A::state(slot).clone(), at)), false)
         } else {
             self.guard.map.remove(fp);
+            table.keys.sub(1);
             (None, true)
         }
     }
@@ -422,10 +471,11 @@ impl<A: Kind> Locked<'_, A> {
     /// Removes `fp`; returns its expiry when it was held.
     pub(crate) fn remove(&mut self, fp: u64) -> Option<Timestamp> {
         let table = self.table;
-        self.guard
-            .map
-            .remove(fp)
-            .map(|slot| A::expires_at(&table.expiry, &slot))
+        let removed = self.guard.map.remove(fp);
+        if removed.is_some() {
+            table.keys.sub(1);
+        }
+        removed.map(|slot| A::expires_at(&table.expiry, &slot))
     }
 
     /// Drops every slot expired at `now`; returns how many. O(1) when nothing can have expired.
@@ -445,7 +495,9 @@ impl<A: Kind> Locked<'_, A> {
             keep
         });
         self.guard.earliest_expiry = earliest;
-        before - self.guard.map.len()
+        let dropped = before - self.guard.map.len();
+        self.table.keys.sub(dropped);
+        dropped
     }
 }
 
@@ -490,9 +542,16 @@ macro_rules! any_table {
         }
 
         impl AnyTable {
-            pub(crate) fn new(policy: &Policy, shards: usize) -> Self {
+            pub(crate) fn new(policy: &Policy, shards: usize, keys: Arc<RuleKeys>) -> Self {
                 match policy {
-                    $(Policy::$variant(a) => AnyTable::$variant(Table::new(a.clone(), shards)),)*
+                    $(Policy::$variant(a) => AnyTable::$variant(Table::new(a.clone(), shards, keys)),)*
+                }
+            }
+
+            /// The rule name's key count.
+            pub(crate) fn keys(&self) -> &Arc<RuleKeys> {
+                match self {
+                    $(AnyTable::$variant(t) => &t.keys,)*
                 }
             }
 

@@ -426,3 +426,162 @@ fn sweeps_shrink_and_free_rule_tables() {
     assert!(limiter.check_at("k0", 1, T0 + 3_000_000).unwrap().allowed);
     assert_eq!((store.stats().keys, buckets()), (1, 4));
 }
+
+/// Issue 10 item 7: junk keys on one rule must not lock out another rule's new clients.
+#[test]
+fn a_flood_on_one_rule_leaves_room_for_new_keys_on_another() {
+    let clock = ManualClock::new(T0);
+    let store = MemoryStore::new(
+        MemoryStoreConfig {
+            max_keys: 100,
+            ..MemoryStoreConfig::default()
+        },
+        Arc::new(clock.clone()),
+    );
+    store.set_rule_max_keys("api", Some(60));
+    let p = gcra("1/min");
+    let api = store.limiter("api", &p);
+    let mut admitted = 0;
+    for i in 0..1_000 {
+        admitted += usize::from(api.check(&format!("junk-{i}"), 1).unwrap().allowed);
+    }
+    assert_eq!((admitted, store.rule_keys("api")), (60, 60));
+    assert_eq!(store.stats().full_rejections, 940);
+    // Rule "web" (no cap of its own) still gets the rest of the store's room, through every
+    // path: the one-item check, a batch, and a batch mixing both rules' new keys.
+    let web = store.limiter("web", &p);
+    for i in 0..30 {
+        assert!(web.check(&format!("client-{i}"), 1).unwrap().allowed, "{i}");
+    }
+    let item = |rule, key| CheckItem {
+        rule,
+        policy: &p,
+        key,
+        cost: 1,
+    };
+    let d = store
+        .check_now(&[item("web", "x1"), item("web", "x2")])
+        .unwrap();
+    assert!(d.allowed && d.store_full.is_none());
+    // A batch with a new key on the full rule is refused whole (its new keys get the full
+    // store's denial) and leaves no trace.
+    let d = store
+        .check_now(&[item("web", "y1"), item("api", "y1")])
+        .unwrap();
+    assert_eq!((d.allowed, d.store_full), (false, Some(OnFull::Reject)));
+    assert!(d.decisions.iter().all(|d| d.retry_after == Some(1_000_000)));
+    assert_eq!((store.rule_keys("web"), store.rule_keys("api")), (32, 60));
+    // The store's own cap still holds for the rules together.
+    for i in 0..20 {
+        let allowed = web.check(&format!("late-{i}"), 1).unwrap().allowed;
+        assert_eq!(allowed, i < 8, "{i}");
+    }
+    assert_eq!(store.stats().keys, 100);
+    // Held keys of the full rule are still decided as usual.
+    assert!(!api.check("junk-0", 1).unwrap().allowed);
+    assert_eq!(
+        api.check("junk-0", 1).unwrap().retry_after,
+        Some(60_000_000)
+    );
+}
+
+#[test]
+fn a_rule_cap_is_exact_and_expiry_frees_its_count() {
+    let clock = ManualClock::new(T0);
+    let store = store(&clock);
+    store.set_rule_max_keys("r", Some(5));
+    // One key that stays live throughout, four that expire after a second.
+    let long = Policy::new(AlgorithmKind::FixedWindow, "1/h".parse().unwrap()).unwrap();
+    let short = gcra("1/s");
+    assert!(
+        store
+            .limiter("r", &long)
+            .check("keeper", 1)
+            .unwrap()
+            .allowed
+    );
+    let r = store.limiter("r", &short);
+    for k in ["a", "b", "c", "d"] {
+        assert!(r.check(k, 1).unwrap().allowed);
+    }
+    // Exactly five: the sixth new key of the rule is refused, under either of its policies.
+    assert!(!r.check("e", 1).unwrap().allowed);
+    assert!(!store.limiter("r", &long).check("e", 1).unwrap().allowed);
+    // A peek of a new key stores nothing and is not refused.
+    assert!(r.peek_at("e", 1, clock.now()).unwrap().allowed);
+    assert_eq!(store.rule_keys("r"), 5);
+    // A second later four keys have expired: with no sweep, new keys find their room (the
+    // rule's shards are searched for expired entries when its own cap is reached).
+    clock.advance(1_000_000);
+    for k in ["e", "f", "g", "h"] {
+        assert!(r.check(k, 1).unwrap().allowed, "{k}");
+    }
+    assert!(!r.check("i", 1).unwrap().allowed);
+    assert_eq!((store.rule_keys("r"), store.stats().keys), (5, 5));
+    assert_eq!(store.stats().evictions, 4);
+    // A sweep and a reset take keys off the rule's count too.
+    clock.advance(1_000_000);
+    assert_eq!(store.sweep_all(clock.now()), 4);
+    assert_eq!(store.rule_keys("r"), 1);
+    assert!(store.reset_key("r", "keeper"));
+    assert_eq!((store.rule_keys("r"), store.stats().keys), (0, 0));
+    // Raising the cap (a reload) applies to the next new key; removing it leaves the store's.
+    store.set_rule_max_keys("r", Some(6));
+    for i in 0..6 {
+        assert!(r.check(&format!("n{i}"), 1).unwrap().allowed);
+    }
+    assert!(!r.check("n6", 1).unwrap().allowed);
+    store.set_rule_max_keys("r", None);
+    assert!(r.check("n6", 1).unwrap().allowed);
+    assert_eq!(store.rule_keys("r"), 7);
+}
+
+#[test]
+fn a_rule_cap_counts_batches_reservations_and_settles() {
+    let clock = ManualClock::new(T0);
+    let store = MemoryStore::new(
+        MemoryStoreConfig {
+            on_full: OnFull::AdmitUntracked,
+            ..MemoryStoreConfig::default()
+        },
+        Arc::new(clock.clone()),
+    );
+    store.set_rule_max_keys("r", Some(3));
+    let p = gcra("2/s");
+    let item = |key| CheckItem {
+        rule: "r",
+        policy: &p,
+        key,
+        cost: 1,
+    };
+    // A batch with a repeated key (the slot path), then one with distinct keys.
+    let d = store.check_now(&[item("a"), item("a"), item("b")]).unwrap();
+    assert!(d.allowed && d.store_full.is_none());
+    let d = store.check_now(&[item("a"), item("b")]).unwrap();
+    assert!(!d.allowed, "a is spent");
+    assert_eq!(store.rule_keys("r"), 2);
+    // A reservation of two new keys: room for one only, so both go untracked.
+    let r = store
+        .reserve_at(&[item("c"), item("d")], clock.now(), 0)
+        .unwrap();
+    assert_eq!(r.batch.store_full, Some(OnFull::AdmitUntracked));
+    assert_eq!(store.rule_keys("r"), 2);
+    assert_eq!(store.stats().full_untracked, 2);
+    let r = store.reserve_at(&[item("c")], clock.now(), 0).unwrap();
+    assert!(r.batch.allowed && r.batch.store_full.is_none());
+    assert_eq!(store.rule_keys("r"), 3);
+    // A settle charging a new key finds the rule full: counted, the key is not stored.
+    let settle = SettleItem {
+        rule: "r",
+        policy: &p,
+        key: "e",
+        reserved: 0,
+        actual: 1,
+        scheduled_at: clock.now(),
+    };
+    store.settle_at(&[settle], clock.now()).unwrap();
+    assert_eq!((store.rule_keys("r"), store.stats().full_untracked), (3, 3));
+    assert!(store.holds_at("r", &p, "c", clock.now()));
+    assert!(!store.holds_at("r", &p, "e", clock.now()));
+    assert!(!store.holds_at("other", &p, "c", clock.now()));
+}

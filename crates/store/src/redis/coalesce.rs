@@ -8,8 +8,8 @@
 //!
 //! How, without adding latency: at most [`RedisStoreConfig::coalesce`](super::RedisStoreConfig)
 //! calls are in flight at once. A batch that finds a free slot is sent at once (a lone request
-//! waits for nothing: no timer; and when no call is out, its caller sends it from its own task,
-//! without a hand-off to a sending task and back, unless other batches arrived meanwhile). A batch that finds every slot taken waits
+//! waits for nothing: no timer, no yield; and when no call is out, its caller sends it from its
+//! own task, without a hand-off to a sending task and back). A batch that finds every slot taken waits
 //! in a queue; when a call's reply arrives, the task that sent it takes *everything* waiting (up
 //! to [`MAX_BATCHES`]) as its next call. So the busier Redis is, the more decisions each call
 //! carries. Standalone Redis only: a cluster call must stay within one slot.
@@ -132,15 +132,20 @@ impl Coalescer {
 
     /// Queues `p` (its reply goes to `p.tx`) and makes sure a sender will take it.
     ///
-    /// Fast path: when no call is in flight, the caller yields once (so that batches
-    /// submitted in the same instant, e.g. by the same task, can join it) and then, if its own
-    /// batch is still the only one waiting, sends it from its own task and returns when the
-    /// reply is out. This spares a lone client the hand-off to a sending task and back (two
-    /// wake-ups, often across threads, per decision). If other batches are waiting by then,
-    /// its slot goes to a sending task that takes them all, as without the fast path: a
-    /// caller never carries another caller's batch, so its timeout (which drops its future)
-    /// never fails anyone else. Otherwise a sending task is started when fewer than
-    /// `max_in_flight` calls are out, and the caller waits on its receiver.
+    /// Fast path: when no call is in flight and its own batch is the only one waiting, the
+    /// caller sends it from its own task at once and returns when the reply is out. This
+    /// spares a lone client the hand-off to a sending task and back (two wake-ups, often
+    /// across threads, per decision), and it does not yield first: a yield to let batches
+    /// submitted in the same instant join cost every lone check one more `epoll_wait` and, on
+    /// a multi-thread runtime, a wake-up of another worker (measured: 6.1 system calls and 1.9
+    /// voluntary context switches per lone check on two workers with the yield, 3.0 and 0.8
+    /// without; BENCHMARKS.md, "Weakness 2"). Batches submitted while it is out (e.g. the other
+    /// checks of one `join_all`) wait and go together in the next call. When the call returns
+    /// (or the caller gives up mid-call), its slot goes to a sending task that takes whatever
+    /// waits, as without the fast path: a caller never carries another caller's batch, so its
+    /// timeout (which drops its future) never fails anyone else. Otherwise a sending task is
+    /// started when fewer than `max_in_flight` calls are out, and the caller waits on its
+    /// receiver.
     pub(crate) async fn submit(self: &Arc<Self>, p: Pending) {
         let (start, inline, mine) = {
             let mut q = self.queue.lock();
@@ -164,7 +169,8 @@ impl Coalescer {
         // Given back, or handed to a sending task when batches wait, when this returns, and
         // also if this future is dropped mid-call (its caller timed out).
         let _slot = InlineSlot(self);
-        tokio::task::yield_now().await;
+        // Normally just this batch; more only after a slot was released with batches waiting
+        // (outside a runtime, see `InlineSlot`): then the sending task takes them all.
         let alone = {
             let mut q = self.queue.lock();
             match q.waiting.front() {
@@ -353,8 +359,7 @@ mod tests {
             // A takes the only slot and waits for Redis; B queues behind it; A is dropped.
             let (a, _a_rx) = pending("fgtest:a");
             let mut a_call = Box::pin(coalescer.submit(a));
-            // The first poll yields, the second sends A and waits for the reply.
-            assert!(poll_once(a_call.as_mut()).await.is_pending());
+            // The first poll sends A and waits for the reply.
             assert!(
                 poll_once(a_call.as_mut()).await.is_pending(),
                 "A is in flight"

@@ -1541,6 +1541,22 @@ fn to_store_error(e: RedisError, timeout: Duration) -> StoreError {
     }
 }
 
+impl RedisStore {
+    /// Whether Redis holds state for `key` under `rule` and `policy` (`EXISTS` on its one
+    /// name): false for a key never checked (or only peeked) and for one whose TTL ran out.
+    /// For admin APIs, which tell an unknown key from one whose quota is full again.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] as for every call.
+    pub async fn holds(&self, rule: &str, policy: &Policy, key: &str) -> Result<bool, StoreError> {
+        let name = keys::state_key(&self.config.prefix, rule, policy, key);
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(&name);
+        self.guarded(async { Ok(self.conn.query::<u64>(&cmd).await? > 0) })
+            .await
+    }
+}
+
 impl Store for RedisStore {
     fn reserve(
         &self,
