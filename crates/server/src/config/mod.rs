@@ -12,6 +12,8 @@
 //! upstream = "http://127.0.0.1:3000"   # reverse-proxy mode
 //! ui = true                            # the web page at /ui/ (default; --no-ui turns it off)
 //! ui_denied_keys = 20                  # its live view lists the 20 busiest denied keys (default 0: off)
+//! reservation_secret = "..."           # or FLOODGATE_RESERVATION_SECRET; signs reservation tokens (32+ chars)
+//! reservation_ttl = "5m"               # a reservation token not settled by then is spent (default 5m)
 //!
 //! [store]
 //! kind = "memory"                      # or "redis", with url = "redis://..." (or nodes = [...])
@@ -125,6 +127,38 @@ pub struct ServerConfig {
     /// `ui_denied_keys`: how many of the busiest denied keys the web page's live view shows
     /// (0, the default: none; keys can be personal data, so the list is opt-in; at most 1,000).
     pub ui_denied_keys: usize,
+    /// `reservation_secret`: the HMAC-SHA256 key that signs reservation tokens
+    /// (`/v1/check` with `"reserve": true`, `/v1/settle`); at least 32 printable ASCII
+    /// characters without spaces. `None`: a random secret per process (tokens then settle only
+    /// on the process that made them). Every instance sharing a store must share it.
+    pub reservation_secret: Option<String>,
+    /// `reservation_ttl`: how long a reservation token can be settled, in microseconds
+    /// (default 5 minutes; 1 second to 7 days). A token not settled by then is spent.
+    pub reservation_ttl: u64,
+}
+
+/// The default `[server] reservation_ttl`: 5 minutes, in microseconds.
+pub const DEFAULT_RESERVATION_TTL: u64 = 300_000_000;
+
+/// The bounds of `[server] reservation_ttl`, in microseconds: 1 second to 7 days.
+pub const RESERVATION_TTL_RANGE: std::ops::RangeInclusive<u64> = 1_000_000..=604_800_000_000;
+
+/// A reservation secret must be at least this many characters.
+pub const MIN_RESERVATION_SECRET: usize = 32;
+
+/// `[server] reservation_secret` (and `FLOODGATE_RESERVATION_SECRET`): at least
+/// [`MIN_RESERVATION_SECRET`] printable ASCII characters without spaces.
+///
+/// # Errors
+/// What is wrong with it, for the error message.
+pub fn check_reservation_secret(secret: &str) -> Result<(), String> {
+    if secret.len() < MIN_RESERVATION_SECRET || !secret.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "must be at least {MIN_RESERVATION_SECRET} printable ASCII characters without \
+             spaces (e.g. 32 random bytes in base64: openssl rand -base64 32)"
+        ));
+    }
+    Ok(())
 }
 
 impl Default for ServerConfig {
@@ -140,6 +174,8 @@ impl Default for ServerConfig {
             ipv6_prefix: 64,
             ui: true,
             ui_denied_keys: 0,
+            reservation_secret: None,
+            reservation_ttl: DEFAULT_RESERVATION_TTL,
         }
     }
 }
@@ -554,6 +590,27 @@ impl Validator<'_> {
                     n,
                     "server.ui_denied_keys".into(),
                     format!("must be between 0 and 1000, got {}", n.get_ref()),
+                ),
+            }
+        }
+        if let Some(secret) = &s.reservation_secret {
+            match check_reservation_secret(secret.get_ref()) {
+                Ok(()) => out.reservation_secret = Some(secret.get_ref().clone()),
+                Err(msg) => self.push(secret, "server.reservation_secret".into(), msg),
+            }
+        }
+        if let Some(ttl) = &s.reservation_ttl {
+            match floodgate_core::quota::parse_period(ttl.get_ref()) {
+                Ok(us) if RESERVATION_TTL_RANGE.contains(&us) => out.reservation_ttl = us,
+                Ok(_) => self.push(
+                    ttl,
+                    "server.reservation_ttl".into(),
+                    format!("must be between 1s and 7day, got {:?}", ttl.get_ref()),
+                ),
+                Err(msg) => self.push(
+                    ttl,
+                    "server.reservation_ttl".into(),
+                    format!("invalid duration: {msg}"),
                 ),
             }
         }

@@ -31,6 +31,8 @@ pub(crate) struct RawServer {
     pub ui: Option<bool>,
     pub ui_denied_keys: Option<Spanned<i64>>,
     pub grpc_listen: Option<Spanned<String>>,
+    pub reservation_secret: Option<Spanned<String>>,
+    pub reservation_ttl: Option<Spanned<String>>,
 }
 
 /// `[store]`.
