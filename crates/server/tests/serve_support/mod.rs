@@ -81,6 +81,7 @@ impl Floodgate {
             .args(["--manual-clock", &START_US.to_string()])
             .args(args)
             .env_remove("FLOODGATE_ADMIN_TOKEN")
+            .env_remove("FLOODGATE_RESERVATION_SECRET")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap());
