@@ -37,6 +37,9 @@ pub(crate) struct AppState {
     pub(crate) bench_baseline: bool,
     /// The web page's live view; `None` when the page is off (`--no-ui`, `[server] ui = false`).
     pub(crate) ui: Option<Arc<crate::ui::live::Live>>,
+    /// Signs and opens reservation tokens (`[server] reservation_secret` and
+    /// `reservation_ttl`, read once at start; a random secret when none is configured).
+    pub(crate) reservations: crate::http::settle::Signer,
     /// Read on every proxied request: a lock-free load, not a lock.
     config: ArcSwap<Config>,
     /// Serialises reloads (each reads the old configuration and replaces it).
@@ -63,6 +66,10 @@ impl AppState {
     ) -> Self {
         apply_key_caps(&store, None, &config);
         let limiter = RateLimiter::new(Arc::new(store), rule_set(&config));
+        let reservations = crate::http::settle::Signer::new(
+            config.server.reservation_secret.as_deref(),
+            config.server.reservation_ttl,
+        );
         Self {
             limiter,
             clock,
@@ -72,6 +79,7 @@ impl AppState {
             upstream,
             bench_baseline: false,
             ui: None,
+            reservations,
             config: ArcSwap::from_pointee(config),
             reload_lock: Mutex::new(()),
             config_path,
@@ -223,6 +231,13 @@ fn diff_rules(old: &Config, new: &Config) -> (Vec<String>, Vec<String>) {
 fn warn_about_restart_only_changes(old: &Config, new: &Config) {
     if old.store != new.store {
         tracing::warn!("[store] changes take effect at the next restart");
+    }
+    if old.server.reservation_secret != new.server.reservation_secret
+        || old.server.reservation_ttl != new.server.reservation_ttl
+    {
+        tracing::warn!(
+            "[server] reservation_secret/reservation_ttl changes take effect at the next restart"
+        );
     }
     if old.server.listen != new.server.listen
         || old.server.upstream != new.server.upstream

@@ -12,6 +12,8 @@
 //! upstream = "http://127.0.0.1:3000"   # reverse-proxy mode
 //! ui = true                            # the web page at /ui/ (default; --no-ui turns it off)
 //! ui_denied_keys = 20                  # its live view lists the 20 busiest denied keys (default 0: off)
+//! reservation_secret = "..."           # or FLOODGATE_RESERVATION_SECRET; signs reservation tokens (32+ chars)
+//! reservation_ttl = "5m"               # a reservation token not settled by then is spent (default 5m)
 //!
 //! [store]
 //! kind = "memory"                      # or "redis", with url = "redis://..." (or nodes = [...])
@@ -129,6 +131,38 @@ pub(crate) struct ServerConfig {
     /// with `delay`); one more that would wait is refused as without a delay. Default
     /// [`floodgate_tower::DEFAULT_MAX_DELAYED`], at most [`MAX_MAX_DELAYED`]; 0: none waits.
     pub(crate) max_delayed: usize,
+    /// `reservation_secret`: the HMAC-SHA256 key that signs reservation tokens
+    /// (`/v1/check` with `"reserve": true`, `/v1/settle`); at least 32 printable ASCII
+    /// characters without spaces. `None`: a random secret per process (tokens then settle only
+    /// on the process that made them). Every instance sharing a store must share it.
+    pub(crate) reservation_secret: Option<String>,
+    /// `reservation_ttl`: how long a reservation token can be settled, in microseconds
+    /// (default 5 minutes; 1 second to 7 days). A token not settled by then is spent.
+    pub(crate) reservation_ttl: u64,
+}
+
+/// The default `[server] reservation_ttl`: 5 minutes, in microseconds.
+pub(crate) const DEFAULT_RESERVATION_TTL: u64 = 300_000_000;
+
+/// The bounds of `[server] reservation_ttl`, in microseconds: 1 second to 7 days.
+pub(crate) const RESERVATION_TTL_RANGE: std::ops::RangeInclusive<u64> = 1_000_000..=604_800_000_000;
+
+/// A reservation secret must be at least this many characters.
+pub(crate) const MIN_RESERVATION_SECRET: usize = 32;
+
+/// `[server] reservation_secret` (and `FLOODGATE_RESERVATION_SECRET`): at least
+/// [`MIN_RESERVATION_SECRET`] printable ASCII characters without spaces.
+///
+/// # Errors
+/// What is wrong with it, for the error message.
+pub(crate) fn check_reservation_secret(secret: &str) -> Result<(), String> {
+    if secret.len() < MIN_RESERVATION_SECRET || !secret.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "must be at least {MIN_RESERVATION_SECRET} printable ASCII characters without \
+             spaces (e.g. 32 random bytes in base64: openssl rand -base64 32)"
+        ));
+    }
+    Ok(())
 }
 
 /// Largest accepted `[server] max_delayed`.
@@ -148,6 +182,8 @@ impl Default for ServerConfig {
             ui: true,
             ui_denied_keys: 0,
             max_delayed: floodgate_tower::DEFAULT_MAX_DELAYED,
+            reservation_secret: None,
+            reservation_ttl: DEFAULT_RESERVATION_TTL,
         }
     }
 }
@@ -600,6 +636,27 @@ impl Validator<'_> {
                         "must be between 0 and {MAX_MAX_DELAYED}, got {}",
                         n.get_ref()
                     ),
+                ),
+            }
+        }
+        if let Some(secret) = &s.reservation_secret {
+            match check_reservation_secret(secret.get_ref()) {
+                Ok(()) => out.reservation_secret = Some(secret.get_ref().clone()),
+                Err(msg) => self.push(secret, "server.reservation_secret".into(), msg),
+            }
+        }
+        if let Some(ttl) = &s.reservation_ttl {
+            match floodgate_core::quota::parse_period(ttl.get_ref()) {
+                Ok(us) if RESERVATION_TTL_RANGE.contains(&us) => out.reservation_ttl = us,
+                Ok(_) => self.push(
+                    ttl,
+                    "server.reservation_ttl".into(),
+                    format!("must be between 1s and 7day, got {:?}", ttl.get_ref()),
+                ),
+                Err(msg) => self.push(
+                    ttl,
+                    "server.reservation_ttl".into(),
+                    format!("invalid duration: {msg}"),
                 ),
             }
         }

@@ -32,6 +32,8 @@ pub(crate) struct RawServer {
     pub(crate) ui_denied_keys: Option<Spanned<i64>>,
     pub(crate) grpc_listen: Option<Spanned<String>>,
     pub(crate) max_delayed: Option<Spanned<i64>>,
+    pub(crate) reservation_secret: Option<Spanned<String>>,
+    pub(crate) reservation_ttl: Option<Spanned<String>>,
 }
 
 /// `[store]`.

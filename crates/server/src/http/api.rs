@@ -24,6 +24,12 @@
 //! the caller may go on; 0 when at once). Beyond `W` it is denied as a check is (429),
 //! consuming nothing, and carries no `wait_us`.
 //!
+//! With `"reserve": true` (`/v1/check` only; with or without `max_wait_ms`, which defaults to
+//! 0 then) a granted reservation also answers `"reservation"`, a signed token, and
+//! `"reservation_expires_in_us"`: `POST /v1/settle` gives back or charges the difference once
+//! the actual cost is known (see [`super::settle`]). No token when nothing was reserved (a
+//! denial, a degraded answer, or only shadow rules).
+//!
 //! The top-level fields repeat the *binding* decision: the denying rule with the longest wait, or
 //! when admitted the enforcing rule with the fewest units remaining. Times are microseconds
 //! (`_us`) except `retry_after_s` (whole seconds, rounded up, as in `Retry-After`). Client keys
@@ -62,6 +68,8 @@ struct CheckRequest<'a> {
     descriptors: Option<Vec<Descriptor<'a>>>,
     /// `/v1/check` only: wait up to this many milliseconds for a slot (a reservation).
     max_wait_ms: Option<serde_json::Number>,
+    /// `/v1/check` only: answer a granted reservation with a token for `/v1/settle`.
+    reserve: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -194,6 +202,16 @@ async fn handle(
         Ok(max_wait) => max_wait,
         Err(response) => return response,
     };
+    let reserve = request.reserve == Some(true);
+    if reserve && !consume {
+        return invalid(
+            StatusCode::BAD_REQUEST,
+            "reserve",
+            "only /v1/check reserves: a peek consumes nothing",
+        );
+    }
+    // The rules of the plan, kept for signing the reservation's policies.
+    let signing = reserve.then(|| Arc::clone(&rules));
     let items = match validate(&rules, request) {
         Ok(items) => items,
         Err(response) => return response,
@@ -202,16 +220,55 @@ async fn handle(
     for item in items.iter() {
         plan.push(item.rule, client_key(&item.raw_key), item.cost);
     }
-    let mode = match (consume, max_wait) {
-        (false, _) => Mode::Peek,
-        (true, None) => Mode::Check,
-        (true, Some(max_wait)) => Mode::Reserve { max_wait },
+    let mode = match (consume, max_wait, reserve) {
+        (false, _, _) => Mode::Peek,
+        (true, None, false) => Mode::Check,
+        (true, max_wait, _) => Mode::Reserve {
+            max_wait: max_wait.unwrap_or(0),
+        },
     };
     // Boxed: the evaluation holds the store's future (kilobytes for a remote store), and axum
     // moves this handler's future on every request; one allocation costs less than the copies
     // (callgrind: about 600 instructions of memcpy per request inline).
     let verdict = Box::pin(state.limiter.evaluate(plan, mode)).await;
-    answer(&items, &verdict, consume)
+    let token = signing.and_then(|rules| reservation_token(state, &rules, &items, &verdict));
+    answer(&items, &verdict, consume, token.as_ref())
+}
+
+/// A granted reservation's token and its life in microseconds (`None` when nothing was
+/// reserved): one item per enforcing outcome with a scheduled time, in item order.
+fn reservation_token(
+    state: &AppState,
+    rules: &RuleSet,
+    items: &[Item<'_>],
+    verdict: &Verdict,
+) -> Option<(String, u64)> {
+    if !verdict.is_admitted() || verdict.wait.is_none() {
+        return None;
+    }
+    let reserved: Vec<super::settle::PayloadItem> = verdict
+        .outcomes
+        .iter()
+        .filter(|o| !o.shadow)
+        .filter_map(|o| {
+            let at = o.scheduled_at?;
+            let item = items.get(o.check)?;
+            let rule = rules.rules.get(item.rule)?;
+            Some(super::settle::PayloadItem::new(
+                &rule.name,
+                &rule.policy,
+                &item.raw_key,
+                item.cost,
+                at,
+            ))
+        })
+        .collect();
+    if reserved.is_empty() {
+        return None;
+    }
+    let now = state.clock.now();
+    let (token, expires) = state.reservations.sign(reserved, now);
+    Some((token, expires.saturating_sub(now)))
 }
 
 /// The longest `max_wait_ms` accepted: one day.
@@ -458,6 +515,8 @@ struct Answer<'a> {
     store_full: Option<floodgate_store::OnFull>,
     /// A granted reservation's wait (`wait_us`).
     wait: Option<u64>,
+    /// A granted reservation's token and its life in microseconds (`"reserve": true`).
+    reservation: Option<&'a (String, u64)>,
 }
 
 impl Serialize for Answer<'_> {
@@ -478,6 +537,13 @@ impl Serialize for Answer<'_> {
             let d = &b.decision;
             map.serialize_entry("limit", &d.limit)?;
             map.serialize_entry("remaining", &d.remaining)?;
+        }
+        if let Some((token, expires_in)) = self.reservation {
+            map.serialize_entry("reservation", token)?;
+            map.serialize_entry("reservation_expires_in_us", expires_in)?;
+        }
+        if let Some(b) = self.binding {
+            let d = &b.decision;
             map.serialize_entry("reset_after_us", &d.reset_after)?;
             map.serialize_entry("retry_after_s", &d.retry_after_secs())?;
             map.serialize_entry("retry_after_us", &d.retry_after)?;
@@ -544,7 +610,12 @@ impl<'a> DecisionEntry<'a> {
 /// the store failed and a rule fails closed) as they are; a store failure of rules that fail
 /// open as 200 `{"allowed": true, "degraded": true, "decisions": []}` (no decision could be
 /// computed); otherwise the decisions.
-fn answer(items: &[Item<'_>], verdict: &Verdict, consume: bool) -> Response {
+fn answer(
+    items: &[Item<'_>],
+    verdict: &Verdict,
+    consume: bool,
+    reservation: Option<&(String, u64)>,
+) -> Response {
     match &verdict.action {
         Action::Admit | Action::Deny => {}
         // A cost the rule can never admit, named as the request gave it.
@@ -598,6 +669,7 @@ fn answer(items: &[Item<'_>], verdict: &Verdict, consume: bool) -> Response {
         outcomes,
         store_full: verdict.store_full,
         wait: verdict.wait,
+        reservation,
     };
     let status = if allowed || !consume {
         StatusCode::OK
@@ -667,12 +739,15 @@ mod tests {
         };
         let mut closed = verdict(Action::Unavailable, vec![]);
         closed.store_error = down();
-        let r = answer(&[item()], &closed, true);
+        let r = answer(&[item()], &closed, true, None);
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()["retry-after"], "1");
         let mut open = verdict(Action::Admit, vec![]);
         open.store_error = down();
-        assert_eq!(answer(&[item()], &open, true).status(), StatusCode::OK);
+        assert_eq!(
+            answer(&[item()], &open, true, None).status(),
+            StatusCode::OK
+        );
         let too_big = verdict(
             Action::CostExceedsCapacity {
                 rule: "a".into(),
@@ -682,7 +757,7 @@ mod tests {
             },
             vec![],
         );
-        let r = answer(&[item()], &too_big, true);
+        let r = answer(&[item()], &too_big, true, None);
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     }
 
@@ -732,7 +807,8 @@ mod tests {
             let n = outcomes.len();
             let mut v = verdict(action, outcomes);
             v.store_full = store_full;
-            let response = answer(&items, &v, true);
+            let token = ("v1.a.b".to_string(), 300_000_000);
+            let response = answer(&items, &v, true, Some(&token));
             let body = tokio::runtime::Builder::new_current_thread()
                 .build()
                 .unwrap()

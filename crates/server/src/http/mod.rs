@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `POST /v1/check` | decide and consume: 200 when admitted, 429 with headers when not |
 //! | `POST /v1/peek` | the same decision without consuming (always 200) |
+//! | `POST /v1/settle` | settle a reservation token of `/v1/check` with the actual cost (see `settle`) |
 //! | `GET /v1/keys/{rule}/{key}` | admin: a key's standing (bearer token) |
 //! | `DELETE /v1/keys/{rule}/{key}` | admin: reset a key (bearer token) |
 //! | `GET`/`POST /v1/forward-auth` | Traefik ForwardAuth, Caddy `forward_auth`, nginx `auth_request` |
@@ -29,6 +30,7 @@ pub(crate) mod bare;
 mod forward_auth;
 mod forwarded_uri;
 mod ops;
+pub(crate) mod settle;
 #[cfg(test)]
 mod tests;
 
@@ -64,14 +66,21 @@ const PROBLEM_UNKNOWN_RULE: &str = "urn:floodgate:problem:unknown-rule";
 pub(crate) const PROBLEM_METHOD_NOT_ALLOWED: &str = "urn:floodgate:problem:method-not-allowed";
 
 /// The `reason` labels of `floodgate_requests_rejected_total`, all exported from startup.
-pub(crate) const REJECTION_REASONS: &[&str] =
-    &["invalid", "too_large", "unknown_rule", "method_not_allowed"];
+pub(crate) const REJECTION_REASONS: &[&str] = &[
+    "invalid",
+    "too_large",
+    "unknown_rule",
+    "method_not_allowed",
+    "reservation_invalid",
+    "reservation_expired",
+];
 
 /// The API router (everything but the reverse proxy).
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
         .route("/v1/check", post(api::check))
         .route("/v1/peek", post(api::peek))
+        .route("/v1/settle", post(settle::settle))
         .route(
             "/v1/keys/{rule}/{key}",
             get(admin::inspect).delete(admin::reset),

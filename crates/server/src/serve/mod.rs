@@ -98,6 +98,19 @@ pub(crate) struct ServeArgs {
     )]
     pub(crate) api_token: Option<String>,
 
+    /// The secret that signs reservation tokens (`/v1/check` with `"reserve": true`,
+    /// `/v1/settle`); overrides `[server] reservation_secret`. At least 32 printable ASCII
+    /// characters without spaces; empty counts as none. Without any, a random secret per
+    /// process: every instance sharing a store must be given the same one.
+    #[arg(
+        long,
+        env = "FLOODGATE_RESERVATION_SECRET",
+        hide_env_values = true,
+        value_name = "SECRET",
+        value_parser = parse_reservation_secret
+    )]
+    pub(crate) reservation_secret: Option<String>,
+
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -285,6 +298,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     );
     state.bench_baseline = args.bench_baseline;
     state.api_token_override = args.api_token.clone().filter(|t| !t.is_empty());
+    if let Some(secret) = args.reservation_secret.as_deref().filter(|s| !s.is_empty()) {
+        state.reservations =
+            crate::http::settle::Signer::new(Some(secret), state.reservations.ttl());
+    }
+    if state.reservations.is_random() {
+        tracing::warn!(
+            "no [server] reservation_secret (or FLOODGATE_RESERVATION_SECRET): reservation \
+             tokens are signed with a random secret of this process, so they settle only here \
+             and not after a restart; instances sharing a store must share one secret"
+        );
+    }
     if let Some(keys) = &denied_keys {
         state.limiter = state.limiter.clone().with_denial_observer(keys.clone());
     }
@@ -620,6 +644,15 @@ fn parse_admin_token(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// `--reservation-secret` / `FLOODGATE_RESERVATION_SECRET`: the file's rule
+/// ([`config::check_reservation_secret`]); empty means unset.
+fn parse_reservation_secret(text: &str) -> Result<String, String> {
+    if !text.is_empty() {
+        config::check_reservation_secret(text)?;
+    }
+    Ok(text.to_string())
+}
+
 fn describe_metrics() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     // Every outcome the limiter counts, from the one list it counts with.
@@ -692,6 +725,14 @@ fn describe_metrics() {
     describe_counter!(
         "floodgate_requests_rejected_total",
         "API requests rejected before any state was touched, by reason"
+    );
+    describe_counter!(
+        "floodgate_settles_total",
+        "Reserved items settled, by rule and outcome (refunded, exact, charged, replayed, error)"
+    );
+    describe_counter!(
+        "floodgate_settled_units_total",
+        "Units given back (refunded) or charged by settles, by rule and direction"
     );
     // Present from the start, so dashboards and tests see 0 rather than nothing.
     for result in ["ok", "error"] {

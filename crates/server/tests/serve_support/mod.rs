@@ -98,6 +98,7 @@ impl Floodgate {
         }
         cmd.args(args)
             .env_remove("FLOODGATE_ADMIN_TOKEN")
+            .env_remove("FLOODGATE_RESERVATION_SECRET")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap());

@@ -1,0 +1,571 @@
+//! Reservation tokens and `POST /v1/settle`.
+//!
+//! `POST /v1/check` with `"reserve": true` answers a granted reservation with a token:
+//!
+//! ```json
+//! {"allowed": true, ..., "reservation": "v1.eyJ2Ijox....Q2x1", "reservation_expires_in_us": 300000000, "wait_us": 0}
+//! ```
+//!
+//! and `POST /v1/settle` takes it back with the actual cost (one reserved item) or costs (one
+//! per reserved item, in the order of the check's descriptors):
+//!
+//! ```json
+//! {"reservation": "v1.eyJ2Ijox....Q2x1", "cost": 3}
+//! {"reservation": "v1.eyJ2Ijox....Q2x1", "costs": [3, 120]}
+//! ```
+//!
+//! answering 200 with each key's standing afterwards:
+//!
+//! ```json
+//! {"decisions": [{"actual": 3, "current": true, "key": "job-7", "limit": 10, "remaining": 7,
+//!                 "reserved": 5, "reset_after_us": 300000, "rule": "per-second"}],
+//!  "settled": true}
+//! ```
+//!
+//! # The token
+//! `v1.<payload>.<mac>`: `payload` is base64url (no padding) of a JSON object holding a random
+//! 128-bit `id`, the expiry `exp` (microseconds since the Unix epoch, on the server's clock)
+//! and per reserved item the rule name, the policy as reserved (`algorithm`, `limit`,
+//! `period_us`, `burst`), the client's `key`, the reserved `cost` and the scheduled time `at`;
+//! `mac` is base64url of HMAC-SHA256 over `v1.<payload>` with `[server] reservation_secret`.
+//! The payload is readable by the client (nothing in it is secret: it is what the client
+//! asked for) but not changeable: any edit breaks the MAC, which is checked (in constant
+//! time) before the payload is read.
+//!
+//! - **Forged or edited** (wrong MAC, or signed with another secret): 400 naming
+//!   `reservation`, counted in `floodgate_requests_rejected_total{reason="reservation_invalid"}`,
+//!   as is a malformed token.
+//! - **Replayed**: the limiter claims the token's id in the store ([`floodgate_store::Store::claim`],
+//!   shared by every process on one Redis) before settling; a second settle is 409
+//!   (counted `floodgate_settles_total{outcome="replayed"}`).
+//! - **Expired** (`[server] reservation_ttl` after the check, default 5 minutes): 410,
+//!   counted in `floodgate_requests_rejected_total{reason="reservation_expired"}`. A
+//!   reservation never settled is simply spent.
+//! - **The rule changed** by a reload in between: the token's policy is what was reserved, and
+//!   the settle goes to that state (`"current": false` in the answer); the rule's keys under
+//!   its new policy are untouched. A rule removed since is settled the same way.
+//!
+//! Without `[server] reservation_secret` each process signs with a random secret made at
+//! start (logged as a warning): its tokens settle only on that process and not after a
+//! restart. Several instances sharing a store must share one secret.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use floodgate_core::{AlgorithmKind, Micros, Policy, Quota, Timestamp};
+use floodgate_tower::{Claim, Reservation, ReservedItem, SettleError, SettledItem};
+use hmac::{Hmac, Mac};
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use super::{invalid, problem, rejected, PROBLEM_INVALID_REQUEST};
+use crate::config::MAX_COST;
+use crate::state::AppState;
+
+/// Problem type of a settle of a reservation that was settled before (409).
+pub(crate) const PROBLEM_RESERVATION_SETTLED: &str = "urn:floodgate:problem:reservation-settled";
+
+/// Problem type of a settle of an expired reservation (410).
+pub(crate) const PROBLEM_RESERVATION_EXPIRED: &str = "urn:floodgate:problem:reservation-expired";
+
+/// The token's version prefix.
+const VERSION: &str = "v1";
+
+/// How much longer than the token's remaining life its claim is kept, in microseconds: room
+/// for processes whose clocks differ a little (a token one process still accepts must still
+/// be claimed).
+const CLAIM_MARGIN: Micros = 60_000_000;
+
+/// Signs and opens reservation tokens with the HMAC-SHA256 key of `[server]
+/// reservation_secret` (or a random per-process one).
+#[derive(Clone)]
+pub(crate) struct Signer {
+    mac: Hmac<Sha256>,
+    ttl: Micros,
+    random: bool,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signer")
+            .field("ttl", &self.ttl)
+            .field("random", &self.random)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The token's payload (JSON), in a stable field order.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Payload {
+    /// Random id (base64url of 16 bytes): what the claim is made on.
+    id: String,
+    /// Expiry, microseconds since the Unix epoch (server clock).
+    exp: Timestamp,
+    items: Vec<PayloadItem>,
+}
+
+/// One reserved item of a token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PayloadItem {
+    /// Rule name.
+    pub(crate) rule: String,
+    /// The policy as reserved: algorithm (snake_case), limit, period (us), burst.
+    pub(crate) algorithm: String,
+    /// See `algorithm`.
+    pub(crate) limit: u64,
+    /// See `algorithm`.
+    pub(crate) period_us: u64,
+    /// See `algorithm`.
+    pub(crate) burst: u64,
+    /// The client's key (as sent to `/v1/check`; the store key is `key=<it>`).
+    pub(crate) key: String,
+    /// Units reserved.
+    pub(crate) cost: u64,
+    /// The scheduled time, microseconds since the Unix epoch.
+    pub(crate) at: Timestamp,
+}
+
+impl PayloadItem {
+    /// The item for `cost` units reserved on the client's `key` of rule `rule` under `policy`
+    /// for `at`.
+    pub(crate) fn new(rule: &str, policy: &Policy, key: &str, cost: u64, at: Timestamp) -> Self {
+        let q = policy.quota();
+        Self {
+            rule: rule.to_string(),
+            algorithm: policy.kind().as_str().to_string(),
+            limit: q.limit(),
+            period_us: q.period(),
+            burst: q.burst(),
+            key: key.to_string(),
+            cost,
+            at,
+        }
+    }
+}
+
+/// A token that was opened: the reservation (with its claim) and the raw keys, in order.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    /// What [`floodgate_tower::RateLimiter::settle`] takes.
+    pub(crate) reservation: Reservation,
+    /// The client's keys of the items, in order (for the answer).
+    pub(crate) keys: Vec<String>,
+}
+
+/// Why a token was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TokenError {
+    /// Not a token of this format (or unreadable after a valid MAC).
+    Malformed(String),
+    /// The MAC does not match: forged, edited, or signed with another secret.
+    Forged,
+    /// Past its expiry.
+    Expired {
+        /// How long ago, in microseconds.
+        ago: Micros,
+    },
+}
+
+impl Signer {
+    /// A signer with `secret` (already validated), or a random one when `None`; tokens live
+    /// `ttl` microseconds.
+    pub(crate) fn new(secret: Option<&str>, ttl: Micros) -> Self {
+        let random = secret.is_none();
+        let key: Vec<u8> = match secret {
+            Some(secret) => secret.as_bytes().to_vec(),
+            None => {
+                let mut key = vec![0u8; 32];
+                // The operating system's generator failing is a broken machine; a fixed key
+                // would let anyone forge tokens, so fail loudly instead.
+                getrandom::fill(&mut key).expect("the system random number generator works");
+                key
+            }
+        };
+        let mac = Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes a key of any length");
+        Self { mac, ttl, random }
+    }
+
+    /// Whether the secret is a random per-process one (no `[server] reservation_secret`).
+    pub(crate) fn is_random(&self) -> bool {
+        self.random
+    }
+
+    /// How long a token lives, in microseconds (`[server] reservation_ttl`).
+    pub(crate) fn ttl(&self) -> Micros {
+        self.ttl
+    }
+
+    /// A token for `items` reserved at `now`: the token and its expiry.
+    pub(crate) fn sign(&self, items: Vec<PayloadItem>, now: Timestamp) -> (String, Timestamp) {
+        let mut id = [0u8; 16];
+        getrandom::fill(&mut id).expect("the system random number generator works");
+        let exp = now.saturating_add(self.ttl);
+        let payload = Payload {
+            id: URL_SAFE_NO_PAD.encode(id),
+            exp,
+            items,
+        };
+        // Serializing numbers and strings into a Vec cannot fail.
+        let json = serde_json::to_vec(&payload).unwrap_or_default();
+        let mut token = String::with_capacity(json.len() * 4 / 3 + 50);
+        token.push_str(VERSION);
+        token.push('.');
+        URL_SAFE_NO_PAD.encode_string(&json, &mut token);
+        let mut mac = self.mac.clone();
+        mac.update(token.as_bytes());
+        let tag = mac.finalize().into_bytes();
+        token.push('.');
+        URL_SAFE_NO_PAD.encode_string(tag, &mut token);
+        (token, exp)
+    }
+
+    /// Opens `token` at `now`: checks its MAC first (constant time), then reads it, then its
+    /// expiry; the reservation carries a claim on the token's id that outlives the token.
+    ///
+    /// # Errors
+    /// [`TokenError`].
+    pub(crate) fn open(&self, token: &str, now: Timestamp) -> Result<Opened, TokenError> {
+        let malformed = |why: &str| TokenError::Malformed(why.to_string());
+        let (signed, tag) = token
+            .rsplit_once('.')
+            .ok_or_else(|| malformed("not a reservation token (expected v1.<payload>.<mac>)"))?;
+        let (version, payload) = signed
+            .split_once('.')
+            .ok_or_else(|| malformed("not a reservation token (expected v1.<payload>.<mac>)"))?;
+        if version != VERSION {
+            return Err(malformed(
+                "unknown token version (expected a token starting with v1.)",
+            ));
+        }
+        let tag = URL_SAFE_NO_PAD
+            .decode(tag)
+            .map_err(|_| malformed("the MAC is not base64url"))?;
+        let mut mac = self.mac.clone();
+        mac.update(signed.as_bytes());
+        mac.verify_slice(&tag).map_err(|_| TokenError::Forged)?;
+        let json = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| malformed("the payload is not base64url"))?;
+        let payload: Payload = serde_json::from_slice(&json)
+            .map_err(|e| TokenError::Malformed(format!("unreadable payload: {e}")))?;
+        if now >= payload.exp {
+            return Err(TokenError::Expired {
+                ago: now - payload.exp,
+            });
+        }
+        let mut items = Vec::with_capacity(payload.items.len());
+        let mut keys = Vec::with_capacity(payload.items.len());
+        for item in payload.items {
+            let kind: AlgorithmKind = item.algorithm.parse().map_err(TokenError::Malformed)?;
+            let policy = Quota::with_burst(item.limit, item.period_us, item.burst)
+                .and_then(|quota| Policy::new(kind, quota))
+                .map_err(|e| TokenError::Malformed(format!("policy: {e}")))?;
+            items.push(ReservedItem {
+                rule: Arc::from(item.rule.as_str()),
+                policy,
+                key: super::api::client_key(&item.key),
+                cost: item.cost,
+                scheduled_at: item.at,
+            });
+            keys.push(item.key);
+        }
+        if items.is_empty() {
+            return Err(malformed("the token reserves nothing"));
+        }
+        let claim = Claim {
+            id: payload.id,
+            ttl: (payload.exp - now).saturating_add(CLAIM_MARGIN),
+        };
+        Ok(Opened {
+            reservation: Reservation::new(items).with_claim(claim),
+            keys,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettleRequest {
+    reservation: String,
+    cost: Option<serde_json::Number>,
+    costs: Option<Vec<serde_json::Number>>,
+}
+
+/// `POST /v1/settle`.
+pub(super) async fn settle(
+    State(state): State<Arc<AppState>>,
+    headers: http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    if let Err(refused) = super::api::authorize(&state, &headers) {
+        return refused;
+    }
+    let request: SettleRequest = match super::api::read_json(body) {
+        Ok(request) => request,
+        Err(response) => return response,
+    };
+    let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
+    // The shape of the costs first (what the client wrote), then the token.
+    let given: Vec<(String, &serde_json::Number)> = match (&request.cost, &request.costs) {
+        (Some(_), Some(_)) => {
+            return bad(
+                "costs",
+                "give either cost (one reserved item) or costs (one per item), not both".into(),
+            )
+        }
+        (None, None) => {
+            return bad(
+                "cost",
+                "missing: give cost (one reserved item) or costs (one per item, in order)".into(),
+            )
+        }
+        (Some(cost), None) => vec![("cost".to_string(), cost)],
+        (None, Some(costs)) => costs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (format!("costs[{i}]"), c))
+            .collect(),
+    };
+    let mut actual = Vec::with_capacity(given.len());
+    for (field, n) in &given {
+        match n.as_u64() {
+            Some(c) if c <= MAX_COST => actual.push(c),
+            _ => {
+                let hint = if n.is_f64() {
+                    " written without a fraction or exponent"
+                } else {
+                    ""
+                };
+                return bad(
+                    field,
+                    format!("must be a whole number between 0 and {MAX_COST}{hint}, got {n}"),
+                );
+            }
+        }
+    }
+    let opened = match state
+        .reservations
+        .open(&request.reservation, state.clock.now())
+    {
+        Ok(opened) => opened,
+        Err(TokenError::Malformed(why)) => return invalid_reservation(&why),
+        Err(TokenError::Forged) => {
+            return invalid_reservation(
+                "not signed by this service: forged, edited, or signed with another \
+                 [server] reservation_secret",
+            )
+        }
+        Err(TokenError::Expired { ago }) => {
+            return rejected(
+                StatusCode::GONE,
+                "reservation_expired",
+                PROBLEM_RESERVATION_EXPIRED,
+                "reservation expired",
+                "reservation",
+                format!(
+                    "expired {} ms ago ([server] reservation_ttl is {} ms after the check): \
+                     its units were spent as reserved",
+                    ago.div_ceil(1_000),
+                    state.reservations.ttl() / 1_000
+                ),
+            )
+        }
+    };
+    let n = opened.reservation.len();
+    if request.cost.is_some() && n != 1 {
+        return bad(
+            "cost",
+            format!("the reservation holds {n} items: give costs, one per item in order"),
+        );
+    }
+    if actual.len() != n {
+        return bad(
+            "costs",
+            format!(
+                "the reservation holds {n} item{}: give {n} costs, one per item in order, got {}",
+                if n == 1 { "" } else { "s" },
+                actual.len()
+            ),
+        );
+    }
+    match Box::pin(state.limiter.settle(&opened.reservation, &actual)).await {
+        Ok(settled) => answer(&settled, &opened.keys),
+        Err(SettleError::AlreadySettled) => problem(
+            StatusCode::CONFLICT,
+            PROBLEM_RESERVATION_SETTLED,
+            "reservation already settled",
+            "reservation: this reservation was settled before; nothing was changed",
+            Some(("field", "reservation".into())),
+        ),
+        Err(SettleError::CostCount { expected, got }) => bad(
+            "costs",
+            format!("the reservation holds {expected} items, got {got} costs"),
+        ),
+        Err(SettleError::Store(floodgate_store::StoreError::InsufficientCapacity { .. })) => {
+            invalid_reservation("reserves more than its policy's capacity")
+        }
+        Err(SettleError::Store(error)) => {
+            let mut response = problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "urn:floodgate:problem:store-unavailable",
+                "store unavailable",
+                format!(
+                    "the store failed ({error}); the reservation may be spent without being \
+                     settled"
+                ),
+                None,
+            );
+            response.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+            response
+        }
+    }
+}
+
+/// A 400 naming `reservation`, counted as `reservation_invalid`.
+fn invalid_reservation(detail: &str) -> Response {
+    rejected(
+        StatusCode::BAD_REQUEST,
+        "reservation_invalid",
+        PROBLEM_INVALID_REQUEST,
+        "invalid request",
+        "reservation",
+        detail,
+    )
+}
+
+/// One entry of the answer's `decisions` (fields in sorted order).
+#[derive(Serialize)]
+struct SettledEntry<'a> {
+    actual: u64,
+    current: bool,
+    key: &'a str,
+    limit: u64,
+    remaining: u64,
+    reserved: u64,
+    reset_after_us: u64,
+    rule: &'a str,
+}
+
+fn answer(settled: &[SettledItem], keys: &[String]) -> Response {
+    let decisions: Vec<SettledEntry<'_>> = settled
+        .iter()
+        .zip(keys)
+        .map(|(s, key)| SettledEntry {
+            actual: s.actual,
+            current: s.current,
+            key,
+            limit: s.decision.limit,
+            remaining: s.decision.remaining,
+            reserved: s.reserved,
+            reset_after_us: s.decision.reset_after,
+            rule: &s.rule,
+        })
+        .collect();
+    (
+        StatusCode::OK,
+        axum::Json(serde_json::json!({"decisions": decisions, "settled": true})),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Timestamp = 1_700_000_000_000_000;
+
+    fn item() -> PayloadItem {
+        let policy = Policy::new(AlgorithmKind::Gcra, "10/s".parse().unwrap()).unwrap();
+        PayloadItem::new("per-second", &policy, "job-7", 5, T0 + 100_000)
+    }
+
+    #[test]
+    fn a_token_opens_to_what_was_signed() {
+        let signer = Signer::new(Some(&"s".repeat(32)), 300_000_000);
+        let (token, exp) = signer.sign(vec![item()], T0);
+        assert_eq!(exp, T0 + 300_000_000);
+        assert!(token.starts_with("v1."));
+        let opened = signer.open(&token, T0 + 1).unwrap();
+        assert_eq!(opened.keys, vec!["job-7".to_string()]);
+        let r = &opened.reservation.items()[0];
+        assert_eq!(
+            (&*r.rule, r.key.as_str(), r.cost),
+            ("per-second", "key=job-7", 5)
+        );
+        assert_eq!(r.scheduled_at, T0 + 100_000);
+        assert_eq!(r.policy.kind(), AlgorithmKind::Gcra);
+        let claim = opened.reservation.claim().unwrap();
+        assert_eq!(claim.id.len(), 22);
+        assert_eq!(claim.ttl, 300_000_000 - 1 + CLAIM_MARGIN);
+        // Two tokens never share an id.
+        let (other, _) = signer.sign(vec![item()], T0);
+        let other = signer.open(&other, T0).unwrap();
+        assert_ne!(other.reservation.claim().unwrap().id, claim.id);
+    }
+
+    #[test]
+    fn forged_edited_and_expired_tokens_are_refused() {
+        let signer = Signer::new(Some(&"s".repeat(32)), 1_000_000);
+        let (token, _) = signer.sign(vec![item()], T0);
+        // Another secret: forged.
+        let stranger = Signer::new(Some(&"t".repeat(32)), 1_000_000);
+        assert_eq!(stranger.open(&token, T0).unwrap_err(), TokenError::Forged);
+        // A random secret differs per signer.
+        let (random_token, _) = Signer::new(None, 1_000_000).sign(vec![item()], T0);
+        assert_eq!(
+            Signer::new(None, 1_000_000)
+                .open(&random_token, T0)
+                .unwrap_err(),
+            TokenError::Forged
+        );
+        // An edited payload (cost 5 -> 50), re-encoded: the MAC no longer matches.
+        let (_, payload, tag) = {
+            let mut parts = token.split('.');
+            (
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+            )
+        };
+        let json = String::from_utf8(URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
+        let edited = json.replace("\"cost\":5", "\"cost\":50");
+        assert_ne!(edited, json);
+        let edited = format!("v1.{}.{tag}", URL_SAFE_NO_PAD.encode(edited));
+        assert_eq!(signer.open(&edited, T0).unwrap_err(), TokenError::Forged);
+        // Malformed.
+        for bad in [
+            "",
+            "v1",
+            "v1.abc",
+            "v2.abc.def",
+            "v1.abc.!!!",
+            "v1..",
+            "x.y.z",
+        ] {
+            assert!(
+                matches!(
+                    signer.open(bad, T0),
+                    Err(TokenError::Malformed(_) | TokenError::Forged)
+                ),
+                "{bad:?}"
+            );
+        }
+        // Expired at exactly its expiry.
+        assert!(signer.open(&token, T0 + 999_999).is_ok());
+        assert_eq!(
+            signer.open(&token, T0 + 1_000_000).unwrap_err(),
+            TokenError::Expired { ago: 0 }
+        );
+    }
+}
