@@ -163,6 +163,9 @@ pub struct Answer {
     /// The reservation token (with `"reserve": true`, admitted only).
     #[serde(default)]
     pub reservation: Option<String>,
+    /// Microseconds the reservation token can be settled for, from the answer.
+    #[serde(default)]
+    pub reservation_expires_in_us: Option<u64>,
     /// A store failure on rules that fail open: admitted without a decision.
     #[serde(default)]
     pub degraded: bool,
@@ -182,12 +185,34 @@ impl Answer {
     }
 }
 
-/// What [`Client::settle`] answers: each key's standing after the settlement.
+/// What [`Client::settle`] answers (`{"settled": true, "decisions": [...]}`): each key's
+/// standing after the settlement.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Settled {
-    /// One entry per descriptor of the reservation.
-    #[serde(default)]
-    pub decisions: Vec<DecisionEntry>,
+    /// One entry per reserved item, in the order of the check's descriptors.
+    pub decisions: Vec<SettledEntry>,
+}
+
+/// One item of a settle answer.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SettledEntry {
+    /// The rule.
+    pub rule: String,
+    /// The client key as sent.
+    pub key: String,
+    /// Units reserved.
+    pub reserved: u64,
+    /// Units actually used (given back below `reserved`, charged above).
+    pub actual: u64,
+    /// The rule's limit (units per period).
+    pub limit: u64,
+    /// Units left now.
+    pub remaining: u64,
+    /// Microseconds until the key is fresh again.
+    pub reset_after_us: u64,
+    /// `false` when a reload changed or removed the rule since the reservation: the units
+    /// went back to (or were charged on) the old state, which no longer limits anyone.
+    pub current: bool,
 }
 
 /// A granted reservation from [`Client::reserve`]: the token to settle and what was reserved.
@@ -203,6 +228,10 @@ pub struct Reservation {
     pub estimate: u64,
     /// The wait the server scheduled (microseconds), already slept by `reserve`.
     pub wait_us: u64,
+    /// When the token expires (microseconds since the Unix epoch, client clock: the answer's
+    /// arrival plus `reservation_expires_in_us`); a settle after it is
+    /// [`Error::ReservationExpired`].
+    pub expires_at: Option<Timestamp>,
 }
 
 /// Sleeps for the client: tokio's timer by default ([`TokioSleeper`]). Tests on a manual
@@ -585,6 +614,9 @@ fn reservation_of(
         key: key.to_string(),
         estimate,
         wait_us: answer.wait_us.unwrap_or(0),
+        expires_at: answer
+            .reservation_expires_in_us
+            .map(|e| answer.received_at.saturating_add(e)),
     })
 }
 
@@ -680,8 +712,8 @@ mod tests {
         ));
         let settled = parse_settled(
             200,
-            r#"{"decisions": [{"rule": "a", "key": "k", "allowed": true, "limit": 10,
-               "remaining": 4, "reset_after_us": 5}]}"#,
+            r#"{"settled": true, "decisions": [{"rule": "a", "key": "k", "reserved": 7,
+               "actual": 3, "limit": 10, "remaining": 4, "reset_after_us": 5, "current": true}]}"#,
         )
         .unwrap();
         assert_eq!(settled.decisions[0].remaining, 4);

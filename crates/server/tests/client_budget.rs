@@ -300,3 +300,33 @@ async fn acquire_sleeps_the_reserved_wait_and_refuses_what_cannot_fit_the_deadli
         "{e:?}"
     );
 }
+
+/// `reserve` then `settle` through a real `floodgate serve` on Redis: an estimate of 500 units
+/// settled at 120 gives 380 back, the key's standing is the server's, and settling the same
+/// reservation again is `AlreadySettled` (the claim in Redis), with nothing given back twice.
+#[tokio::test]
+async fn reserve_then_settle_gives_back_the_rest_once() {
+    let redis = RedisServer::start().unwrap();
+    let fg = Floodgate::with_config(&config(&redis.url()), &[]);
+    let c = Client::builder(&fg.api)
+        .bearer_token(TOKEN)
+        .build()
+        .unwrap();
+    let r = c
+        .reserve("per-day", "llm-team", 500, std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!((r.estimate, r.wait_us), (500, 0));
+    assert!(r.expires_at.is_some());
+    let before = c.check("per-day", "llm-team", 0).await.unwrap();
+    assert_eq!(before.remaining, Some(9_500));
+    let settled = c.settle(&r, 120).await.unwrap();
+    assert_eq!(settled.decisions.len(), 1);
+    let d = &settled.decisions[0];
+    assert_eq!((d.reserved, d.actual, d.remaining), (500, 120, 9_880));
+    assert!(d.current);
+    let again = c.settle(&r, 0).await.unwrap_err();
+    assert!(matches!(again, Error::AlreadySettled), "{again:?}");
+    let after = c.check("per-day", "llm-team", 0).await.unwrap();
+    assert_eq!(after.remaining, Some(9_880));
+}
