@@ -60,10 +60,15 @@ impl Peer {
             Peer::Limitador(storage, limit) => {
                 // What limitador's rate limiter hands its storage for one request.
                 let ctx: Context = HashMap::from([("user".to_string(), key.to_string())]).into();
-                let counter = Counter::new(limit.clone(), &ctx)?.context("the limit applies")?;
+                let counter = Counter::new(limit.clone(), &ctx)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?
+                    .context("the limit applies")?;
                 let mut counters = vec![counter];
                 Ok(matches!(
-                    storage.check_and_update(&mut counters, 1).await?,
+                    storage
+                        .check_and_update(&mut counters, 1)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?,
                     Authorization::Ok
                 ))
             }
