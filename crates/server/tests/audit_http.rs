@@ -338,7 +338,9 @@ async fn a_broken_limiter_has_each_flaw_reported_by_the_binary() {
     assert_eq!(m["numbers"]["admitted"], 40, "{text}");
     let e = v("window_edge");
     assert_eq!(e["level"], "danger", "{text}");
-    assert!(e["numbers"]["ratio"].as_f64().unwrap() >= 1.8, "{text}");
+    // About 2x in an ideal run; the fixture runs on the real clock, so on a loaded machine a
+    // burst lands partly off its mark (1.65x was seen in CI): the danger threshold is 1.5x.
+    assert!(e["numbers"]["ratio"].as_f64().unwrap() >= 1.5, "{text}");
     let r = v("retry_after");
     assert_eq!(r["level"], "danger", "{text}");
     assert_eq!(r["numbers"]["on_time"], "denied", "{text}");

@@ -49,6 +49,9 @@ const MAX_SIMULATE_REQUESTS: u64 = 50_000;
 /// Most service instances one simulation may model (each keeps its own counters per key).
 const MAX_INSTANCES: u64 = 1_000;
 
+/// Most job runners of the `daily-jobs` scenario a request may ask for.
+const MAX_RUNNERS: u64 = 1_000;
+
 /// Largest accepted `/v1/simulate` body, in bytes (1 MiB: room for a pasted trace of about
 /// 50,000 lines).
 pub(crate) const MAX_SIMULATE_BODY_BYTES: usize = 1024 * 1024;
@@ -81,6 +84,8 @@ struct SimulateRequest {
     max_requests: Option<u64>,
     key: Option<String>,
     column: Option<String>,
+    max_wait: Option<String>,
+    runners: Option<u64>,
 }
 
 /// The slots bounding concurrent runs (one process, one pool).
@@ -242,6 +247,14 @@ fn spec_of(r: SimulateRequest) -> Result<Spec, Bad> {
             )
         }
     };
+    if let Some(n) = r.runners {
+        if !(1..=MAX_RUNNERS).contains(&n) {
+            return bad(
+                "runners",
+                format!("must be between 1 and {MAX_RUNNERS}, got {n}"),
+            );
+        }
+    }
     if let Some(key) = &r.key {
         if key.is_empty() || key.len() > MAX_KEY_BYTES {
             return bad(
@@ -300,9 +313,8 @@ fn spec_of(r: SimulateRequest) -> Result<Spec, Bad> {
         max_requests,
         key: r.key.unwrap_or(defaults.key),
         column: duration("column", r.column)?,
-        // Not offered by /v1/simulate yet.
-        max_wait: None,
-        runners: None,
+        max_wait: duration("max_wait", r.max_wait)?,
+        runners: r.runners,
     })
 }
 
@@ -371,6 +383,9 @@ mod tests {
         assert_eq!((s.at, s.every), (Some(4_500_000), Some(950_000)));
         assert_eq!((s.duration, s.column), (Some(20_000_000), Some(1_000_000)));
         assert_eq!((s.key.as_str(), s.max_requests), ("k", 100));
+        let s = spec(r#"{"scenario": "daily-jobs", "runners": 4, "max_wait": "2s"}"#).unwrap();
+        assert_eq!(s.scenario, ScenarioName::DailyJobs);
+        assert_eq!((s.runners, s.max_wait), (Some(4), Some(2_000_000)));
     }
 
     #[test]
@@ -384,6 +399,8 @@ mod tests {
         assert_eq!(field(r#"{"store": "redis://127.0.0.1:6379"}"#), "store");
         assert_eq!(field(r#"{"max_requests": 50001}"#), "max_requests");
         assert_eq!(field(r#"{"instances": 0}"#), "instances");
+        assert_eq!(field(r#"{"runners": 0}"#), "runners");
+        assert_eq!(field(r#"{"max_wait": "soon"}"#), "max_wait");
         assert_eq!(field(r#"{"trace": "1,a", "scenario": "flood"}"#), "trace");
         assert_eq!(field(r#"[1]"#), "body");
         assert_eq!(field(r#"{} {}"#), "body");

@@ -178,17 +178,17 @@ mod tests {
         let start = SystemClock.now();
         assert!(l.check("k", 20).unwrap().allowed);
         let jitter = Jitter::new(Duration::from_millis(40), Duration::from_millis(20));
-        for _ in 0..3 {
-            assert!(
-                l.until_ready_with_jitter("k", jitter)
-                    .await
-                    .unwrap()
-                    .allowed
-            );
-        }
-        // Each of the three waits is at least its slot's distance plus 40 ms: after the first
-        // (>= 50 ms + 40 ms) the next slot is 50 ms after the previous one's.
-        assert!(SystemClock.now() - start >= 3 * 40_000 + 50_000);
+        // The first unit is due 50 ms after the burst: denied at once, so the wait is that
+        // distance plus at least 40 ms of jitter. (Later units may already be due when a late
+        // wake-up returns, so only the first wait has a lower bound on a loaded machine.)
+        assert!(
+            l.until_ready_with_jitter("k", jitter)
+                .await
+                .unwrap()
+                .allowed
+        );
+        let elapsed = SystemClock.now() - start;
+        assert!(elapsed >= 50_000 + 40_000, "{elapsed} µs");
         for _ in 0..100 {
             let s = jitter.sample();
             assert!((40_000..=60_000).contains(&s), "{s}");
