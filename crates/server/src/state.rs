@@ -128,7 +128,7 @@ impl AppState {
     pub(crate) fn api_token(&self) -> Option<String> {
         self.api_token_override
             .clone()
-            .or_else(|| self.config().server.api_token.clone())
+            .or_else(|| self.config_now().server.api_token.clone())
     }
 
     /// The rule named `name` in the configuration in force.

@@ -269,8 +269,16 @@ pub fn encode_key<'a>(components: impl IntoIterator<Item = (&'a str, &'a [u8])>)
 /// Percent-encodes `raw` into `out`, or writes `#` + SHA-256 hex when that would be longer than
 /// [`MAX_COMPONENT_LEN`].
 fn encode_component(raw: &[u8], out: &mut String) {
-    let encoded_len: usize = raw.iter().map(|&b| if is_safe(b) { 1 } else { 3 }).sum();
-    if encoded_len > MAX_COMPONENT_LEN {
+    // A safe byte is written as one byte, any other as three: only a value between a third of
+    // the limit and the limit needs its encoded length counted.
+    let digest = raw.len() > MAX_COMPONENT_LEN
+        || (raw.len() * 3 > MAX_COMPONENT_LEN
+            && raw
+                .iter()
+                .map(|&b| if is_safe(b) { 1 } else { 3 })
+                .sum::<usize>()
+                > MAX_COMPONENT_LEN);
+    if digest {
         out.push('#');
         for byte in Sha256::digest(raw) {
             let _ = write!(out, "{byte:02x}");
@@ -279,26 +287,42 @@ fn encode_component(raw: &[u8], out: &mut String) {
     }
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut rest = raw;
-    while !rest.is_empty() {
+    loop {
         // Runs of safe bytes (ASCII, so valid UTF-8) are copied whole.
         let run = rest.iter().position(|&b| !is_safe(b)).unwrap_or(rest.len());
-        if let Ok(safe) = std::str::from_utf8(&rest[..run]) {
+        let (safe, tail) = rest.split_at(run);
+        if let Ok(safe) = std::str::from_utf8(safe) {
             out.push_str(safe);
         }
-        if let Some(&b) = rest.get(run) {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0x0f)]));
-            rest = &rest[run + 1..];
-        } else {
-            rest = &[];
-        }
+        let Some((&b, tail)) = tail.split_first() else {
+            break;
+        };
+        out.push('%');
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0x0f)]));
+        rest = tail;
     }
 }
 
 /// Bytes written as themselves: RFC 3986 unreserved characters plus some sub-delimiters; never
 /// `%`, `=`, `|`, `#`, `{`, `}`, whitespace, quotes, backslash or anything non-printable.
 fn is_safe(b: u8) -> bool {
+    SAFE[usize::from(b)]
+}
+
+/// [`is_safe`] for every byte: one load per byte instead of a chain of comparisons.
+const SAFE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = is_safe_byte(b as u8);
+        b += 1;
+    }
+    table
+};
+
+/// The definition behind [`SAFE`].
+const fn is_safe_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric()
         || matches!(
             b,
@@ -385,6 +409,38 @@ mod tests {
         // 43 bytes that need escaping = 129 encoded bytes: digested, not truncated.
         let escaped = [b' '; 43];
         assert!(encode_key([("k", escaped.as_slice())]).starts_with("k=#"));
+        // 42 of them = 126 encoded bytes: kept; and one safe byte more still fits.
+        let mut kept = vec![b' '; 42];
+        assert_eq!(
+            encode_key([("k", kept.as_slice())]),
+            format!("k={}", "%20".repeat(42))
+        );
+        kept.extend(b"ab");
+        assert_eq!(
+            encode_key([("k", kept.as_slice())]),
+            format!("k={}ab", "%20".repeat(42))
+        );
+        kept.push(b' ');
+        assert!(encode_key([("k", kept.as_slice())]).starts_with("k=#"));
+    }
+
+    /// Every byte alone: written as itself exactly when the encoding's documented set holds it.
+    #[test]
+    fn each_byte_is_kept_or_escaped_as_documented() {
+        let documented: Vec<u8> = (b'A'..=b'Z')
+            .chain(b'a'..=b'z')
+            .chain(b'0'..=b'9')
+            .chain(*b"-._~/:@!$&'()*+,;")
+            .collect();
+        for b in 0..=u8::MAX {
+            let key = encode_key([("k", [b].as_slice())]);
+            let expected = if documented.contains(&b) {
+                format!("k={}", char::from(b))
+            } else {
+                format!("k=%{b:02X}")
+            };
+            assert_eq!(key, expected, "byte {b:#04x}");
+        }
     }
 
     #[test]
