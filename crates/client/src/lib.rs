@@ -72,7 +72,7 @@ pub enum Error {
     #[error("cannot reach Floodgate: {0}")]
     Transport(#[from] reqwest::Error),
     /// Floodgate refused the request with a problem+json answer (400 naming `field`, 401/403
-    /// for a missing or wrong token, 404 for an unknown rule, 503 when a rule fails closed).
+    /// for a missing or wrong token, 400 naming `rule` for an unknown rule, 503 when a rule fails closed).
     #[error("Floodgate answered {status}: {detail}{}", field.as_deref().map(|f| format!(" (field {f})")).unwrap_or_default())]
     Problem {
         /// The HTTP status.

@@ -474,3 +474,47 @@ async fn a_token_settles_once_across_two_processes_on_one_redis() {
         .unwrap();
     assert!(pttl > 300_000 && pttl <= 360_000, "PTTL {pttl}");
 }
+
+/// With `"reserve": true` the wait is at most `reservation_ttl`: a token is never granted for a
+/// slot after it can no longer be settled (a 10/d window asked to wait up to a day, with a TTL
+/// of 2 s, is refused, not granted for the next day). And `null` is no value: a 400 naming the
+/// member, not "absent".
+#[tokio::test]
+async fn a_reservation_waits_no_longer_than_its_token_lives_and_null_is_refused() {
+    let text = format!(
+        "[server]\nreservation_secret = \"{SECRET}\"\nreservation_ttl = \"2s\"\n\n\
+         [[rules]]\nname = \"per-day\"\nalgorithm = \"fixed_window\"\nlimit = \"10/d\"\n"
+    );
+    let fg = Floodgate::with_config(&text, &[]);
+    let c = client();
+    reserve(&c, &fg, "per-day", "job", 10).await;
+    let (status, body) = call(
+        &c,
+        &fg,
+        "/v1/check",
+        json!({"rule": "per-day", "key": "job", "max_wait_ms": 86_400_000, "reserve": true}),
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.get("reservation").is_none(), "{body}");
+    // Without "reserve" the same wait is granted (nothing has to be settled later).
+    let (status, body) = call(
+        &c,
+        &fg,
+        "/v1/check",
+        json!({"rule": "per-day", "key": "job", "max_wait_ms": 86_400_000}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["wait_us"].as_u64().unwrap() > 2_000_000, "{body}");
+    for member in ["max_wait_ms", "reserve", "cost"] {
+        let mut request = json!({"rule": "per-day", "key": "other"});
+        request[member] = Value::Null;
+        let (status, body) = call(&c, &fg, "/v1/check", request).await;
+        assert_eq!(
+            (status, body["field"].as_str()),
+            (400, Some(member)),
+            "{body}"
+        );
+    }
+}

@@ -770,8 +770,9 @@ impl<S: Store> RateLimiter<S> {
     /// - `floodgate_settles_total{rule, outcome}`, one per item: `refunded` (actual below
     ///   reserved), `exact`, `charged` (above), `replayed` (the claim was made before),
     ///   `error` (the store failed);
-    /// - `floodgate_settled_units_total{rule, direction}`: units given back (`refunded`) or
-    ///   charged (`charged`);
+    /// - `floodgate_settled_units_total{rule, direction}`: the difference each settle asked
+    ///   for, `reserved - actual` (`refunded`) or `actual - reserved` (`charged`); the state
+    ///   applies it within its bounds, so a key may gain or lose less;
     /// - store failures in `floodgate_store_errors_total{kind}`, as for checks.
     ///
     /// # Errors

@@ -496,9 +496,18 @@ fn deserialize(src: &Source<'_>, text: &str) -> Result<RawConfig, ConfigError> {
         src.error(
             inner.span().unwrap_or(0..0),
             field,
-            inner.message().to_string(),
+            plain_types(inner.message()),
         )
     })
+}
+
+/// serde's type names in a message in the words of the file: `expected i64` is `expected a
+/// whole number` (`invalid type: string "3", expected a whole number`).
+fn plain_types(message: &str) -> String {
+    message
+        .replace("expected i64", "expected a whole number")
+        .replace("expected u64", "expected a whole number")
+        .replace("expected a boolean", "expected true or false")
 }
 
 /// Drops the private segments `toml::Spanned` adds to a serde path.
@@ -1112,7 +1121,15 @@ impl Validator<'_> {
             }
             Ok(micros) => micros,
             Err(msg) => {
-                self.push(d, field, msg.replace("period", "delay"));
+                let text = d.get_ref().trim();
+                let msg = if text.starts_with(|c: char| c.is_ascii_digit()) {
+                    msg.replace("period", "delay")
+                } else {
+                    format!(
+                        "must be a whole number and a unit, such as \"500ms\" or \"2s\", got {text:?}"
+                    )
+                };
+                self.push(d, field, msg);
                 return None;
             }
         };
@@ -1139,18 +1156,24 @@ impl Validator<'_> {
         let policy = policy?;
         let horizon = policy.max_wait();
         if micros > horizon {
-            let why = match policy.kind() {
+            let (why, remedy) = match policy.kind() {
                 AlgorithmKind::FixedWindow
                 | AlgorithmKind::SlidingWindow
-                | AlgorithmKind::SlidingLog => "one period".to_string(),
-                _ => format!("the time its burst of {} refills", policy.quota().burst()),
+                | AlgorithmKind::SlidingLog => (
+                    "one period".to_string(),
+                    "lower the delay or lengthen the period (a window's burst does not move it)",
+                ),
+                _ => (
+                    format!("the time its burst of {} refills", policy.quota().burst()),
+                    "lower the delay or raise the burst",
+                ),
             };
             self.push(
                 d,
                 field,
                 format!(
                     "{} can never be reached: this rule schedules a request at most {} ahead \
-                     ({why}); lower the delay or raise the burst",
+                     ({why}); {remedy}",
                     d.get_ref().trim(),
                     format_micros(horizon)
                 ),

@@ -786,9 +786,17 @@ delay = "500ms"
         "{e}"
     );
     assert!(e.contains("at most 1s ahead (one period)"), "{e}");
+    assert!(
+        e.ends_with("lower the delay or lengthen the period (a window's burst does not move it)"),
+        "{e}"
+    );
     for (delay, message) in [
         ("0ms", "must be more than 0"),
-        ("soon", "unknown delay unit"),
+        (
+            "soon",
+            "must be a whole number and a unit, such as \"500ms\"",
+        ),
+        ("-1s", "must be a whole number and a unit"),
         ("5", "has no unit"),
     ] {
         let e = err(&format!(
@@ -879,4 +887,17 @@ fn reservation_secret_and_ttl_are_read_and_bad_values_name_file_line_and_field()
     let e = err("[server]\nreservation_ttl = 300\n");
     assert!(e.starts_with("rules.toml:2:"), "{e}");
     assert!(e.contains("reservation_ttl"), "{e}");
+}
+
+/// A wrong type is named in the file's words, not serde's (`i64`).
+#[test]
+fn a_wrong_type_says_what_the_field_takes() {
+    assert_eq!(
+        err("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nburst = \"3\"\n"),
+        "rules.toml:4: rules[0].burst: invalid type: string \"3\", expected a whole number"
+    );
+    assert_eq!(
+        err("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nshadow = \"yes\"\n"),
+        "rules.toml:4: rules[0].shadow: invalid type: string \"yes\", expected true or false"
+    );
 }

@@ -63,13 +63,26 @@ struct CheckRequest<'a> {
     rule: Option<Cow<'a, str>>,
     #[serde(borrow)]
     key: Option<Cow<'a, str>>,
+    #[serde(default, deserialize_with = "not_null")]
     cost: Option<serde_json::Number>,
     #[serde(borrow)]
     descriptors: Option<Vec<Descriptor<'a>>>,
     /// `/v1/check` only: wait up to this many milliseconds for a slot (a reservation).
+    #[serde(default, deserialize_with = "not_null")]
     max_wait_ms: Option<serde_json::Number>,
     /// `/v1/check` only: answer a granted reservation with a token for `/v1/settle`.
+    #[serde(default, deserialize_with = "not_null")]
     reserve: Option<bool>,
+}
+
+/// An optional member that, when present, must hold a value: `null` is a 400 naming the
+/// member (as any other wrong type), never the same as leaving it out.
+fn not_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
 }
 
 #[derive(Debug, Deserialize)]
@@ -79,6 +92,7 @@ struct Descriptor<'a> {
     rule: Cow<'a, str>,
     #[serde(borrow)]
     key: Cow<'a, str>,
+    #[serde(default, deserialize_with = "not_null")]
     cost: Option<serde_json::Number>,
 }
 
@@ -194,6 +208,12 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
         Err(response) => return response,
     };
     let reserve = request.reserve == Some(true);
+    // A reservation token must still be settleable at its slot: with `reserve`, the wait is
+    // at most the token's life (`[server] reservation_ttl`).
+    let max_wait = match max_wait {
+        Some(w) if reserve => Some(w.min(state.reservations.ttl())),
+        other => other,
+    };
     if reserve && !consume {
         return invalid(
             StatusCode::BAD_REQUEST,
