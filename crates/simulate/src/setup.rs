@@ -339,14 +339,15 @@ pub fn split_quota(quota: Quota, n: usize) -> Result<Vec<Quota>, SetupError> {
         .collect()
 }
 
-impl CounterStore for InProcessCounters {
-    fn check(
+impl InProcessCounters {
+    /// The policy and state (created fresh when new) of the counter `instance` uses for `key`,
+    /// once `cost` is known to fit the policy.
+    fn counter(
         &mut self,
         instance: usize,
         key: &str,
-        now: Timestamp,
         cost: u64,
-    ) -> Result<Decision, CounterError> {
+    ) -> Result<(&Policy, &mut State), CounterError> {
         let counter = counter_index(self.mode, instance);
         let policy = &self.policies[counter];
         policy.validate_cost(cost)?;
@@ -357,6 +358,19 @@ impl CounterStore for InProcessCounters {
         }
         let counters = self.states.get_mut(key).expect("just inserted");
         let state = counters[counter].get_or_insert_with(|| policy.initial_state());
+        Ok((policy, state))
+    }
+}
+
+impl CounterStore for InProcessCounters {
+    fn check(
+        &mut self,
+        instance: usize,
+        key: &str,
+        now: Timestamp,
+        cost: u64,
+    ) -> Result<Decision, CounterError> {
+        let (policy, state) = self.counter(instance, key, cost)?;
         Ok(policy.check(state, now, cost)?)
     }
 
@@ -368,15 +382,7 @@ impl CounterStore for InProcessCounters {
         cost: u64,
         max_wait: Micros,
     ) -> Result<Reservation, CounterError> {
-        let counter = counter_index(self.mode, instance);
-        let policy = &self.policies[counter];
-        policy.validate_cost(cost)?;
-        if !self.states.contains_key(key) {
-            self.states
-                .insert(key.to_string(), vec![None; self.policies.len()]);
-        }
-        let counters = self.states.get_mut(key).expect("just inserted");
-        let state = counters[counter].get_or_insert_with(|| policy.initial_state());
+        let (policy, state) = self.counter(instance, key, cost)?;
         Ok(policy.reserve(state, now, cost, max_wait)?)
     }
 }
