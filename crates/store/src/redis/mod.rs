@@ -1086,11 +1086,13 @@ impl RedisStore {
         ) {
             cache.observe(now.unwrap_or_else(|| self.clock.now()));
         }
+        // The key names (one SHA-256 each), also the deny cache's.
+        let groups = self.groups(items);
         // The deny cache: one cost-1 check, on the decision clock (the store's clock at
         // sending time for Redis' clock, see `deny_cache`).
         let cached = match &self.deny_cache {
             Some(cache) if commit && items.len() == 1 && items[0].cost == 1 => {
-                let name = self.key_name(items[0].rule, items[0].policy, items[0].key);
+                let name = groups[0].keys[0].clone();
                 let at = now.unwrap_or_else(|| self.clock.now());
                 if let Some(d) = cache.lookup(&name, at) {
                     metrics::counter!("floodgate_store_deny_cache_hits_total").increment(1);
@@ -1104,7 +1106,6 @@ impl RedisStore {
             }
             _ => None,
         };
-        let groups = self.groups(items);
         let result = self
             .guarded(async {
                 let result = match &self.coalescer {
