@@ -293,17 +293,26 @@ fn max_wait(value: Option<&serde_json::Number>, consume: bool) -> Result<Option<
             "only /v1/check waits: a peek consumes nothing and reserves nothing".into(),
         ));
     }
+    whole_number(n, MAX_WAIT_MS, "whole number of milliseconds")
+        .map(|ms| Some(ms * 1_000))
+        .map_err(bad)
+}
+
+/// A JSON number that must be a whole number from 0 to `max` (`what`: "whole number", or with
+/// its unit); the error says why, for a 400 naming the member.
+pub(super) fn whole_number(n: &serde_json::Number, max: u64, what: &str) -> Result<u64, String> {
     match n.as_u64() {
-        Some(ms) if ms <= MAX_WAIT_MS => Ok(Some(ms * 1_000)),
+        Some(v) if v <= max => Ok(v),
         _ => {
+            // `1.0` and `1e2` are numbers with a fraction or an exponent in JSON: say so.
             let hint = if n.is_f64() {
                 " written without a fraction or exponent"
             } else {
                 ""
             };
-            Err(bad(format!(
-                "must be a whole number of milliseconds between 0 and {MAX_WAIT_MS}{hint}, got {n}"
-            )))
+            Err(format!(
+                "must be a {what} between 0 and {max}{hint}, got {n}"
+            ))
         }
     }
 }
@@ -466,21 +475,7 @@ fn validate_one<'a>(
     }
     let cost = match &d.cost {
         None => 1,
-        Some(n) => match n.as_u64() {
-            Some(c) if c <= MAX_COST => c,
-            _ => {
-                // `1.0` and `1e2` are numbers with a fraction or an exponent in JSON: say so.
-                let hint = if n.is_f64() {
-                    " written without a fraction or exponent"
-                } else {
-                    ""
-                };
-                return Err(bad(
-                    "cost",
-                    format!("must be a whole number between 0 and {MAX_COST}{hint}, got {n}"),
-                ));
-            }
-        },
+        Some(n) => whole_number(n, MAX_COST, "whole number").map_err(|e| bad("cost", e))?,
     };
     Ok(Item {
         rule,

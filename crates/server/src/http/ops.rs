@@ -69,7 +69,7 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
             // A problem+json body (RFC 9457: `status` is the HTTP status here) with the store
             // and the configuration as extension members.
             let body = json!({
-                "type": PROBLEM_STORE_UNAVAILABLE,
+                "type": floodgate_tower::response::PROBLEM_STORE_UNAVAILABLE,
                 "title": "Store Unavailable",
                 "status": StatusCode::SERVICE_UNAVAILABLE.as_u16(),
                 "detail": format!(
@@ -112,9 +112,6 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     };
     (status, Json(body)).into_response()
 }
-
-/// Problem type of a `/readyz` answered 503 because the store cannot decide.
-pub(crate) const PROBLEM_STORE_UNAVAILABLE: &str = "urn:floodgate:problem:store-unavailable";
 
 /// What `/readyz` found about the store.
 #[derive(Debug, Clone, PartialEq, Eq)]

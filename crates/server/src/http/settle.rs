@@ -336,19 +336,9 @@ pub(super) async fn settle(
     };
     let mut actual = Vec::with_capacity(given.len());
     for (field, n) in &given {
-        match n.as_u64() {
-            Some(c) if c <= MAX_COST => actual.push(c),
-            _ => {
-                let hint = if n.is_f64() {
-                    " written without a fraction or exponent"
-                } else {
-                    ""
-                };
-                return bad(
-                    field,
-                    format!("must be a whole number between 0 and {MAX_COST}{hint}, got {n}"),
-                );
-            }
+        match super::api::whole_number(n, MAX_COST, "whole number") {
+            Ok(c) => actual.push(c),
+            Err(e) => return bad(field, e),
         }
     }
     let opened = match state
@@ -415,7 +405,7 @@ pub(super) async fn settle(
         Err(SettleError::Store(error)) => {
             let mut response = problem(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "urn:floodgate:problem:store-unavailable",
+                floodgate_tower::response::PROBLEM_STORE_UNAVAILABLE,
                 "store unavailable",
                 format!(
                     "the store failed ({error}); the reservation may be spent without being \
