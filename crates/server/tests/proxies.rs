@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use serve_support::Floodgate;
+use serve_support::{advance, client, until_waiting, Floodgate};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -463,6 +463,52 @@ async fn outage_through(proxy: &Proxy) {
     );
 }
 
+/// The delay mode: 2/s, a burst of 2, held up to 1 s (the most GCRA schedules ahead here).
+const DELAY_CONFIG: &str = r#"
+[[rules]]
+name = "api"
+limit = "2/s"
+algorithm = "gcra"
+delay = "1s"
+[rules.match]
+path_prefix = "/api"
+"#;
+
+/// The delay mode behind the real proxy, on Floodgate's manual clock: a burst of 5 gives 2 at
+/// once, 2 held by Floodgate (the proxy waits on its forward-auth answer) and forwarded to
+/// the app once the clock reaches their slots, and 1 refused at once with `Retry-After`.
+async fn delay_through(proxy: &Proxy, fg: &Floodgate) {
+    for _ in 0..2 {
+        let reply = send(proxy.addr, "/api/x", &[]).await.unwrap();
+        assert_eq!(
+            (reply.status, reply.json()["app"].as_str()),
+            (200, Some("hello")),
+            "{reply:?}"
+        );
+    }
+    let addr = proxy.addr;
+    let held: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { send(addr, "/api/x", &[]).await.unwrap() }))
+        .collect();
+    let c = client();
+    until_waiting(&c, fg, 2.0).await;
+    let refused = send(proxy.addr, "/api/x", &[]).await.unwrap();
+    assert_eq!(refused.status, 429, "{refused:?}");
+    // A plain check fits once the two held units have been used: at +1.5 s, so 2 s.
+    assert_eq!(refused.header("retry-after"), Some("2"), "{refused:?}");
+    // Both held until the manual clock reads their slots (+0.5 s and +1 s).
+    advance(&c, fg, 1_000_000).await;
+    for h in held {
+        let reply = h.await.unwrap();
+        assert_eq!(
+            (reply.status, reply.json()["app"].as_str()),
+            (200, Some("hello")),
+            "{reply:?}"
+        );
+    }
+    until_waiting(&c, fg, 0.0).await;
+}
+
 /// A loopback address nothing listens on.
 fn closed_port() -> String {
     free_port().to_string()
@@ -588,7 +634,7 @@ impl Kind {
     }
 }
 
-/// The three situations every snippet is run in: Floodgate deciding, Floodgate's store down
+/// The four situations every snippet is run in: Floodgate deciding, the delay mode, Floodgate's store down
 /// under a rule that fails closed, Floodgate unreachable (answered `down_status` by the proxy).
 async fn run(kind: Kind, carries: &Carries, down_status: u16) {
     let app = start_app().await;
@@ -598,6 +644,11 @@ async fn run(kind: Kind, carries: &Carries, down_status: u16) {
     let fg = Floodgate::with_config(CONFIG, &[]);
     let proxy = kind.start(&api_addr(&fg), app, &serves).await;
     limits_through(&proxy, carries).await;
+    drop((proxy, fg));
+
+    let fg = Floodgate::with_config(DELAY_CONFIG, &[]);
+    let proxy = kind.start(&api_addr(&fg), app, &serves).await;
+    delay_through(&proxy, &fg).await;
     drop((proxy, fg));
 
     let fg = Floodgate::with_config(OUTAGE_CONFIG, &[]);

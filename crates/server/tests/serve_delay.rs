@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use axum::extract::Request;
 use axum::Router;
-use serve_support::{advance, client, metric, Floodgate};
+use serve_support::{advance, client, metric, until_waiting, Floodgate};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -256,19 +256,6 @@ async fn forward_auth_answers_a_burst_at_its_scheduled_times_and_refuses_beyond_
     }
     passed.sort();
     assert_schedule("forward-auth answers", sent, &passed);
-}
-
-/// Waits (looking every 5 ms, at most 1 s) until `n` requests are held.
-async fn until_waiting(c: &reqwest::Client, fg: &Floodgate, n: f64) {
-    let mut waiting = None;
-    for _ in 0..200 {
-        waiting = metric(c, fg, "floodgate_requests_waiting").await;
-        if waiting == Some(n) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{waiting:?} requests held, not {n}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

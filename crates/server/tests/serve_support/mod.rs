@@ -241,6 +241,19 @@ pub async fn metric(client: &reqwest::Client, fg: &Floodgate, series: &str) -> O
     })
 }
 
+/// Waits (looking every 5 ms, at most 1 s) until `n` requests are held.
+pub async fn until_waiting(c: &reqwest::Client, fg: &Floodgate, n: f64) {
+    let mut waiting = None;
+    for _ in 0..200 {
+        waiting = metric(c, fg, "floodgate_requests_waiting").await;
+        if waiting == Some(n) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("{waiting:?} requests held, not {n}");
+}
+
 /// Writes `text` to `path` atomically (write a sibling, then rename), so a watcher never reads
 /// half a file.
 pub fn write_atomically(path: &Path, text: &str) {
