@@ -457,6 +457,50 @@ reservations_differential!(
 );
 reservations_differential!(gcra_reservations_match_core, AlgorithmKind::Gcra);
 
+/// A sequence proptest found (shrunk) where the sliding-window Lua and the core disagreed on a
+/// check's `reset_after` by one window after settles and reservations: kept so it runs every time.
+#[test]
+fn sliding_window_settle_then_check_regression() {
+    use Op::*;
+    let h = harness(Flavor::Redis);
+    // (dt, key, cost, peek, op)
+    #[rustfmt::skip]
+    let reqs: Vec<(Req, Op)> = [
+        (3234, 1, 3, true, Reserve { max_wait: 0 }),
+        (342451, 0, 7, false, Check { peek: false }),
+        (5183619, 0, 6, false, Settle { actual: 13 }),
+        (336227, 1, 6, false, Check { peek: false }),
+        (15635168, 0, 1, false, Check { peek: false }),
+        (-122235, 1, 1, false, Reserve { max_wait: 2123947 }),
+        (171815, 0, 6, true, Check { peek: false }),
+        (259379, 0, 3, false, Settle { actual: 13 }),
+        (153964, 0, 1, false, Check { peek: false }),
+        (0, 0, 3, false, Reserve { max_wait: 2100904 }),
+        (291444, 1, 7, false, Reserve { max_wait: u64::MAX }),
+        (0, 1, 7, true, Settle { actual: 4 }),
+        (-118014, 1, 3, true, Settle { actual: 12 }),
+        (-284923, 0, 1, false, Reserve { max_wait: 276814 }),
+        (25911, 0, 2, false, Reserve { max_wait: u64::MAX }),
+        (1112859, 0, 0, false, Reserve { max_wait: 2871701 }),
+        (186215, 0, 4, true, Reserve { max_wait: 187192 }),
+        (0, 0, 1, false, Check { peek: false }),
+        (347134, 0, 7, false, Reserve { max_wait: u64::MAX }),
+        (-157481, 0, 2, false, Check { peek: false }),
+        (181880, 1, 2, true, Settle { actual: 3 }),
+        (257945, 0, 3, true, Reserve { max_wait: 0 }),
+        (0, 0, 3, false, Settle { actual: 10 }),
+        (283115, 1, 5, true, Reserve { max_wait: 0 }),
+        (130123, 0, 5, false, Check { peek: false }),
+        (38440, 1, 1, false, Reserve { max_wait: u64::MAX }),
+        (42097, 0, 5, true, Reserve { max_wait: u64::MAX }),
+        (327159, 0, 1, false, Check { peek: false }),
+    ]
+    .into_iter()
+    .map(|(dt, key, cost, peek, op)| (Req { dt, key, cost, peek }, op))
+    .collect();
+    run_reservations_against_core(&h, AlgorithmKind::SlidingWindow, "1/s", &reqs).unwrap();
+}
+
 /// Random multi-item reservation batches (one scheduled time for all items, all or nothing)
 /// and their settles decide identically on the memory store and on Redis.
 #[test]

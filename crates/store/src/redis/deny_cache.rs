@@ -1,10 +1,11 @@
 //! The deny cache ([`RedisStoreConfig::deny_cache`](super::RedisStoreConfig)): when Redis
 //! denies a one-item check of cost 1 with `retry_after = T`, nobody can be admitted on that key
 //! before `T` (every admission needs at least one unit, and a denied key has none), so its
-//! state cannot change before then, except by an admin reset (invalidated here when it goes
-//! through this store), a refund (the cluster protocol's: the cache is off on a cluster; a settle through this store
-//! invalidates its keys), or a rule change (a new policy is a new key name, so a new
-//! entry). Until `T`, a cost-1 check of that key is answered here without a round trip: denied,
+//! state cannot change before then, except by an admin reset, a refund (a settle), a granted
+//! reservation (it consumes at its scheduled time, which may come after `T`, so `T` moves
+//! later) or a rule change (a new policy is a new key name, so a new entry). A reset, settle
+//! or reservation made through this store invalidates its keys here; the cache is off on a
+//! cluster. Until `T`, a cost-1 check of that key is answered here without a round trip: denied,
 //! `remaining` as Redis said (0), `retry_after` and `reset_after` shortened by the time elapsed
 //! (both are fixed points in time while the state does not change).
 //!
@@ -13,8 +14,10 @@
 //! decided: it expires up to one round trip early (never late), and the `Retry-After` it gives
 //! is up to one round trip short.
 //!
-//! Where it is not exact: a reset (or, later, a settle refund) made through *another* process
-//! is not seen here, so this process keeps denying the key until `T`. That is why it is off by
+//! Where it is not exact: a reset or a settle refund made through *another* process is not
+//! seen here, so this process keeps denying the key until `T`; a reservation granted through
+//! another process is not seen either, so the `Retry-After` given here can be short (the
+//! decision is still a denial, and the check made at `T` goes to Redis and is exact). That is why it is off by
 //! default. Bounded: at most [`CAPACITY`] keys (when full, expired entries are dropped, at most
 //! once a second; a new denial that finds no room is not cached).
 

@@ -77,8 +77,19 @@ impl RedisStore {
             });
         }
         let groups = self.groups(items);
-        self.guarded(self.reserve_groups(items, &groups, now, max_wait))
-            .await
+        let result = self
+            .guarded(self.reserve_groups(items, &groups, now, max_wait))
+            .await;
+        if let (Some(cache), Ok(reservation)) = (&self.deny_cache, &result) {
+            // A granted reservation consumes units at its scheduled time, possibly after a
+            // cached denial's `retry_after`: that denial's numbers no longer hold.
+            if reservation.wait.is_some() {
+                for name in groups.iter().flat_map(|g| &g.keys) {
+                    cache.invalidate(name);
+                }
+            }
+        }
+        result
     }
 
     async fn reserve_groups(
