@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use floodgate_core::{AlgorithmKind, ManualClock, Policy};
 use floodgate_store::redis::testing::{
-    current_thread_runtime, multi_thread_runtime, replay_against_memory,
+    current_thread_runtime, multi_thread_runtime, proptest_cases, replay_against_memory,
     replay_reservations_against_memory, Flavor, RedisCluster, ReserveStep,
 };
 use floodgate_store::redis::{keys, RedisStore, RedisStoreConfig, TimeSource};
@@ -373,7 +373,7 @@ fn cross_slot_batches_match_the_memory_store_on(flavor: Flavor) {
         ),
     );
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 40,
+        cases: proptest_cases(40),
         failure_persistence: None,
         ..ProptestConfig::default()
     });
@@ -429,7 +429,7 @@ fn cross_slot_reservations_match_the_memory_store() {
         ),
     );
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 40,
+        cases: proptest_cases(40),
         failure_persistence: None,
         ..ProptestConfig::default()
     });

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use floodgate_core::{AlgorithmKind, ManualClock, Policy, Quota, State};
 use floodgate_store::redis::testing::{
-    current_thread_runtime, replay_against_memory, replay_reservations_against_memory, BatchStep,
-    Flavor, RedisServer, ReserveStep,
+    current_thread_runtime, proptest_cases, replay_against_memory,
+    replay_reservations_against_memory, BatchStep, Flavor, RedisServer, ReserveStep,
 };
 use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::{CheckItem, SettleItem, StoreError};
@@ -166,7 +166,7 @@ fn run_against_core(
 
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: 48,
+        cases: proptest_cases(48),
         failure_persistence: None,
         ..ProptestConfig::default()
     }

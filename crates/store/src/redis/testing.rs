@@ -643,6 +643,15 @@ fn watchdog(binary: &str, args: &[&str]) -> io::Result<Child> {
         .map_err(|e| missing_binary("sh", e))
 }
 
+/// How many cases a Redis-backed property test runs: `PROPTEST_CASES` when set (a longer hunt,
+/// e.g. `PROPTEST_CASES=1000`), else `default` (kept small: every case is many round trips).
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// A multi-thread Tokio runtime with `workers` worker threads and I/O and time enabled: what
 /// the tests that run many clients at once, or stop their server mid-run, block on.
 ///
