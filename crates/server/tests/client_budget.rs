@@ -1,9 +1,9 @@
-//! `floodgate-client` end to end: eight job runners share one daily budget of 10,000 units
+//! `floodgate-client` end to end: eight job processes share one daily budget of 10,000 units
 //! through two `floodgate serve` processes on one real redis-server, on the manual clock.
 //!
-//! The runners are eight tokio tasks, each with its own `Client` (own connection pool), not
-//! eight OS processes: the budget lives in Redis, so what each runner shares with the others is
-//! exactly what a process would share.
+//! The eight jobs are OS processes: this test binary run again with `--ignored --exact
+//! job_process` and the job's instance in `FLOODGATE_JOB_API` (the pattern of `rusty-fork`).
+//! Each has its own runtime, connection pool and memory; all they share is Redis.
 
 mod serve_support;
 
@@ -68,6 +68,56 @@ async fn job(budget: Budget) -> (u64, floodgate_client::Exhausted) {
     unreachable!()
 }
 
+/// One job as its own process: spends through `FLOODGATE_JOB_API` until the budget refuses and
+/// writes `spent rule cost remaining retry_after_us until` to `FLOODGATE_JOB_OUT`. Run only by
+/// `eight_jobs_share_a_daily_budget...`; alone it fails, naming what it needs.
+#[test]
+#[ignore = "a child process of eight_jobs_share_a_daily_budget...; it runs this itself"]
+fn job_process() {
+    let (Ok(api), Ok(out)) = (
+        std::env::var("FLOODGATE_JOB_API"),
+        std::env::var("FLOODGATE_JOB_OUT"),
+    ) else {
+        panic!("job_process is run by eight_jobs_share_a_daily_budget...: FLOODGATE_JOB_API and FLOODGATE_JOB_OUT are not set");
+    };
+    // Start together: the parent writes a line to every job's stdin once all are spawned.
+    std::io::stdin().read_line(&mut String::new()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (spent, e) = rt.block_on(async {
+        // The job's clock mirrors the servers' manual clock, which stays at START_US.
+        let client = Client::builder(&api)
+            .bearer_token(TOKEN)
+            .clock(Arc::new(ManualClock::new(START_US)))
+            .build()
+            .unwrap();
+        job(Budget::new(client, "per-day", "paid-api")).await
+    });
+    let line = format!(
+        "{spent} {} {} {} {} {}\n",
+        e.rule, e.cost, e.remaining, e.retry_after_us, e.until
+    );
+    std::fs::write(out, line).unwrap();
+}
+
+/// What one job process reported: (spent, the refusal).
+fn read_job(path: &std::path::Path) -> (u64, floodgate_client::Exhausted) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let f: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(f.len(), 6, "{text:?}");
+    let n = |i: usize| f[i].parse::<u64>().unwrap();
+    let e = floodgate_client::Exhausted {
+        rule: f[1].to_string(),
+        cost: n(2),
+        remaining: n(3),
+        retry_after_us: n(4),
+        until: n(5),
+    };
+    (n(0), e)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_jobs_share_a_daily_budget_through_two_instances_and_stop_with_the_exact_until() {
     let redis = RedisServer::start().unwrap();
@@ -79,7 +129,7 @@ async fn eight_jobs_share_a_daily_budget_through_two_instances_and_stop_with_the
     // The clients' clock mirrors the servers' manual clock.
     let clock = ManualClock::new(START_US);
     let budgets = |clock: &ManualClock| -> Vec<Budget> {
-        (0..8)
+        (0..2)
             .map(|i| {
                 let client = Client::builder(&instances[i % 2].api)
                     .bearer_token(TOKEN)
@@ -90,24 +140,54 @@ async fn eight_jobs_share_a_daily_budget_through_two_instances_and_stop_with_the
             })
             .collect()
     };
-    let tasks: Vec<_> = budgets(&clock)
-        .into_iter()
-        .map(|b| tokio::spawn(job(b)))
+    // Eight job processes at once, four on each instance.
+    let outs = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let jobs: Vec<_> = (0..8)
+        .map(|i| {
+            let out = outs.path().join(format!("job-{i}"));
+            let child = std::process::Command::new(&exe)
+                .args(["--ignored", "--exact", "job_process", "--test-threads=1"])
+                .env("FLOODGATE_JOB_API", &instances[i % 2].api)
+                .env("FLOODGATE_JOB_OUT", &out)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            (child, out)
+        })
         .collect();
+    let mut jobs = jobs;
+    for (child, _) in &mut jobs {
+        use std::io::Write;
+        writeln!(child.stdin.take().unwrap(), "go").unwrap();
+    }
+    let reports = tokio::task::spawn_blocking(move || {
+        jobs.into_iter()
+            .map(|(mut child, out)| {
+                let status = child.wait().unwrap();
+                assert!(status.success(), "job process: {status}");
+                read_job(&out)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
     let mut total = 0;
     // START_US is 08:00 UTC: the day's window ends 16 hours later.
     let day_end = START_US - START_US % DAY_US + DAY_US;
     assert_eq!(day_end - START_US, 16 * 3_600_000_000);
-    for t in tasks {
-        let (spent, exhausted) = t.await.unwrap();
+    let shares: Vec<u64> = reports.iter().map(|(spent, _)| *spent).collect();
+    // Started together, the jobs interleave (which job gets how much is the scheduler's).
+    assert!(shares.iter().filter(|s| **s > 0).count() >= 2, "{shares:?}");
+    for (spent, exhausted) in reports {
         total += spent;
-        assert!(spent > 0, "every job got a share");
         assert_eq!(exhausted.rule, "per-day");
         assert_eq!(exhausted.until, day_end, "{exhausted}");
         assert_eq!(exhausted.retry_after_us, day_end - START_US);
         assert!(exhausted.remaining < exhausted.cost, "{exhausted}");
     }
-    assert!(total <= 10_000, "spent {total}");
+    assert!(total <= 10_000, "spent {total}: {shares:?}");
     // What the jobs were granted is exactly what the shared count holds.
     let c = client();
     let (_, _, peek) = post_json_auth(&c, &instances[1].url("/v1/peek")).await;
