@@ -247,10 +247,10 @@ impl<S: Store> RateLimiter<S> {
     pub async fn admit(&self, plan: Plan) -> Verdict {
         let delay = plan.delay();
         if delay == 0 {
-            return self.evaluate(plan, Mode::Check).await;
+            return self.evaluate(&plan, Mode::Check).await;
         }
         let Some(mut slot) = self.delays().take() else {
-            let verdict = self.evaluate(plan, Mode::Check).await;
+            let verdict = self.evaluate(&plan, Mode::Check).await;
             if verdict.action == Action::Deny && verdict.store_full.is_none() {
                 let retry = verdict
                     .outcomes
@@ -265,7 +265,7 @@ impl<S: Store> RateLimiter<S> {
             return verdict;
         };
         let verdict = self
-            .evaluate(plan.clone(), Mode::Reserve { max_wait: delay })
+            .evaluate(&plan, Mode::Reserve { max_wait: delay })
             .await;
         let wait = match verdict.wait {
             Some(wait) if wait > 0 => wait,

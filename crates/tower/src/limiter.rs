@@ -244,7 +244,7 @@ pub enum Mode {
 /// ```
 /// # use floodgate_tower::*;
 /// # async fn example(limiter: RateLimiter<MemoryStore>, plan: Plan) {
-/// let verdict = limiter.evaluate(plan.clone(), Mode::Reserve { max_wait: 500_000 }).await;
+/// let verdict = limiter.evaluate(&plan, Mode::Reserve { max_wait: 500_000 }).await;
 /// if let Some(reservation) = Reservation::from_verdict(&plan, &verdict) {
 ///     // ... the request was given up before its slot: give every unit back.
 ///     let limiter = limiter.clone();
@@ -743,15 +743,14 @@ impl<S: Store> RateLimiter<S> {
         request: &Request<B>,
     ) -> impl Future<Output = Verdict> + Send + 'static {
         let plan = self.plan_request(request);
-        // Only the store is needed after planning: one reference count, not two.
         // Only the store (and the observer, if any) are needed after planning.
         let store = Arc::clone(&self.store);
         let observer = self.observer.clone();
-        async move { evaluate(&*store, observer.as_deref(), plan, Mode::Check).await }
+        async move { evaluate(&*store, observer.as_deref(), &plan, Mode::Check).await }
     }
 
     /// Runs a plan against the store (see [`RateLimiter`] for the steps).
-    pub async fn evaluate(&self, plan: Plan, mode: Mode) -> Verdict {
+    pub async fn evaluate(&self, plan: &Plan, mode: Mode) -> Verdict {
         evaluate(&*self.store, self.observer.as_deref(), plan, mode).await
     }
 
@@ -884,7 +883,7 @@ impl<S: Store> RateLimiter<S> {
 pub(crate) async fn evaluate<S: Store>(
     store: &S,
     observer: Option<&dyn DenialObserver>,
-    plan: Plan,
+    plan: &Plan,
     mode: Mode,
 ) -> Verdict {
     let set = &*plan.rules;

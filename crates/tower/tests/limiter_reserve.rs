@@ -25,7 +25,7 @@ async fn evaluate(
     for (rule, key, cost) in items {
         plan.push(*rule, (*key).to_string(), *cost);
     }
-    h.limiter.evaluate(plan, mode).await
+    h.limiter.evaluate(&plan, mode).await
 }
 
 fn reserve(max_wait: u64) -> Mode {

@@ -36,10 +36,7 @@ async fn reserve(
     max_wait: u64,
 ) -> (Verdict, Option<Reservation>) {
     let plan = plan(h, items);
-    let verdict = h
-        .limiter
-        .evaluate(plan.clone(), Mode::Reserve { max_wait })
-        .await;
+    let verdict = h.limiter.evaluate(&plan, Mode::Reserve { max_wait }).await;
     let reservation = Reservation::from_verdict(&plan, &verdict);
     (verdict, reservation)
 }
@@ -47,7 +44,7 @@ async fn reserve(
 async fn remaining(h: &common::Harness<floodgate_store::MemoryStore>, rule: usize) -> u64 {
     let v = h
         .limiter
-        .evaluate(plan(h, &[(rule, "ip=a", 0)]), Mode::Peek)
+        .evaluate(&plan(h, &[(rule, "ip=a", 0)]), Mode::Peek)
         .await;
     v.outcomes[0].decision.remaining
 }
@@ -175,7 +172,7 @@ async fn nothing_is_reserved_when_denied_or_not_a_reservation() {
     assert_eq!(reservation, None);
     // A check is not a reservation, nor is a plan of shadow items only.
     let p = plan(&h, &[(1, "ip=a", 1)]);
-    let checked = h.limiter.evaluate(p.clone(), Mode::Check).await;
+    let checked = h.limiter.evaluate(&p, Mode::Check).await;
     assert_eq!(Reservation::from_verdict(&p, &checked), None);
     let (_, shadow_only) = reserve(&h, &[(2, "ip=a", 1)], 0).await;
     assert_eq!(shadow_only, None);

@@ -145,7 +145,7 @@ async fn should_rate_limit(
     };
     let (slots, plan, blocked) = plan(&config, &rules, request)?;
     let mode = if blocked { Mode::Peek } else { Mode::Check };
-    let verdict = state.limiter.evaluate(plan, mode).await;
+    let verdict = state.limiter.evaluate(&plan, mode).await;
     answer(&rules, &slots, &verdict, blocked)
 }
 

@@ -238,7 +238,7 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
             max_wait: max_wait.unwrap_or(0),
         },
     };
-    let verdict = state.limiter.evaluate(plan, mode).await;
+    let verdict = state.limiter.evaluate(&plan, mode).await;
     let token = signing.and_then(|rules| reservation_token(state, &rules, &items, &verdict));
     answer(&items, &verdict, consume, token.as_ref())
 }
