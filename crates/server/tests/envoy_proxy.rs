@@ -657,7 +657,14 @@ fn the_envoy_docs_show_the_tested_files() {
         .position(|l| l.trim() == "server_uri:")
         .unwrap();
     let server_uri = lines[at..at + 4].join("\n");
-    assert!(server_uri.ends_with(DELAY_TIMEOUT_LINE), "{server_uri}");
+    assert!(
+        server_uri
+            .lines()
+            .last()
+            .unwrap()
+            .contains(DELAY_TIMEOUT_LINE),
+        "{server_uri}"
+    );
     assert!(
         page.contains(&format!("```yaml\n{server_uri}\n```")),
         "docs/envoy.md shows the delay's timeout:\n{server_uri}"
