@@ -7,17 +7,24 @@
 //!   Redis behind one Envoy still admit exactly 5; with Floodgate stopped,
 //!   `failure_mode_deny: false` passes traffic;
 //! - the `ext_authz` filter through `/v1/forward-auth/<original path>`: exactly the limit is
-//!   admitted.
+//!   admitted;
+//! - the delay mode behind `ext_authz` (`docs/envoy/ext-authz-delay.toml`, the timeout raised
+//!   as docs/envoy.md shows), on Floodgate's manual clock: a burst is held and forwarded to the
+//!   app at its slots, one by one, beyond the delay a 429 with `Retry-After`; a client that
+//!   leaves while held gives its slot back; with Envoy's timeout below the delay (the docs'
+//!   0.25 s), Envoy gives up first: failing open it forwards every held request when its
+//!   timeout runs out (long before the slot), failing closed it answers 403.
 
 mod serve_support;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use floodgate_store::redis::testing::RedisServer;
-use serve_support::{client, Floodgate, Upstream};
+use serve_support::{advance, client, until_waiting, Floodgate, Upstream, START_US};
 
 /// The Envoy binary: `FLOODGATE_ENVOY`, else `.venv-test/bin/envoy` at the repository root,
 /// else `envoy` on the `PATH`.
@@ -70,6 +77,8 @@ struct Envoy {
     child: Child,
     /// `http://127.0.0.1:PORT` of its listener.
     url: String,
+    /// Its admin interface's port.
+    admin: u16,
     log: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -94,6 +103,7 @@ impl Envoy {
         let envoy = Self {
             child,
             url: format!("http://127.0.0.1:{listener}"),
+            admin,
             log,
             _dir: dir,
         };
@@ -115,6 +125,27 @@ impl Envoy {
             "envoy did not become ready:\n{}",
             std::fs::read_to_string(&envoy.log).unwrap_or_default()
         );
+    }
+
+    /// One counter of its admin `/stats` (0 when absent).
+    async fn stat(&self, name: &str) -> u64 {
+        let text = client()
+            .get(format!("http://127.0.0.1:{}/stats", self.admin))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(": ")?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
     }
 }
 
@@ -142,6 +173,23 @@ fn ratelimit_config(admin: u16, listener: u16, upstream: u16, floodgate: &[u16])
         &one,
         &floodgate.iter().map(|p| endpoint(*p)).collect::<String>(),
     )
+}
+
+/// Starts Envoy on `yaml` (`docs/envoy/ext-authz.yaml` or a variant of it) with its ports
+/// replaced: its own, the app at `upstream` and Floodgate's API.
+async fn ext_authz_envoy(yaml: &str, upstream: &str, fg: &Floodgate) -> Envoy {
+    let api = port_of(&fg.api);
+    let (admin, listener) = (free_port(), free_port());
+    let config = yaml
+        .replace("port_value: 9901", &format!("port_value: {admin}"))
+        .replace("port_value: 10000", &format!("port_value: {listener}"))
+        .replace(
+            "port_value: 3000",
+            &format!("port_value: {}", port_of(upstream)),
+        )
+        .replace("port_value: 8080", &format!("port_value: {api}"))
+        .replace("http://127.0.0.1:8080", &format!("http://127.0.0.1:{api}"));
+    Envoy::start(&config, admin, listener).await
 }
 
 /// Sends `n` GETs through Envoy; returns the statuses and the last denial's headers.
@@ -280,18 +328,7 @@ async fn with_floodgate_stopped_failure_mode_deny_false_passes_traffic() {
 async fn envoy_ext_authz_through_forward_auth_admits_exactly_the_limit() {
     let upstream = Upstream::start().await;
     let fg = Floodgate::with_config(&docs("ext-authz.toml"), &[]);
-    let api = port_of(&fg.api);
-    let (admin, listener) = (free_port(), free_port());
-    let config = docs("ext-authz.yaml")
-        .replace("port_value: 9901", &format!("port_value: {admin}"))
-        .replace("port_value: 10000", &format!("port_value: {listener}"))
-        .replace(
-            "port_value: 3000",
-            &format!("port_value: {}", port_of(&upstream.url)),
-        )
-        .replace("port_value: 8080", &format!("port_value: {api}"))
-        .replace("http://127.0.0.1:8080", &format!("http://127.0.0.1:{api}"));
-    let envoy = Envoy::start(&config, admin, listener).await;
+    let envoy = ext_authz_envoy(&docs("ext-authz.yaml"), &upstream.url, &fg).await;
     let (statuses, denial, admitted) = send(&envoy.url, 20).await;
     assert_eq!(count(&statuses, 200), 5, "{statuses:?}");
     assert_eq!(count(&statuses, 429), 15, "{statuses:?}");
@@ -312,6 +349,289 @@ async fn envoy_ext_authz_through_forward_auth_admits_exactly_the_limit() {
     }
 }
 
+/// The line of `docs/envoy/ext-authz.yaml` that bounds how long Envoy waits for Floodgate's
+/// answer, and what docs/envoy.md raises it to for `docs/envoy/ext-authz-delay.toml`'s
+/// `delay = "1s"`: the delay plus room for one decision (with the indentation, so that the
+/// clusters' `connect_timeout` does not match).
+const TIMEOUT_LINE: &str = "  timeout: 0.25s";
+const DELAY_TIMEOUT_LINE: &str = "  timeout: 1.25s";
+
+/// `docs/envoy/ext-authz.yaml` with its timeout raised above the delay, as docs/envoy.md shows.
+fn delay_yaml() -> String {
+    let yaml = docs("ext-authz.yaml");
+    assert_eq!(
+        yaml.matches(TIMEOUT_LINE).count(),
+        1,
+        "the docs' timeout line"
+    );
+    yaml.replace(TIMEOUT_LINE, DELAY_TIMEOUT_LINE)
+}
+
+/// An app that notes each request's path and the manual clock at its arrival (read from
+/// Floodgate: advancing it by 0 answers the time), so the schedule is seen in manual time.
+struct Recorder {
+    url: String,
+    arrivals: Arc<Mutex<Vec<(String, u64)>>>,
+}
+
+impl Recorder {
+    async fn start(fg: &Floodgate) -> Self {
+        let arrivals: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+        let log = Arc::clone(&arrivals);
+        let clock = fg.url("/v1/debug/clock/advance");
+        let http = client();
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let (log, clock, http) = (Arc::clone(&log), clock.clone(), http.clone());
+            async move {
+                let (status, _, now) =
+                    serve_support::post_json(&http, &clock, &serde_json::json!({ "micros": 0 }))
+                        .await;
+                assert_eq!(status, 200, "{now}");
+                let at = now["now_us"].as_u64().unwrap() - START_US;
+                log.lock().unwrap().push((req.uri().path().to_string(), at));
+                "from the app"
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { url, arrivals }
+    }
+
+    /// (path, microseconds after the manual clock's start) of every request so far.
+    fn arrivals(&self) -> Vec<(String, u64)> {
+        self.arrivals.lock().unwrap().clone()
+    }
+
+    /// Waits (looking every 5 ms, at most 1 s) until `n` requests have arrived.
+    async fn until_arrived(&self, n: usize) -> Vec<(String, u64)> {
+        for _ in 0..200 {
+            let seen = self.arrivals();
+            if seen.len() >= n {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("{:?} arrived, not {n}", self.arrivals());
+    }
+}
+
+/// One GET through Envoy on its own task: (status, headers, body).
+fn get(
+    url: &str,
+    path: &str,
+) -> tokio::task::JoinHandle<(u16, reqwest::header::HeaderMap, String)> {
+    let url = format!("{url}{path}");
+    tokio::spawn(async move {
+        let r = client().get(url).send().await.unwrap();
+        let (status, headers) = (r.status().as_u16(), r.headers().clone());
+        (status, headers, r.text().await.unwrap())
+    })
+}
+
+/// A GET written on a raw connection to Envoy, left unanswered (dropping it is a client going
+/// away).
+async fn get_raw(url: &str, path: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(url.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream
+}
+
+/// Waits (looking every 5 ms, at most 1 s) until `series` reads `n`.
+async fn until_metric(c: &reqwest::Client, fg: &Floodgate, series: &str, n: f64) {
+    let mut seen = None;
+    for _ in 0..200 {
+        seen = serve_support::metric(c, fg, series).await;
+        if seen == Some(n) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{series} is {seen:?}, not {n}");
+}
+
+const CANCELLED: &str = "floodgate_requests_delayed_total{outcome=\"cancelled\"}";
+const REFUNDED: &str = "floodgate_settled_units_total{rule=\"api\",direction=\"refunded\"}";
+
+/// The delay mode behind Envoy's `ext_authz`, with `docs/envoy/ext-authz-delay.toml` (2/s, a
+/// burst of 2, `delay = "1s"`) and the timeout docs/envoy.md gives, on Floodgate's manual
+/// clock: a burst of 5 gives 2 at once, 2 held by Floodgate (Envoy waits on its answer) and
+/// forwarded by Envoy when the clock reaches their slots, one by one, and 1 refused at once
+/// with `Retry-After`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_ext_authz_holds_a_burst_until_its_slots() {
+    let fg = Floodgate::with_config(&docs("ext-authz-delay.toml"), &[]);
+    let app = Recorder::start(&fg).await;
+    let envoy = ext_authz_envoy(&delay_yaml(), &app.url, &fg).await;
+    let c = client();
+    for path in ["/api/a", "/api/b"] {
+        let (status, headers, body) = get(&envoy.url, path).await.unwrap();
+        assert_eq!((status, body.as_str()), (200, "from the app"));
+        assert_eq!(headers["ratelimit-policy"], "\"api\";q=2;w=1");
+    }
+    // Sent one after the other, so their slots are +500 ms and +1 s in this order.
+    let x = get(&envoy.url, "/api/x");
+    until_waiting(&c, &fg, 1.0).await;
+    let y = get(&envoy.url, "/api/y");
+    until_waiting(&c, &fg, 2.0).await;
+    // Beyond the delay: a 429 at once, with Floodgate's headers through Envoy. A plain check
+    // fits once the two held units are used, at +1.5 s: 2 s.
+    let (status, headers, body) = get(&envoy.url, "/api/over").await.unwrap();
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(headers["retry-after"], "2");
+    assert_eq!(headers["ratelimit-policy"], "\"api\";q=2;w=1");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(
+        !x.is_finished() && !y.is_finished(),
+        "the clock has not moved"
+    );
+    assert_eq!(app.arrivals().len(), 2);
+
+    // One microsecond before the first slot: after a round trip through Envoy (refused, as
+    // the held units are still ahead) both are still held.
+    advance(&c, &fg, 499_999).await;
+    assert_eq!(get(&envoy.url, "/api/over").await.unwrap().0, 429);
+    assert_eq!(
+        serve_support::metric(&c, &fg, "floodgate_requests_waiting").await,
+        Some(2.0)
+    );
+    assert!(!x.is_finished() && !y.is_finished());
+    advance(&c, &fg, 1).await;
+    let (status, _, body) = x.await.unwrap();
+    assert_eq!((status, body.as_str()), (200, "from the app"));
+    until_waiting(&c, &fg, 1.0).await;
+    let seen = app.until_arrived(3).await;
+    // /x went through Envoy to the app; /y, 500 ms later on the clock, is still held.
+    until_waiting(&c, &fg, 1.0).await;
+    assert!(!y.is_finished(), "{seen:?}");
+    advance(&c, &fg, 500_000).await;
+    let (status, _, body) = y.await.unwrap();
+    assert_eq!((status, body.as_str()), (200, "from the app"));
+    until_waiting(&c, &fg, 0.0).await;
+    let seen = app.until_arrived(4).await;
+    assert_eq!(
+        seen,
+        [
+            ("/api/a".to_string(), 0),
+            ("/api/b".to_string(), 0),
+            ("/api/x".to_string(), 500_000),
+            ("/api/y".to_string(), 1_000_000),
+        ],
+        "(path, manual microseconds) at the app; /api/over never reached it"
+    );
+    let passed = "floodgate_requests_delayed_total{outcome=\"passed\"}";
+    assert_eq!(serve_support::metric(&c, &fg, passed).await, Some(2.0));
+}
+
+/// A client that goes away from Envoy while Floodgate holds its request gives its slot back:
+/// Envoy cancels its ext_authz call (closing that connection to Floodgate), and Floodgate
+/// settles the reservation with cost 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_envoy_while_held_gives_its_slot_back() {
+    let fg = Floodgate::with_config(&docs("ext-authz-delay.toml"), &[]);
+    let app = Recorder::start(&fg).await;
+    let envoy = ext_authz_envoy(&delay_yaml(), &app.url, &fg).await;
+    let c = client();
+    for path in ["/api/a", "/api/b"] {
+        assert_eq!(get(&envoy.url, path).await.unwrap().0, 200);
+    }
+    // Slots at +500 ms and +1 s.
+    let x = get(&envoy.url, "/api/x");
+    until_waiting(&c, &fg, 1.0).await;
+    let y = get_raw(&envoy.url, "/api/y").await;
+    until_waiting(&c, &fg, 2.0).await;
+    drop(y);
+    until_metric(&c, &fg, REFUNDED, 1.0).await;
+    until_waiting(&c, &fg, 1.0).await;
+    assert_eq!(serve_support::metric(&c, &fg, CANCELLED).await, Some(1.0));
+    // Without the refund /z would need 1.5 s, beyond the delay: a 429 at once. With it, /z
+    // takes the +1 s slot that /y left.
+    let z = get(&envoy.url, "/api/z");
+    until_waiting(&c, &fg, 2.0).await;
+    advance(&c, &fg, 500_000).await;
+    assert_eq!(x.await.unwrap().0, 200);
+    advance(&c, &fg, 500_000).await;
+    assert_eq!(z.await.unwrap().0, 200);
+    let seen = app.until_arrived(4).await;
+    assert_eq!(
+        seen,
+        [
+            ("/api/a".to_string(), 0),
+            ("/api/b".to_string(), 0),
+            ("/api/x".to_string(), 500_000),
+            ("/api/z".to_string(), 1_000_000),
+        ],
+        "(path, manual microseconds) at the app; /api/y never reached it"
+    );
+}
+
+/// Envoy's ext_authz timeout shorter than the delay (`docs/envoy/ext-authz.yaml` as it is,
+/// 0.25 s, with `failure_mode_allow: true`, and `delay = "1s"`): Envoy gives up on a held
+/// request after 0.25 s and, failing open, forwards it to the app then; Floodgate sees
+/// that connection close and gives the slot back. So every request the delay would hold
+/// passes unlimited: 5 reach the app at the same instant where the rule admits 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_below_the_delay_failing_open_passes_held_requests_unlimited() {
+    let fg = Floodgate::with_config(&docs("ext-authz-delay.toml"), &[]);
+    let app = Recorder::start(&fg).await;
+    let yaml = docs("ext-authz.yaml");
+    assert!(yaml.contains(TIMEOUT_LINE) && yaml.contains("failure_mode_allow: true"));
+    let envoy = ext_authz_envoy(&yaml, &app.url, &fg).await;
+    let c = client();
+    for path in ["/api/a", "/api/b"] {
+        assert_eq!(get(&envoy.url, path).await.unwrap().0, 200);
+    }
+    for (i, path) in ["/api/x", "/api/y", "/api/z"].into_iter().enumerate() {
+        // Held by Floodgate (the manual clock never moves), given up on by Envoy.
+        let (status, headers, body) = get(&envoy.url, path).await.unwrap();
+        assert_eq!((status, body.as_str()), (200, "from the app"), "{path}");
+        assert!(
+            headers.get("ratelimit-policy").is_none(),
+            "not Floodgate's answer"
+        );
+        until_metric(&c, &fg, CANCELLED, (i + 1) as f64).await;
+        until_metric(&c, &fg, REFUNDED, (i + 1) as f64).await;
+    }
+    let paths: Vec<(String, u64)> = ["/api/a", "/api/b", "/api/x", "/api/y", "/api/z"]
+        .map(|p| (p.to_string(), 0))
+        .to_vec();
+    assert_eq!(app.arrivals(), paths, "all at the clock's start");
+    assert_eq!(
+        envoy
+            .stat("http.ingress.ext_authz.failure_mode_allowed")
+            .await,
+        3
+    );
+    assert_eq!(envoy.stat("http.ingress.ext_authz.ok").await, 2);
+}
+
+/// The same short timeout with `failure_mode_allow: false`: the client gets Envoy's 403 (its
+/// `status_on_error`, an empty body, no `Retry-After`) after 0.25 s, the app never sees the
+/// request, and Floodgate gives the slot back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_below_the_delay_failing_closed_answers_403() {
+    let fg = Floodgate::with_config(&docs("ext-authz-delay.toml"), &[]);
+    let app = Recorder::start(&fg).await;
+    let yaml =
+        docs("ext-authz.yaml").replace("failure_mode_allow: true", "failure_mode_allow: false");
+    let envoy = ext_authz_envoy(&yaml, &app.url, &fg).await;
+    let c = client();
+    for path in ["/api/a", "/api/b"] {
+        assert_eq!(get(&envoy.url, path).await.unwrap().0, 200);
+    }
+    let (status, headers, body) = get(&envoy.url, "/api/x").await.unwrap();
+    assert_eq!((status, body.as_str()), (403, ""));
+    assert!(headers.get("retry-after").is_none());
+    until_metric(&c, &fg, CANCELLED, 1.0).await;
+    until_metric(&c, &fg, REFUNDED, 1.0).await;
+    assert_eq!(app.arrivals().len(), 2, "{:?}", app.arrivals());
+    assert_eq!(envoy.stat("http.ingress.ext_authz.error").await, 1);
+}
+
 /// docs/envoy.md shows the tested files whole, so the page cannot drift from what the tests run.
 #[test]
 fn the_envoy_docs_show_the_tested_files() {
@@ -322,10 +642,31 @@ fn the_envoy_docs_show_the_tested_files() {
         "ratelimit.yaml",
         "ext-authz.yaml",
         "ext-authz.toml",
+        "ext-authz-delay.toml",
     ] {
         assert!(
             page.contains(&docs(file)),
             "docs/envoy.md shows docs/envoy/{file} whole"
         );
     }
+    // The ext_authz timeout the delay tests run with: the `server_uri` lines of ext-authz.yaml.
+    let yaml = delay_yaml();
+    let lines: Vec<&str> = yaml.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.trim() == "server_uri:")
+        .unwrap();
+    let server_uri = lines[at..at + 4].join("\n");
+    assert!(
+        server_uri
+            .lines()
+            .last()
+            .unwrap()
+            .contains(DELAY_TIMEOUT_LINE),
+        "{server_uri}"
+    );
+    assert!(
+        page.contains(&format!("```yaml\n{server_uri}\n```")),
+        "docs/envoy.md shows the delay's timeout:\n{server_uri}"
+    );
 }

@@ -452,6 +452,11 @@ impl Walker<'_> {
                  counter"
             }
             "metadata" => "metadata is not supported (Floodgate sends no dynamic metadata)",
+            "delay" => {
+                "delay is not supported: the rate limit service answers OK or OVER_LIMIT and \
+                 cannot hold a request (to hold requests behind Envoy, give a TOML rule a \
+                 `delay` and use ext_authz with forward-auth; docs/envoy.md)"
+            }
             _ => "unknown field",
         };
         self.error(file, line, &field, message);

@@ -810,6 +810,14 @@ delay = "500ms"
         e.starts_with("rules.toml:5: rules[0].delay: a shadow rule"),
         "{e}"
     );
+    // Envoy's rate limit service answers OK or OVER_LIMIT and never holds a request, and a rule
+    // with a `domain` answers nothing else.
+    let e = err("[[rules]]\nname = \"m\"\nlimit = \"5/s\"\nalgorithm = \"gcra\"\ndomain = \"messaging\"\ndescriptors = [{ key = \"to_number\" }]\ndelay = \"500ms\"\n");
+    assert_eq!(
+        e,
+        "rules.toml:7: rules[0].delay: a rule with a `domain` answers only Envoy descriptors and \
+         /v1/check, never forward-auth or proxied requests, so it holds none: remove `delay`"
+    );
     let e = err("[server]\nmax_delayed = -1\n");
     assert_eq!(
         e,

@@ -66,6 +66,12 @@ fn errors_name_the_file_line_and_field() {
         vec!["rl.yaml:7: descriptors[0].rate_limit.colour: unknown field"]
     );
     assert_eq!(
+        errors("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      delay: 1s\n"),
+        vec!["rl.yaml:7: descriptors[0].rate_limit.delay: delay is not supported: the rate limit \
+              service answers OK or OVER_LIMIT and cannot hold a request (to hold requests behind \
+              Envoy, give a TOML rule a `delay` and use ext_authz with forward-auth; docs/envoy.md)"]
+    );
+    assert_eq!(
         errors("domain: d\ndescriptors:\n  - value: v\n"),
         vec!["rl.yaml:3: descriptors[0].key: descriptor has empty key"]
     );
