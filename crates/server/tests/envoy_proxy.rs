@@ -570,66 +570,99 @@ async fn a_client_that_leaves_envoy_while_held_gives_its_slot_back() {
 }
 
 /// Envoy's ext_authz timeout shorter than the delay (`docs/envoy/ext-authz.yaml` as it is,
-/// 0.25 s, with `failure_mode_allow: true`, and `delay = "1s"`): Envoy gives up on a held
-/// request after 0.25 s and, failing open, forwards it to the app then; Floodgate sees
-/// that connection close and gives the slot back. So every request the delay would hold
-/// passes unlimited: 5 reach the app at the same instant where the rule admits 2.
+/// 0.25 s, and `delay = "1s"`), failing open and failing closed: Envoy announces its timeout
+/// on the call (`x-envoy-expected-rq-timeout-ms: 250`) and Floodgate holds no request longer
+/// than nine tenths of it. The first slot is 500 ms away, so the 3rd request gets its 429 with
+/// `Retry-After` at once: Envoy never gives up on a call, never forwards a request unlimited
+/// (failing open) nor answers a bare 403 (failing closed), and nothing is held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timeout_below_the_delay_failing_open_passes_held_requests_unlimited() {
-    let fg = Floodgate::with_config(&docs("ext-authz-delay.toml"), &[]);
-    let app = Recorder::start(&fg).await;
-    let yaml = docs("ext-authz.yaml");
-    assert!(yaml.contains(TIMEOUT_LINE) && yaml.contains("failure_mode_allow: true"));
-    let envoy = ext_authz_envoy(&yaml, &app.url, &fg).await;
-    let c = client();
-    for path in ["/api/a", "/api/b"] {
-        assert_eq!(get(&envoy.url, path).await.unwrap().0, 200);
-    }
-    for (i, path) in ["/api/x", "/api/y", "/api/z"].into_iter().enumerate() {
-        // Held by Floodgate (the manual clock never moves), given up on by Envoy.
-        let (status, headers, body) = get(&envoy.url, path).await.unwrap();
-        assert_eq!((status, body.as_str()), (200, "from the app"), "{path}");
-        assert!(
-            headers.get("ratelimit-policy").is_none(),
-            "not Floodgate's answer"
+async fn a_timeout_below_the_delay_refuses_at_once_instead_of_envoy_failing_open_or_closed() {
+    for failure_mode_allow in ["true", "false"] {
+        let fg = Floodgate::with_config(&docs("ext-authz-delay.toml"), &[]);
+        let app = Recorder::start(&fg).await;
+        let yaml = docs("ext-authz.yaml");
+        assert!(yaml.contains(TIMEOUT_LINE) && yaml.contains("failure_mode_allow: true"));
+        let yaml = yaml.replace(
+            "failure_mode_allow: true",
+            &format!("failure_mode_allow: {failure_mode_allow}"),
         );
-        until_metric(&c, &fg, CANCELLED, (i + 1) as f64).await;
-        until_metric(&c, &fg, REFUNDED, (i + 1) as f64).await;
+        let envoy = ext_authz_envoy(&yaml, &app.url, &fg).await;
+        let c = client();
+        for path in ["/api/a", "/api/b"] {
+            assert_eq!(get(&envoy.url, path).await.unwrap().0, 200);
+        }
+        for path in ["/api/x", "/api/y"] {
+            let (status, headers, body) = get(&envoy.url, path).await.unwrap();
+            assert_eq!(status, 429, "{failure_mode_allow} {path}: {body}");
+            assert_eq!(
+                headers["retry-after"], "1",
+                "the slot 500 ms away, rounded up"
+            );
+            assert_eq!(headers["ratelimit-policy"], "\"api\";q=2;w=1");
+        }
+        assert_eq!(app.arrivals().len(), 2, "{:?}", app.arrivals());
+        assert_eq!(
+            serve_support::metric(&c, &fg, "floodgate_requests_waiting").await,
+            Some(0.0)
+        );
+        let cancelled = serve_support::metric(&c, &fg, CANCELLED).await;
+        assert_eq!(cancelled.unwrap_or(0.0), 0.0);
+        assert_eq!(envoy.stat("http.ingress.ext_authz.denied").await, 2);
+        assert_eq!(envoy.stat("http.ingress.ext_authz.error").await, 0);
+        assert_eq!(
+            envoy
+                .stat("http.ingress.ext_authz.failure_mode_allowed")
+                .await,
+            0
+        );
     }
-    let paths: Vec<(String, u64)> = ["/api/a", "/api/b", "/api/x", "/api/y", "/api/z"]
-        .map(|p| (p.to_string(), 0))
-        .to_vec();
-    assert_eq!(app.arrivals(), paths, "all at the clock's start");
-    assert_eq!(
-        envoy
-            .stat("http.ingress.ext_authz.failure_mode_allowed")
-            .await,
-        3
-    );
-    assert_eq!(envoy.stat("http.ingress.ext_authz.ok").await, 2);
 }
 
-/// The same short timeout with `failure_mode_allow: false`: the client gets Envoy's 403 (its
-/// `status_on_error`, an empty body, no `Retry-After`) after 0.25 s, the app never sees the
-/// request, and Floodgate gives the slot back.
+/// Within Envoy's announced timeout the delay mode holds as usual, and only there: 1/s with a
+/// burst of 3 and `delay = "3s"` behind a 2.5 s timeout holds the slots at +1 s and +2 s
+/// (within 2.25 s, nine tenths of 2.5 s) and refuses the one at +3 s at once, though the
+/// rule's delay would hold it. The held ones reach the app at their slots on the manual clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timeout_below_the_delay_failing_closed_answers_403() {
-    let fg = Floodgate::with_config(&docs("ext-authz-delay.toml"), &[]);
+async fn envoys_announced_timeout_bounds_the_hold() {
+    let toml = docs("ext-authz-delay.toml");
+    assert!(toml.contains("limit = \"2/s\"") && toml.contains("delay = \"1s\""));
+    let toml = toml
+        .replace("limit = \"2/s\"", "limit = \"1/s burst 3\"")
+        .replace("delay = \"1s\"", "delay = \"3s\"");
+    let fg = Floodgate::with_config(&toml, &[]);
     let app = Recorder::start(&fg).await;
-    let yaml =
-        docs("ext-authz.yaml").replace("failure_mode_allow: true", "failure_mode_allow: false");
+    let yaml = delay_yaml().replace(DELAY_TIMEOUT_LINE, "  timeout: 2.5s");
     let envoy = ext_authz_envoy(&yaml, &app.url, &fg).await;
     let c = client();
-    for path in ["/api/a", "/api/b"] {
+    for path in ["/api/a", "/api/b", "/api/c"] {
         assert_eq!(get(&envoy.url, path).await.unwrap().0, 200);
     }
-    let (status, headers, body) = get(&envoy.url, "/api/x").await.unwrap();
-    assert_eq!((status, body.as_str()), (403, ""));
-    assert!(headers.get("retry-after").is_none());
-    until_metric(&c, &fg, CANCELLED, 1.0).await;
-    until_metric(&c, &fg, REFUNDED, 1.0).await;
-    assert_eq!(app.arrivals().len(), 2, "{:?}", app.arrivals());
-    assert_eq!(envoy.stat("http.ingress.ext_authz.error").await, 1);
+    let mut held = Vec::new();
+    for (i, path) in ["/api/x", "/api/y"].into_iter().enumerate() {
+        held.push(get(&envoy.url, path));
+        until_waiting(&c, &fg, (i + 1) as f64).await;
+    }
+    let (status, headers, body) = get(&envoy.url, "/api/over").await.unwrap();
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(
+        headers["retry-after"], "3",
+        "a plain check fits once the held 2 are used"
+    );
+    for h in held {
+        advance(&c, &fg, 1_000_000).await;
+        let (status, _, body) = h.await.unwrap();
+        assert_eq!((status, body.as_str()), (200, "from the app"));
+    }
+    let seen = app.until_arrived(5).await;
+    assert_eq!(
+        seen[3..],
+        [
+            ("/api/x".to_string(), 1_000_000),
+            ("/api/y".to_string(), 2_000_000),
+        ],
+        "(path, manual microseconds) at the app"
+    );
+    assert_eq!(envoy.stat("http.ingress.ext_authz.error").await, 0);
 }
 
 /// docs/envoy.md shows the tested files whole, so the page cannot drift from what the tests run.

@@ -373,6 +373,56 @@ delay = "1s"
     );
 }
 
+/// Forward-auth reads Envoy's `x-envoy-expected-rq-timeout-ms` as how long the proxy waits for
+/// the answer: a slot within nine tenths of it is held, one further away is a 429 at once
+/// (though within the rule's delay), and a value that is not a number of milliseconds is a 400
+/// naming the header. On the manual clock.
+#[tokio::test]
+async fn forward_auth_holds_no_longer_than_the_proxy_announces_it_waits() {
+    let config = r#"
+[[rules]]
+name = "per-ip"
+limit = "2/s"
+delay = "1s"
+"#;
+    let fg = Floodgate::with_config(config, &[]);
+    let c = client();
+    let ask = |timeout: &'static str| {
+        let (c, url) = (c.clone(), fg.url("/v1/forward-auth"));
+        async move {
+            c.get(url)
+                .header("x-forwarded-uri", "/api")
+                .header("x-envoy-expected-rq-timeout-ms", timeout)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for _ in 0..2 {
+        assert_eq!(ask("250").await.status(), 200);
+    }
+    // The next slot is 500 ms away: beyond 0.9 x 250 ms, refused at once, nothing held.
+    let r = ask("250").await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(
+        metric(&c, &fg, "floodgate_requests_waiting").await,
+        Some(0.0)
+    );
+    // Within 0.9 x 600 ms: held until its slot.
+    let held = tokio::spawn(ask("600"));
+    until_waiting(&c, &fg, 1.0).await;
+    advance(&c, &fg, 500_000).await;
+    assert_eq!(held.await.unwrap().status(), 200);
+    // Not a whole number of milliseconds: a 400 naming the header.
+    for bad in ["soon", "-1", "1.5"] {
+        let r = ask(bad).await;
+        assert_eq!(r.status(), 400, "{bad}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["field"], "x-envoy-expected-rq-timeout-ms", "{body}");
+    }
+}
+
 #[test]
 fn check_config_refuses_a_delay_the_rule_can_never_reach_and_shows_one_it_can() {
     let dir = tempfile::tempdir().unwrap();

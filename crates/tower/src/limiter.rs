@@ -432,6 +432,8 @@ pub struct Plan {
     checks: Checks,
     /// The first item whose cost is refused before the store is asked.
     refusal: Option<Refusal>,
+    /// The longest the caller can wait for the answer ([`Plan::limit_delay`]).
+    delay_limit: Option<Micros>,
 }
 
 /// Why a plan is refused before the store is asked (answered 400; nothing is charged).
@@ -502,6 +504,7 @@ impl Plan {
             rules,
             checks: Checks::None,
             refusal: None,
+            delay_limit: None,
         }
     }
 
@@ -532,7 +535,8 @@ impl Plan {
     /// smallest [`Rule::delay`](crate::Rule::delay) of its enforcing items (each clamped to
     /// its policy's horizon, [`floodgate_core::Policy::max_wait`]); 0 (decide as a check)
     /// when an enforcing item's rule has no delay, when there is no enforcing item, or when
-    /// the plan is refused before the store is asked. Shadow items never hold a request.
+    /// the plan is refused before the store is asked; at most [`Plan::limit_delay`]'s bound.
+    /// Shadow items never hold a request.
     pub fn delay(&self) -> Micros {
         if self.refusal.is_some() {
             return 0;
@@ -546,6 +550,16 @@ impl Plan {
             .map(|rule| rule.delay.map_or(0, |d| d.min(rule.policy.max_wait())))
             .min()
             .unwrap_or(0)
+            .min(self.delay_limit.unwrap_or(Micros::MAX))
+    }
+
+    /// Holds this request in the delay mode for at most `max` microseconds, whatever its rules'
+    /// `delay`: the caller cannot wait longer (a proxy in front announced its timeout, as
+    /// Envoy's `x-envoy-expected-rq-timeout-ms`). A request whose slot is further away is
+    /// refused at once, with `Retry-After`, instead of being held past the caller's patience.
+    /// Only ever shortens: the smallest of several limits holds. 0 decides as a check.
+    pub fn limit_delay(&mut self, max: Micros) {
+        self.delay_limit = Some(self.delay_limit.map_or(max, |d| d.min(max)));
     }
 
     /// The rules the plan was made with.
@@ -723,6 +737,7 @@ impl<S: Store> RateLimiter<S> {
             rules,
             checks,
             refusal,
+            delay_limit: None,
         }
     }
 

@@ -101,9 +101,16 @@ async fn decide(
         Ok(original) => original,
         Err(problem) => return problem,
     };
+    let patience = match caller_patience(&headers) {
+        Ok(patience) => patience,
+        Err(problem) => return problem,
+    };
     let mut extensions = http::Extensions::new();
     extensions.insert(PeerAddr(peer));
-    let plan = state.limiter.plan(&method, &uri, &headers, &extensions);
+    let mut plan = state.limiter.plan(&method, &uri, &headers, &extensions);
+    if let Some(max) = patience {
+        plan.limit_delay(max);
+    }
     // A check, or in the delay mode a reservation held until its slot (the proxy waiting for
     // this answer holds the client's request meanwhile; if it gives up, the slot is given
     // back).
@@ -161,6 +168,33 @@ const URI_HEADERS: [HeaderName; 2] = [
 /// # Errors
 /// A 400 problem naming the URI header when it is sent twice or cannot be read
 /// ([`super::forwarded_uri::read`]).
+/// Envoy's `x-envoy-expected-rq-timeout-ms` on its `ext_authz` call: how long Envoy waits for
+/// this answer. The delay mode holds the request for nine tenths of it at most (the rest for
+/// the answer's way back), so a request whose slot is further away gets its 429 at once
+/// instead of Envoy giving up on it and failing open (forwarding it unlimited) or closed (a
+/// bare 403). `None` without the header; a value that is not a whole number of milliseconds
+/// is a 400 naming the header.
+fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
+    const HEADER: &str = "x-envoy-expected-rq-timeout-ms";
+    let mut values = headers.get_all(HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let ms = value
+        .to_str()
+        .ok()
+        .filter(|_| values.next().is_none())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| {
+            super::invalid(
+                StatusCode::BAD_REQUEST,
+                HEADER,
+                "not one whole number of milliseconds",
+            )
+        })?;
+    Ok(Some(ms.saturating_mul(900)))
+}
+
 fn original_request(
     own_method: &Method,
     headers: &mut HeaderMap,
