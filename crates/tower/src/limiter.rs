@@ -811,6 +811,13 @@ impl<S: Store> RateLimiter<S> {
                 count_settle(&item.rule, outcome);
             }
         };
+        // A store failure: counted per item and as a store error, logged, returned.
+        let failed = |error: StoreError| {
+            count("error");
+            count_store_error(&error);
+            log_store_failure(&error, true);
+            SettleError::from(error)
+        };
         if let Some(claim) = &reservation.claim {
             match self.store.claim(&claim.id, claim.ttl).await {
                 Ok(true) => {}
@@ -819,12 +826,7 @@ impl<S: Store> RateLimiter<S> {
                     tracing::debug!(id = %claim.id, "settle refused: the reservation was settled already");
                     return Err(SettleError::AlreadySettled);
                 }
-                Err(error) => {
-                    count("error");
-                    count_store_error(&error);
-                    log_store_failure(&error, true);
-                    return Err(error.into());
-                }
+                Err(error) => return Err(failed(error)),
             }
         }
         let settle: Vec<SettleItem<'_>> = items
@@ -839,15 +841,7 @@ impl<S: Store> RateLimiter<S> {
                 scheduled_at: item.scheduled_at,
             })
             .collect();
-        let decisions = match self.store.settle(&settle).await {
-            Ok(decisions) => decisions,
-            Err(error) => {
-                count("error");
-                count_store_error(&error);
-                log_store_failure(&error, true);
-                return Err(error.into());
-            }
-        };
+        let decisions = self.store.settle(&settle).await.map_err(failed)?;
         let rules = self.rules.load();
         let settled = items
             .iter()
