@@ -309,14 +309,16 @@ async fn reserve_is_for_checks_only_and_settle_needs_the_api_token() {
     let fg = Floodgate::with_config(&token_config, &[]);
     let c = client();
     let bearer = |r: reqwest::RequestBuilder| r.bearer_auth("the-api-token-0123456789");
-    let r = bearer(c.post(fg.url("/v1/peek")))
-        .json(&json!({"rule": "gcra", "key": "k", "reserve": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["field"], "reserve");
+    for reserve in [true, false] {
+        let r = bearer(c.post(fg.url("/v1/peek")))
+            .json(&json!({"rule": "gcra", "key": "k", "reserve": reserve}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["field"], "reserve");
+    }
     let r = bearer(c.post(fg.url("/v1/check")))
         .json(&json!({"rule": "gcra", "key": "k", "reserve": true}))
         .send()
@@ -517,4 +519,28 @@ async fn a_reservation_waits_no_longer_than_its_token_lives_and_null_is_refused(
             "{body}"
         );
     }
+    // The same for /v1/settle's cost and costs, also beside the other one given.
+    let token = reserve(&c, &fg, "per-day", "third", 1).await["reservation"].clone();
+    for (request, member) in [
+        (json!({"reservation": token, "cost": null}), "cost"),
+        (json!({"reservation": token, "costs": null}), "costs"),
+        (
+            json!({"reservation": token, "cost": null, "costs": [0]}),
+            "cost",
+        ),
+        (
+            json!({"reservation": token, "cost": 0, "costs": null}),
+            "costs",
+        ),
+    ] {
+        let (status, body) = settle(&c, &fg, request).await;
+        assert_eq!(
+            (status, body["field"].as_str()),
+            (400, Some(member)),
+            "{body}"
+        );
+    }
+    // Nothing was settled by those: the token settles once now.
+    let (status, body) = settle(&c, &fg, json!({"reservation": token, "cost": 0})).await;
+    assert_eq!(status, 200, "{body}");
 }

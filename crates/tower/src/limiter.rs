@@ -176,8 +176,8 @@ pub struct Verdict {
     /// [`OnFull`]); a [`OnFull::Reject`] denial is answered by [`response::store_full`].
     pub store_full: Option<OnFull>,
     /// For a [`Mode::Reserve`] evaluation the store granted: microseconds until the reserved
-    /// units may be used (0 when at once; at most the `max_wait` asked for). `None` for other
-    /// modes, a denial, a refusal or a store failure (also when no enforcing item applied).
+    /// units may be used (0 when at once, also when no enforcing item applied; at most the
+    /// `max_wait` asked for). `None` for other modes, a denial, a refusal or a store failure.
     pub wait: Option<Micros>,
 }
 
@@ -1140,6 +1140,14 @@ pub(crate) async fn evaluate<S: Store>(
         outcomes.sort_by_key(|o| o.check);
     }
 
+    // A reservation with nothing to enforce (no rule applied, or only shadow rules) is
+    // admitted at once.
+    if matches!(mode, Mode::Reserve { .. })
+        && action == Action::Admit
+        && enforcing().next().is_none()
+    {
+        wait = Some(0);
+    }
     Verdict {
         action,
         outcomes,

@@ -199,3 +199,19 @@ async fn a_cost_above_capacity_is_refused_before_reserving() {
     let check = evaluate(&h, &[(0, "ip=a", 10)], Mode::Check).await;
     assert_eq!(check.action, Action::Admit, "nothing was consumed");
 }
+
+#[tokio::test]
+async fn a_reservation_with_only_shadow_items_is_admitted_at_once() {
+    let h = harness(rules());
+    // The shadow rule's one unit an hour, spent twice: still admitted, waiting for nothing.
+    for _ in 0..2 {
+        let v = evaluate(&h, &[(2, "ip=a", 1)], reserve(250_000)).await;
+        assert_eq!(v.action, Action::Admit);
+        assert_eq!(v.wait, Some(0));
+    }
+    // Nothing applied at all: the same.
+    let v = evaluate(&h, &[], reserve(250_000)).await;
+    assert_eq!((v.action, v.wait), (Action::Admit, Some(0)));
+    // A check is no reservation: no wait.
+    assert_eq!(evaluate(&h, &[(2, "ip=a", 1)], Mode::Check).await.wait, None);
+}

@@ -77,7 +77,7 @@ struct CheckRequest<'a> {
 
 /// An optional member that, when present, must hold a value: `null` is a 400 naming the
 /// member (as any other wrong type), never the same as leaving it out.
-fn not_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+pub(super) fn not_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
@@ -214,7 +214,8 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
         Some(w) if reserve => Some(w.min(state.reservations.ttl())),
         other => other,
     };
-    if reserve && !consume {
+    // On a peek, `reserve` is refused whatever its value (as `max_wait_ms` is).
+    if request.reserve.is_some() && !consume {
         return invalid(
             StatusCode::BAD_REQUEST,
             "reserve",

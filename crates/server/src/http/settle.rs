@@ -295,7 +295,9 @@ impl Signer {
 #[serde(deny_unknown_fields)]
 struct SettleRequest {
     reservation: String,
+    #[serde(default, deserialize_with = "super::api::not_null")]
     cost: Option<serde_json::Number>,
+    #[serde(default, deserialize_with = "super::api::not_null")]
     costs: Option<Vec<serde_json::Number>>,
 }
 
