@@ -304,6 +304,7 @@ def grpc(args):
                      f"{statistics.median(r['p50_us'] for r in rs):,.0f}",
                      f"{statistics.median(r['p99_us'] for r in rs):,.0f}",
                      f"{per('server_cpu_s'):.1f}", f"{per('client_cpu_s'):.1f}",
+                     f"{rs[0]['request_bytes']} / {rs[0]['answer_bytes']}",
                      sum(r["not_ok"] for r in rs)])
     per_round = [a["rate"] / b["rate"] for a, b in zip(results[fg], results[tc])]
     tc_median = statistics.median(r["rate"] for r in results[tc])
@@ -312,11 +313,12 @@ def grpc(args):
         f"connections, {args.http_seconds} s per run, {args.rounds} interleaved rounds\n\n"
         + table(["server", "decisions/s (min / median / max)", "rounds (decisions/s)",
                  "ratio to Floodgate", "p50 (us, median)", "p99 (us, median)",
-                 "server CPU (us/decision)", "client CPU (us/decision)", "not admitted"],
+                 "server CPU (us/decision)", "client CPU (us/decision)",
+                 "protobuf bytes (request / answer)", "not admitted"],
                 rows)
         + f"\n\nFloodgate / throttlecrab-server, decisions/s: {base / tc_median:.2f} "
           f"(medians); per round {' / '.join(f'{v:.2f}' for v in per_round)}. 1-minute load "
-          f"average at each run: {' / '.join(r['load'] for pair in zip(results[fg], results[tc]) for r in pair)} "
+          f"average after each run: {' / '.join(r['load'] for pair in zip(results[fg], results[tc]) for r in pair)} "
           "(Floodgate, throttlecrab, ...).\n\n"
           "Both GCRA, 10,000,000 per second per key (every request admitted; the last column "
           "counts answers that were not), keys `user:000000`..`user:000999` in turn, one "
@@ -327,7 +329,8 @@ def grpc(args):
           "the same connections, not counted. Both servers on their default tokio runtime "
           "(2 workers here) share the machine's 2 CPUs with the client. Server / client CPU: "
           "user + system time of the serving process / the load generator over the measured "
-          "pass, per decision.\n")
+          "pass, per decision. Protobuf bytes: one request and its answer as encoded, "
+          "without gRPC and HTTP/2 framing.\n")
 
 
 # ---------------------------------------------------------------- Redis

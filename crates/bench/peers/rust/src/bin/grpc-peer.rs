@@ -18,8 +18,10 @@
 //! Both targets get GCRA at 10,000,000 per second per key (every request admitted; anything
 //! else counts as `not_ok`) over the keys `user:000000`..`user:000999`, one shared counter
 //! picking the next key. Prints one JSON line: `{"decisions": n, "seconds": s, "p50_us": ..,
-//! "p99_us": .., "not_ok": n, "server_cpu_s": .., "client_cpu_s": ..}` (`client_cpu_s`: this
-//! process over the measured pass; `decisions` counts every answer, `not_ok` included).
+//! "p99_us": .., "not_ok": n, "server_cpu_s": .., "client_cpu_s": .., "request_bytes": ..,
+//! "answer_bytes": ..}` (`client_cpu_s`: this process over the measured pass; `decisions`
+//! counts every answer, `not_ok` included; the sizes: protobuf encodings of one request and
+//! its answer, without gRPC and HTTP/2 framing).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,6 +33,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use prost::Message as _;
 use throttlecrab_server::grpc::rate_limiter_client::RateLimiterClient;
 use throttlecrab_server::grpc::ThrottleRequest;
 use tonic::transport::{Channel, Endpoint};
@@ -50,6 +53,16 @@ enum Client {
 impl Client {
     /// One decision on key `i % KEYS`: `true` when the service admitted it.
     async fn decide(&mut self, i: u64) -> bool {
+        self.call(i, false)
+            .await
+            .is_some_and(|(allowed, ..)| allowed)
+    }
+
+    /// One decision on key `i % KEYS`: whether the service admitted it and, when `sizes`,
+    /// the protobuf sizes of the request and the answer in bytes (else 0, 0); `None` when the
+    /// call failed.
+    async fn call(&mut self, i: u64, sizes: bool) -> Option<(bool, usize, usize)> {
+        let len = |n: usize| if sizes { n } else { 0 };
         let key = format!("user:{:06}", i % KEYS);
         match self {
             Client::Floodgate(c) => {
@@ -64,8 +77,13 @@ impl Client {
                     }],
                     hits_addend: 0, // as Envoy sends it: one hit
                 };
-                matches!(c.should_rate_limit(request).await,
-                    Ok(r) if r.get_ref().overall_code == Code::Ok as i32)
+                let size = len(request.encoded_len());
+                let answer = c.should_rate_limit(request).await.ok()?.into_inner();
+                Some((
+                    answer.overall_code == Code::Ok as i32,
+                    size,
+                    len(answer.encoded_len()),
+                ))
             }
             Client::Throttlecrab(c) => {
                 let request = ThrottleRequest {
@@ -75,7 +93,9 @@ impl Client {
                     period: 1,
                     quantity: 1,
                 };
-                matches!(c.throttle(request).await, Ok(r) if r.get_ref().allowed)
+                let size = len(request.encoded_len());
+                let answer = c.throttle(request).await.ok()?.into_inner();
+                Some((answer.allowed, size, len(answer.encoded_len())))
             }
         }
     }
@@ -151,6 +171,9 @@ fn main() -> anyhow::Result<()> {
     let warmup: f64 = warmup.parse().context("WARMUP_SECONDS")?;
     let seconds: f64 = seconds.parse().context("SECONDS")?;
     let server_pid: u32 = server_pid.parse().context("SERVER_PID")?;
+    if connections == 0 {
+        bail!("CONNECTIONS is at least 1");
+    }
     if !matches!(target.as_str(), "floodgate" | "throttlecrab") {
         bail!("TARGET is floodgate or throttlecrab, not {target:?}");
     }
@@ -174,6 +197,11 @@ fn main() -> anyhow::Result<()> {
             });
         }
         pass(&clients, warmup).await?;
+        let (_, request_bytes, answer_bytes) = clients[0]
+            .clone()
+            .call(0, true)
+            .await
+            .context("one call for the message sizes failed")?;
         let pid = server_pid.to_string();
         let (server_before, client_before) = (cpu_seconds(&pid)?, cpu_seconds("self")?);
         let (mut latencies, not_ok, elapsed) = pass(&clients, seconds).await?;
@@ -189,6 +217,8 @@ fn main() -> anyhow::Result<()> {
                 "not_ok": not_ok,
                 "server_cpu_s": server_after - server_before,
                 "client_cpu_s": client_after - client_before,
+                "request_bytes": request_bytes,
+                "answer_bytes": answer_bytes,
             })
         );
         anyhow::Ok(())
