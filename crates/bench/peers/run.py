@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Floodgate beside its peers, one run: `scripts/peers` builds everything and calls this.
 
-    run.py --out DIR [--rounds 3] [--seconds 2] [--only inproc,http,redis]
+    run.py --out DIR [--rounds 3] [--seconds 2] [--only inproc,http,grpc,redis]
 
 Sections (each writes DIR/<section>.md and prints it):
 - inproc: the criterion bench in crates/bench/peers/rust (Floodgate KeyedLimiter, governor,
   limitador's in-memory storage; 1k and 1M String keys; 1 and 2 threads).
 - http: `floodgate serve` POST /v1/check beside throttlecrab-server POST /throttle, both GCRA,
   the same wrk load (2 threads, 32 keep-alive connections, 1,000 keys), rounds interleaved.
+- grpc: `floodgate serve --grpc-listen` ShouldRateLimit (Envoy RLS v3) beside
+  throttlecrab-server's gRPC Throttle, both GCRA, the same load generator (grpc-peer: 32 HTTP/2
+  connections, one closed loop each, 1,000 keys), rounds interleaved.
 - redis: one redis-server for everyone; per round and client count (1 sequential, 64
   concurrent) every implementation once, interleaved; FLUSHALL and CONFIG RESETSTAT before each
   run; Redis CPU per decision from INFO commandstats (usec of every command the run sent);
@@ -15,8 +18,8 @@ Sections (each writes DIR/<section>.md and prints it):
 
 Every table prints min / median / max over the rounds and the ratio of medians to Floodgate's
 same-algorithm row, measured in the same run. Paths of the built tools come from the
-environment scripts/peers sets (FLOODGATE_BIN, REDIS_PEER_BIN, THROTTLECRAB_BIN, NODE_PATH,
-PEERS_PYTHON, PEERS_CARGO_TARGET).
+environment scripts/peers sets (FLOODGATE_BIN, REDIS_PEER_BIN, GRPC_PEER_BIN, THROTTLECRAB_BIN,
+NODE_PATH, PEERS_PYTHON, PEERS_CARGO_TARGET).
 """
 
 import argparse
@@ -247,6 +250,89 @@ def http(args):
           "process's user + system time per answered request.\n")
 
 
+# ---------------------------------------------------------------- gRPC
+
+def grpc(args):
+    fg_api, fg_port, tc_port = free_port(), free_port(), free_port()
+    config = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+    config.write('[[rules]]\nname = "per-user"\nalgorithm = "gcra"\nlimit = 10000000\n'
+                 'period = "1s"\ndomain = "bench"\ndescriptors = [{ key = "user" }]\n')
+    config.close()
+    fg = "Floodgate ShouldRateLimit (Envoy RLS v3)"
+    tc = "throttlecrab-server 0.4.40 Throttle"
+    servers = {
+        fg: (subprocess.Popen([os.environ["FLOODGATE_BIN"], "serve", "--config", config.name,
+                               "--listen", f"127.0.0.1:{fg_api}",
+                               "--grpc-listen", f"127.0.0.1:{fg_port}",
+                               "--watch-interval", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+             fg_port, "floodgate"),
+        tc: (subprocess.Popen([os.environ["THROTTLECRAB_BIN"], "--grpc", "--grpc-host",
+                               "127.0.0.1", "--grpc-port", str(tc_port),
+                               "--store-capacity", "100000"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+             tc_port, "throttlecrab"),
+    }
+    peer = os.environ["GRPC_PEER_BIN"]
+    try:
+        for name, (proc, port, _) in servers.items():
+            wait_port(port, proc, name)
+        results = {name: [] for name in servers}
+        for r in range(args.rounds):
+            for name, (proc, port, target) in servers.items():
+                log(f"grpc round {r + 1}: {name}")
+                out = subprocess.run(
+                    [peer, target, f"http://127.0.0.1:{port}", str(args.connections), "1",
+                     str(args.http_seconds), str(proc.pid)],
+                    capture_output=True, text=True, check=True).stdout
+                res = json.loads(out.strip().splitlines()[-1])
+                res["rate"] = res["decisions"] / res["seconds"]
+                res["load"] = load()[0]
+                results[name].append(res)
+    finally:
+        for proc, *_ in servers.values():
+            proc.terminate()
+            proc.wait()
+        os.unlink(config.name)
+    base = statistics.median(r["rate"] for r in results[fg])
+    rows = []
+    for name, rs in results.items():
+        rates = [r["rate"] for r in rs]
+        per = lambda key: statistics.median(r[key] * 1e6 / max(r["decisions"], 1) for r in rs)
+        rows.append([name, spread(rates), " / ".join(f"{v:,.0f}" for v in rates),
+                     f"{statistics.median(rates) / base:.2f}",
+                     f"{statistics.median(r['p50_us'] for r in rs):,.0f}",
+                     f"{statistics.median(r['p99_us'] for r in rs):,.0f}",
+                     f"{per('server_cpu_s'):.1f}", f"{per('client_cpu_s'):.1f}",
+                     f"{rs[0]['request_bytes']} / {rs[0]['answer_bytes']}",
+                     sum(r["not_ok"] for r in rs)])
+    per_round = [a["rate"] / b["rate"] for a, b in zip(results[fg], results[tc])]
+    tc_median = statistics.median(r["rate"] for r in results[tc])
+    return (
+        f"#### gRPC decision service over loopback: grpc-peer, {args.connections} HTTP/2 "
+        f"connections, {args.http_seconds} s per run, {args.rounds} interleaved rounds\n\n"
+        + table(["server", "decisions/s (min / median / max)", "rounds (decisions/s)",
+                 "ratio to Floodgate", "p50 (us, median)", "p99 (us, median)",
+                 "server CPU (us/decision)", "client CPU (us/decision)",
+                 "protobuf bytes (request / answer)", "not admitted"],
+                rows)
+        + f"\n\nFloodgate / throttlecrab-server, decisions/s: {base / tc_median:.2f} "
+          f"(medians); per round {' / '.join(f'{v:.2f}' for v in per_round)}. 1-minute load "
+          f"average after each run: {' / '.join(r['load'] for pair in zip(results[fg], results[tc]) for r in pair)} "
+          "(Floodgate, throttlecrab, ...).\n\n"
+          "Both GCRA, 10,000,000 per second per key (every request admitted; the last column "
+          "counts answers that were not), keys `user:000000`..`user:000999` in turn, one "
+          "descriptor (`user`) per ShouldRateLimit request. One load generator for both "
+          "(`crates/bench/peers/rust/src/bin/grpc-peer.rs`: tonic 0.14 clients, envoy-types "
+          "for Floodgate, throttlecrab-server's own generated client), one tonic channel "
+          "(HTTP/2 connection) per closed loop on 2 tokio workers; per run 1 s of warm-up on "
+          "the same connections, not counted. Both servers on their default tokio runtime "
+          "(2 workers here) share the machine's 2 CPUs with the client. Server / client CPU: "
+          "user + system time of the serving process / the load generator over the measured "
+          "pass, per decision. Protobuf bytes: one request and its answer as encoded, "
+          "without gRPC and HTTP/2 framing.\n")
+
+
 # ---------------------------------------------------------------- Redis
 
 ADMIN = {"info", "config", "flushall", "flushdb", "select", "ping", "client", "hello",
@@ -439,7 +525,7 @@ def main():
     p.add_argument("--seconds", type=float, default=2)
     p.add_argument("--http-seconds", type=int, default=5)
     p.add_argument("--connections", type=int, default=32)
-    p.add_argument("--only", default="inproc,http,redis")
+    p.add_argument("--only", default="inproc,http,grpc,redis")
     p.add_argument("--no-limitador", dest="limitador", action="store_false",
                    help="leave limitador out (the peers crate built without its feature)")
     p.add_argument("--impls", default="",
@@ -457,7 +543,7 @@ def main():
     print(head)
     (out / "head.md").write_text(head)
     for section in args.only.split(","):
-        text = {"inproc": inproc, "http": http, "redis": redis}[section](args)
+        text = {"inproc": inproc, "http": http, "grpc": grpc, "redis": redis}[section](args)
         text += f"\nload average at the end of this section: {' '.join(load())}\n"
         (out / f"{section}.md").write_text(text)
         print(text, flush=True)
