@@ -273,6 +273,12 @@ pub fn parse_period(text: &str) -> Result<Micros, String> {
         })?
     };
     let unit = unit.trim();
+    if unit.starts_with('.') && split > 0 {
+        return Err(format!(
+            "period {text:?} is not a whole number of its unit: use a smaller unit (1500ms, \
+             not 1.5s)"
+        ));
+    }
     let per_unit = unit_micros(unit)
         .ok_or_else(|| format!("unknown period unit {unit:?} (use us, ms, s, min, h or day)"))?;
     count

@@ -213,5 +213,8 @@ async fn a_reservation_with_only_shadow_items_is_admitted_at_once() {
     let v = evaluate(&h, &[], reserve(250_000)).await;
     assert_eq!((v.action, v.wait), (Action::Admit, Some(0)));
     // A check is no reservation: no wait.
-    assert_eq!(evaluate(&h, &[(2, "ip=a", 1)], Mode::Check).await.wait, None);
+    assert_eq!(
+        evaluate(&h, &[(2, "ip=a", 1)], Mode::Check).await.wait,
+        None
+    );
 }

@@ -665,7 +665,7 @@ impl Validator<'_> {
                 Err(msg) => self.push(
                     ttl,
                     "server.reservation_ttl".into(),
-                    format!("invalid duration: {msg}"),
+                    format!("invalid duration: {}", msg.replace("period", "duration")),
                 ),
             }
         }

@@ -798,6 +798,10 @@ delay = "500ms"
         ),
         ("-1s", "must be a whole number and a unit"),
         ("5", "has no unit"),
+        (
+            "1.5s",
+            "delay \"1.5s\" is not a whole number of its unit: use a smaller unit",
+        ),
     ] {
         let e = err(&format!(
             "[[rules]]\nname = \"api\"\nlimit = \"10/s\"\n\ndelay = \"{delay}\"\n"
@@ -882,6 +886,12 @@ fn reservation_secret_and_ttl_are_read_and_bad_values_name_file_line_and_field()
     assert!(
         lines[1].starts_with("rules.toml:4: server.reservation_ttl: invalid duration"),
         "{e}"
+    );
+    let e = err("[server]\nreservation_ttl = \"5\"\n");
+    assert_eq!(
+        e,
+        "rules.toml:2: server.reservation_ttl: invalid duration: duration \"5\" has no unit \
+         (use us, ms, s, min, h or day)"
     );
     for ttl in ["500ms", "8day"] {
         let e = err(&format!("[server]\nreservation_ttl = \"{ttl}\"\n"));
