@@ -251,13 +251,13 @@ fn line(node: &MarkedYaml<'_>) -> usize {
 fn type_name(node: &MarkedYaml<'_>) -> &'static str {
     match &node.data {
         YamlData::Value(Scalar::Null) => "null",
-        YamlData::Value(Scalar::Boolean(_)) => "boolean",
-        YamlData::Value(Scalar::Integer(_)) => "integer",
-        YamlData::Value(Scalar::FloatingPoint(_)) => "number",
-        YamlData::Value(Scalar::String(_)) => "string",
-        YamlData::Sequence(_) => "list",
-        YamlData::Mapping(_) => "mapping",
-        _ => "value",
+        YamlData::Value(Scalar::Boolean(_)) => "a boolean",
+        YamlData::Value(Scalar::Integer(_)) => "an integer",
+        YamlData::Value(Scalar::FloatingPoint(_)) => "a number",
+        YamlData::Value(Scalar::String(_)) => "a string",
+        YamlData::Sequence(_) => "a list",
+        YamlData::Mapping(_) => "a mapping",
+        _ => "a value",
     }
 }
 
@@ -284,7 +284,7 @@ impl Walker<'_> {
                 file,
                 line(node),
                 field,
-                format!("expected a mapping, got a {}", type_name(node)),
+                format!("expected a mapping, got {}", type_name(node)),
             );
             return None;
         };
@@ -296,7 +296,7 @@ impl Walker<'_> {
                     file,
                     line(k),
                     field,
-                    format!("keys must be strings, got a {}", type_name(k)),
+                    format!("keys must be strings, got {}", type_name(k)),
                 ),
             }
         }
@@ -324,7 +324,7 @@ impl Walker<'_> {
                     file,
                     line(node),
                     field,
-                    format!("expected a string, got a {}", type_name(node)),
+                    format!("expected a string, got {}", type_name(node)),
                 );
                 None
             }
@@ -339,7 +339,7 @@ impl Walker<'_> {
                     file,
                     line(node),
                     field,
-                    format!("expected true or false, got a {}", type_name(node)),
+                    format!("expected true or false, got {}", type_name(node)),
                 );
                 None
             }
@@ -479,7 +479,7 @@ impl Walker<'_> {
                     file,
                     line(list),
                     at,
-                    format!("expected a list of descriptors, got a {}", type_name(list)),
+                    format!("expected a list of descriptors, got {}", type_name(list)),
                 );
                 return;
             }
@@ -772,10 +772,7 @@ impl Walker<'_> {
                 file,
                 line(node),
                 at,
-                format!(
-                    "expected a list of {{name: ...}}, got a {}",
-                    type_name(node)
-                ),
+                format!("expected a list of {{name: ...}}, got {}", type_name(node)),
             );
             return Vec::new();
         };
@@ -819,7 +816,7 @@ impl Walker<'_> {
                 line(node),
                 at,
                 format!(
-                    "expected a list of {{requests_per_unit: N, unit: U}}, got a {}",
+                    "expected a list of {{requests_per_unit: N, unit: U}}, got {}",
                     type_name(node)
                 ),
             );

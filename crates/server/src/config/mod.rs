@@ -504,10 +504,23 @@ fn deserialize(src: &Source<'_>, text: &str) -> Result<RawConfig, ConfigError> {
 /// serde's type names in a message in the words of the file: `expected i64` is `expected a
 /// whole number` (`invalid type: string "3", expected a whole number`).
 fn plain_types(message: &str) -> String {
-    message
+    let mut message = message
         .replace("expected i64", "expected a whole number")
         .replace("expected u64", "expected a whole number")
         .replace("expected a boolean", "expected true or false")
+        .replace(
+            "expected a sequence",
+            "expected a list (`[...]`, or a `[[table]]` per item, as `[[rules]]`)",
+        )
+        .replace("invalid type: map,", "invalid type: table,");
+    // `expected struct RawServer`: one of this module's raw tables.
+    while let Some(at) = message.find("expected struct Raw") {
+        let end = message[at + "expected struct ".len()..]
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .map_or(message.len(), |n| at + "expected struct ".len() + n);
+        message.replace_range(at..end, "expected a table");
+    }
+    message
 }
 
 /// Drops the private segments `toml::Spanned` adds to a serde path.

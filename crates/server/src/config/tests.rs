@@ -919,3 +919,18 @@ fn a_wrong_type_says_what_the_field_takes() {
         "rules.toml:4: rules[0].shadow: invalid type: string \"yes\", expected true or false"
     );
 }
+
+#[test]
+fn type_errors_name_the_files_words_not_the_parsers_types() {
+    let e = err("server = 5\n");
+    assert_eq!(
+        e,
+        "rules.toml:1: server: invalid type: integer `5`, expected a table"
+    );
+    let e = err("[rules]\nname = \"a\"\nlimit = \"1/s\"\n");
+    assert!(
+        e.starts_with("rules.toml:1: rules: invalid type: table, expected a list"),
+        "{e}"
+    );
+    assert!(e.contains("`[[rules]]`"), "{e}");
+}

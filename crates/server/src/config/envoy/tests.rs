@@ -231,3 +231,10 @@ fn value_to_metric_and_share_threshold_are_refused_with_their_line() {
         vec!["rl.yaml:5: descriptors[0].share_threshold: share_threshold is not supported: each value matching a wildcard has its own counter"]
     );
 }
+
+#[test]
+fn a_wrong_type_is_named_with_its_article() {
+    let e = errors("domain: d\ndescriptors: 5\n");
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].ends_with("got an integer"), "{e:?}");
+}
