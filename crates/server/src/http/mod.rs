@@ -148,15 +148,15 @@ pub(crate) fn problem(
 /// A 400 (or `status`, e.g. 413) problem naming the request `field` at fault. Counted in
 /// `floodgate_requests_rejected_total{reason}` (`too_large` for a 413, else `invalid`).
 pub(crate) fn invalid(status: StatusCode, field: &str, detail: impl Into<String>) -> Response {
-    let reason = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
-        _ => "invalid",
+    let (reason, title) = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ("too_large", "request too large"),
+        _ => ("invalid", "invalid request"),
     };
     rejected(
         status,
         reason,
         PROBLEM_INVALID_REQUEST,
-        "invalid request",
+        title,
         field,
         detail,
     )
