@@ -408,7 +408,7 @@ impl Walker<'_> {
             match key.as_str() {
                 "domain" => domain = self.text(file, value, "domain").map(|d| (d, key_line)),
                 "descriptors" => descriptors = Some(value),
-                other => self.unknown(file, key_line, "", other),
+                other => self.unknown(file, key_line, "", other, &["domain", "descriptors"]),
             }
         }
         let Some((domain, domain_line)) = domain.filter(|(d, _)| !d.is_empty()) else {
@@ -435,7 +435,9 @@ impl Walker<'_> {
         }
     }
 
-    fn unknown(&mut self, file: usize, line: usize, at: &str, key: &str) {
+    /// An unknown key: what Floodgate says of envoyproxy/ratelimit's keys it does not take,
+    /// else "unknown field" with the keys taken here (`expected`).
+    fn unknown(&mut self, file: usize, line: usize, at: &str, key: &str, expected: &[&str]) {
         let field = if at.is_empty() {
             key.to_string()
         } else {
@@ -457,7 +459,16 @@ impl Walker<'_> {
                  cannot hold a request (to hold requests behind Envoy, give a TOML rule a \
                  `delay` and use ext_authz with forward-auth; docs/envoy.md)"
             }
-            _ => "unknown field",
+            _ => {
+                let expected = expected.join(", ");
+                self.error(
+                    file,
+                    line,
+                    &field,
+                    format!("unknown field (expected one of: {expected})"),
+                );
+                return;
+            }
         };
         self.error(file, line, &field, message);
     }
@@ -507,7 +518,20 @@ impl Walker<'_> {
                     "detailed_metric" => {
                         let _ = self.boolean(file, v, &field);
                     }
-                    other => self.unknown(file, key_line, &here, other),
+                    other => self.unknown(
+                        file,
+                        key_line,
+                        &here,
+                        other,
+                        &[
+                            "key",
+                            "value",
+                            "rate_limit",
+                            "descriptors",
+                            "shadow_mode",
+                            "detailed_metric",
+                        ],
+                    ),
                 }
             }
             let Some((key, key_line)) = key.filter(|(k, _)| !k.is_empty()) else {
@@ -631,7 +655,23 @@ impl Walker<'_> {
                     None => {}
                 },
                 "overrides" => overrides = self.overrides(file, v, &field),
-                other => self.unknown(file, key_line, at, other),
+                other => self.unknown(
+                    file,
+                    key_line,
+                    at,
+                    other,
+                    &[
+                        "unit",
+                        "requests_per_unit",
+                        "unlimited",
+                        "name",
+                        "replaces",
+                        "algorithm",
+                        "burst",
+                        "failure_mode",
+                        "overrides",
+                    ],
+                ),
             }
         }
         let line_of = line(node);
@@ -786,7 +826,7 @@ impl Walker<'_> {
             for (key, key_line, v) in fields {
                 match key.as_str() {
                     "name" => name = self.text(file, v, &format!("{here}.name")),
-                    other => self.unknown(file, key_line, &here, other),
+                    other => self.unknown(file, key_line, &here, other, &["name"]),
                 }
             }
             match name.filter(|n| !n.is_empty()) {
@@ -848,7 +888,9 @@ impl Walker<'_> {
                             }
                         }
                     }
-                    other => self.unknown(file, key_line, &here, other),
+                    other => {
+                        self.unknown(file, key_line, &here, other, &["requests_per_unit", "unit"])
+                    }
                 }
             }
             match (requests, period) {

@@ -63,7 +63,7 @@ fn errors_name_the_file_line_and_field() {
     );
     assert_eq!(
         errors("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      colour: red\n"),
-        vec!["rl.yaml:7: descriptors[0].rate_limit.colour: unknown field"]
+        vec!["rl.yaml:7: descriptors[0].rate_limit.colour: unknown field (expected one of: unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, failure_mode, overrides)"]
     );
     assert_eq!(
         errors("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      delay: 1s\n"),
