@@ -1123,7 +1123,12 @@ impl Validator<'_> {
     fn delay(&mut self, at: &str, r: &RawRule, policy: Option<&Policy>) -> Option<u64> {
         let d = r.delay.as_ref()?;
         let field = format!("{at}.delay");
-        let micros = match floodgate_core::quota::parse_period(d.get_ref()) {
+        // A bare "0" is the zero the next arm refuses, not a unit missing.
+        let text = match d.get_ref().trim() {
+            "0" => "0s",
+            text => text,
+        };
+        let micros = match floodgate_core::quota::parse_period(text) {
             Ok(0) => {
                 self.push(
                     d,

@@ -792,6 +792,7 @@ delay = "500ms"
     );
     for (delay, message) in [
         ("0ms", "must be more than 0"),
+        ("0", "must be more than 0"),
         (
             "soon",
             "must be a whole number and a unit, such as \"500ms\"",
