@@ -15,6 +15,7 @@ end
 -- Decodes the item whose values follow ARGV[b] (key index, algorithm, limit, period, burst,
 -- num, den, cost) and loads its key's state, once per key: later items on the same key share
 -- the state table in `states` (key index -> state) and `algo_of` (key index -> algorithm).
+-- With `states` nil (a batch of one item) the state is loaded and not kept.
 -- Returns key index, algorithm table, parameters p, cost, state.
 local function load_item(b, states, algo_of)
   local ki = tonumber(ARGV[b + 1])
@@ -27,6 +28,9 @@ local function load_item(b, states, algo_of)
     den = tonumber(ARGV[b + 7]),
   }
   local cost = tonumber(ARGV[b + 8])
+  if states == nil then
+    return ki, a, p, cost, a.load(KEYS[ki], p)
+  end
   local s = states[ki]
   if s == nil then
     s = a.load(KEYS[ki], p)
@@ -40,18 +44,18 @@ end
 -- sees earlier same-key items' tentative consumption), then, only if every item admits and
 -- `commit`, writes each key once with PEXPIRE = ceil(reset_after / 1000) ms (+ extra_ms) of the
 -- last consuming decision on it (docs/spec/README.md, "Writes and TTL"). `item(i, states,
--- algo_of)` decodes item i and loads its key's state once (load_item's contract). Appends to
+-- algo_of)` decodes item i and loads its key's state once (load_item's contract; a batch of
+-- one item passes no tables, saving their allocation on the most common call). Appends to
 -- `reply` 9 integers per item: the peek decision (allowed 1/0, remaining, reset_after,
 -- retry_after or -1), the decision after consumption (the same four; equal to the peek when
 -- nothing was consumed), and mark (what a refund needs); with `short`, only the 4 the caller
 -- reports instead: after consumption when every item admitted and `commit`, else the peek.
 -- Returns whether every item admitted.
 local function decide_batch(n, t, commit, extra_ms, reply, item, short)
-  local states = {} -- key index -> state table
   if short and commit and n == 1 then
     -- One item, reported after consumption: one decide. A denied (or cost 0) decide consumes
     -- nothing and answers exactly the peek, which is what a denied batch reports.
-    local ki, a, p, cost, s = item(1, states, {})
+    local ki, a, p, cost, s = item(1)
     local allowed, remaining, reset_after, retry_after = a.decide(s, p, t, cost, true)
     local k = #reply
     reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] =
@@ -61,6 +65,7 @@ local function decide_batch(n, t, commit, extra_ms, reply, item, short)
     end
     return allowed
   end
+  local states = {} -- key index -> state table
   local algo_of = {} -- key index -> algorithm table
   local reset_of = {} -- key index -> reset_after of the last consuming decision
   local all = true

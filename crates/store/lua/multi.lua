@@ -44,6 +44,9 @@ local function item(i, states, algo_of)
   local o = base + (i - 1) * 3
   local ki = tonumber(ARGV[o + 1])
   local pol = policies[tonumber(ARGV[o + 2])]
+  if states == nil then
+    return ki, pol.a, pol.p, tonumber(ARGV[o + 3]), pol.a.load(KEYS[ki], pol.p)
+  end
   local s = states[ki]
   if s == nil then
     s = pol.a.load(KEYS[ki], pol.p)
