@@ -4,8 +4,10 @@
 //! state cannot change before then, except by an admin reset, a refund (a settle), a granted
 //! reservation (it consumes at its scheduled time, which may come after `T`, so `T` moves
 //! later) or a rule change (a new policy is a new key name, so a new entry). A reset, settle
-//! or reservation made through this store invalidates its keys here; the cache is off on a
-//! cluster. Until `T`, a cost-1 check of that key is answered here without a round trip: denied,
+//! or reservation made through this store invalidates its keys here, before its write and
+//! again after it, and a denial from a check that was already on its way to Redis at an
+//! invalidation is not cached (the invalidation count it read has moved), so a denial Redis
+//! decided before such a write never outlives it here. The cache is off on a cluster. Until `T`, a cost-1 check of that key is answered here without a round trip: denied,
 //! `remaining` as Redis said (0), `retry_after` and `reset_after` shortened by the time elapsed
 //! (both are fixed points in time while the state does not change).
 //!
@@ -43,6 +45,11 @@ struct State {
     /// fills the cache: a stale `now` is decided as "no time passed" since the key's last
     /// update, so its denial's times are not fixed points counted from that `now`.
     high_water: Timestamp,
+    /// Bumped by every [`DenyCache::invalidate`]. A check reads it before asking Redis
+    /// ([`DenyCache::generation`]) and its denial is cached only if it has not moved since: a
+    /// denial Redis decided before a refund, reset or reservation, whose answer arrives after
+    /// that write's invalidation, is never cached.
+    generation: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -79,8 +86,16 @@ impl DenyCache {
         })
     }
 
-    /// Caches Redis' denial `decision` of `name`, decided at (or after) `at`.
-    pub(crate) fn insert(&self, name: &str, at: Timestamp, decision: Decision) {
+    /// The invalidation count now: read before a check goes to Redis, given back to
+    /// [`DenyCache::insert`] with its answer.
+    pub(crate) fn generation(&self) -> u64 {
+        self.state.lock().generation
+    }
+
+    /// Caches Redis' denial `decision` of `name`, decided at (or after) `at` by a check that
+    /// read [`DenyCache::generation`] `generation` before it was sent; nothing when a key was
+    /// invalidated since (the denial may predate that change).
+    pub(crate) fn insert(&self, name: &str, at: Timestamp, decision: Decision, generation: u64) {
         let Some(retry) = decision.retry_after.filter(|&r| r > 0) else {
             return;
         };
@@ -88,8 +103,8 @@ impl DenyCache {
             return;
         }
         let mut state = self.state.lock();
-        if at < state.high_water {
-            // Decided at a stale `now` (see `high_water`).
+        if at < state.high_water || generation != state.generation {
+            // Decided at a stale `now` (see `high_water`), or before an invalidation.
             return;
         }
         if state.entries.len() >= CAPACITY && !state.entries.contains_key(name) {
@@ -112,9 +127,13 @@ impl DenyCache {
         );
     }
 
-    /// Forgets `name` (its state changed other than by consumption: a reset, a settle refund).
+    /// Forgets `name` (its state changed other than by a check's consumption: a reset, a
+    /// settle, a granted reservation) and keeps every check already on its way to Redis from
+    /// caching its answer. Called before such a write and again once it is done (or failed).
     pub(crate) fn invalidate(&self, name: &str) {
-        self.state.lock().entries.remove(name);
+        let mut state = self.state.lock();
+        state.entries.remove(name);
+        state.generation += 1;
     }
 }
 
@@ -135,7 +154,7 @@ mod tests {
     #[test]
     fn answers_until_retry_after_with_the_time_elapsed_taken_off() {
         let c = DenyCache::default();
-        c.insert("k", 1_000, denied(500, 5_000));
+        c.insert("k", 1_000, denied(500, 5_000), c.generation());
         assert_eq!(c.lookup("k", 999), None, "before it was decided");
         assert_eq!(c.lookup("k", 1_000), Some(denied(500, 5_000)));
         assert_eq!(c.lookup("k", 1_200), Some(denied(300, 4_800)));
@@ -146,14 +165,28 @@ mod tests {
     }
 
     #[test]
+    fn a_denial_sent_before_an_invalidation_is_not_cached() {
+        let c = DenyCache::default();
+        // A check reads the generation and goes to Redis; meanwhile a settle of the same key
+        // (or of any key) invalidates: the check's answer may predate the refund.
+        let sent = c.generation();
+        c.invalidate("k");
+        c.insert("k", 1_000, denied(500, 5_000), sent);
+        assert_eq!(c.lookup("k", 1_000), None);
+        // A check sent after it is cached as usual.
+        c.insert("k", 1_000, denied(500, 5_000), c.generation());
+        assert_eq!(c.lookup("k", 1_000), Some(denied(500, 5_000)));
+    }
+
+    #[test]
     fn bounded() {
         let c = DenyCache::default();
         for i in 0..CAPACITY + 10 {
-            c.insert(&format!("k{i}"), 1, denied(10, 10));
+            c.insert(&format!("k{i}"), 1, denied(10, 10), c.generation());
         }
         assert_eq!(c.state.lock().entries.len(), CAPACITY);
         // A second later every entry has expired: swept, room again.
-        c.insert("late", 2_000_000, denied(10, 10));
+        c.insert("late", 2_000_000, denied(10, 10), c.generation());
         assert_eq!(c.state.lock().entries.len(), 1);
     }
 }

@@ -1102,7 +1102,8 @@ impl RedisStore {
                         store_full: None,
                     });
                 }
-                Some((cache, name, at))
+                let generation = cache.generation();
+                Some((cache, name, at, generation))
             }
             _ => None,
         };
@@ -1125,9 +1126,9 @@ impl RedisStore {
                 }
             })
             .await;
-        if let (Some((cache, name, at)), Ok(batch)) = (cached, &result) {
+        if let (Some((cache, name, at, generation)), Ok(batch)) = (cached, &result) {
             if !batch.allowed {
-                cache.insert(&name, at, batch.decisions[0]);
+                cache.insert(&name, at, batch.decisions[0], generation);
             }
         }
         result
@@ -1604,8 +1605,14 @@ impl Store for RedisStore {
         let mut cmd = redis::cmd("DEL");
         cmd.arg(&name);
         async move {
-            self.guarded(async { Ok(self.conn.query::<u64>(&cmd).await? > 0) })
-                .await
+            let deleted = self
+                .guarded(async { Ok(self.conn.query::<u64>(&cmd).await? > 0) })
+                .await;
+            // Again once done (or failed): a check answered before the DEL caches nothing.
+            if let Some(cache) = &self.deny_cache {
+                cache.invalidate(&name);
+            }
+            deleted
         }
     }
 

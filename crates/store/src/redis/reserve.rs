@@ -80,10 +80,11 @@ impl RedisStore {
         let result = self
             .guarded(self.reserve_groups(items, &groups, now, max_wait))
             .await;
-        if let (Some(cache), Ok(reservation)) = (&self.deny_cache, &result) {
+        if let Some(cache) = &self.deny_cache {
             // A granted reservation consumes units at its scheduled time, possibly after a
-            // cached denial's `retry_after`: that denial's numbers no longer hold.
-            if reservation.wait.is_some() {
+            // cached denial's `retry_after`: that denial's numbers no longer hold. (A failed
+            // call may have been granted in Redis too.)
+            if result.as_ref().map_or(true, |r| r.wait.is_some()) {
                 for name in groups.iter().flat_map(|g| &g.keys) {
                     cache.invalidate(name);
                 }
@@ -276,23 +277,31 @@ impl RedisStore {
             })
             .collect();
         let groups = self.groups(&as_checks);
-        self.guarded(async {
-            let replies = futures_util::future::join_all(
-                groups.iter().map(|g| self.settle_group(items, g, now)),
-            )
-            .await;
-            let mut standings = vec![None; items.len()];
-            for (g, reply) in groups.iter().zip(replies) {
-                for (&i, d) in g.items.iter().zip(reply?) {
-                    standings[i] = Some(d);
+        let result = self
+            .guarded(async {
+                let replies = futures_util::future::join_all(
+                    groups.iter().map(|g| self.settle_group(items, g, now)),
+                )
+                .await;
+                let mut standings = vec![None; items.len()];
+                for (g, reply) in groups.iter().zip(replies) {
+                    for (&i, d) in g.items.iter().zip(reply?) {
+                        standings[i] = Some(d);
+                    }
                 }
+                Ok(standings
+                    .into_iter()
+                    .map(|d| d.expect("every item belongs to one group"))
+                    .collect())
+            })
+            .await;
+        // Again once done (or failed): a check answered before the refund caches nothing.
+        if let Some(cache) = &self.deny_cache {
+            for name in groups.iter().flat_map(|g| &g.keys) {
+                cache.invalidate(name);
             }
-            Ok(standings
-                .into_iter()
-                .map(|d| d.expect("every item belongs to one group"))
-                .collect())
-        })
-        .await
+        }
+        result
     }
 
     async fn settle_group(
