@@ -421,6 +421,17 @@ delay = "1s"
         let body: serde_json::Value = r.json().await.unwrap();
         assert_eq!(body["field"], "x-envoy-expected-rq-timeout-ms", "{body}");
     }
+    // Where no rule has a delay the header means nothing and is not read: a client's junk
+    // value (nginx passes client headers on) does not fail its own request.
+    let plain = Floodgate::start(&[]);
+    let r = c
+        .get(plain.url("/v1/forward-auth"))
+        .header("x-forwarded-uri", "/api")
+        .header("x-envoy-expected-rq-timeout-ms", "soon")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
 }
 
 #[test]

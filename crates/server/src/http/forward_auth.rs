@@ -101,15 +101,17 @@ async fn decide(
         Ok(original) => original,
         Err(problem) => return problem,
     };
-    let patience = match caller_patience(&headers) {
-        Ok(patience) => patience,
-        Err(problem) => return problem,
-    };
     let mut extensions = http::Extensions::new();
     extensions.insert(PeerAddr(peer));
     let mut plan = state.limiter.plan(&method, &uri, &headers, &extensions);
-    if let Some(max) = patience {
-        plan.limit_delay(max);
+    // Read only when the request could be held: without a delay the header means nothing
+    // here, and a client's own junk value (nginx passes client headers on) must not fail it.
+    if plan.delay() > 0 {
+        match caller_patience(&headers) {
+            Ok(Some(max)) => plan.limit_delay(max),
+            Ok(None) => {}
+            Err(problem) => return problem,
+        }
     }
     // A check, or in the delay mode a reservation held until its slot (the proxy waiting for
     // this answer holds the client's request meanwhile; if it gives up, the slot is given
@@ -162,18 +164,12 @@ const URI_HEADERS: [HeaderName; 2] = [
     HeaderName::from_static("x-original-uri"),
 ];
 
-/// The original method and URI from the forwarding headers; also points `Host` at the
-/// original host so host matchers see it.
-///
-/// # Errors
-/// A 400 problem naming the URI header when it is sent twice or cannot be read
-/// ([`super::forwarded_uri::read`]).
 /// Envoy's `x-envoy-expected-rq-timeout-ms` on its `ext_authz` call: how long Envoy waits for
 /// this answer. The delay mode holds the request for nine tenths of it at most (the rest for
 /// the answer's way back), so a request whose slot is further away gets its 429 at once
 /// instead of Envoy giving up on it and failing open (forwarding it unlimited) or closed (a
 /// bare 403). `None` without the header; a value that is not a whole number of milliseconds
-/// is a 400 naming the header.
+/// is a 400 naming the header (read only for a request the delay mode could hold).
 fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
     const HEADER: &str = "x-envoy-expected-rq-timeout-ms";
     let mut values = headers.get_all(HEADER).iter();
@@ -195,6 +191,12 @@ fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
     Ok(Some(ms.saturating_mul(900)))
 }
 
+/// The original method and URI from the forwarding headers; also points `Host` at the
+/// original host so host matchers see it.
+///
+/// # Errors
+/// A 400 problem naming the URI header when it is sent twice or cannot be read
+/// ([`super::forwarded_uri::read`]).
 fn original_request(
     own_method: &Method,
     headers: &mut HeaderMap,
