@@ -778,12 +778,16 @@ async fn bad_requests_get_problem_json_naming_the_field_and_touch_nothing() {
         );
         assert_eq!(problem["field"], field, "{shown}: {problem}");
         assert_eq!(problem["status"], status, "{shown}");
-        let title = if status == 413 {
-            "request too large"
+        let (problem_type, title) = if status == 413 {
+            (
+                "urn:floodgate:problem:request-too-large",
+                "request too large",
+            )
         } else {
-            "invalid request"
+            ("urn:floodgate:problem:invalid-request", "invalid request")
         };
         assert_eq!(problem["title"], title, "{shown}");
+        assert_eq!(problem["type"], problem_type, "{shown}");
         let text = problem["detail"].as_str().unwrap();
         assert!(
             text.starts_with(&format!("{field}: ")) && text.contains(detail),

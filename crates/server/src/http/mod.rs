@@ -59,6 +59,9 @@ pub(crate) const MAX_DESCRIPTORS: usize = 16;
 /// Problem type of a malformed or out-of-range API request.
 const PROBLEM_INVALID_REQUEST: &str = "urn:floodgate:problem:invalid-request";
 
+/// Problem type of a request body above its bound (413; RFC 9457: one title per type).
+const PROBLEM_TOO_LARGE: &str = "urn:floodgate:problem:request-too-large";
+
 /// Problem type of a request naming a rule that is not configured (404 on the admin API).
 const PROBLEM_UNKNOWN_RULE: &str = "urn:floodgate:problem:unknown-rule";
 
@@ -148,18 +151,11 @@ pub(crate) fn problem(
 /// A 400 (or `status`, e.g. 413) problem naming the request `field` at fault. Counted in
 /// `floodgate_requests_rejected_total{reason}` (`too_large` for a 413, else `invalid`).
 pub(crate) fn invalid(status: StatusCode, field: &str, detail: impl Into<String>) -> Response {
-    let (reason, title) = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => ("too_large", "request too large"),
-        _ => ("invalid", "invalid request"),
+    let (reason, problem_type, title) = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ("too_large", PROBLEM_TOO_LARGE, "request too large"),
+        _ => ("invalid", PROBLEM_INVALID_REQUEST, "invalid request"),
     };
-    rejected(
-        status,
-        reason,
-        PROBLEM_INVALID_REQUEST,
-        title,
-        field,
-        detail,
-    )
+    rejected(status, reason, problem_type, title, field, detail)
 }
 
 /// A 404 problem: the rule named by `field` is not configured. Counted in
