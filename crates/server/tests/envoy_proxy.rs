@@ -9,7 +9,7 @@
 //! - the `ext_authz` filter through `/v1/forward-auth/<original path>`: exactly the limit is
 //!   admitted;
 //! - the delay mode behind `ext_authz` (`docs/envoy/ext-authz-delay.toml`, the timeout raised
-//!   as docs/envoy.md shows), on Floodgate's manual clock: a burst is held and forwarded to the
+//!   to 60 s: it runs on the real clock), on Floodgate's manual clock: a burst is held and forwarded to the
 //!   app at its slots, one by one, beyond the delay a 429 with `Retry-After`; a client that
 //!   leaves while held gives its slot back; with Envoy's timeout below the delay (the docs'
 //!   0.25 s), Envoy gives up first: failing open it forwards every held request when its
@@ -358,14 +358,25 @@ const DELAY_TIMEOUT_LINE: &str = "  timeout: 1.25s";
 
 /// `docs/envoy/ext-authz.yaml` with its timeout raised above the delay, as docs/envoy.md shows.
 fn delay_yaml() -> String {
+    with_timeout(DELAY_TIMEOUT_LINE)
+}
+
+/// `docs/envoy/ext-authz.yaml` with the timeout line `line` instead of its own.
+fn with_timeout(line: &str) -> String {
     let yaml = docs("ext-authz.yaml");
     assert_eq!(
         yaml.matches(TIMEOUT_LINE).count(),
         1,
         "the docs' timeout line"
     );
-    yaml.replace(TIMEOUT_LINE, DELAY_TIMEOUT_LINE)
+    yaml.replace(TIMEOUT_LINE, line)
 }
+
+/// The timeout the hold tests run Envoy with: Floodgate's schedule is on the manual clock, but
+/// Envoy's timeout runs on the real one, from each call's start to the test's `advance` that
+/// releases it; a loaded machine must not run past it. Floodgate then holds up to the rule's
+/// delay, nine tenths of 60 s being far above it.
+const HOLD_TIMEOUT_LINE: &str = "  timeout: 60s";
 
 /// An app that notes each request's path and the manual clock at its arrival (read from
 /// Floodgate: advancing it by 0 answers the time), so the schedule is seen in manual time.
@@ -466,7 +477,7 @@ const REFUNDED: &str = "floodgate_settled_units_total{rule=\"api\",direction=\"r
 async fn envoy_ext_authz_holds_a_burst_until_its_slots() {
     let fg = Floodgate::with_config(&docs("ext-authz-delay.toml"), &[]);
     let app = Recorder::start(&fg).await;
-    let envoy = ext_authz_envoy(&delay_yaml(), &app.url, &fg).await;
+    let envoy = ext_authz_envoy(&with_timeout(HOLD_TIMEOUT_LINE), &app.url, &fg).await;
     let c = client();
     for path in ["/api/a", "/api/b"] {
         let (status, headers, body) = get(&envoy.url, path).await.unwrap();
@@ -534,7 +545,7 @@ async fn envoy_ext_authz_holds_a_burst_until_its_slots() {
 async fn a_client_that_leaves_envoy_while_held_gives_its_slot_back() {
     let fg = Floodgate::with_config(&docs("ext-authz-delay.toml"), &[]);
     let app = Recorder::start(&fg).await;
-    let envoy = ext_authz_envoy(&delay_yaml(), &app.url, &fg).await;
+    let envoy = ext_authz_envoy(&with_timeout(HOLD_TIMEOUT_LINE), &app.url, &fg).await;
     let c = client();
     for path in ["/api/a", "/api/b"] {
         assert_eq!(get(&envoy.url, path).await.unwrap().0, 200);
@@ -618,21 +629,21 @@ async fn a_timeout_below_the_delay_refuses_at_once_instead_of_envoy_failing_open
     }
 }
 
-/// Within Envoy's announced timeout the delay mode holds as usual, and only there: 1/s with a
-/// burst of 3 and `delay = "3s"` behind a 2.5 s timeout holds the slots at +1 s and +2 s
-/// (within 2.25 s, nine tenths of 2.5 s) and refuses the one at +3 s at once, though the
+/// Within Envoy's announced timeout the delay mode holds as usual, and only there: 1 per 10 s
+/// with a burst of 3 and `delay = "30s"` behind a 25 s timeout holds the slots at +10 s and
+/// +20 s (within 22.5 s, nine tenths of 25 s) and refuses the one at +30 s at once, though the
 /// rule's delay would hold it. The held ones reach the app at their slots on the manual clock.
+/// (Scaled up so that Envoy's real-time timeout leaves a loaded machine 25 s.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoys_announced_timeout_bounds_the_hold() {
     let toml = docs("ext-authz-delay.toml");
     assert!(toml.contains("limit = \"2/s\"") && toml.contains("delay = \"1s\""));
     let toml = toml
-        .replace("limit = \"2/s\"", "limit = \"1/s burst 3\"")
-        .replace("delay = \"1s\"", "delay = \"3s\"");
+        .replace("limit = \"2/s\"", "limit = \"1/10s burst 3\"")
+        .replace("delay = \"1s\"", "delay = \"30s\"");
     let fg = Floodgate::with_config(&toml, &[]);
     let app = Recorder::start(&fg).await;
-    let yaml = delay_yaml().replace(DELAY_TIMEOUT_LINE, "  timeout: 2.5s");
-    let envoy = ext_authz_envoy(&yaml, &app.url, &fg).await;
+    let envoy = ext_authz_envoy(&with_timeout("  timeout: 25s"), &app.url, &fg).await;
     let c = client();
     for path in ["/api/a", "/api/b", "/api/c"] {
         assert_eq!(get(&envoy.url, path).await.unwrap().0, 200);
@@ -645,11 +656,11 @@ async fn envoys_announced_timeout_bounds_the_hold() {
     let (status, headers, body) = get(&envoy.url, "/api/over").await.unwrap();
     assert_eq!(status, 429, "{body}");
     assert_eq!(
-        headers["retry-after"], "3",
+        headers["retry-after"], "30",
         "a plain check fits once the held 2 are used"
     );
     for h in held {
-        advance(&c, &fg, 1_000_000).await;
+        advance(&c, &fg, 10_000_000).await;
         let (status, _, body) = h.await.unwrap();
         assert_eq!((status, body.as_str()), (200, "from the app"));
     }
@@ -657,8 +668,8 @@ async fn envoys_announced_timeout_bounds_the_hold() {
     assert_eq!(
         seen[3..],
         [
-            ("/api/x".to_string(), 1_000_000),
-            ("/api/y".to_string(), 2_000_000),
+            ("/api/x".to_string(), 10_000_000),
+            ("/api/y".to_string(), 20_000_000),
         ],
         "(path, manual microseconds) at the app"
     );
