@@ -11,9 +11,9 @@
 //! - the delay mode behind `ext_authz` (`docs/envoy/ext-authz-delay.toml`, the timeout raised
 //!   to 60 s: it runs on the real clock), on Floodgate's manual clock: a burst is held and forwarded to the
 //!   app at its slots, one by one, beyond the delay a 429 with `Retry-After`; a client that
-//!   leaves while held gives its slot back; with Envoy's timeout below the delay (the docs'
-//!   0.25 s), Envoy gives up first: failing open it forwards every held request when its
-//!   timeout runs out (long before the slot), failing closed it answers 403.
+//!   leaves while held gives its slot back; Envoy's timeout bounds the hold (nine tenths of
+//!   what it announces): with the docs' 0.25 s, failing open or closed, a request beyond it is
+//!   a 429 at once, never held until Envoy gives up.
 
 mod serve_support;
 
