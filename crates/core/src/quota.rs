@@ -382,6 +382,25 @@ impl FromStr for Quota {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_period_with_a_fraction_asks_for_a_smaller_unit() {
+        for text in ["1.5s", "2.5min", "0.5h"] {
+            let e = parse_period(text).unwrap_err();
+            assert_eq!(
+                e,
+                format!(
+                    "period {text:?} is not a whole number of its unit: use a smaller unit \
+                     (1500ms, not 1.5s)"
+                )
+            );
+        }
+        assert_eq!(parse_period("1500ms"), Ok(1_500_000));
+        // No count before the dot: not a number at all, an unknown unit.
+        assert!(parse_period(".5s")
+            .unwrap_err()
+            .contains("unknown period unit"));
+    }
+
     /// Issue 10 item 12: a number too large for a quota says so and gives the bound.
     #[test]
     fn a_number_too_large_says_so_and_gives_the_bound() {

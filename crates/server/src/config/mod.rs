@@ -678,7 +678,10 @@ impl Validator<'_> {
                 Err(msg) => self.push(
                     ttl,
                     "server.reservation_ttl".into(),
-                    format!("invalid duration: {}", msg.replace("period", "duration")),
+                    format!(
+                        "invalid duration: {}",
+                        msg.replacen("period", "duration", 1)
+                    ),
                 ),
             }
         }
@@ -1141,7 +1144,7 @@ impl Validator<'_> {
             Err(msg) => {
                 let text = d.get_ref().trim();
                 let msg = if text.starts_with(|c: char| c.is_ascii_digit()) {
-                    msg.replace("period", "delay")
+                    msg.replacen("period", "delay", 1)
                 } else {
                     format!(
                         "must be a whole number and a unit, such as \"500ms\" or \"2s\", got {text:?}"
