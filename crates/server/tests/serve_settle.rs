@@ -544,3 +544,37 @@ async fn a_reservation_waits_no_longer_than_its_token_lives_and_null_is_refused(
     let (status, body) = settle(&c, &fg, json!({"reservation": token, "cost": 0})).await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// A shadow rule never refuses and never holds: a check that may wait is admitted at once
+/// (`wait_us: 0`) even when the shadow rule is spent, and a reservation of it has no token
+/// (nothing was reserved to settle).
+#[tokio::test]
+async fn a_shadow_rule_admits_at_once_with_nothing_to_settle() {
+    let text = format!(
+        "[server]\nreservation_secret = \"{SECRET}\"\n\n\
+         [[rules]]\nname = \"trial\"\nlimit = \"1/h\"\nshadow = true\n"
+    );
+    let fg = Floodgate::with_config(&text, &[]);
+    let c = client();
+    for _ in 0..2 {
+        let (status, body) = call(
+            &c,
+            &fg,
+            "/v1/check",
+            json!({"rule": "trial", "key": "k", "max_wait_ms": 100}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["wait_us"], 0, "{body}");
+    }
+    let (status, body) = call(
+        &c,
+        &fg,
+        "/v1/check",
+        json!({"rule": "trial", "key": "k", "reserve": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["wait_us"], 0, "{body}");
+    assert!(body.get("reservation").is_none(), "{body}");
+}
