@@ -1,7 +1,7 @@
 //! The `floodgate serve` configuration file (TOML): schema, parsing and validation.
 //!
 //! Every error names the file, the line and the field (see [`ConfigError`]). Unknown fields are
-//! rejected. The full reference with examples is in the README ("Configuration reference").
+//! rejected. The full reference with examples is docs/configuration.md.
 //!
 //! ```toml
 //! [server]

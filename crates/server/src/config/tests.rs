@@ -564,30 +564,41 @@ cost = 5
     }
 }
 
-/// Every ```toml block of the README is a complete, valid configuration, so the documented
-/// example cannot drift from what `check-config` accepts.
+/// Every ```toml block of the README and of docs/configuration.md is a complete, valid
+/// configuration, so the documented examples cannot drift from what `check-config` accepts.
 #[test]
-fn every_toml_block_of_the_readme_is_a_valid_configuration() {
-    let readme = include_str!("../../../../README.md");
-    let mut blocks = 0;
-    let mut lines = readme.lines().enumerate();
-    while let Some((start, line)) = lines.next() {
-        if line.trim_end() != "```toml" {
-            continue;
+fn every_toml_block_of_the_readme_and_the_configuration_guide_is_a_valid_configuration() {
+    let pages = [
+        ("README.md", include_str!("../../../../README.md")),
+        (
+            "docs/configuration.md",
+            include_str!("../../../../docs/configuration.md"),
+        ),
+    ];
+    for (name, page) in pages {
+        let mut blocks = 0;
+        let mut lines = page.lines().enumerate();
+        while let Some((start, line)) = lines.next() {
+            if line.trim_end() != "```toml" {
+                continue;
+            }
+            let body: Vec<&str> = lines
+                .by_ref()
+                .map(|(_, l)| l)
+                .take_while(|l| l.trim_end() != "```")
+                .collect();
+            // Blank lines in place of the text before the block, so errors give page lines.
+            let text = "\n".repeat(start + 1) + &body.join("\n") + "\n";
+            if let Err(e) = parse(name, &text) {
+                panic!("{e}");
+            }
+            blocks += 1;
         }
-        let body: Vec<&str> = lines
-            .by_ref()
-            .map(|(_, l)| l)
-            .take_while(|l| l.trim_end() != "```")
-            .collect();
-        // Blank lines in place of the text before the block, so errors give README lines.
-        let text = "\n".repeat(start + 1) + &body.join("\n") + "\n";
-        if let Err(e) = parse("README.md", &text) {
-            panic!("{e}");
-        }
-        blocks += 1;
+        assert!(
+            blocks >= 1 || name == "README.md",
+            "no ```toml block found in {name}"
+        );
     }
-    assert!(blocks >= 1, "no ```toml block found in the README");
 }
 
 #[test]
