@@ -115,7 +115,7 @@ enum Slot {
     Item {
         rule: usize,
         item: usize,
-        field: String,
+        field: CostField,
     },
 }
 
@@ -189,15 +189,30 @@ fn validate(request: &RateLimitRequest) -> Result<(), Status> {
     Ok(())
 }
 
+/// Where a descriptor's cost was read from: named only in errors, so built only then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CostField {
+    /// The request's `hits_addend`.
+    Request,
+    /// `descriptors[i].hits_addend`.
+    Descriptor(usize),
+}
+
+impl std::fmt::Display for CostField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CostField::Request => f.write_str("hits_addend"),
+            CostField::Descriptor(i) => write!(f, "descriptors[{i}].hits_addend"),
+        }
+    }
+}
+
 /// The cost of descriptor `d`: its own `hits_addend` when set (0 allowed: report only), else
 /// the request's (0 = unset = 1); with the field it came from, for errors.
-fn cost_of(request: &RateLimitRequest, i: usize, d: &RateLimitDescriptor) -> (u64, String) {
+fn cost_of(request: &RateLimitRequest, i: usize, d: &RateLimitDescriptor) -> (u64, CostField) {
     match &d.hits_addend {
-        Some(v) => (v.value, format!("descriptors[{i}].hits_addend")),
-        None => (
-            u64::from(request.hits_addend.max(1)),
-            "hits_addend".to_string(),
-        ),
+        Some(v) => (v.value, CostField::Descriptor(i)),
+        None => (u64::from(request.hits_addend.max(1)), CostField::Request),
     }
 }
 
@@ -209,7 +224,7 @@ fn plan(
     request: &RateLimitRequest,
 ) -> Result<(Vec<Slot>, Plan, bool), Status> {
     let index = &config.descriptors;
-    let mut leaves: Vec<Option<(Leaf, u64, String)>> =
+    let mut leaves: Vec<Option<(Leaf, u64, CostField)>> =
         Vec::with_capacity(request.descriptors.len());
     let mut unknown_domain = false;
     for (i, d) in request.descriptors.iter().enumerate() {
@@ -256,7 +271,7 @@ fn plan(
         let (cost, field) = cost_of(request, i, d);
         if cost > MAX_COST {
             return Err(invalid(
-                &field,
+                &field.to_string(),
                 format!("must be at most {MAX_COST}, got {cost}"),
             ));
         }
@@ -319,7 +334,7 @@ fn plan(
                     Slot::Item {
                         rule: *r,
                         item,
-                        field: field.to_string(),
+                        field: *field,
                     }
                 }
             }
@@ -412,12 +427,12 @@ fn answer(
                 .iter()
                 .enumerate()
                 .find_map(|(i, s)| match s {
-                    Slot::Item { item, field, .. } if item == check => Some((i, field.as_str())),
+                    Slot::Item { item, field, .. } if item == check => Some((i, field.to_string())),
                     _ => None,
                 })
-                .unwrap_or((0, "descriptors"));
+                .unwrap_or((0, "descriptors".to_string()));
             return Err(invalid(
-                field,
+                &field,
                 format!(
                     "descriptors[{i}] costs {cost}, above the capacity of rule {rule:?} \
                      ({capacity} units at once): it could never be admitted"
