@@ -187,6 +187,19 @@ impl Verdict {
         self.action == Action::Admit
     }
 
+    /// What a granted [`Mode::Reserve`] evaluation holds units for: `(item, scheduled_at)` per
+    /// enforcing outcome with a scheduled time (`item` its position in the plan), in outcome
+    /// order. Empty when nothing was reserved: not a reserve evaluation, not admitted, a store
+    /// failure, or only shadow items (never reserved). The one rule [`Reservation::from_verdict`]
+    /// and a decision API handing out reservation tokens both follow.
+    pub fn reserved(&self) -> impl Iterator<Item = (usize, Timestamp)> + '_ {
+        let granted = self.is_admitted() && self.wait.is_some();
+        self.outcomes
+            .iter()
+            .filter(move |o| granted && !o.shadow)
+            .filter_map(|o| Some((o.check, o.scheduled_at?)))
+    }
+
     /// The response to send instead of calling the inner service; `None` when admitted.
     pub fn response(&self) -> Option<Response<Bytes>> {
         match &self.action {
@@ -311,24 +324,16 @@ pub struct Claim {
 }
 
 impl Reservation {
-    /// The reservation of a granted [`Mode::Reserve`] evaluation: one item per enforcing
-    /// outcome with a scheduled time, with its rule, policy, key and cost taken from `plan`
-    /// (the plan that was evaluated: clone it before [`RateLimiter::evaluate`]). `None` when
-    /// nothing was reserved: not a reserve evaluation, not admitted, a store failure, or no
-    /// enforcing item applied (shadow items are never reserved).
+    /// The reservation of a granted [`Mode::Reserve`] evaluation: one item per
+    /// [`Verdict::reserved`] entry, with its rule, policy, key and cost taken from `plan` (the
+    /// plan that was evaluated). `None` when nothing was reserved.
     pub fn from_verdict(plan: &Plan, verdict: &Verdict) -> Option<Self> {
-        if !verdict.is_admitted() || verdict.wait.is_none() {
-            return None;
-        }
         let checks = plan.checks.as_slice();
         let rules = &plan.rules.rules;
         let items: Vec<ReservedItem> = verdict
-            .outcomes
-            .iter()
-            .filter(|o| !o.shadow)
-            .filter_map(|o| {
-                let scheduled_at = o.scheduled_at?;
-                let c = checks.get(o.check)?;
+            .reserved()
+            .filter_map(|(check, scheduled_at)| {
+                let c = checks.get(check)?;
                 let rule = rules.get(c.rule)?;
                 Some(ReservedItem {
                     rule: Arc::clone(&rule.name),

@@ -245,23 +245,17 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
 }
 
 /// A granted reservation's token and its life in microseconds (`None` when nothing was
-/// reserved): one item per enforcing outcome with a scheduled time, in item order.
+/// reserved): one item per [`Verdict::reserved`] entry, with the client's own key.
 fn reservation_token(
     state: &AppState,
     rules: &RuleSet,
     items: &[Item<'_>],
     verdict: &Verdict,
 ) -> Option<(String, u64)> {
-    if !verdict.is_admitted() || verdict.wait.is_none() {
-        return None;
-    }
     let reserved: Vec<super::settle::PayloadItem> = verdict
-        .outcomes
-        .iter()
-        .filter(|o| !o.shadow)
-        .filter_map(|o| {
-            let at = o.scheduled_at?;
-            let item = items.get(o.check)?;
+        .reserved()
+        .filter_map(|(check, at)| {
+            let item = items.get(check)?;
             let rule = rules.rules.get(item.rule)?;
             Some(super::settle::PayloadItem::new(
                 &rule.name,
