@@ -252,12 +252,8 @@ impl<S: Store> RateLimiter<S> {
         let Some(mut slot) = self.delays().take() else {
             let verdict = self.evaluate(&plan, Mode::Check).await;
             if verdict.action == Action::Deny && verdict.store_full.is_none() {
-                let retry = verdict
-                    .outcomes
-                    .iter()
-                    .filter(|o| !o.shadow)
-                    .filter_map(|o| o.decision.retry_after)
-                    .max();
+                let retry = crate::response::most_restrictive(&verdict.outcomes)
+                    .and_then(|o| o.decision.retry_after);
                 if retry.is_some_and(|r| r <= delay) {
                     count_delayed("queue_full");
                 }
