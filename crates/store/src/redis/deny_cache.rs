@@ -46,7 +46,7 @@ struct State {
     /// update, so its denial's times are not fixed points counted from that `now`.
     high_water: Timestamp,
     /// Bumped by every [`DenyCache::invalidate`]. A check reads it before asking Redis
-    /// ([`DenyCache::generation`]) and its denial is cached only if it has not moved since: a
+    /// (a [`DenyCache::lookup`] miss answers it) and its denial is cached only if it has not moved since: a
     /// denial Redis decided before a refund, reset or reservation, whose answer arrives after
     /// that write's invalidation, is never cached.
     generation: u64,
@@ -67,33 +67,38 @@ impl DenyCache {
         state.high_water = state.high_water.max(now);
     }
 
-    /// The denial of `name` at `now`, if one is cached and still holds.
-    pub(crate) fn lookup(&self, name: &str, now: Timestamp) -> Option<Decision> {
+    /// The denial of `name` at `now`, if one is cached and still holds; else (a miss) the
+    /// invalidation count to give [`DenyCache::insert`] with Redis' answer (read under the same
+    /// lock, so a check costs one lock here).
+    pub(crate) fn lookup(&self, name: &str, now: Timestamp) -> Result<Decision, u64> {
         let mut state = self.state.lock();
+        let miss = Err(state.generation);
         if now < state.high_water {
-            return None;
+            return miss;
         }
         state.high_water = now;
-        let e = state.entries.get(name)?;
+        let Some(e) = state.entries.get(name) else {
+            return miss;
+        };
         if now < e.at || now >= e.until {
-            return None;
+            return miss;
         }
         let dt = now - e.at;
-        Some(Decision {
+        Ok(Decision {
             retry_after: e.decision.retry_after.map(|r| r - dt),
             reset_after: e.decision.reset_after.saturating_sub(dt),
             ..e.decision
         })
     }
 
-    /// The invalidation count now: read before a check goes to Redis, given back to
-    /// [`DenyCache::insert`] with its answer.
-    pub(crate) fn generation(&self) -> u64 {
+    /// The invalidation count now (what a miss of [`DenyCache::lookup`] answers).
+    #[cfg(test)]
+    fn generation(&self) -> u64 {
         self.state.lock().generation
     }
 
     /// Caches Redis' denial `decision` of `name`, decided at (or after) `at` by a check that
-    /// read [`DenyCache::generation`] `generation` before it was sent; nothing when a key was
+    /// read `generation` from its [`DenyCache::lookup`] miss before it was sent; nothing when a key was
     /// invalidated since (the denial may predate that change).
     pub(crate) fn insert(&self, name: &str, at: Timestamp, decision: Decision, generation: u64) {
         let Some(retry) = decision.retry_after.filter(|&r| r > 0) else {
@@ -155,13 +160,13 @@ mod tests {
     fn answers_until_retry_after_with_the_time_elapsed_taken_off() {
         let c = DenyCache::default();
         c.insert("k", 1_000, denied(500, 5_000), c.generation());
-        assert_eq!(c.lookup("k", 999), None, "before it was decided");
-        assert_eq!(c.lookup("k", 1_000), Some(denied(500, 5_000)));
-        assert_eq!(c.lookup("k", 1_200), Some(denied(300, 4_800)));
-        assert_eq!(c.lookup("k", 1_499), Some(denied(1, 4_501)));
-        assert_eq!(c.lookup("k", 1_500), None, "admissible again");
+        assert_eq!(c.lookup("k", 999).ok(), None, "before it was decided");
+        assert_eq!(c.lookup("k", 1_000).ok(), Some(denied(500, 5_000)));
+        assert_eq!(c.lookup("k", 1_200).ok(), Some(denied(300, 4_800)));
+        assert_eq!(c.lookup("k", 1_499).ok(), Some(denied(1, 4_501)));
+        assert_eq!(c.lookup("k", 1_500).ok(), None, "admissible again");
         c.invalidate("k");
-        assert_eq!(c.lookup("k", 1_200), None);
+        assert_eq!(c.lookup("k", 1_200).ok(), None);
     }
 
     #[test]
@@ -169,13 +174,13 @@ mod tests {
         let c = DenyCache::default();
         // A check reads the generation and goes to Redis; meanwhile a settle of the same key
         // (or of any key) invalidates: the check's answer may predate the refund.
-        let sent = c.generation();
+        let sent = c.lookup("k", 1_000).unwrap_err();
         c.invalidate("k");
         c.insert("k", 1_000, denied(500, 5_000), sent);
-        assert_eq!(c.lookup("k", 1_000), None);
+        assert_eq!(c.lookup("k", 1_000).ok(), None);
         // A check sent after it is cached as usual.
         c.insert("k", 1_000, denied(500, 5_000), c.generation());
-        assert_eq!(c.lookup("k", 1_000), Some(denied(500, 5_000)));
+        assert_eq!(c.lookup("k", 1_000).ok(), Some(denied(500, 5_000)));
     }
 
     #[test]

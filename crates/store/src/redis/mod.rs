@@ -1094,16 +1094,17 @@ impl RedisStore {
             Some(cache) if commit && items.len() == 1 && items[0].cost == 1 => {
                 let name = groups[0].keys[0].clone();
                 let at = now.unwrap_or_else(|| self.clock.now());
-                if let Some(d) = cache.lookup(&name, at) {
-                    metrics::counter!("floodgate_store_deny_cache_hits_total").increment(1);
-                    return Ok(BatchDecision {
-                        allowed: false,
-                        decisions: vec![d],
-                        store_full: None,
-                    });
+                match cache.lookup(&name, at) {
+                    Ok(d) => {
+                        metrics::counter!("floodgate_store_deny_cache_hits_total").increment(1);
+                        return Ok(BatchDecision {
+                            allowed: false,
+                            decisions: vec![d],
+                            store_full: None,
+                        });
+                    }
+                    Err(generation) => Some((cache, name, at, generation)),
                 }
-                let generation = cache.generation();
-                Some((cache, name, at, generation))
             }
             _ => None,
         };
