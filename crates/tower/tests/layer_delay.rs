@@ -8,13 +8,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{gcra, request, Backend, T0};
+use common::{counters, gcra, request, Backend, Counted, T0};
 use floodgate_core::ManualClock;
 use floodgate_store::MemoryStore;
 use floodgate_tower::{KeySource, RateLimit, RateLimiter, Rule, RuleSet};
 use http::StatusCode;
 use http_body_util::BodyExt;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::debugging::DebuggingRecorder;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
@@ -155,29 +155,6 @@ fn several_rules_wait_at_most_the_smallest_delay() {
         assert_eq!(third.await.unwrap().0, StatusCode::OK);
         assert_eq!(d.backend.calls(), 3);
     });
-}
-
-/// A counter's name, labels and value.
-type Counted = (String, Vec<(String, String)>, u64);
-
-fn counters(recorder: &DebuggingRecorder) -> Vec<Counted> {
-    recorder
-        .snapshotter()
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter_map(|(key, _, _, value)| match value {
-            DebugValue::Counter(n) => Some((
-                key.key().name().to_string(),
-                key.key()
-                    .labels()
-                    .map(|l| (l.key().to_string(), l.value().to_string()))
-                    .collect(),
-                n,
-            )),
-            _ => None,
-        })
-        .collect()
 }
 
 fn delayed_total(counters: &[Counted], outcome: &str) -> u64 {

@@ -4,9 +4,8 @@
 
 mod common;
 
-use common::{gcra, harness, T0};
+use common::{counted, gcra, harness, with_metrics, Counted, T0};
 use floodgate_tower::{Action, KeySource, Mode, Plan, Rule, RuleSet, Verdict};
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 fn rules() -> RuleSet {
     RuleSet::new(vec![
@@ -32,48 +31,12 @@ fn reserve(max_wait: u64) -> Mode {
     Mode::Reserve { max_wait }
 }
 
-type Labels = Vec<(String, String)>;
-
-/// Every counter recorded while `f` ran on a current-thread runtime with a local recorder.
-fn with_metrics<F: std::future::Future<Output = ()>>(
-    f: impl FnOnce() -> F,
-) -> Vec<(String, Labels, u64)> {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(f());
-    });
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter_map(|(key, _, _, value)| match value {
-            DebugValue::Counter(n) => Some((
-                key.key().name().to_string(),
-                key.key()
-                    .labels()
-                    .map(|l| (l.key().to_string(), l.value().to_string()))
-                    .collect(),
-                n,
-            )),
-            _ => None,
-        })
-        .collect()
-}
-
-fn decisions(recorded: &[(String, Labels, u64)], rule: &str, outcome: &str) -> u64 {
-    recorded
-        .iter()
-        .filter(|(n, l, _)| {
-            n == "floodgate_decisions_total"
-                && l.contains(&("rule".into(), rule.into()))
-                && l.contains(&("outcome".into(), outcome.into()))
-        })
-        .map(|(_, _, n)| *n)
-        .sum()
+fn decisions(recorded: &[Counted], rule: &str, outcome: &str) -> u64 {
+    counted(
+        recorded,
+        "floodgate_decisions_total",
+        &[("rule", rule), ("outcome", outcome)],
+    )
 }
 
 #[test]

@@ -3,12 +3,11 @@
 
 mod common;
 
-use common::{gcra, harness, T0};
+use common::{counted, gcra, harness, with_metrics, T0};
 use floodgate_core::{AlgorithmKind, Policy};
 use floodgate_tower::{
     Claim, KeySource, Mode, Plan, Reservation, Rule, RuleSet, SettleError, Verdict,
 };
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 fn rules() -> RuleSet {
     RuleSet::new(vec![
@@ -47,50 +46,6 @@ async fn remaining(h: &common::Harness<floodgate_store::MemoryStore>, rule: usiz
         .evaluate(&plan(h, &[(rule, "ip=a", 0)]), Mode::Peek)
         .await;
     v.outcomes[0].decision.remaining
-}
-
-type Labels = Vec<(String, String)>;
-
-fn with_metrics<F: std::future::Future<Output = ()>>(
-    f: impl FnOnce() -> F,
-) -> Vec<(String, Labels, u64)> {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(f());
-    });
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter_map(|(key, _, _, value)| match value {
-            DebugValue::Counter(n) => Some((
-                key.key().name().to_string(),
-                key.key()
-                    .labels()
-                    .map(|l| (l.key().to_string(), l.value().to_string()))
-                    .collect(),
-                n,
-            )),
-            _ => None,
-        })
-        .collect()
-}
-
-fn counted(recorded: &[(String, Labels, u64)], name: &str, labels: &[(&str, &str)]) -> u64 {
-    recorded
-        .iter()
-        .filter(|(n, l, _)| {
-            n == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| l.contains(&((*k).into(), (*v).into())))
-        })
-        .map(|(_, _, n)| *n)
-        .sum()
 }
 
 #[test]

@@ -136,3 +136,53 @@ impl<S: Store> Harness<S> {
         ok
     }
 }
+
+/// A counter's name, labels and value.
+pub type Counted = (String, Vec<(String, String)>, u64);
+
+/// Every counter `recorder` holds (a snapshot drains the recorder: take one).
+pub fn counters(recorder: &metrics_util::debugging::DebuggingRecorder) -> Vec<Counted> {
+    recorder
+        .snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| match value {
+            metrics_util::debugging::DebugValue::Counter(n) => Some((
+                key.key().name().to_string(),
+                key.key()
+                    .labels()
+                    .map(|l| (l.key().to_string(), l.value().to_string()))
+                    .collect(),
+                n,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every counter recorded while `f` ran on a current-thread runtime with a local recorder.
+pub fn with_metrics<F: std::future::Future<Output = ()>>(f: impl FnOnce() -> F) -> Vec<Counted> {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f());
+    });
+    counters(&recorder)
+}
+
+/// The sum of counter `name` over the series whose labels include every pair of `labels`.
+pub fn counted(recorded: &[Counted], name: &str, labels: &[(&str, &str)]) -> u64 {
+    recorded
+        .iter()
+        .filter(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.contains(&((*k).into(), (*v).into())))
+        })
+        .map(|(_, _, n)| *n)
+        .sum()
+}
