@@ -1,5 +1,5 @@
-//! `Store::claim` on real redis-server processes (standalone and a 3-node cluster) started by
-//! each test: an id is claimed once across every store sharing the server, the claim carries
+//! `Store::claim` on real redis-server processes (standalone, also on valkey-server, and a
+//! 3-node cluster) started by each test: an id is claimed once across every store sharing the server, the claim carries
 //! its TTL and then lapses, its key name holds no hash tag whatever the id, and the local
 //! fallback never claims in memory.
 #![cfg(feature = "testing")]
@@ -11,7 +11,7 @@ use std::time::Duration;
 use floodgate_core::ManualClock;
 use floodgate_store::fallback::FallbackStore;
 use floodgate_store::redis::testing::{
-    current_thread_runtime, multi_thread_runtime, RedisCluster, RedisServer,
+    current_thread_runtime, multi_thread_runtime, Flavor, RedisCluster, RedisServer,
 };
 use floodgate_store::redis::{keys, RedisStore, RedisStoreConfig};
 use floodgate_store::{Store, StoreError};
@@ -24,9 +24,17 @@ fn standalone(server: &RedisServer) -> RedisStore {
     RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap()
 }
 
+/// On redis-server and on valkey-server alike.
 #[test]
-fn an_id_is_claimed_once_with_its_ttl_in_redis() {
-    let server = RedisServer::start().unwrap();
+fn an_id_is_claimed_once_with_its_ttl_in_redis_and_valkey() {
+    for flavor in Flavor::ALL {
+        claimed_once_with_its_ttl(flavor);
+    }
+}
+
+fn claimed_once_with_its_ttl(flavor: Flavor) {
+    let server = RedisServer::start_flavor(flavor)
+        .unwrap_or_else(|e| panic!("start {}: {e}", flavor.binary()));
     current_thread_runtime().unwrap().block_on(async {
         let a = standalone(&server);
         let b = standalone(&server);

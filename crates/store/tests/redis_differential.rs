@@ -420,19 +420,33 @@ fn run_reservations_against_core(
     Ok(())
 }
 
+/// Reservations and settles of `kind` on `flavor` decide as the core does.
+fn reservations_match_core(flavor: Flavor, kind: AlgorithmKind) {
+    let h = harness(flavor);
+    let mut runner = proptest::test_runner::TestRunner::new(config());
+    runner
+        .run(&(0..QUOTAS.len(), reservation_requests(6)), |(q, reqs)| {
+            run_reservations_against_core(&h, kind, QUOTAS[q], &reqs)
+        })
+        .unwrap();
+}
+
 macro_rules! reservations_differential {
     ($name:ident, $kind:expr) => {
         #[test]
         fn $name() {
-            let h = harness(Flavor::Redis);
-            let mut runner = proptest::test_runner::TestRunner::new(config());
-            runner
-                .run(&(0..QUOTAS.len(), reservation_requests(6)), |(q, reqs)| {
-                    run_reservations_against_core(&h, $kind, QUOTAS[q], &reqs)
-                })
-                .unwrap();
+            reservations_match_core(Flavor::Redis, $kind);
         }
     };
+}
+
+/// The scripts reserve and settle alike on Valkey: the six algorithms in one test (each its own
+/// property run), to keep the suite's server count down.
+#[test]
+fn valkey_reservations_match_core() {
+    for kind in AlgorithmKind::ALL {
+        reservations_match_core(Flavor::Valkey, kind);
+    }
 }
 
 reservations_differential!(
@@ -504,9 +518,8 @@ fn a_granted_reservation_drops_the_cached_denial() {
 
 /// Random multi-item reservation batches (one scheduled time for all items, all or nothing)
 /// and their settles decide identically on the memory store and on Redis.
-#[test]
-fn reservation_batches_match_the_memory_store() {
-    let h = harness(Flavor::Redis);
+fn reservation_batches_match_the_memory_store(flavor: Flavor) {
+    let h = harness(flavor);
     let steps = prop::collection::vec(
         (
             prop_oneof![4 => 0u64..300_000, 1 => Just(0u64)],
@@ -538,3 +551,9 @@ fn reservation_batches_match_the_memory_store() {
         })
         .unwrap();
 }
+
+on_both!(
+    reservation_batches_match_the_memory_store_on_redis,
+    valkey_reservation_batches_match_the_memory_store,
+    reservation_batches_match_the_memory_store
+);
