@@ -1,7 +1,7 @@
 //! `Store::claim` on real redis-server processes (standalone, also on valkey-server, and a
-//! 3-node cluster) started by each test: an id is claimed once across every store sharing the server, the claim carries
-//! its TTL and then lapses, its key name holds no hash tag whatever the id, and the local
-//! fallback never claims in memory.
+//! 3-node cluster) started by each test: an id is claimed once across every store sharing the
+//! server, the claim carries its TTL and then lapses, its key name holds no hash tag whatever
+//! the id, and the local fallback never claims in memory.
 #![cfg(feature = "testing")]
 
 use std::sync::atomic::{AtomicU64, Ordering};
