@@ -106,7 +106,7 @@ async fn decide(
     let mut plan = state.limiter.plan(&method, &uri, &headers, &extensions);
     // Read only when the request could be held: without a delay the header means nothing
     // here, and a client's own junk value (nginx passes client headers on) must not fail it.
-    if plan.delay() > 0 {
+    if headers.contains_key(EXPECTED_TIMEOUT) && plan.delay() > 0 {
         match caller_patience(&headers) {
             Ok(Some(max)) => plan.limit_delay(max),
             Ok(None) => {}
@@ -164,6 +164,9 @@ const URI_HEADERS: [HeaderName; 2] = [
     HeaderName::from_static("x-original-uri"),
 ];
 
+/// The header Envoy announces its timeout for this call in (milliseconds).
+const EXPECTED_TIMEOUT: &str = "x-envoy-expected-rq-timeout-ms";
+
 /// Envoy's `x-envoy-expected-rq-timeout-ms` on its `ext_authz` call: how long Envoy waits for
 /// this answer. The delay mode holds the request for nine tenths of it at most (the rest for
 /// the answer's way back), so a request whose slot is further away gets its 429 at once
@@ -171,8 +174,7 @@ const URI_HEADERS: [HeaderName; 2] = [
 /// bare 403). `None` without the header; a value that is not a whole number of milliseconds
 /// is a 400 naming the header (read only for a request the delay mode could hold).
 fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
-    const HEADER: &str = "x-envoy-expected-rq-timeout-ms";
-    let mut values = headers.get_all(HEADER).iter();
+    let mut values = headers.get_all(EXPECTED_TIMEOUT).iter();
     let Some(value) = values.next() else {
         return Ok(None);
     };
@@ -184,7 +186,7 @@ fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
         .ok_or_else(|| {
             super::invalid(
                 StatusCode::BAD_REQUEST,
-                HEADER,
+                EXPECTED_TIMEOUT,
                 "not one whole number of milliseconds",
             )
         })?;
