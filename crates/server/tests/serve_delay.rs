@@ -410,7 +410,7 @@ delay = "1s"
     advance(&c, &fg, 500_000).await;
     assert_eq!(held.await.unwrap().status(), 200);
     // Not a whole number of milliseconds: a 400 naming the header.
-    for bad in ["soon", "-1", "1.5"] {
+    for bad in ["soon", "-1", "1.5", "+250", ""] {
         let r = ask(bad).await;
         assert_eq!(r.status(), 400, "{bad}");
         let body: serde_json::Value = r.json().await.unwrap();

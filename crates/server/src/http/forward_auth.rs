@@ -182,7 +182,9 @@ fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
         .to_str()
         .ok()
         .filter(|_| values.next().is_none())
-        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|v| v.parse::<u64>().ok())
         .ok_or_else(|| {
             super::invalid(
                 StatusCode::BAD_REQUEST,
