@@ -217,6 +217,7 @@ fn constant_key(source: &KeySource) -> Option<String> {
         headers: &headers,
         client_ip: None,
         client_addr: None,
+        client_unparsed: None,
     })
 }
 

@@ -725,3 +725,121 @@ fn docs_proxies_md_shows_every_snippet_verbatim() {
         );
     }
 }
+
+/// Like [`send`], from the loopback address `from` (the client nginx sees as `$remote_addr`).
+async fn send_from(
+    from: &str,
+    addr: SocketAddr,
+    target: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Reply> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(format!("{from}:0").parse().unwrap())?;
+    let mut conn = socket.connect(addr).await?;
+    let mut request = format!("GET {target} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    conn.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).await?;
+    parse(&raw).ok_or_else(|| std::io::Error::other(format!("bad reply {raw:?}")))
+}
+
+/// The security issue's case behind the real nginx appending to the client's header
+/// (`$proxy_add_x_forwarded_for`): a client that writes a malformed entry to the left of a
+/// spoofed address was charged as the proxy (the one shared `ip=127.0.0.1` bucket), so junk
+/// and clean requests together got twice the limit. The walk from the right stops at nginx's
+/// own entry, the client's real address: whatever the client wrote never matters.
+#[tokio::test]
+async fn nginx_appending_x_forwarded_for_charges_the_client_whatever_it_wrote_to_the_left() {
+    let nginx = binary(
+        "nginx",
+        &[PathBuf::from("/usr/sbin/nginx")],
+        "Debian package nginx",
+    );
+    let app = start_app().await;
+    let fg = Floodgate::with_config(CONFIG, &[]);
+    let floodgate = api_addr(&fg);
+    let serves = |r: &Reply| r.status == 200 && r.json()["app"] == "hello";
+    let proxy = start_proxy(
+        |addr| {
+            let dir = tempfile::tempdir().unwrap();
+            let d = dir.path().display().to_string();
+            let snippet = snippet("nginx.conf", addr, &floodgate, app);
+            let appending = snippet.replace(
+                "X-Forwarded-For $remote_addr;",
+                "X-Forwarded-For $proxy_add_x_forwarded_for;",
+            );
+            assert_ne!(snippet, appending, "the nginx snippet sets X-Forwarded-For");
+            std::fs::write(dir.path().join("floodgate.conf"), appending).unwrap();
+            let main = format!(
+                "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+                 events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n    \
+                 client_body_temp_path {d}/body;\n    proxy_temp_path {d}/proxy;\n    \
+                 fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n    \
+                 scgi_temp_path {d}/scgi;\n    include {d}/floodgate.conf;\n}}\n"
+            );
+            std::fs::write(dir.path().join("nginx.conf"), main).unwrap();
+            let args = [
+                "-p",
+                &d,
+                "-e",
+                &format!("{d}/error.log"),
+                "-c",
+                &format!("{d}/nginx.conf"),
+            ]
+            .map(String::from)
+            .to_vec();
+            (dir, nginx.clone(), args, vec![])
+        },
+        &serves,
+    )
+    .await;
+
+    // One client (127.0.0.2; only 127.0.0.1, nginx, is trusted) alternates junk-led and
+    // clean requests: one bucket, exactly the limit.
+    let mut statuses = Vec::new();
+    for i in 0..2 * LIMIT {
+        let xff = if i % 2 == 0 {
+            "junk, 203.0.113.10"
+        } else {
+            "203.0.113.10"
+        };
+        let reply = send_from(
+            "127.0.0.2",
+            proxy.addr,
+            "/api/x",
+            &[("x-forwarded-for", xff)],
+        )
+        .await
+        .unwrap();
+        statuses.push(reply.status);
+    }
+    let mut expected = vec![200; LIMIT];
+    expected.extend([429; LIMIT]);
+    assert_eq!(statuses, expected);
+
+    // The proxy's own address was never charged, and another client has its own bucket.
+    let other = send_from(
+        "127.0.0.3",
+        proxy.addr,
+        "/api/x",
+        &[("x-forwarded-for", "junk")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(other.status, 200, "{other:?}");
+    // Asked directly by nginx's address with no forwarding header, the proxy's bucket is full:
+    // its first unit is spent now, 4 remain.
+    let direct = client()
+        .get(format!("{}/v1/forward-auth", fg.api))
+        .header("x-forwarded-uri", "/api/x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(direct.status(), 200);
+    let ratelimit = direct.headers()["ratelimit"].to_str().unwrap();
+    assert!(ratelimit.starts_with("\"api\";r=4;"), "{ratelimit}");
+}

@@ -8,10 +8,14 @@
 //! 2. Forwarding headers are read **only when the peer is inside a trusted proxy CIDR**, and only
 //!    the one header [`ClientIpConfig::header`] names (reading both `X-Forwarded-For` and
 //!    `Forwarded` would let a client spoof whichever one the proxy does not rewrite). The list is
-//!    walked from the right (the entry the nearest proxy added) past every trusted hop; the
-//!    first untrusted address is the client. If every entry is trusted the leftmost one is.
-//! 3. A malformed entry (not an IP, `unknown`, an obfuscated identifier, too many entries)
-//!    makes the whole header untrustworthy: the peer address is used. Never an error.
+//!    walked from the right (the entry the nearest proxy added) past every trusted hop, and the
+//!    walk stops at the first entry that is not a trusted address: that entry is the client.
+//!    What stands to its left was written by the client and never matters. If every entry is
+//!    trusted the leftmost one is the client; at most [`ClientIpConfig::max_entries`] entries
+//!    are examined (the last one examined is then the client).
+//! 3. An entry at the client's position that is no address (junk, `unknown`, an obfuscated
+//!    identifier, an empty element) is still the client: [`Client::Unparsed`], counted under a
+//!    key of its own (`ip=?junk`), never as the proxy that sent it. Never an error.
 //! 4. IPv4-mapped IPv6 (`::ffff:192.0.2.1`) is treated as IPv4; IPv6 addresses are grouped by
 //!    [`ClientIpConfig::ipv6_prefix`] (default /64, what one subscriber usually holds).
 
@@ -48,8 +52,8 @@ pub struct ClientIpConfig {
     pub ipv6_prefix: u8,
     /// IPv4 clients are counted per prefix of this length (0..=32). Default 32.
     pub ipv4_prefix: u8,
-    /// At most this many header entries are examined; a longer list is treated as malformed.
-    /// Default 32.
+    /// At most this many header entries are examined, from the right; when all of them are
+    /// trusted the last one examined is the client. Default 32.
     pub max_entries: usize,
 }
 
@@ -72,18 +76,14 @@ impl ClientIpConfig {
         self.trusted_proxies.iter().any(|net| net.contains(&ip))
     }
 
-    /// The client address for a request from `peer` with `headers` (not grouped).
-    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    /// The client of a request from `peer` with `headers` (not grouped): the peer when it is
+    /// not a trusted proxy or sent no forwarding header, else the entry the walk stops at.
+    pub fn client(&self, peer: IpAddr, headers: &HeaderMap) -> Client {
         let peer = canonical(peer);
         if !self.is_trusted(peer) {
-            return peer;
+            return Client::Addr(peer);
         }
-        self.forwarded_client(headers).unwrap_or(peer)
-    }
-
-    /// The client address grouped into the counted network: /`ipv4_prefix` or /`ipv6_prefix`.
-    pub fn client_net(&self, peer: IpAddr, headers: &HeaderMap) -> IpNet {
-        self.group(self.client_ip(peer, headers))
+        self.forwarded_client(headers).unwrap_or(Client::Addr(peer))
     }
 
     /// `ip` (canonicalised) masked to the configured prefix.
@@ -91,35 +91,102 @@ impl ClientIpConfig {
         group(ip, self.ipv4_prefix, self.ipv6_prefix)
     }
 
-    /// Walks the forwarding header from the right past trusted hops. `None` when the header is
-    /// absent, empty or malformed.
-    fn forwarded_client(&self, headers: &HeaderMap) -> Option<IpAddr> {
+    /// Walks the forwarding header from the right past trusted hops and stops at the first
+    /// entry that is not a trusted address. `None` when the header is absent.
+    fn forwarded_client(&self, headers: &HeaderMap) -> Option<Client> {
         let name = match self.header {
             ForwardedHeader::XForwardedFor => "x-forwarded-for",
             ForwardedHeader::Forwarded => "forwarded",
         };
-        let mut entries: Vec<IpAddr> = Vec::new();
-        for line in headers.get_all(name) {
-            let line = line.to_str().ok()?;
-            for element in line.split(',') {
-                if entries.len() >= self.max_entries {
-                    return None;
-                }
-                let ip = match self.header {
-                    ForwardedHeader::XForwardedFor => parse_addr(element.trim())?,
-                    ForwardedHeader::Forwarded => parse_forwarded_for(element)?,
-                };
-                entries.push(canonical(ip));
-            }
-        }
         let mut client = None;
-        for &ip in entries.iter().rev() {
-            client = Some(ip);
-            if !self.is_trusted(ip) {
-                break;
+        let mut examined = 0;
+        // Field lines from the last one, each line's elements from the right: the order in
+        // which the proxies appended them, nearest first. Nothing is collected.
+        for line in headers.get_all(name).iter().rev() {
+            // Split as bytes: a proxy such as nginx appends its entry to the client's own line
+            // (`$proxy_add_x_forwarded_for`), so bytes that are no text in the client's part
+            // must not hide the address the proxy wrote.
+            for element in line.as_bytes().rsplit(|b| *b == b',') {
+                if examined == self.max_entries {
+                    return client;
+                }
+                examined += 1;
+                let Ok(element) = std::str::from_utf8(element) else {
+                    return Some(Client::unparsed(&String::from_utf8_lossy(element)));
+                };
+                let node = match self.header {
+                    ForwardedHeader::XForwardedFor => Node::of(element.trim()),
+                    ForwardedHeader::Forwarded => forwarded_for(element),
+                };
+                match node {
+                    Node::Addr(ip) => {
+                        let ip = canonical(ip);
+                        client = Some(Client::Addr(ip));
+                        if !self.is_trusted(ip) {
+                            return client;
+                        }
+                    }
+                    Node::Unparsed(text) => return Some(Client::unparsed(text)),
+                }
             }
         }
         client
+    }
+}
+
+/// Who sent a request, as far as it can be trusted ([`ClientIpConfig::client`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Client {
+    /// An address (IPv4-mapped IPv6 already made IPv4), not yet grouped.
+    Addr(IpAddr),
+    /// The entry at the client's position of a trusted proxy's forwarding header is no
+    /// address (`unknown`, an obfuscated identifier, junk, an empty element): its text, at most
+    /// [`Client::MAX_UNPARSED`] bytes, counted under a key of its own (`ip=?<text>`).
+    Unparsed(String),
+}
+
+impl Client {
+    /// The longest [`Client::Unparsed`] text kept; a longer entry is cut there.
+    pub const MAX_UNPARSED: usize = 64;
+
+    fn unparsed(text: &str) -> Self {
+        let text = text.trim();
+        let mut end = text.len().min(Self::MAX_UNPARSED);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Client::Unparsed(text[..end].to_owned())
+    }
+
+    /// The address, `None` for [`Client::Unparsed`].
+    pub fn addr(&self) -> Option<IpAddr> {
+        match self {
+            Client::Addr(ip) => Some(*ip),
+            Client::Unparsed(_) => None,
+        }
+    }
+
+    /// The text of a [`Client::Unparsed`] client.
+    pub fn unparsed_text(&self) -> Option<&str> {
+        match self {
+            Client::Addr(_) => None,
+            Client::Unparsed(text) => Some(text),
+        }
+    }
+}
+
+/// One hop of a forwarding header.
+enum Node<'a> {
+    Addr(IpAddr),
+    Unparsed(&'a str),
+}
+
+impl<'a> Node<'a> {
+    fn of(text: &'a str) -> Self {
+        match parse_addr(text) {
+            Some(ip) => Node::Addr(ip),
+            None => Node::Unparsed(text),
+        }
     }
 }
 
@@ -194,21 +261,23 @@ fn parse_addr(text: &str) -> Option<IpAddr> {
         .and_then(|t| t.parse::<IpAddr>().ok())
 }
 
-/// The `for=` node of one RFC 7239 `Forwarded` element. `None` when it is missing, `unknown`
-/// or an obfuscated identifier: nothing can be trusted about that hop.
-fn parse_forwarded_for(element: &str) -> Option<IpAddr> {
-    element.split(';').find_map(|pair| {
+/// The `for=` node of one RFC 7239 `Forwarded` element: its address, or its text when it is
+/// `unknown` or an obfuscated identifier (the whole element when it has no `for=`).
+fn forwarded_for(element: &str) -> Node<'_> {
+    let value = element.split(';').find_map(|pair| {
         let (name, value) = pair.split_once('=')?;
-        if !name.trim().eq_ignore_ascii_case("for") {
-            return None;
-        }
-        let value = value.trim();
-        let value = value
-            .strip_prefix('"')
-            .and_then(|v| v.strip_suffix('"'))
-            .unwrap_or(value);
-        parse_addr(value)
-    })
+        name.trim()
+            .eq_ignore_ascii_case("for")
+            .then_some(value.trim())
+    });
+    let Some(value) = value else {
+        return Node::Unparsed(element.trim());
+    };
+    let value = value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(value);
+    Node::of(value)
 }
 
 /// The peer address from the request extensions: [`PeerAddr`], then (feature `axum`) axum's
@@ -235,6 +304,14 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn addr(s: &str) -> Client {
+        Client::Addr(ip(s))
+    }
+
+    fn unparsed(s: &str) -> Client {
+        Client::Unparsed(s.to_owned())
+    }
+
     fn trusting(nets: &[&str]) -> ClientIpConfig {
         ClientIpConfig {
             trusted_proxies: nets.iter().map(|n| n.parse().unwrap()).collect(),
@@ -254,11 +331,11 @@ mod tests {
     fn untrusted_peer_headers_are_ignored() {
         let cfg = trusting(&["10.0.0.0/8"]);
         let h = xff(&["198.51.100.9"]);
-        assert_eq!(cfg.client_ip(ip("203.0.113.5"), &h), ip("203.0.113.5"));
+        assert_eq!(cfg.client(ip("203.0.113.5"), &h), addr("203.0.113.5"));
         // No trusted proxies configured at all.
         assert_eq!(
-            ClientIpConfig::default().client_ip(ip("10.0.0.1"), &h),
-            ip("10.0.0.1")
+            ClientIpConfig::default().client(ip("10.0.0.1"), &h),
+            addr("10.0.0.1")
         );
     }
 
@@ -267,51 +344,101 @@ mod tests {
         let cfg = trusting(&["10.0.0.0/8"]);
         // The client wrote a fake leftmost entry; the proxies appended the real ones.
         let h = xff(&["1.1.1.1, 198.51.100.9", "10.0.0.7"]);
-        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("198.51.100.9"));
+        assert_eq!(cfg.client(ip("10.0.0.2"), &h), addr("198.51.100.9"));
         // Every entry trusted: the leftmost is the client.
         let h = xff(&["10.1.1.1, 10.0.0.7"]);
-        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("10.1.1.1"));
+        assert_eq!(cfg.client(ip("10.0.0.2"), &h), addr("10.1.1.1"));
     }
 
     #[test]
-    fn malformed_headers_fall_back_to_the_peer() {
+    fn junk_left_of_the_client_never_matters() {
+        // The issue's case: with 127.0.0.1 trusted, `junk, 203.0.113.10` charged the proxy.
+        let cfg = trusting(&["127.0.0.1/32"]);
+        let h = xff(&["junk, 203.0.113.10"]);
+        assert_eq!(cfg.client(ip("127.0.0.1"), &h), addr("203.0.113.10"));
         let cfg = trusting(&["10.0.0.0/8"]);
-        for bad in [
+        for left in [
             "not-an-ip",
-            "1.2.3.4, , 5.6.7.8",
-            "",
             "1.2.3.999",
             "unknown",
+            "",
+            " , ",
+            "1.1.1.1, junk",
         ] {
+            let h = xff(&[&format!("{left}, 198.51.100.9, 10.0.0.7")]);
             assert_eq!(
-                cfg.client_ip(ip("10.0.0.2"), &xff(&[bad])),
-                ip("10.0.0.2"),
-                "{bad:?}"
+                cfg.client(ip("10.0.0.2"), &h),
+                addr("198.51.100.9"),
+                "{left:?}"
             );
         }
-        let many = vec!["10.0.0.1"; 40].join(",");
-        assert_eq!(
-            cfg.client_ip(ip("10.0.0.2"), &xff(&[&many])),
-            ip("10.0.0.2")
-        );
+        // Bytes that are no text in the client's part of the line (nginx appends to it).
         let mut h = HeaderMap::new();
         h.insert(
             "x-forwarded-for",
-            HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+            HeaderValue::from_bytes(b"\xff\xfe, 198.51.100.9").unwrap(),
         );
-        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("10.0.0.2"));
+        assert_eq!(cfg.client(ip("10.0.0.2"), &h), addr("198.51.100.9"));
+    }
+
+    #[test]
+    fn an_unparsable_entry_at_the_clients_position_is_the_client_not_the_proxy() {
+        let cfg = trusting(&["10.0.0.0/8"]);
+        for (header, client) in [
+            ("not-an-ip", "not-an-ip"),
+            ("1.2.3.4, junk", "junk"),
+            ("198.51.100.9, 1.2.3.999, 10.0.0.7", "1.2.3.999"),
+            ("unknown", "unknown"),
+            ("", ""),
+            ("1.2.3.4, , 10.0.0.5", ""),
+        ] {
+            let got = cfg.client(ip("10.0.0.2"), &xff(&[header]));
+            assert_eq!(got, unparsed(client), "{header:?}");
+            assert_ne!(got, addr("10.0.0.2"), "{header:?}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_bytes(b"198.51.100.9, \xff\xfe").unwrap(),
+        );
+        assert_eq!(cfg.client(ip("10.0.0.2"), &h), unparsed("\u{fffd}\u{fffd}"));
+        // A long entry is cut, so a key stays short.
+        let long = "x".repeat(500);
+        assert_eq!(
+            cfg.client(ip("10.0.0.2"), &xff(&[&long])),
+            unparsed(&long[..Client::MAX_UNPARSED])
+        );
+    }
+
+    #[test]
+    fn at_most_max_entries_are_examined_from_the_right() {
+        let cfg = trusting(&["10.0.0.0/8"]);
+        // 40 trusted hops: the 32nd from the right is the client, never the peer.
+        let hops: Vec<String> = (1..=40).map(|i| format!("10.0.0.{i}")).collect();
+        assert_eq!(
+            cfg.client(ip("10.0.0.200"), &xff(&[&hops.join(",")])),
+            addr("10.0.0.9")
+        );
+        // An untrusted client within reach is found however long the list is to its left.
+        let mut long: Vec<String> = (0..1000).map(|_| "junk".to_owned()).collect();
+        long.push("198.51.100.9".into());
+        long.push("10.0.0.7".into());
+        assert_eq!(
+            cfg.client(ip("10.0.0.2"), &xff(&[&long.join(",")])),
+            addr("198.51.100.9")
+        );
     }
 
     #[test]
     fn ports_and_brackets_are_accepted() {
         let cfg = trusting(&["10.0.0.0/8"]);
         assert_eq!(
-            cfg.client_ip(ip("10.0.0.2"), &xff(&["198.51.100.9:4711"])),
-            ip("198.51.100.9")
+            cfg.client(ip("10.0.0.2"), &xff(&["198.51.100.9:4711"])),
+            addr("198.51.100.9")
         );
         assert_eq!(
-            cfg.client_ip(ip("10.0.0.2"), &xff(&["[2001:db8::1]:80"])),
-            ip("2001:db8::1")
+            cfg.client(ip("10.0.0.2"), &xff(&["[2001:db8::1]:80"])),
+            addr("2001:db8::1")
         );
     }
 
@@ -326,13 +453,23 @@ mod tests {
             "forwarded",
             HeaderValue::from_static("for=192.0.2.60;proto=http, For=\"[2001:db8:cafe::17]:4711\""),
         );
-        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("2001:db8:cafe::17"));
+        assert_eq!(cfg.client(ip("10.0.0.2"), &h), addr("2001:db8:cafe::17"));
         h.insert("forwarded", HeaderValue::from_static("for=unknown"));
-        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("10.0.0.2"));
+        assert_eq!(cfg.client(ip("10.0.0.2"), &h), unparsed("unknown"));
+        h.insert(
+            "forwarded",
+            HeaderValue::from_static("for=_hidden, for=10.0.0.9"),
+        );
+        assert_eq!(cfg.client(ip("10.0.0.2"), &h), unparsed("_hidden"));
+        h.insert(
+            "forwarded",
+            HeaderValue::from_static("for=junk, for=192.0.2.60;proto=http"),
+        );
+        assert_eq!(cfg.client(ip("10.0.0.2"), &h), addr("192.0.2.60"));
         // X-Forwarded-For is not read when Forwarded is configured.
         h.remove("forwarded");
         h.insert("x-forwarded-for", HeaderValue::from_static("192.0.2.1"));
-        assert_eq!(cfg.client_ip(ip("10.0.0.2"), &h), ip("10.0.0.2"));
+        assert_eq!(cfg.client(ip("10.0.0.2"), &h), addr("10.0.0.2"));
     }
 
     #[test]
@@ -376,7 +513,7 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn any_header_gives_the_peer_or_an_address_from_the_header(
+        fn any_header_gives_the_peer_an_address_from_the_header_or_its_own_key(
             raw in proptest::collection::vec(0x20u8..0x7f, 0..80),
             trusted_peer in proptest::bool::ANY,
         ) {
@@ -384,13 +521,26 @@ mod tests {
             let peer = if trusted_peer { ip("10.0.0.2") } else { ip("203.0.113.1") };
             let mut h = HeaderMap::new();
             h.insert("x-forwarded-for", HeaderValue::from_bytes(&raw).unwrap());
-            let got = cfg.client_ip(peer, &h);
+            let got = cfg.client(peer, &h);
             if trusted_peer {
                 let text = String::from_utf8(raw).unwrap();
-                let listed = text.split(',').filter_map(|e| parse_addr(e.trim())).map(canonical);
-                proptest::prop_assert!(got == peer || listed.into_iter().any(|a| a == got));
+                // The rightmost entry that is not a trusted address, if any.
+                let stop = text.rsplit(',').map(str::trim).find(|e| {
+                    parse_addr(e).map(canonical).is_none_or(|a| !cfg.is_trusted(a))
+                });
+                match stop {
+                    Some(entry) => match parse_addr(entry) {
+                        Some(a) => proptest::prop_assert_eq!(got, Client::Addr(canonical(a))),
+                        None => proptest::prop_assert_eq!(got, Client::unparsed(entry)),
+                    },
+                    // Every entry trusted: the leftmost.
+                    None => {
+                        let first = text.split(',').next().and_then(|e| parse_addr(e.trim()));
+                        proptest::prop_assert_eq!(got.addr(), first.map(canonical));
+                    }
+                }
             } else {
-                proptest::prop_assert_eq!(got, peer);
+                proptest::prop_assert_eq!(got, Client::Addr(peer));
             }
         }
     }

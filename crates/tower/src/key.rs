@@ -76,6 +76,10 @@ pub struct KeyContext<'a> {
     pub client_ip: Option<ipnet::IpNet>,
     /// The resolved client address, not grouped (IPv4-mapped IPv6 already made IPv4).
     pub client_addr: Option<std::net::IpAddr>,
+    /// The client's entry of a trusted proxy's forwarding header when it is no address
+    /// ([`Client::Unparsed`](crate::Client::Unparsed)): `client_ip` and `client_net` key it as
+    /// `?<text>`, apart from every address and never as the proxy.
+    pub client_unparsed: Option<&'a str>,
 }
 
 impl KeySource {
@@ -119,20 +123,31 @@ impl KeySource {
             KeySource::Header { name } => (name.as_str(), header(name)),
             KeySource::ClientIp => (
                 "ip",
-                cx.client_ip
-                    .map(|net| Cow::Owned(crate::ip::format_net(net).into_bytes())),
+                match cx.client_unparsed {
+                    Some(text) => Some(unparsed_client(text)),
+                    None => cx
+                        .client_ip
+                        .map(|net| Cow::Owned(crate::ip::format_net(net).into_bytes())),
+                },
             ),
             KeySource::ClientNet {
                 ipv4_prefix,
                 ipv6_prefix,
             } => (
                 "net",
-                cx.client_addr.map(|addr| {
-                    Cow::Owned(
-                        crate::ip::format_net(crate::ip::group(addr, *ipv4_prefix, *ipv6_prefix))
+                match cx.client_unparsed {
+                    Some(text) => Some(unparsed_client(text)),
+                    None => cx.client_addr.map(|addr| {
+                        Cow::Owned(
+                            crate::ip::format_net(crate::ip::group(
+                                addr,
+                                *ipv4_prefix,
+                                *ipv6_prefix,
+                            ))
                             .into_bytes(),
-                    )
-                }),
+                        )
+                    }),
+                },
             ),
             KeySource::Method => ("method", Some(Cow::Borrowed(cx.method.as_str().as_bytes()))),
             KeySource::Path => (
@@ -345,10 +360,57 @@ const fn is_safe_byte(b: u8) -> bool {
         )
 }
 
+/// The key value of a client whose forwarding entry is no address: `?` then its text. `?`
+/// never starts a formatted address or network, so such a client never shares a key with one.
+fn unparsed_client(text: &str) -> Cow<'static, [u8]> {
+    let mut value = Vec::with_capacity(text.len() + 1);
+    value.push(b'?');
+    value.extend_from_slice(text.as_bytes());
+    Cow::Owned(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn an_unparsed_client_has_a_key_of_its_own() {
+        let (method, uri, headers) = (
+            http::Method::GET,
+            http::Uri::from_static("/"),
+            http::HeaderMap::new(),
+        );
+        let cx = KeyContext {
+            method: &method,
+            uri: &uri,
+            headers: &headers,
+            client_ip: None,
+            client_addr: None,
+            client_unparsed: Some("203.0.113.0/24"),
+        };
+        let ip = KeySource::ClientIp.key(&cx).unwrap();
+        assert_eq!(ip, encode_key([("ip", "?203.0.113.0/24".as_bytes())]));
+        // Never the key of the network it spells.
+        let net: ipnet::IpNet = "203.0.113.0/24".parse().unwrap();
+        let real = KeySource::ClientIp
+            .key(&KeyContext {
+                client_ip: Some(net),
+                client_addr: Some(net.addr()),
+                client_unparsed: None,
+                ..cx
+            })
+            .unwrap();
+        assert_ne!(ip, real);
+        let grouped = KeySource::ClientNet {
+            ipv4_prefix: 24,
+            ipv6_prefix: 48,
+        };
+        assert_eq!(
+            grouped.key(&cx).unwrap(),
+            encode_key([("net", "?203.0.113.0/24".as_bytes())])
+        );
+    }
 
     #[test]
     fn ipv4_client_keys_are_what_the_encoder_gives() {
@@ -370,6 +432,7 @@ mod tests {
                 uri: &uri,
                 headers: &headers,
                 client_ip: Some(net),
+                client_unparsed: None,
                 client_addr: Some(net.addr()),
             };
             let expected = encode_key([("ip", crate::ip::format_net(net).as_bytes())]);
@@ -381,6 +444,7 @@ mod tests {
                 uri: &uri,
                 headers: &headers,
                 client_ip: Some("203.0.113.7/32".parse().unwrap()),
+                client_unparsed: None,
                 client_addr: None,
             }),
             Some("ip=203.0.113.7".to_string())

@@ -61,7 +61,7 @@ mod rule;
 mod service;
 
 pub use future::{ResponseBody, ResponseFuture, DEFAULT_MAX_DELAYED};
-pub use ip::{canonical as canonical_ip, ClientIpConfig, ForwardedHeader, PeerAddr};
+pub use ip::{canonical as canonical_ip, Client, ClientIpConfig, ForwardedHeader, PeerAddr};
 pub use key::{encode_key, KeyContext, KeySource, MAX_COMPONENT_LEN};
 pub use layer::RateLimitLayer;
 pub use limiter::{

@@ -675,6 +675,7 @@ impl<S: Store> RateLimiter<S> {
         let rules = self.rules.load_full();
         let mut checks = Checks::None;
         let mut refusal = None;
+        let mut client = None;
         let mut client_addr = None;
         let mut client_ip = None;
         let mut client_ip_resolved = false;
@@ -693,11 +694,12 @@ impl<S: Store> RateLimiter<S> {
             if rule.key.uses_client_ip() {
                 if !client_ip_resolved {
                     client_ip_resolved = true;
-                    client_addr = crate::ip::peer_addr(extensions)
-                        .map(|peer| rules.client_ip.client_ip(peer.ip(), headers));
+                    client = crate::ip::peer_addr(extensions)
+                        .map(|peer| rules.client_ip.client(peer.ip(), headers));
+                    client_addr = client.as_ref().and_then(crate::ip::Client::addr);
                     client_ip = client_addr.map(|addr| rules.client_ip.group(addr));
                 }
-                if client_addr.is_none() {
+                if client.is_none() {
                     // Without a peer address a client-IP rule would skip every request: the
                     // app is served without one, which must be loud, not "nothing limited".
                     refusal.get_or_insert(Refusal {
@@ -714,6 +716,7 @@ impl<S: Store> RateLimiter<S> {
                 headers,
                 client_ip,
                 client_addr,
+                client_unparsed: client.as_ref().and_then(crate::ip::Client::unparsed_text),
             };
             match rule.key.key(&cx) {
                 Some(key) => match rule.cost.cost(method, uri, headers) {
