@@ -349,6 +349,47 @@ async fn envoy_ext_authz_through_forward_auth_admits_exactly_the_limit() {
     }
 }
 
+/// The security issue's case behind the real Envoy: with `allowed_headers` passing client
+/// headers to the authorization service (here every `x-` header, as a setup keying on a
+/// client's `x-user-id` might), a client that named another path, method or host in
+/// `X-Forwarded-*` / `X-Original-*` headers walked around the `/api` rule. The path Envoy put
+/// in the URL is the one that counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_ext_authz_client_forwarding_headers_do_not_move_the_request_out_of_its_rule() {
+    let upstream = Upstream::start().await;
+    let fg = Floodgate::with_config(&docs("ext-authz.toml"), &[]);
+    let yaml = docs("ext-authz.yaml");
+    let line = "                      transport_api_version: V3\n";
+    assert!(
+        yaml.contains(line),
+        "ext-authz.yaml lost its transport_api_version line"
+    );
+    let passing = yaml.replace(
+        line,
+        &format!(
+            "{line}                      allowed_headers:\n                        \
+             patterns:\n                          - {{ prefix: \"x-\" }}\n"
+        ),
+    );
+    let envoy = ext_authz_envoy(&passing, &upstream.url, &fg).await;
+    let http = client();
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        let r = http
+            .get(format!("{}/api/items", envoy.url))
+            .header("x-forwarded-uri", "/public")
+            .header("x-original-uri", "/public")
+            .header("x-forwarded-method", "OPTIONS")
+            .header("x-forwarded-host", "other.example")
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(count(&statuses, 200), 5, "{statuses:?}");
+    assert_eq!(count(&statuses, 429), 5, "{statuses:?}");
+}
+
 /// The line of `docs/envoy/ext-authz.yaml` that bounds how long Envoy waits for Floodgate's
 /// answer, and what docs/envoy.md raises it to for `docs/envoy/ext-authz-delay.toml`'s
 /// `delay = "1s"`: the delay plus room for one decision (with the indentation, so that the

@@ -17,6 +17,12 @@
 //! `RateLimit` headers when admitted; 429 problem+json with `Retry-After` when denied (Traefik
 //! and Caddy pass a non-2xx answer to the client as is; for nginx, `?deny_status=403`).
 //!
+//! `/v1/forward-auth/<path>` (Envoy `ext_authz`) is different: Envoy built that URL from the
+//! original request, so its suffix is the original path and query, the sub-request's own
+//! method and `Host` are the original ones, and no `X-Forwarded-*` / `X-Original-*` header is
+//! read. Envoy passes client headers on (every one, unless `allowed_headers` narrows them), so
+//! reading them would let a client name another path, method or host and walk around the rules.
+//!
 //! A rule with `delay` (the delay mode) holds the answer: a request that fits within the
 //! delay is reserved and answered 200 at its slot, so the proxy forwards it then; the proxy's
 //! auth timeout must be longer than the delay (`docs/proxies.md`).
@@ -57,8 +63,8 @@ pub(super) async fn forward_auth(
 }
 
 /// `/v1/forward-auth/<original path>` (Envoy `ext_authz`, which appends the original path to
-/// its `path_prefix`): the suffix is the original path and query when no `X-Forwarded-Uri` /
-/// `X-Original-URI` is present.
+/// its `path_prefix`): the suffix is the original path and query, whatever forwarding headers
+/// the client sent along.
 pub(super) async fn forward_auth_suffix(
     State(state): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -87,17 +93,17 @@ pub(super) async fn forward_auth_suffix(
     .await
 }
 
-/// Evaluates the original request and answers; `fallback` is its URI when no forwarding
-/// header names one (else `/`).
+/// Evaluates the original request and answers; `suffix` is its URI as Envoy put it in the
+/// URL (then no forwarding header is read), `None` on the bare endpoint.
 async fn decide(
     state: &AppState,
     peer: SocketAddr,
     deny_status: StatusCode,
     method: Method,
     mut headers: HeaderMap,
-    fallback: Option<Uri>,
+    suffix: Option<Uri>,
 ) -> Response {
-    let (method, uri) = match original_request(&method, &mut headers, fallback) {
+    let (method, uri) = match original_request(&method, &mut headers, suffix) {
         Ok(original) => original,
         Err(problem) => return problem,
     };
@@ -195,8 +201,9 @@ fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
     Ok(Some(ms.saturating_mul(900)))
 }
 
-/// The original method and URI from the forwarding headers; also points `Host` at the
-/// original host so host matchers see it.
+/// The original method and URI: with a `suffix` (Envoy), the sub-request's own method and the
+/// suffix, its `Host` left as it is; else from the forwarding headers, also pointing `Host` at
+/// the original host so host matchers see it.
 ///
 /// # Errors
 /// A 400 problem naming the URI header when it is sent twice or cannot be read
@@ -204,8 +211,11 @@ fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
 fn original_request(
     own_method: &Method,
     headers: &mut HeaderMap,
-    fallback: Option<Uri>,
+    suffix: Option<Uri>,
 ) -> Result<(Method, Uri), Response> {
+    if let Some(uri) = suffix {
+        return Ok((own_method.clone(), uri));
+    }
     let text = |h: &HeaderMap, name: &str| {
         h.get(name)
             .and_then(|v| v.to_str().ok())
@@ -232,7 +242,7 @@ fn original_request(
         .or_else(|| text(headers, "x-original-method"))
         .and_then(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
         .unwrap_or_else(|| own_method.clone());
-    let uri = original_uri(headers, fallback)?;
+    let uri = original_uri(headers)?;
     if let Some(host) = text(headers, "x-forwarded-host") {
         if let Ok(v) = HeaderValue::from_str(&host) {
             headers.insert(http::header::HOST, v);
@@ -241,9 +251,8 @@ fn original_request(
     Ok((method, uri))
 }
 
-/// The URI of the first of [`URI_HEADERS`] that is present; `fallback` (else `/`) when neither
-/// is.
-fn original_uri(headers: &HeaderMap, fallback: Option<Uri>) -> Result<Uri, Response> {
+/// The URI of the first of [`URI_HEADERS`] that is present; `/` when neither is.
+fn original_uri(headers: &HeaderMap) -> Result<Uri, Response> {
     for name in &URI_HEADERS {
         let mut values = headers.get_all(name).iter();
         let Some(value) = values.next() else {
@@ -260,7 +269,7 @@ fn original_uri(headers: &HeaderMap, fallback: Option<Uri>) -> Result<Uri, Respo
         return super::forwarded_uri::read(value.as_bytes())
             .map_err(|why| super::invalid(StatusCode::BAD_REQUEST, name.as_str(), why));
     }
-    Ok(fallback.unwrap_or_else(|| Uri::from_static("/")))
+    Ok(Uri::from_static("/"))
 }
 
 #[cfg(test)]
@@ -326,18 +335,31 @@ mod tests {
         );
     }
 
-    /// Envoy ext_authz appends the original path to the path prefix: without a forwarding
-    /// header the suffix is the original URI; a forwarding header still wins.
+    /// Envoy ext_authz appends the original path to the path prefix: the suffix is the
+    /// original URI, and the forwarding headers a client sent along (Envoy passes client
+    /// headers on) name nothing: not the path, the method or the host.
     #[test]
-    fn envoy_ext_authz_path_suffix_is_the_original_uri() {
+    fn envoy_ext_authz_path_suffix_wins_over_every_forwarding_header() {
         let mut h = headers(&[]);
-        let fallback = Some("/api/x?q=1".parse().unwrap());
-        let (_, u) = original_request(&Method::GET, &mut h, fallback).unwrap();
+        let suffix = Some("/api/x?q=1".parse().unwrap());
+        let (_, u) = original_request(&Method::GET, &mut h, suffix).unwrap();
         assert_eq!(u, "/api/x?q=1");
-        let mut h = headers(&[("x-forwarded-uri", "/other")]);
-        let fallback = Some("/api/x".parse().unwrap());
-        let (_, u) = original_request(&Method::GET, &mut h, fallback).unwrap();
-        assert_eq!(u, "/other");
+        let mut h = headers(&[
+            ("x-forwarded-uri", "/public"),
+            ("x-original-uri", "/public"),
+            ("x-forwarded-method", "OPTIONS"),
+            ("x-original-method", "OPTIONS"),
+            ("x-forwarded-host", "other.example"),
+            ("host", "api.example.com"),
+        ]);
+        let suffix = Some("/api/x".parse().unwrap());
+        let (m, u) = original_request(&Method::POST, &mut h, suffix).unwrap();
+        assert_eq!((m, u), (Method::POST, "/api/x".parse::<Uri>().unwrap()));
+        assert_eq!(h["host"], "api.example.com");
+        // Not even a malformed or repeated one fails the request.
+        let mut h = headers(&[("x-forwarded-uri", "api/login"), ("x-forwarded-uri", "/x")]);
+        let suffix = Some("/api/x".parse().unwrap());
+        assert!(original_request(&Method::GET, &mut h, suffix).is_ok());
     }
 
     #[test]
