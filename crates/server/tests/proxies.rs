@@ -265,7 +265,16 @@ impl Reply {
 /// Sends `GET target` (bytes as they are) with `headers` over a new connection, and reads the
 /// whole answer (`Connection: close`).
 async fn send(addr: SocketAddr, target: &str, headers: &[(&str, &str)]) -> std::io::Result<Reply> {
-    let mut conn = TcpStream::connect(addr).await?;
+    exchange(TcpStream::connect(addr).await?, addr, target, headers).await
+}
+
+/// Sends `GET target` with `headers` on `conn` (to `addr`) and reads the whole answer.
+async fn exchange(
+    mut conn: TcpStream,
+    addr: SocketAddr,
+    target: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Reply> {
     let mut request = format!("GET {target} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
@@ -526,6 +535,33 @@ enum Kind {
 /// The files of the Traefik plugin.
 const PLUGIN_FILES: [&str; 3] = [".traefik.yml", "go.mod", "ratelimitheaders.go"];
 
+/// How to run nginx on the server block `conf`: the smallest main configuration around it,
+/// everything in a folder of its own.
+fn nginx_launch(nginx: &Path, conf: &str) -> Launch {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    std::fs::write(dir.path().join("floodgate.conf"), conf).unwrap();
+    let main = format!(
+        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+         events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n    \
+         client_body_temp_path {d}/body;\n    proxy_temp_path {d}/proxy;\n    \
+         fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n    \
+         scgi_temp_path {d}/scgi;\n    include {d}/floodgate.conf;\n}}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), main).unwrap();
+    let args = [
+        "-p",
+        &d,
+        "-e",
+        &format!("{d}/error.log"),
+        "-c",
+        &format!("{d}/nginx.conf"),
+    ]
+    .map(String::from)
+    .to_vec();
+    (dir, nginx.to_path_buf(), args, vec![])
+}
+
 impl Kind {
     /// Starts this proxy with its snippet, pointed at `floodgate` (`host:port`) and `app`.
     /// `ready` tells when it serves (see [`Proxy::ready`]).
@@ -538,30 +574,7 @@ impl Kind {
                     "Debian package nginx",
                 );
                 start_proxy(
-                    |addr| {
-                        let dir = tempfile::tempdir().unwrap();
-                        let d = dir.path().display().to_string();
-                        let conf = snippet("nginx.conf", addr, floodgate, app);
-                        std::fs::write(dir.path().join("floodgate.conf"), conf).unwrap();
-                        // The smallest main configuration around the snippet, all in the folder.
-                        let main = format!(
-                            "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-                         events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n    \
-                         client_body_temp_path {d}/body;\n    proxy_temp_path {d}/proxy;\n    \
-                         fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n    \
-                         scgi_temp_path {d}/scgi;\n    include {d}/floodgate.conf;\n}}\n"
-                        );
-                        std::fs::write(dir.path().join("nginx.conf"), main).unwrap();
-                        let args = [
-                            "-p".into(),
-                            d.clone(),
-                            "-e".into(),
-                            format!("{d}/error.log"),
-                            "-c".into(),
-                            format!("{d}/nginx.conf"),
-                        ];
-                        (dir, nginx.clone(), args.to_vec(), vec![])
-                    },
+                    |addr| nginx_launch(&nginx, &snippet("nginx.conf", addr, floodgate, app)),
                     ready,
                 )
                 .await
@@ -735,16 +748,7 @@ async fn send_from(
 ) -> std::io::Result<Reply> {
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.bind(format!("{from}:0").parse().unwrap())?;
-    let mut conn = socket.connect(addr).await?;
-    let mut request = format!("GET {target} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    conn.write_all(request.as_bytes()).await?;
-    let mut raw = Vec::new();
-    conn.read_to_end(&mut raw).await?;
-    parse(&raw).ok_or_else(|| std::io::Error::other(format!("bad reply {raw:?}")))
+    exchange(socket.connect(addr).await?, addr, target, headers).await
 }
 
 /// The security issue's case behind the real nginx appending to the client's header
@@ -765,34 +769,13 @@ async fn nginx_appending_x_forwarded_for_charges_the_client_whatever_it_wrote_to
     let serves = |r: &Reply| r.status == 200 && r.json()["app"] == "hello";
     let proxy = start_proxy(
         |addr| {
-            let dir = tempfile::tempdir().unwrap();
-            let d = dir.path().display().to_string();
             let snippet = snippet("nginx.conf", addr, &floodgate, app);
             let appending = snippet.replace(
                 "X-Forwarded-For $remote_addr;",
                 "X-Forwarded-For $proxy_add_x_forwarded_for;",
             );
             assert_ne!(snippet, appending, "the nginx snippet sets X-Forwarded-For");
-            std::fs::write(dir.path().join("floodgate.conf"), appending).unwrap();
-            let main = format!(
-                "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-                 events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n    \
-                 client_body_temp_path {d}/body;\n    proxy_temp_path {d}/proxy;\n    \
-                 fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n    \
-                 scgi_temp_path {d}/scgi;\n    include {d}/floodgate.conf;\n}}\n"
-            );
-            std::fs::write(dir.path().join("nginx.conf"), main).unwrap();
-            let args = [
-                "-p",
-                &d,
-                "-e",
-                &format!("{d}/error.log"),
-                "-c",
-                &format!("{d}/nginx.conf"),
-            ]
-            .map(String::from)
-            .to_vec();
-            (dir, nginx.clone(), args, vec![])
+            nginx_launch(&nginx, &appending)
         },
         &serves,
     )
