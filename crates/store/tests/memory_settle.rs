@@ -151,8 +151,16 @@ fn run(kind: AlgorithmKind, quota: Quota, ops: &[(i64, Op)]) -> Result<(), TestC
     Ok(())
 }
 
+/// 256 cases, or `PROPTEST_CASES` when set.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     #[test]
     fn settles_through_the_memory_store_never_mint_capacity(

@@ -221,13 +221,21 @@ fn settles_never_mint_capacity(kind: AlgorithmKind, quota: Quota, moves: &[Move]
 
 type TestResult = Result<(), TestCaseError>;
 
+/// 512 cases, or `PROPTEST_CASES` when set (`PROPTEST_CASES=5000` for a long run).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512)
+}
+
 macro_rules! settle_property {
     ($($module:ident => $kind:ident),* $(,)?) => {$(
         mod $module {
             use super::*;
 
             proptest! {
-                #![proptest_config(ProptestConfig::with_cases(512))]
+                #![proptest_config(ProptestConfig::with_cases(cases()))]
 
                 #[test]
                 fn settles_never_mint_capacity(quota in quota(), moves in moves()) {
