@@ -112,6 +112,45 @@ local function split2(v)
   return tonumber(string.sub(v, 1, colon - 1)), tonumber(string.sub(v, colon + 1))
 end
 
+-- A bucket value's base and the scheduled time of its latest reservation for later, stored as
+-- the suffix ';<last_scheduled_at - since>' only while it lies after `since` (the state's last
+-- update: docs/spec/reservations.md, "Settle never mints capacity"). Returns the base text and
+-- the offset (0 without the suffix).
+local function split_scheduled(v)
+  local semi = string.find(v, ';', 1, true)
+  if not semi then
+    return v, 0
+  end
+  return string.sub(v, 1, semi - 1), tonumber(string.sub(v, semi + 1))
+end
+
+-- The suffix for a state whose latest reservation for later is at `at`, updated at `since`.
+local function scheduled_suffix(at, since)
+  if at > since then
+    return string.format(';%d', at - since)
+  end
+  return ''
+end
+
+-- The scheduled time of the latest reservation for later, after one at now + wait (kept as it
+-- was for a reservation at once: now bounds its time anyway).
+local function latest_scheduled(previous, now, wait)
+  if wait > 0 then
+    return max(previous, now + wait)
+  end
+  return previous
+end
+
+-- What a bucket gives back (ticks its level falls) when a reservation of `reserved` units
+-- scheduled at `at` is settled with `actual <= reserved` at `now`: what it still occupies,
+-- never what an admission scheduled up to `latest` (the later of now and the latest
+-- reservation for later) stands on.
+--   min((reserved - actual) x T, max(reserved x T - min(latest - at, horizon + 1) x den, 0))
+local function settle_give_back(interval, den, horizon, latest, at, reserved, actual)
+  local elapsed = min(max(latest - at, 0), horizon + 1)
+  return min((reserved - actual) * interval, max(reserved * interval - elapsed * den, 0))
+end
+
 -- Writes value v with a TTL of `ttl` ms, or keeping the key's TTL when ttl is nil (refunds:
 -- a refunded state is never older than its TTL). One command either way.
 local function save_value(key, v, ttl)

@@ -18,9 +18,21 @@ local gcra = {}
 function gcra.load(key, p)
   local v = redis.call('GET', key)
   if not v then
-    return { tat = 0, tat_ticks = 0, last_update = 0, den = p.den, exists = false }
+    return { tat = 0, tat_ticks = 0, last_update = 0, last_scheduled_at = 0, den = p.den,
+      exists = false }
   end
-  local s = { tat = 0, tat_ticks = 0, last_update = 0, den = p.den, exists = true }
+  local s = gcra.decode(v, p)
+  s.last_scheduled_at = 0
+  if s.offset > 0 then
+    s.last_scheduled_at = s.last_update + s.offset
+  end
+  return s
+end
+
+function gcra.decode(value, p)
+  local v, offset = split_scheduled(value)
+  local s = { tat = 0, tat_ticks = 0, last_update = 0, den = p.den, exists = true,
+    offset = offset }
   local first = string.find(v, ':', 1, true)
   if not first then
     s.tat, s.tat_ticks = unpack2(v, p.den)
@@ -53,7 +65,7 @@ function gcra.save(key, s, ttl)
   else
     v = string.format('%d:%d:%d', s.tat, s.tat_ticks, lag)
   end
-  save_value(key, v, ttl)
+  save_value(key, v .. scheduled_suffix(s.last_scheduled_at, s.last_update), ttl)
 end
 
 -- The most a state holds ahead of its last update, in ticks: tau plus the longest reservation
@@ -139,13 +151,14 @@ function gcra.reserve_at(s, p, now, cost, wait)
       return false
     end
     set_ahead(s, den, now, new)
+    s.last_scheduled_at = latest_scheduled(s.last_scheduled_at, now, wait)
     ahead = new
   end
   return true, fdiv(max(tau - ahead, 0), interval), cdiv(ahead, den), now
 end
 
--- Settles a reservation of `reserved` units that cost `actual`: back by the difference (not
--- before now), or charged (up to the span). Returns remaining and reset_after.
+-- Settles a reservation of `reserved` units that cost `actual`: back by what it still
+-- occupies (not before now), or charged (up to the span). Returns remaining and reset_after.
 function gcra.settle(s, p, now, at, reserved, actual)
   local interval, den = p.num, p.den
   local tau = p.burst * interval
@@ -153,11 +166,16 @@ function gcra.settle(s, p, now, at, reserved, actual)
   now = max(max(now, s.last_update), earliest(s, p))
   local ahead = ahead_at(s, den, now)
   if actual <= reserved then
-    ahead = max(ahead - (reserved - actual) * interval, 0)
+    local latest = max(now, s.last_scheduled_at)
+    ahead = max(ahead - settle_give_back(interval, den, gcra.max_wait(p), latest, at, reserved,
+      actual), 0)
   else
     ahead = min(ahead + min(actual - reserved, cdiv(span, interval)) * interval, span)
   end
   set_ahead(s, den, now, ahead)
+  if s.last_scheduled_at <= now then
+    s.last_scheduled_at = 0
+  end
   return fdiv(max(tau - ahead, 0), interval), cdiv(ahead, den)
 end
 

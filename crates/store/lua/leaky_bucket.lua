@@ -14,14 +14,20 @@ local leaky_bucket = {}
 function leaky_bucket.load(key, p)
   local v = redis.call('GET', key)
   if not v then
-    return { level = 0, last_leak = 0, exists = false }
+    return { level = 0, last_leak = 0, last_scheduled_at = 0, exists = false }
   end
-  local level, last_leak = split2(v)
-  return { level = level, last_leak = last_leak, exists = true }
+  local base, offset = split_scheduled(v)
+  local level, last_leak = split2(base)
+  local at = 0
+  if offset > 0 then
+    at = last_leak + offset
+  end
+  return { level = level, last_leak = last_leak, last_scheduled_at = at, exists = true }
 end
 
 function leaky_bucket.save(key, s, ttl)
-  save_value(key, string.format('%d:%d', s.level, s.last_leak), ttl)
+  save_value(key, string.format('%d:%d', s.level, s.last_leak)
+    .. scheduled_suffix(s.last_scheduled_at, s.last_leak), ttl)
 end
 
 -- The time a full bucket drains: also the longest reservation wait.
@@ -77,12 +83,14 @@ function leaky_bucket.reserve_at(s, p, now, cost, wait)
     end
     s.level = new
     s.last_leak = now
+    s.last_scheduled_at = latest_scheduled(s.last_scheduled_at, now, wait)
     level = new
   end
   return true, fdiv(max(capacity - level, 0), interval), cdiv(level, den), now
 end
 
--- Settles: the level down by the difference (not below 0) or up (to capacity + drain x den).
+-- Settles: the level down by what the reservation still holds (not below 0) or up (to
+-- capacity + drain x den).
 function leaky_bucket.settle(s, p, now, at, reserved, actual)
   local interval, den = p.num, p.den
   local capacity = p.burst * interval
@@ -90,12 +98,17 @@ function leaky_bucket.settle(s, p, now, at, reserved, actual)
   now = max(now, s.last_leak)
   local level = level_at(s, p, now)
   if actual <= reserved then
-    level = max(level - (reserved - actual) * interval, 0)
+    local latest = max(now, s.last_scheduled_at)
+    level = max(level - settle_give_back(interval, den, leaky_bucket.max_wait(p), latest, at,
+      reserved, actual), 0)
   else
     level = min(level + min(actual - reserved, cdiv(most, interval)) * interval, most)
   end
   s.level = level
   s.last_leak = now
+  if s.last_scheduled_at <= now then
+    s.last_scheduled_at = 0
+  end
   return fdiv(max(capacity - level, 0), interval), cdiv(level, den)
 end
 

@@ -14,14 +14,20 @@ local token_bucket = {}
 function token_bucket.load(key, p)
   local v = redis.call('GET', key)
   if not v then
-    return { tokens = p.burst * p.num, last_refill = 0, exists = false }
+    return { tokens = p.burst * p.num, last_refill = 0, last_scheduled_at = 0, exists = false }
   end
-  local tokens, last_refill = split2(v)
-  return { tokens = tokens, last_refill = last_refill, exists = true }
+  local base, offset = split_scheduled(v)
+  local tokens, last_refill = split2(base)
+  local at = 0
+  if offset > 0 then
+    at = last_refill + offset
+  end
+  return { tokens = tokens, last_refill = last_refill, last_scheduled_at = at, exists = true }
 end
 
 function token_bucket.save(key, s, ttl)
-  save_value(key, string.format('%d:%d', s.tokens, s.last_refill), ttl)
+  save_value(key, string.format('%d:%d', s.tokens, s.last_refill)
+    .. scheduled_suffix(s.last_scheduled_at, s.last_refill), ttl)
 end
 
 -- The time an empty bucket fills: also the longest reservation wait.
@@ -80,18 +86,22 @@ function token_bucket.reserve_at(s, p, now, cost, wait)
     tokens = capacity - level
     s.tokens = tokens
     s.last_refill = now
+    s.last_scheduled_at = latest_scheduled(s.last_scheduled_at, now, wait)
   end
   return true, fdiv(max(tokens, 0), interval), cdiv(capacity - tokens, den), now
 end
 
--- Settles: tokens back (not above capacity) or charged (down to -(fill time x den)).
+-- Settles: back what the reservation still holds (not above capacity) or charged (down to
+-- -(fill time x den)).
 function token_bucket.settle(s, p, now, at, reserved, actual)
   local interval, den = p.num, p.den
   local capacity = p.burst * interval
   now = max(now, s.last_refill)
   local tokens = tokens_at(s, p, now)
   if actual <= reserved then
-    tokens = min(tokens + (reserved - actual) * interval, capacity)
+    local latest = max(now, s.last_scheduled_at)
+    tokens = min(tokens + settle_give_back(interval, den, token_bucket.max_wait(p), latest, at,
+      reserved, actual), capacity)
   else
     local most = 2 * capacity + den
     local charge = min(min(actual - reserved, cdiv(most, interval)) * interval, most)
@@ -99,6 +109,9 @@ function token_bucket.settle(s, p, now, at, reserved, actual)
   end
   s.tokens = tokens
   s.last_refill = now
+  if s.last_scheduled_at <= now then
+    s.last_scheduled_at = 0
+  end
   return fdiv(max(tokens, 0), interval), cdiv(capacity - tokens, den)
 end
 

@@ -312,12 +312,13 @@ fn batches_match(flavor: Flavor) {
 }
 
 /// One random request of a reservation run: a check, a peek, a reservation with a wait bound,
-/// or a settle of the last granted reservation with an actual cost.
+/// or a settle of one of the granted reservations not settled yet (in any order: `pick` 0 is
+/// the latest, 1 the one before, modulo their number) with an actual cost.
 #[derive(Debug, Clone)]
 enum Op {
     Check { peek: bool },
     Reserve { max_wait: u64 },
-    Settle { actual: u64 },
+    Settle { actual: u64, pick: usize },
 }
 
 fn reservation_requests(max_cost: u64) -> impl Strategy<Value = Vec<(Req, Op)>> {
@@ -325,7 +326,8 @@ fn reservation_requests(max_cost: u64) -> impl Strategy<Value = Vec<(Req, Op)>> 
         2 => prop::bool::weighted(0.2).prop_map(|peek| Op::Check { peek }),
         3 => prop_oneof![Just(0u64), 0u64..3_000_000, Just(u64::MAX)]
             .prop_map(|max_wait| Op::Reserve { max_wait }),
-        2 => (0..=2 * max_cost + 1).prop_map(|actual| Op::Settle { actual }),
+        2 => (0..=2 * max_cost + 1, any::<usize>())
+            .prop_map(|(actual, pick)| Op::Settle { actual, pick }),
     ];
     (requests(max_cost), prop::collection::vec(op, 40))
         .prop_map(|(reqs, ops)| reqs.into_iter().zip(ops).collect())
@@ -345,8 +347,8 @@ fn run_reservations_against_core(
     };
     let rule = fresh_rule();
     let mut states: HashMap<usize, State> = HashMap::new();
-    // The last granted reservation per key: (scheduled_at, cost).
-    let mut granted: HashMap<usize, (u64, u64)> = HashMap::new();
+    // The granted reservations not settled yet, per key: (scheduled_at, cost).
+    let mut granted: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
     let mut now = T0 as i64;
     for (n, (r, op)) in reqs.iter().enumerate() {
         now += r.dt;
@@ -394,13 +396,15 @@ fn run_reservations_against_core(
                     label
                 );
                 if let Some(at) = want.scheduled_at {
-                    granted.insert(r.key, (at, cost));
+                    granted.entry(r.key).or_default().push((at, cost));
                 }
             }
-            Op::Settle { actual } => {
-                let Some(&(scheduled_at, reserved)) = granted.get(&r.key) else {
+            Op::Settle { actual, pick } => {
+                let open = granted.entry(r.key).or_default();
+                if open.is_empty() {
                     continue;
-                };
+                }
+                let (scheduled_at, reserved) = open.remove(open.len() - 1 - pick % open.len());
                 let want = policy
                     .settle(state, at, scheduled_at, reserved, *actual)
                     .unwrap();
@@ -483,17 +487,17 @@ fn a_granted_reservation_drops_the_cached_denial() {
     let reqs: Vec<(Req, Op)> = [
         (3234, 1, 3, true, Reserve { max_wait: 0 }),
         (342451, 0, 7, false, Check { peek: false }),
-        (5183619, 0, 6, false, Settle { actual: 13 }),
+        (5183619, 0, 6, false, Settle { actual: 13, pick: 0 }),
         (336227, 1, 6, false, Check { peek: false }),
         (15635168, 0, 1, false, Check { peek: false }),
         (-122235, 1, 1, false, Reserve { max_wait: 2123947 }),
         (171815, 0, 6, true, Check { peek: false }),
-        (259379, 0, 3, false, Settle { actual: 13 }),
+        (259379, 0, 3, false, Settle { actual: 13, pick: 0 }),
         (153964, 0, 1, false, Check { peek: false }),
         (0, 0, 3, false, Reserve { max_wait: 2100904 }),
         (291444, 1, 7, false, Reserve { max_wait: u64::MAX }),
-        (0, 1, 7, true, Settle { actual: 4 }),
-        (-118014, 1, 3, true, Settle { actual: 12 }),
+        (0, 1, 7, true, Settle { actual: 4, pick: 0 }),
+        (-118014, 1, 3, true, Settle { actual: 12, pick: 0 }),
         (-284923, 0, 1, false, Reserve { max_wait: 276814 }),
         (25911, 0, 2, false, Reserve { max_wait: u64::MAX }),
         (1112859, 0, 0, false, Reserve { max_wait: 2871701 }),
@@ -501,9 +505,9 @@ fn a_granted_reservation_drops_the_cached_denial() {
         (0, 0, 1, false, Check { peek: false }),
         (347134, 0, 7, false, Reserve { max_wait: u64::MAX }),
         (-157481, 0, 2, false, Check { peek: false }),
-        (181880, 1, 2, true, Settle { actual: 3 }),
+        (181880, 1, 2, true, Settle { actual: 3, pick: 0 }),
         (257945, 0, 3, true, Reserve { max_wait: 0 }),
-        (0, 0, 3, false, Settle { actual: 10 }),
+        (0, 0, 3, false, Settle { actual: 10, pick: 0 }),
         (283115, 1, 5, true, Reserve { max_wait: 0 }),
         (130123, 0, 5, false, Check { peek: false }),
         (38440, 1, 1, false, Reserve { max_wait: u64::MAX }),

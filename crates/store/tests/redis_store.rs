@@ -309,6 +309,7 @@ async fn a_gcra_value_stored_without_last_update_still_decides() {
                 tat,
                 tat_ticks: ticks,
                 last_update: 0,
+                last_scheduled_at: 0,
             };
         }
         for (dt, cost) in [(0u64, 1u64), (400_000, 1), (0, 2), (2_000_000, 1)] {

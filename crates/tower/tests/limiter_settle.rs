@@ -134,7 +134,7 @@ async fn nothing_is_reserved_when_denied_or_not_a_reservation() {
 }
 
 #[tokio::test]
-async fn a_waiting_reservation_given_up_gives_its_slot_back() {
+async fn a_waiting_reservation_given_up_in_the_middle_of_the_queue_gives_nothing_back() {
     let h = harness(rules());
     for _ in 0..10 {
         reserve(&h, &[(0, "ip=a", 1)], 0).await;
@@ -152,9 +152,32 @@ async fn a_waiting_reservation_given_up_gives_its_slot_back() {
         .await
         .unwrap()
         .unwrap();
-    // Its slot is free again: the next waiter is scheduled 200 ms out, not 300.
+    // The second is queued behind its slot, so nothing comes back (a settle never gives back
+    // what a later reservation stands on: docs/spec/reservations.md): the next waiter is
+    // scheduled after the second, 300 ms out.
+    let (third, _) = reserve(&h, &[(0, "ip=a", 1)], 500_000).await;
+    assert_eq!(third.wait, Some(300_000));
+}
+
+#[tokio::test]
+async fn the_last_waiting_reservation_given_up_gives_its_slot_back() {
+    let h = harness(rules());
+    for _ in 0..10 {
+        reserve(&h, &[(0, "ip=a", 1)], 0).await;
+    }
+    let (_, first) = reserve(&h, &[(0, "ip=a", 1)], 500_000).await;
+    let (second, held) = reserve(&h, &[(0, "ip=a", 1)], 500_000).await;
+    assert_eq!(second.wait, Some(200_000));
+    let (first, held) = (first.unwrap(), held.unwrap());
+    // The last in the queue gives up: its slot is free again, the next waiter takes it.
+    let limiter = h.limiter.clone();
+    tokio::spawn(async move { limiter.settle(&held, &held.nothing_used()).await })
+        .await
+        .unwrap()
+        .unwrap();
     let (third, _) = reserve(&h, &[(0, "ip=a", 1)], 500_000).await;
     assert_eq!(third.wait, Some(200_000));
+    drop(first);
 }
 
 #[test]

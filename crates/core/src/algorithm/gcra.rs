@@ -28,7 +28,7 @@
 //! assert_eq!(denied.retry_after, Some(500_000)); // one emission interval
 //! ```
 
-use crate::algorithm::{Algorithm, AlgorithmKind};
+use crate::algorithm::{latest_scheduled, settle_give_back, still_ahead, Algorithm, AlgorithmKind};
 use crate::decision::{Decision, Reservation};
 use crate::div::Divisor;
 use crate::error::QuotaError;
@@ -81,6 +81,10 @@ pub struct GcraState {
     /// leaky bucket reads one before its `last_leak`. The annex C continuous-state form calls
     /// it the last conformance time.
     pub last_update: Timestamp,
+    /// The scheduled time of the latest reservation made for later (microseconds since the
+    /// Unix epoch), while it lies after `last_update`; 0 otherwise. A settle gives back nothing
+    /// that an admission scheduled up to it stands on (`docs/spec/reservations.md`).
+    pub last_scheduled_at: Timestamp,
 }
 
 impl Gcra {
@@ -278,6 +282,7 @@ impl Algorithm for Gcra {
             return None;
         }
         self.set_ahead(state, now, new_ahead);
+        state.last_scheduled_at = latest_scheduled(state.last_scheduled_at, now, wait);
         Some(Reservation::granted_at(self.standing(new_ahead), now, wait))
     }
 
@@ -285,15 +290,25 @@ impl Algorithm for Gcra {
         &self,
         state: &mut GcraState,
         now: Timestamp,
-        _scheduled_at: Timestamp,
+        scheduled_at: Timestamp,
         reserved: u64,
         actual: u64,
     ) -> Decision {
         let now = self.effective_now(*state, now);
         let ahead = self.ticks_after(*state, now);
+        let latest = now.max(state.last_scheduled_at);
         let ahead = if actual <= reserved {
-            // Back by the difference, never before now (an empty bucket holds nothing more).
-            ahead.saturating_sub((reserved - actual) * self.interval)
+            // Back by what the reservation still occupies, never what a later admission stands
+            // on, and never before now (an empty bucket holds nothing more).
+            ahead.saturating_sub(settle_give_back(
+                self.interval,
+                self.ticks_per_us,
+                self.horizon_us,
+                latest,
+                scheduled_at,
+                reserved,
+                actual,
+            ))
         } else {
             // Charged unconditionally, up to the bounded debt (span).
             ahead
@@ -301,6 +316,7 @@ impl Algorithm for Gcra {
                 .min(self.span)
         };
         self.set_ahead(state, now, ahead);
+        state.last_scheduled_at = still_ahead(state.last_scheduled_at, now);
         self.standing(ahead)
     }
 }

@@ -30,7 +30,7 @@
 //! assert_eq!(denied.retry_after, Some(70_000)); // one unit drains every 100 ms
 //! ```
 
-use crate::algorithm::{Algorithm, AlgorithmKind};
+use crate::algorithm::{latest_scheduled, settle_give_back, still_ahead, Algorithm, AlgorithmKind};
 use crate::decision::{Decision, Reservation};
 use crate::error::QuotaError;
 use crate::quota::Quota;
@@ -63,6 +63,10 @@ pub struct LeakyBucketState {
     pub level: u64,
     /// When `level` was last brought up to date, in microseconds since the Unix epoch.
     pub last_leak: Timestamp,
+    /// The scheduled time of the latest reservation made for later (microseconds since the
+    /// Unix epoch), while it lies after `last_leak`; 0 otherwise. A settle takes out no level
+    /// that an admission scheduled up to it stands on (`docs/spec/reservations.md`).
+    pub last_scheduled_at: Timestamp,
 }
 
 impl LeakyBucket {
@@ -137,10 +141,8 @@ impl Algorithm for LeakyBucket {
                                                       // Cost 0 is a peek, allowed even while reservations hold the level above capacity.
         let allowed = cost == 0 || new_level <= self.capacity_ticks;
         let level_after = if allowed && consume {
-            *state = LeakyBucketState {
-                level: new_level,
-                last_leak: now,
-            };
+            state.level = new_level;
+            state.last_leak = now;
             new_level
         } else {
             level
@@ -185,6 +187,7 @@ impl Algorithm for LeakyBucket {
         *state = LeakyBucketState {
             level: new_level,
             last_leak: now,
+            last_scheduled_at: latest_scheduled(state.last_scheduled_at, now, wait),
         };
         Some(Reservation::granted_at(self.standing(new_level), now, wait))
     }
@@ -193,14 +196,24 @@ impl Algorithm for LeakyBucket {
         &self,
         state: &mut LeakyBucketState,
         now: Timestamp,
-        _scheduled_at: Timestamp,
+        scheduled_at: Timestamp,
         reserved: u64,
         actual: u64,
     ) -> Decision {
         let now = now.max(state.last_leak);
         let level = self.level_at(state, now);
+        let latest = now.max(state.last_scheduled_at);
         let level = if actual <= reserved {
-            level.saturating_sub((reserved - actual) * self.interval)
+            // What the reservation still holds, never what a later admission stands on.
+            level.saturating_sub(settle_give_back(
+                self.interval,
+                self.ticks_per_us,
+                self.drain_us,
+                latest,
+                scheduled_at,
+                reserved,
+                actual,
+            ))
         } else {
             level
                 .saturating_add((actual - reserved).saturating_mul(self.interval))
@@ -209,6 +222,7 @@ impl Algorithm for LeakyBucket {
         *state = LeakyBucketState {
             level,
             last_leak: now,
+            last_scheduled_at: still_ahead(state.last_scheduled_at, now),
         };
         self.standing(level)
     }

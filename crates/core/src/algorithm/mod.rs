@@ -507,6 +507,55 @@ impl Policy {
     }
 }
 
+/// The most a bucket algorithm (GCRA terms: ticks its theoretical arrival time may move back)
+/// gives back when a reservation of `reserved` units scheduled at `scheduled_at` is settled
+/// with `actual <= reserved` (`docs/spec/reservations.md`, "Settle never mints capacity"):
+///
+/// ```text
+/// latest = max(now, last_scheduled_at)          -- no later admission is scheduled after it
+/// give   = min((reserved - actual) x T, reserved x T - (latest - scheduled_at) x d)   (>= 0)
+/// ```
+///
+/// The reservation occupies the bucket from its scheduled time for `reserved x T` ticks; what
+/// refilled since then (up to `latest`) is no longer its own to give: later admissions stand
+/// on it. `horizon_us x d >= burst x T` bounds the product below 2^53.
+#[inline]
+pub(crate) fn settle_give_back(
+    interval: u64,
+    ticks_per_us: u64,
+    horizon_us: Micros,
+    latest: Timestamp,
+    scheduled_at: Timestamp,
+    reserved: u64,
+    actual: u64,
+) -> u64 {
+    let occupied = reserved * interval;
+    let elapsed = latest.saturating_sub(scheduled_at).min(horizon_us + 1);
+    ((reserved - actual) * interval).min(occupied.saturating_sub(elapsed * ticks_per_us))
+}
+
+/// A bucket's `last_scheduled_at` after a reservation at `now + wait`: the later of the two
+/// for a reservation made for later; left as it was for one at once (a check, which must
+/// leave exactly a check's state), where `now` bounds its scheduled time anyway.
+#[inline]
+pub(crate) fn latest_scheduled(previous: Timestamp, now: Timestamp, wait: Micros) -> Timestamp {
+    if wait == 0 {
+        previous
+    } else {
+        previous.max(now.saturating_add(wait))
+    }
+}
+
+/// A bucket's `last_scheduled_at` once it moved to `now`: kept only while it lies ahead.
+#[inline]
+pub(crate) fn still_ahead(latest: Timestamp, now: Timestamp) -> Timestamp {
+    if latest > now {
+        latest
+    } else {
+        0
+    }
+}
+
 /// `Ok(())` when `cost <= capacity`, else [`CheckError::InsufficientCapacity`].
 #[inline]
 fn validate_cost(cost: u64, capacity: u64) -> Result<(), CheckError> {
@@ -517,6 +566,8 @@ fn validate_cost(cost: u64, capacity: u64) -> Result<(), CheckError> {
     }
 }
 
+#[cfg(test)]
+mod settle_tests;
 #[cfg(test)]
 mod test_support;
 #[cfg(test)]

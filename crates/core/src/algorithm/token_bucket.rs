@@ -28,7 +28,7 @@
 //! assert!(bucket.check(&mut state, t0 + 500_000, 1).unwrap().allowed);
 //! ```
 
-use crate::algorithm::{Algorithm, AlgorithmKind};
+use crate::algorithm::{latest_scheduled, settle_give_back, still_ahead, Algorithm, AlgorithmKind};
 use crate::decision::{Decision, Reservation};
 use crate::error::QuotaError;
 use crate::quota::Quota;
@@ -60,6 +60,10 @@ pub struct TokenBucketState {
     pub tokens: i64,
     /// When `tokens` was last brought up to date, in microseconds since the Unix epoch.
     pub last_refill: Timestamp,
+    /// The scheduled time of the latest reservation made for later (microseconds since the
+    /// Unix epoch), while it lies after `last_refill`; 0 otherwise. A settle gives back no
+    /// token that an admission scheduled up to it stands on (`docs/spec/reservations.md`).
+    pub last_scheduled_at: Timestamp,
 }
 
 impl TokenBucket {
@@ -120,6 +124,7 @@ impl Algorithm for TokenBucket {
         TokenBucketState {
             tokens: self.capacity_ticks as i64,
             last_refill: 0,
+            last_scheduled_at: 0,
         }
     }
 
@@ -140,10 +145,8 @@ impl Algorithm for TokenBucket {
         // Cost 0 is a peek, allowed even while reservations hold the bucket in debt.
         let allowed = cost == 0 || tokens >= needed;
         let tokens_after = if allowed && consume {
-            *state = TokenBucketState {
-                tokens: tokens - needed,
-                last_refill: now,
-            };
+            state.tokens = tokens - needed;
+            state.last_refill = now;
             tokens - needed
         } else {
             tokens
@@ -192,6 +195,7 @@ impl Algorithm for TokenBucket {
         *state = TokenBucketState {
             tokens: cap - level,
             last_refill: now,
+            last_scheduled_at: latest_scheduled(state.last_scheduled_at, now, wait),
         };
         Some(Reservation::granted_at(
             self.standing(cap - level),
@@ -204,16 +208,27 @@ impl Algorithm for TokenBucket {
         &self,
         state: &mut TokenBucketState,
         now: Timestamp,
-        _scheduled_at: Timestamp,
+        scheduled_at: Timestamp,
         reserved: u64,
         actual: u64,
     ) -> Decision {
         let now = now.max(state.last_refill);
         let cap = self.capacity_ticks as i64;
         let tokens = self.tokens_at(state, now);
+        let latest = now.max(state.last_scheduled_at);
         let tokens = if actual <= reserved {
-            // Never above the burst.
-            (tokens + ((reserved - actual) * self.interval) as i64).min(cap)
+            // What the reservation still holds, never what a later admission stands on, and
+            // never above the burst.
+            let give = settle_give_back(
+                self.interval,
+                self.ticks_per_us,
+                self.fill_us,
+                latest,
+                scheduled_at,
+                reserved,
+                actual,
+            );
+            (tokens + give as i64).min(cap)
         } else {
             // Charged unconditionally, down to the bounded debt (a full fill time).
             let floor = -((self.fill_us * self.ticks_per_us) as i64);
@@ -225,6 +240,7 @@ impl Algorithm for TokenBucket {
         *state = TokenBucketState {
             tokens,
             last_refill: now,
+            last_scheduled_at: still_ahead(state.last_scheduled_at, now),
         };
         self.standing(tokens)
     }
