@@ -330,6 +330,139 @@ fn resharding_under_load_keeps_counts_and_almost_never_errs_on(flavor: Flavor) {
     });
 }
 
+/// Issue 30, item 1: while a hot slot is held mid-migration (`IMPORTING` on the target,
+/// `MIGRATING` on the source, its keys already moved with `MIGRATE`), every request for it
+/// gets `ASK` from the source and must run on the target after `ASKING`. With 24 concurrent
+/// clients on one multiplexed connection, an `ASKING` sent as its own request was consumed by
+/// another client's command: the script got `MOVED`, then `ASK` again, until the retries ran
+/// out (60 to 84 % errors). Now: zero errors, and every key admits exactly its limit, for four
+/// algorithms, whose keys all sit in the migrating slot.
+fn ask_redirects_mid_migration_with_24_clients_never_fail_and_count_exactly_on(flavor: Flavor) {
+    const LIMIT: u64 = 150;
+    const CLIENTS: usize = 24;
+    const PER_CLIENT: usize = 50;
+    let cluster = RedisCluster::start_flavor(flavor).unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
+    let kinds = [
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::Gcra,
+        AlgorithmKind::FixedWindow,
+        AlgorithmKind::SlidingLog,
+    ];
+    let policies: Vec<Policy> = kinds
+        .iter()
+        .map(|&k| Policy::new(k, format!("{LIMIT}/h").parse().unwrap()).unwrap())
+        .collect();
+    rt.block_on(async {
+        let store = Arc::new(store(&cluster));
+        // One key per algorithm, all in the slot of the first.
+        let slot = keys::slot(store.key_name("ask0", &policies[0], "hot").as_bytes());
+        let hot: Vec<String> = (0..kinds.len())
+            .map(|r| {
+                (0..)
+                    .map(|i| format!("hot{i}"))
+                    .find(|k| {
+                        keys::slot(
+                            store
+                                .key_name(&format!("ask{r}"), &policies[r], k)
+                                .as_bytes(),
+                        ) == slot
+                    })
+                    .unwrap()
+            })
+            .collect();
+        let names: Vec<String> = (0..kinds.len())
+            .map(|r| store.key_name(&format!("ask{r}"), &policies[r], &hot[r]))
+            .collect();
+        let slot_number: u16 = cluster.nodes()[0]
+            .cli(&["CLUSTER", "KEYSLOT", &names[0]])
+            .unwrap()
+            .parse()
+            .unwrap();
+        // Each key exists (one unit consumed) before it moves to the target.
+        for r in 0..kinds.len() {
+            let rule = format!("ask{r}");
+            let d = store
+                .check(&[CheckItem {
+                    rule: &rule,
+                    policy: &policies[r],
+                    key: &hot[r],
+                    cost: 1,
+                }])
+                .await
+                .unwrap();
+            assert!(d.allowed);
+        }
+        let from = cluster.owner_of(slot_number).unwrap();
+        let to = (from + 1) % 3;
+        cluster
+            .start_migration(slot_number, from, to, &names)
+            .unwrap();
+        let policies = Arc::new(policies);
+        let hot = Arc::new(hot);
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                let (store, policies, hot) = (store.clone(), policies.clone(), hot.clone());
+                tokio::spawn(async move {
+                    let mut admitted = [0u64; 4];
+                    let mut errors = Vec::new();
+                    for n in 0..PER_CLIENT {
+                        let r = (c + n) % 4;
+                        let rule = format!("ask{r}");
+                        match store
+                            .check(&[CheckItem {
+                                rule: &rule,
+                                policy: &policies[r],
+                                key: &hot[r],
+                                cost: 1,
+                            }])
+                            .await
+                        {
+                            Ok(d) => admitted[r] += u64::from(d.allowed),
+                            Err(e) => errors.push(e.to_string()),
+                        }
+                    }
+                    (admitted, errors)
+                })
+            })
+            .collect();
+        let mut admitted = [1u64; 4];
+        let mut errors = Vec::new();
+        for t in tasks {
+            let (a, e) = t.await.unwrap();
+            for (total, x) in admitted.iter_mut().zip(a) {
+                *total += x;
+            }
+            errors.extend(e);
+        }
+        let requests = CLIENTS * PER_CLIENT;
+        assert!(
+            errors.is_empty(),
+            "{} of {requests} checks failed mid-migration, e.g. {:?}",
+            errors.len(),
+            errors.first()
+        );
+        // 1 + 300 checks per key, limit 150: exactly the limit admitted.
+        assert_eq!(admitted, [LIMIT; 4], "admitted per algorithm {kinds:?}");
+        // The state lives on the target: the source holds none of the keys (it answers ASK).
+        for name in &names {
+            let on_source = cluster.nodes()[from].cli(&["EXISTS", name]).unwrap();
+            assert!(
+                on_source.starts_with("ASK "),
+                "{name} on the source: {on_source}"
+            );
+        }
+        cluster.finish_migration(slot_number, from, to).unwrap();
+        for r in 0..kinds.len() {
+            let d = store
+                .inspect(&format!("ask{r}"), &policies[r], &hot[r])
+                .await
+                .unwrap();
+            assert_eq!(d.remaining, 0, "{:?} after the migration", kinds[r]);
+        }
+    });
+}
+
 fn startup_check_asks_every_master_on(flavor: Flavor) {
     let cluster = RedisCluster::start_flavor(flavor).unwrap();
     let rt = current_thread_runtime().unwrap();
@@ -484,6 +617,11 @@ on_both!(
     cross_slot_batches_match_the_memory_store,
     valkey_cross_slot_batches_match_the_memory_store,
     cross_slot_batches_match_the_memory_store_on
+);
+on_both!(
+    ask_redirects_mid_migration_with_24_clients_never_fail_and_count_exactly,
+    valkey_ask_redirects_mid_migration_with_24_clients_never_fail_and_count_exactly,
+    ask_redirects_mid_migration_with_24_clients_never_fail_and_count_exactly_on
 );
 on_both!(
     startup_check_asks_every_master,

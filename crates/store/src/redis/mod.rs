@@ -61,6 +61,7 @@ use tokio::sync::OnceCell;
 
 use crate::{BatchDecision, CheckItem, Store, StoreError};
 
+mod asking;
 mod breaker;
 mod coalesce;
 pub mod deny_cache;
@@ -370,7 +371,7 @@ fn spawn_sentinel_poll(link: std::sync::Weak<SentinelLink>) {
 /// down (it connects once the cluster answers).
 struct ClusterLink {
     client: ClusterClient,
-    conn: OnceCell<ClusterConnection>,
+    conn: OnceCell<ClusterConnection<asking::AskingConnection>>,
 }
 
 impl Conn {
@@ -447,9 +448,11 @@ impl ScriptCall<'_> {
 }
 
 impl ClusterLink {
-    async fn connection(&self) -> Result<ClusterConnection, RedisError> {
+    async fn connection(&self) -> Result<ClusterConnection<asking::AskingConnection>, RedisError> {
         self.conn
-            .get_or_try_init(|| self.client.get_async_connection())
+            // Per-node connections that send `ASKING` with the command it redirects (see
+            // `asking.rs`), else the same cluster connection as `get_async_connection`.
+            .get_or_try_init(|| self.client.get_async_generic_connection())
             .await
             .cloned()
     }
@@ -660,7 +663,9 @@ impl RedisStore {
                 let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(config.connect_timeout)
                     .response_timeout(config.timeout.max(Duration::from_millis(1)))
-                    .retries(2);
+                    // An ASK redirect takes one (and now succeeds at once, see `asking.rs`):
+                    // two are left for MOVED, TRYAGAIN and reconnections, as before.
+                    .retries(3);
                 if tls && !config.tls.is_empty() {
                     builder = builder.certs(config.tls.certificates());
                 }
