@@ -507,6 +507,79 @@ fn ask_redirects_mid_migration_with_24_clients_never_fail_and_count_exactly_on(f
     });
 }
 
+/// Issue 30, item 2: while the cluster is down (a slot without a master, full coverage
+/// required: every key command answers `CLUSTERDOWN`, but every node still answers `PING`),
+/// the open breaker must stay open and fail calls fast. Its recovery watch used to `PING` any
+/// node, which answered: the breaker closed at once, the next calls failed again and opened
+/// it, 60 times in 20 s. Once the slot has a master again, the watch closes it.
+#[test]
+fn the_breaker_stays_open_while_the_cluster_is_down_although_nodes_answer_ping() {
+    let cluster = RedisCluster::start().unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
+    rt.block_on(async {
+        let mut config = RedisStoreConfig::cluster(cluster.urls());
+        config.time_source = TimeSource::Caller;
+        config.timeout = Duration::from_millis(500);
+        config.ttl_extra = Duration::from_secs(3600);
+        config.breaker_window = Duration::ZERO;
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = Arc::new(RedisStore::new(config, clock.clone()).unwrap());
+        let policy = Policy::new(AlgorithmKind::Gcra, "100/h".parse().unwrap()).unwrap();
+        let check = |key: &'static str| {
+            let (store, policy) = (store.clone(), policy.clone());
+            async move {
+                store
+                    .check(&[CheckItem {
+                        rule: "down",
+                        policy: &policy,
+                        key,
+                        cost: 1,
+                    }])
+                    .await
+            }
+        };
+        assert!(check("a").await.unwrap().allowed);
+        // Take slot 0 from its master on every node: the cluster is down.
+        let owner = cluster.owner_of(0).unwrap();
+        for node in cluster.nodes() {
+            node.cli(&["CLUSTER", "DELSLOTS", "0"]).unwrap();
+        }
+        cluster.await_state(false).unwrap();
+        assert_eq!(cluster.nodes()[owner].cli(&["PING"]).unwrap(), "PONG");
+        // Five calls fail at Redis: the breaker opens.
+        let failures = futures_util::future::join_all((0..5).map(|_| check("a"))).await;
+        for f in &failures {
+            let e = f.as_ref().unwrap_err().to_string();
+            assert!(!e.contains("circuit breaker"), "{e}");
+        }
+        // For 50 looks 10 ms apart (the recovery watch probes all the while), every call
+        // fails fast: the breaker never closed.
+        for n in 0..50 {
+            let e = check("a").await.unwrap_err().to_string();
+            assert!(e.contains("circuit breaker open"), "look {n}: {e}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The slot gets its master back: the watch closes the breaker (bounded: 10 s).
+        cluster.nodes()[owner]
+            .cli(&["CLUSTER", "ADDSLOTS", "0"])
+            .unwrap();
+        cluster.await_state(true).unwrap();
+        let mut recovered = false;
+        for _ in 0..1_000 {
+            if let Ok(d) = check("a").await {
+                assert!(d.allowed);
+                recovered = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            recovered,
+            "the breaker did not close once the cluster was up"
+        );
+    });
+}
+
 fn startup_check_asks_every_master_on(flavor: Flavor) {
     let cluster = RedisCluster::start_flavor(flavor).unwrap();
     let rt = current_thread_runtime().unwrap();

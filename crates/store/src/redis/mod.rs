@@ -479,6 +479,9 @@ pub struct RedisStore {
     /// This process's id in the instance set, and the live count last seen (0: none yet).
     instance_id: String,
     live_instances: Arc<std::sync::atomic::AtomicU64>,
+    /// Cluster: a key of the last decision call that failed, which the breaker's recovery
+    /// watch probes (see [`recovery_probe`]).
+    probe_key: Arc<parking_lot::Mutex<Option<String>>>,
 }
 
 /// Longest pause between two reconnection attempts of a standalone connection (plus up to as
@@ -723,6 +726,7 @@ impl RedisStore {
             instance_id,
             live_instances,
             deny_cache,
+            probe_key: Arc::default(),
         })
     }
 
@@ -992,6 +996,7 @@ impl RedisStore {
     }
 
     /// Starts the recovery watch of an open breaker (`breaker.rs`): a task that sends `PING`
+    /// (on a cluster: `EXISTS` on a key of the last failed call, see [`recovery_probe`])
     /// after `PING` (each waiting up to `connect_timeout + timeout`, which includes waiting
     /// for the background reconnection) until one succeeds, which closes the breaker, or
     /// until the breaker closed otherwise or the store is dropped. So decisions return to
@@ -1003,11 +1008,12 @@ impl RedisStore {
         let conn = self.conn.clone();
         let clock = Arc::clone(&self.clock);
         let wait = self.config.connect_timeout + self.config.timeout;
+        let probe_key = Arc::clone(&self.probe_key);
         tokio::spawn(async move {
-            let ping = redis::cmd("PING");
             loop {
+                let probe = recovery_probe(probe_key.lock().as_deref());
                 let answered = matches!(
-                    tokio::time::timeout(wait, conn.query::<String>(&ping)).await,
+                    tokio::time::timeout(wait, conn.query::<Value>(&probe)).await,
                     Ok(Ok(_))
                 );
                 let Some(breaker) = breaker.upgrade() else {
@@ -1132,6 +1138,9 @@ impl RedisStore {
                 }
             })
             .await;
+        if result.is_err() && self.is_cluster() {
+            note_probe_key(&self.probe_key, &groups[0].keys[0]);
+        }
         if let (Some((cache, name, at, generation)), Ok(batch)) = (cached, &result) {
             if !batch.allowed {
                 cache.insert(&name, at, batch.decisions[0], generation);
@@ -1318,6 +1327,31 @@ impl RedisStore {
             now,
         };
         self.conn.invoke(&call).await
+    }
+}
+
+/// The command of the breaker's recovery watch: `EXISTS <key>` for a key of the last failed
+/// decision call on a cluster, else `PING`. On a cluster any live node answers `PING`, also
+/// while the slot that failed has no master or the cluster is down (`CLUSTERDOWN`): a `PING`
+/// closed the breaker at once, the next calls failed again and opened it, 60 times in 20 s
+/// (issue 30). `EXISTS` on that key goes where its slot lives and fails as the decision did
+/// (`CLUSTERDOWN`, a dead master), a cheap read that writes nothing.
+fn recovery_probe(key: Option<&str>) -> redis::Cmd {
+    match key {
+        Some(key) => {
+            let mut cmd = redis::cmd("EXISTS");
+            cmd.arg(key);
+            cmd
+        }
+        None => redis::cmd("PING"),
+    }
+}
+
+/// Remembers `key` as the recovery watch's probe (allocates only when it changes).
+fn note_probe_key(probe_key: &parking_lot::Mutex<Option<String>>, key: &str) {
+    let mut probe = probe_key.lock();
+    if probe.as_deref() != Some(key) {
+        *probe = Some(key.to_string());
     }
 }
 

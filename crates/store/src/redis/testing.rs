@@ -552,6 +552,26 @@ impl RedisCluster {
         &self.nodes
     }
 
+    /// Waits (bounded, 10 s) until every node reports `cluster_state:ok` (`ok`) or
+    /// `cluster_state:fail`.
+    ///
+    /// # Errors
+    /// When a node does not get there in time.
+    pub fn await_state(&self, ok: bool) -> io::Result<()> {
+        let want = if ok {
+            "cluster_state:ok"
+        } else {
+            "cluster_state:fail"
+        };
+        for n in &self.nodes {
+            let p = n.port;
+            wait_until(&format!("{want} on cluster node {p}"), || {
+                raw_command(p, "CLUSTER INFO").is_ok_and(|r| r.contains(want))
+            })?;
+        }
+        Ok(())
+    }
+
     /// Each node's cluster id (`CLUSTER MYID`), in the order of [`nodes`](Self::nodes).
     ///
     /// # Errors
