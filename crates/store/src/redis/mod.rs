@@ -66,6 +66,7 @@ mod breaker;
 mod coalesce;
 pub mod deny_cache;
 pub mod evictions;
+pub mod health;
 pub mod instances;
 pub mod keys;
 mod reserve;
@@ -482,6 +483,8 @@ pub struct RedisStore {
     /// Cluster: a key of the last decision call that failed, which the breaker's recovery
     /// watch probes (see [`recovery_probe`]).
     probe_key: Arc<parking_lot::Mutex<Option<String>>>,
+    /// Readiness: the outcomes of the last seconds' calls (see [`health`]).
+    health: health::Health,
 }
 
 /// Longest pause between two reconnection attempts of a standalone connection (plus up to as
@@ -727,6 +730,7 @@ impl RedisStore {
             live_instances,
             deny_cache,
             probe_key: Arc::default(),
+            health: health::Health::default(),
         })
     }
 
@@ -815,7 +819,10 @@ impl RedisStore {
     }
 
     /// Whether Redis can decide now, for a readiness probe: `Err` while the circuit breaker is
-    /// open, or when the last readiness probe failed. The probe is `INFO stats` (on every
+    /// open, while at least [`health::MAX_FAILED_PERCENT`] % of the calls of the last
+    /// [`health::WINDOW_SECONDS`] s failed (of at least [`health::MIN_CALLS`]: a partial
+    /// outage, e.g. one cluster master dead, that neither opens the breaker nor fails the
+    /// probe), or when the last readiness probe failed. The probe is `INFO stats` (on every
     /// master of a cluster): it answers like a `PING`, and its `evicted_keys` show whether
     /// Redis evicted keys since the last probe (counted and logged, see [`evictions`]). At most
     /// one probe (bounded by the timeout) per [`READINESS_PING_INTERVAL`] of the store's clock,
@@ -835,6 +842,16 @@ impl RedisStore {
             });
         }
         let now = self.clock.now();
+        if let Some((failed, calls)) = self.health.failing(now) {
+            return Err(StoreError::Unavailable {
+                reason: format!(
+                    "redis: {failed} of the {calls} calls of the last {} s failed (not ready \
+                     from {} %)",
+                    health::WINDOW_SECONDS,
+                    health::MAX_FAILED_PERCENT
+                ),
+            });
+        }
         let last = self.ping_at.load(Ordering::Acquire);
         let interval = u64::try_from(READINESS_PING_INTERVAL.as_micros()).unwrap_or(u64::MAX);
         let due = last == 0 || now.saturating_sub(last) >= interval;
@@ -978,6 +995,7 @@ impl RedisStore {
                 after_ms: duration_ms(self.config.timeout),
             }),
         };
+        self.health.record(self.clock.now(), result.is_ok());
         if let Err(e) = &result {
             let reason = if matches!(e, StoreError::Timeout { .. }) {
                 "timeout"
