@@ -219,7 +219,7 @@ fn cross_slot_batches_are_all_or_nothing_with_exact_refunds_on(flavor: Flavor) {
 fn resharding_under_load_keeps_counts_and_never_fails_a_redirect_on(flavor: Flavor) {
     // 1,000 slots, holding about 1,800 keys, move from the first master to the second
     // (`redis-cli --cluster reshard`, MIGRATE in batches, so slots stay mid-migration while
-    // their keys move) while 16 clients check 500 hot keys (limit 20 each, frozen caller
+    // their keys move) while 8 clients check 500 hot keys (limit 20 each, frozen caller
     // time): MOVED and ASK are followed (ASKING pipelined with the script, see `asking.rs`),
     // the keys' state moves with them, so no check fails and no key admits more than its
     // limit (issue 30: before, ASK failed under concurrency).
@@ -258,7 +258,7 @@ fn resharding_under_load_keeps_counts_and_never_fails_a_redirect_on(flavor: Flav
         assert!(cold.iter().all(|r| matches!(r, Ok(true))));
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut tasks = Vec::new();
-        for c in 0..16u64 {
+        for c in 0..8u64 {
             let (store, policy, done) = (store.clone(), policy.clone(), done.clone());
             tasks.push(tokio::spawn(async move {
                 let (mut admitted, mut requests, mut errors) = (vec![0u64; 500], 0u64, Vec::new());
@@ -551,6 +551,11 @@ fn the_breaker_stays_open_while_the_cluster_is_down_although_nodes_answer_ping()
         for f in &failures {
             let e = f.as_ref().unwrap_err().to_string();
             assert!(!e.contains("circuit breaker"), "{e}");
+            // An error that is not a timeout names the key's slot (never the client's key).
+            assert!(
+                e.contains("timed out") || e.contains("(cluster slot "),
+                "{e}"
+            );
         }
         // For 50 looks 10 ms apart (the recovery watch probes all the while), every call
         // fails fast: the breaker never closed.

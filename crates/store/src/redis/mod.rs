@@ -1156,9 +1156,13 @@ impl RedisStore {
                 }
             })
             .await;
-        if result.is_err() && self.is_cluster() {
-            note_probe_key(&self.probe_key, &groups[0].keys[0]);
-        }
+        let result = match result {
+            Err(e) if self.is_cluster() => {
+                note_probe_key(&self.probe_key, &groups[0].keys[0]);
+                Err(name_slots(e, &groups))
+            }
+            other => other,
+        };
         if let (Some((cache, name, at, generation)), Ok(batch)) = (cached, &result) {
             if !batch.allowed {
                 cache.insert(&name, at, batch.decisions[0], generation);
@@ -1363,6 +1367,40 @@ fn recovery_probe(key: Option<&str>) -> redis::Cmd {
         }
         None => redis::cmd("PING"),
     }
+}
+
+/// A cluster call's failure names the slot(s) of its keys ("slot 2513"), so that an operator
+/// can tell which shard fails (`CLUSTER SHARDS` maps a slot to its nodes); the key names are
+/// hashes, never a client's key. Timeouts carry no text and stay as they are.
+fn name_slots(e: StoreError, groups: &[Group]) -> StoreError {
+    match e {
+        StoreError::Unavailable { reason } => {
+            let slots: Vec<String> = groups
+                .iter()
+                .map(|g| slot_number(g.keys[0].as_bytes()).to_string())
+                .collect();
+            let s = if slots.len() == 1 { "" } else { "s" };
+            StoreError::Unavailable {
+                reason: format!("{reason} (cluster slot{s} {})", slots.join(", ")),
+            }
+        }
+        other => other,
+    }
+}
+
+/// The cluster slot of a key name without braces (ours never have any): CRC16-XMODEM of the
+/// whole name mod 16384, the number behind [`keys::slot`] (the `redis` crate does not show it).
+fn slot_number(name: &[u8]) -> u16 {
+    let crc = name.iter().fold(0u16, |crc, &b| {
+        (0..8).fold(crc ^ (u16::from(b) << 8), |c, _| {
+            if c & 0x8000 != 0 {
+                (c << 1) ^ 0x1021
+            } else {
+                c << 1
+            }
+        })
+    });
+    crc % 16_384
 }
 
 /// Remembers `key` as the recovery watch's probe (allocates only when it changes).
@@ -1717,6 +1755,24 @@ impl Store for RedisStore {
             };
             let batch = self.run(&[item], None, false).await?;
             Ok(batch.decisions[0])
+        }
+    }
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::*;
+
+    #[test]
+    fn slot_number_is_the_slot_of_the_key() {
+        // CRC16-XMODEM's check value: "123456789" -> 0x31C3.
+        assert_eq!(slot_number(b"123456789"), 0x31C3);
+        for name in ["fg:UL7fKu3wove", "fg:claim:x", "", "a"] {
+            assert_eq!(
+                Slot::new(slot_number(name.as_bytes())),
+                Some(keys::slot(name.as_bytes())),
+                "{name:?}"
+            );
         }
     }
 }
