@@ -263,3 +263,71 @@ async fn the_local_fallback_divides_by_the_instances_discovered_in_redis() {
     assert_eq!(body["store"]["state"], "degraded");
     assert_eq!(body["store"]["instances"], 2, "the count last seen");
 }
+
+/// Issue 30, item 3: on a Redis Cluster with a third of the slots without a master and full
+/// coverage off (what a dead master without a replica leaves), every live node answers the
+/// readiness probe and the breaker stays closed, and `/readyz` said up while a third of the
+/// checks were 503. It is now 503 problem+json, the reason naming the failed calls.
+#[tokio::test]
+async fn readyz_is_not_ready_while_a_third_of_the_cluster_slots_have_no_master() {
+    use floodgate_store::redis::testing::RedisCluster;
+    let cluster = RedisCluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    let path = dir.path().join("cluster.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[store]\nkind = \"redis\"\nnodes = [{}]\ntimeout_ms = 2000\n{RULES}",
+            nodes.join(", ")
+        ),
+    )
+    .unwrap();
+    let fg = Floodgate::start(&["--config", path.to_str().unwrap()]);
+    let c = client();
+    let (status, _, body) =
+        serve_support::split(c.get(fg.url("/readyz")).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    for node in cluster.nodes() {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"])
+            .unwrap();
+        node.cli(&["CLUSTER", "DELSLOTSRANGE", "0", "5460"])
+            .unwrap();
+    }
+    let tasks: Vec<_> = (0..60)
+        .map(|i| {
+            let (c, url) = (c.clone(), fg.url("/v1/check"));
+            tokio::spawn(async move {
+                let r = c
+                    .post(url)
+                    .json(&json!({"rule": "shared", "key": format!("user{i}")}))
+                    .send()
+                    .await
+                    .unwrap();
+                r.status().as_u16()
+            })
+        })
+        .collect();
+    let mut unavailable = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => {}
+            503 => unavailable += 1,
+            other => panic!("status {other}"),
+        }
+    }
+    assert!(
+        (10..=35).contains(&unavailable),
+        "{unavailable} of 60 were 503"
+    );
+    let r = c.get(fg.url("/readyz")).send().await.unwrap();
+    assert_eq!(
+        r.headers()[reqwest::header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    let (status, _, body) = serve_support::split(r).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["store"]["state"], "down", "{body}");
+    let reason = body["store"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("calls of the last 10 s failed"), "{body}");
+}

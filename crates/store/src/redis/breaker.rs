@@ -14,7 +14,8 @@
 //! Open: calls fail at once with [`StoreError::Unavailable`] for `cool_down`. Then it lets
 //! exactly one call through as a probe (half-open): success closes it, failure opens it for
 //! another `cool_down`. Besides, while it is open the store keeps one *recovery watch* going
-//! (`RedisStore`'s `watch_recovery`): a `PING` that waits for the background reconnection, and
+//! (`RedisStore`'s `watch_recovery`): a `PING` (on a cluster, `EXISTS` on a key of the call that
+//! failed, since any live node answers `PING`) that waits for the background reconnection, and
 //! whose success closes the breaker at once ([`Breaker::recovered`]), so decisions return to
 //! Redis as soon as it answers again instead of at the next cool-down's probe (which, sent
 //! before the reconnection finished, timed out and cost another whole cool-down). Time comes
@@ -184,10 +185,10 @@ impl Breaker {
         }
     }
 
-    /// Redis answered the recovery watch's `PING` at `clock`'s now: close the breaker (a
+    /// Redis answered the recovery watch's probe at `clock`'s now: close the breaker (a
     /// probe still in flight keeps its slot and reports its own outcome).
     pub(crate) fn recovered(&self, clock: &dyn Clock) {
-        self.succeeded(clock.now(), "redis answered the recovery PING");
+        self.succeeded(clock.now(), "redis answered the recovery probe");
     }
 
     fn succeeded(&self, now: Timestamp, how: &'static str) {

@@ -61,10 +61,12 @@ use tokio::sync::OnceCell;
 
 use crate::{BatchDecision, CheckItem, Store, StoreError};
 
+mod asking;
 mod breaker;
 mod coalesce;
 pub mod deny_cache;
 pub mod evictions;
+pub mod health;
 pub mod instances;
 pub mod keys;
 mod reserve;
@@ -370,7 +372,7 @@ fn spawn_sentinel_poll(link: std::sync::Weak<SentinelLink>) {
 /// down (it connects once the cluster answers).
 struct ClusterLink {
     client: ClusterClient,
-    conn: OnceCell<ClusterConnection>,
+    conn: OnceCell<ClusterConnection<asking::AskingConnection>>,
 }
 
 impl Conn {
@@ -447,9 +449,11 @@ impl ScriptCall<'_> {
 }
 
 impl ClusterLink {
-    async fn connection(&self) -> Result<ClusterConnection, RedisError> {
+    async fn connection(&self) -> Result<ClusterConnection<asking::AskingConnection>, RedisError> {
         self.conn
-            .get_or_try_init(|| self.client.get_async_connection())
+            // Per-node connections that send `ASKING` with the command it redirects (see
+            // `asking.rs`), else the same cluster connection as `get_async_connection`.
+            .get_or_try_init(|| self.client.get_async_generic_connection())
             .await
             .cloned()
     }
@@ -476,6 +480,11 @@ pub struct RedisStore {
     /// This process's id in the instance set, and the live count last seen (0: none yet).
     instance_id: String,
     live_instances: Arc<std::sync::atomic::AtomicU64>,
+    /// Cluster: a key of the last decision call that failed, which the breaker's recovery
+    /// watch probes (see [`recovery_probe`]).
+    probe_key: Arc<parking_lot::Mutex<Option<String>>>,
+    /// Readiness: the outcomes of the last seconds' calls (see [`health`]).
+    health: health::Health,
 }
 
 /// Longest pause between two reconnection attempts of a standalone connection (plus up to as
@@ -660,7 +669,9 @@ impl RedisStore {
                 let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(config.connect_timeout)
                     .response_timeout(config.timeout.max(Duration::from_millis(1)))
-                    .retries(2);
+                    // An ASK redirect takes one (and now succeeds at once, see `asking.rs`):
+                    // two are left for MOVED, TRYAGAIN and reconnections, as before.
+                    .retries(3);
                 if tls && !config.tls.is_empty() {
                     builder = builder.certs(config.tls.certificates());
                 }
@@ -718,6 +729,8 @@ impl RedisStore {
             instance_id,
             live_instances,
             deny_cache,
+            probe_key: Arc::default(),
+            health: health::Health::default(),
         })
     }
 
@@ -806,7 +819,10 @@ impl RedisStore {
     }
 
     /// Whether Redis can decide now, for a readiness probe: `Err` while the circuit breaker is
-    /// open, or when the last readiness probe failed. The probe is `INFO stats` (on every
+    /// open, while at least [`health::MAX_FAILED_PERCENT`] % of the calls of the last
+    /// [`health::WINDOW_SECONDS`] s failed (of at least [`health::MIN_CALLS`]: a partial
+    /// outage, e.g. one cluster master dead, that neither opens the breaker nor fails the
+    /// probe), or when the last readiness probe failed. The probe is `INFO stats` (on every
     /// master of a cluster): it answers like a `PING`, and its `evicted_keys` show whether
     /// Redis evicted keys since the last probe (counted and logged, see [`evictions`]). At most
     /// one probe (bounded by the timeout) per [`READINESS_PING_INTERVAL`] of the store's clock,
@@ -826,6 +842,16 @@ impl RedisStore {
             });
         }
         let now = self.clock.now();
+        if let Some((failed, calls)) = self.health.failing(now) {
+            return Err(StoreError::Unavailable {
+                reason: format!(
+                    "redis: {failed} of the {calls} calls of the last {} s failed (not ready \
+                     from {} %)",
+                    health::WINDOW_SECONDS,
+                    health::MAX_FAILED_PERCENT
+                ),
+            });
+        }
         let last = self.ping_at.load(Ordering::Acquire);
         let interval = u64::try_from(READINESS_PING_INTERVAL.as_micros()).unwrap_or(u64::MAX);
         let due = last == 0 || now.saturating_sub(last) >= interval;
@@ -969,6 +995,7 @@ impl RedisStore {
                 after_ms: duration_ms(self.config.timeout),
             }),
         };
+        self.health.record(self.clock.now(), result.is_ok());
         if let Err(e) = &result {
             let reason = if matches!(e, StoreError::Timeout { .. }) {
                 "timeout"
@@ -987,6 +1014,7 @@ impl RedisStore {
     }
 
     /// Starts the recovery watch of an open breaker (`breaker.rs`): a task that sends `PING`
+    /// (on a cluster: `EXISTS` on a key of the last failed call, see [`recovery_probe`])
     /// after `PING` (each waiting up to `connect_timeout + timeout`, which includes waiting
     /// for the background reconnection) until one succeeds, which closes the breaker, or
     /// until the breaker closed otherwise or the store is dropped. So decisions return to
@@ -998,11 +1026,12 @@ impl RedisStore {
         let conn = self.conn.clone();
         let clock = Arc::clone(&self.clock);
         let wait = self.config.connect_timeout + self.config.timeout;
+        let probe_key = Arc::clone(&self.probe_key);
         tokio::spawn(async move {
-            let ping = redis::cmd("PING");
             loop {
+                let probe = recovery_probe(probe_key.lock().as_deref());
                 let answered = matches!(
-                    tokio::time::timeout(wait, conn.query::<String>(&ping)).await,
+                    tokio::time::timeout(wait, conn.query::<Value>(&probe)).await,
                     Ok(Ok(_))
                 );
                 let Some(breaker) = breaker.upgrade() else {
@@ -1127,6 +1156,13 @@ impl RedisStore {
                 }
             })
             .await;
+        let result = match result {
+            Err(e) if self.is_cluster() => {
+                note_probe_key(&self.probe_key, &groups[0].keys[0]);
+                Err(name_slots(e, &groups))
+            }
+            other => other,
+        };
         if let (Some((cache, name, at, generation)), Ok(batch)) = (cached, &result) {
             if !batch.allowed {
                 cache.insert(&name, at, batch.decisions[0], generation);
@@ -1313,6 +1349,65 @@ impl RedisStore {
             now,
         };
         self.conn.invoke(&call).await
+    }
+}
+
+/// The command of the breaker's recovery watch: `EXISTS <key>` for a key of the last failed
+/// decision call on a cluster, else `PING`. On a cluster any live node answers `PING`, also
+/// while the slot that failed has no master or the cluster is down (`CLUSTERDOWN`): a `PING`
+/// closed the breaker at once, the next calls failed again and opened it, 60 times in 20 s
+/// (issue 30). `EXISTS` on that key goes where its slot lives and fails as the decision did
+/// (`CLUSTERDOWN`, a dead master), a cheap read that writes nothing.
+fn recovery_probe(key: Option<&str>) -> redis::Cmd {
+    match key {
+        Some(key) => {
+            let mut cmd = redis::cmd("EXISTS");
+            cmd.arg(key);
+            cmd
+        }
+        None => redis::cmd("PING"),
+    }
+}
+
+/// A cluster call's failure names the slot(s) of its keys ("slot 2513"), so that an operator
+/// can tell which shard fails (`CLUSTER SHARDS` maps a slot to its nodes); the key names are
+/// hashes, never a client's key. Timeouts carry no text and stay as they are.
+fn name_slots(e: StoreError, groups: &[Group]) -> StoreError {
+    match e {
+        StoreError::Unavailable { reason } => {
+            let slots: Vec<String> = groups
+                .iter()
+                .map(|g| slot_number(g.keys[0].as_bytes()).to_string())
+                .collect();
+            let s = if slots.len() == 1 { "" } else { "s" };
+            StoreError::Unavailable {
+                reason: format!("{reason} (cluster slot{s} {})", slots.join(", ")),
+            }
+        }
+        other => other,
+    }
+}
+
+/// The cluster slot of a key name without braces (ours never have any): CRC16-XMODEM of the
+/// whole name mod 16384, the number behind [`keys::slot`] (the `redis` crate does not show it).
+fn slot_number(name: &[u8]) -> u16 {
+    let crc = name.iter().fold(0u16, |crc, &b| {
+        (0..8).fold(crc ^ (u16::from(b) << 8), |c, _| {
+            if c & 0x8000 != 0 {
+                (c << 1) ^ 0x1021
+            } else {
+                c << 1
+            }
+        })
+    });
+    crc % 16_384
+}
+
+/// Remembers `key` as the recovery watch's probe (allocates only when it changes).
+fn note_probe_key(probe_key: &parking_lot::Mutex<Option<String>>, key: &str) {
+    let mut probe = probe_key.lock();
+    if probe.as_deref() != Some(key) {
+        *probe = Some(key.to_string());
     }
 }
 
@@ -1660,6 +1755,24 @@ impl Store for RedisStore {
             };
             let batch = self.run(&[item], None, false).await?;
             Ok(batch.decisions[0])
+        }
+    }
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::*;
+
+    #[test]
+    fn slot_number_is_the_slot_of_the_key() {
+        // CRC16-XMODEM's check value: "123456789" -> 0x31C3.
+        assert_eq!(slot_number(b"123456789"), 0x31C3);
+        for name in ["fg:UL7fKu3wove", "fg:claim:x", "", "a"] {
+            assert_eq!(
+                Slot::new(slot_number(name.as_bytes())),
+                Some(keys::slot(name.as_bytes())),
+                "{name:?}"
+            );
         }
     }
 }

@@ -344,7 +344,9 @@ impl RedisServer {
                 "--cluster-config-file",
                 "nodes.conf",
             ]);
-            args.extend(["--cluster-node-timeout", "2000"]);
+            // 5 s: on a loaded shared test host a node may not answer the cluster bus for
+            // 2 s, and its peers then mark the cluster down in the middle of a reshard.
+            args.extend(["--cluster-node-timeout", "5000"]);
         }
         args.extend(extra.iter().map(String::as_str));
         // A watchdog shell owns the server and kills it when its stdin (a pipe from this
@@ -548,6 +550,130 @@ impl RedisCluster {
     /// The nodes.
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
+    }
+
+    /// Waits (bounded, 10 s) until every node reports `cluster_state:ok` (`ok`) or
+    /// `cluster_state:fail`.
+    ///
+    /// # Errors
+    /// When a node does not get there in time.
+    pub fn await_state(&self, ok: bool) -> io::Result<()> {
+        let want = if ok {
+            "cluster_state:ok"
+        } else {
+            "cluster_state:fail"
+        };
+        for n in &self.nodes {
+            let p = n.port;
+            wait_until(&format!("{want} on cluster node {p}"), || {
+                raw_command(p, "CLUSTER INFO").is_ok_and(|r| r.contains(want))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Each node's cluster id (`CLUSTER MYID`), in the order of [`nodes`](Self::nodes).
+    ///
+    /// # Errors
+    /// When `redis-cli` fails.
+    pub fn node_ids(&self) -> io::Result<Vec<String>> {
+        self.nodes
+            .iter()
+            .map(|n| n.cli(&["CLUSTER", "MYID"]))
+            .collect()
+    }
+
+    /// The index (into [`nodes`](Self::nodes)) of the master that owns `slot`, as the first
+    /// node's `CLUSTER NODES` says.
+    ///
+    /// # Errors
+    /// When `redis-cli` fails or no node owns the slot.
+    pub fn owner_of(&self, slot: u16) -> io::Result<usize> {
+        let table = self.nodes[0].cli(&["CLUSTER", "NODES"])?;
+        for line in table.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let Some(addr) = fields.get(1) else { continue };
+            let owns = fields.iter().skip(8).any(|range| {
+                let mut ends = range.split('-').map(|s| s.parse::<u16>());
+                match (ends.next(), ends.next()) {
+                    (Some(Ok(a)), None) => a == slot,
+                    (Some(Ok(a)), Some(Ok(b))) => (a..=b).contains(&slot),
+                    _ => false,
+                }
+            });
+            if owns {
+                let port: Option<u16> = addr
+                    .split(['@', ','])
+                    .next()
+                    .and_then(|a| a.rsplit(':').next())
+                    .and_then(|p| p.parse().ok());
+                if let Some(i) = self.nodes.iter().position(|n| Some(n.port) == port) {
+                    return Ok(i);
+                }
+            }
+        }
+        Err(io::Error::other(format!("no node owns slot {slot}")))
+    }
+
+    /// Starts moving `slot` from node `from` to node `to` the way `redis-cli --cluster
+    /// reshard` does, and stops half-way: `to` is `IMPORTING`, `from` is `MIGRATING`, and the
+    /// given keys are moved with `MIGRATE` (so requests for them get `ASK` from `from`).
+    /// [`finish_migration`](Self::finish_migration) completes it.
+    ///
+    /// # Errors
+    /// When a `redis-cli` command fails.
+    pub fn start_migration(
+        &self,
+        slot: u16,
+        from: usize,
+        to: usize,
+        keys: &[String],
+    ) -> io::Result<()> {
+        let ids = self.node_ids()?;
+        let slot = slot.to_string();
+        self.nodes[to].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &ids[from]])?;
+        self.nodes[from].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &ids[to]])?;
+        if !keys.is_empty() {
+            let port = self.nodes[to].port.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            let out = self.nodes[from].cli(&args)?;
+            if out != "OK" {
+                return Err(io::Error::other(format!("MIGRATE answered {out:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Completes a migration begun by [`start_migration`](Self::start_migration): moves the
+    /// slot's remaining keys, then `CLUSTER SETSLOT <slot> NODE <to>` on every node.
+    ///
+    /// # Errors
+    /// When a `redis-cli` command fails.
+    pub fn finish_migration(&self, slot: u16, from: usize, to: usize) -> io::Result<()> {
+        let ids = self.node_ids()?;
+        let slot_arg = slot.to_string();
+        let port = self.nodes[to].port.to_string();
+        loop {
+            let left = self.nodes[from].cli(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "1000"])?;
+            let keys: Vec<&str> = left.lines().filter(|l| !l.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys);
+            self.nodes[from].cli(&args)?;
+        }
+        for i in [to, from] {
+            self.nodes[i].cli(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &ids[to]])?;
+        }
+        let others: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| i != to && i != from)
+            .collect();
+        for i in others {
+            self.nodes[i].cli(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &ids[to]])?;
+        }
+        Ok(())
     }
 }
 
