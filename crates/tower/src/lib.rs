@@ -50,6 +50,7 @@
 //! ```
 
 mod future;
+mod host;
 mod ip;
 mod key;
 mod layer;
@@ -61,6 +62,7 @@ mod rule;
 mod service;
 
 pub use future::{ResponseBody, ResponseFuture, DEFAULT_MAX_DELAYED};
+pub use host::{normalize_authority, request_host, Authority, HostError, MAX_HOST_LEN};
 pub use ip::{canonical as canonical_ip, ClientIpConfig, ForwardedHeader, PeerAddr};
 pub use key::{encode_key, KeyContext, KeySource, MAX_COMPONENT_LEN};
 pub use layer::RateLimitLayer;

@@ -111,8 +111,9 @@ pub struct Matcher {
     pub path_prefix: Option<String>,
     /// Methods; empty = any.
     pub methods: Vec<Method>,
-    /// Host, compared without the port, ASCII case-insensitively, against the URI authority or
-    /// the `Host` header.
+    /// Host, compared without the port, ASCII case-insensitively and without a trailing dot,
+    /// against the request's one authority ([`request_host`](crate::request_host): the URI's
+    /// authority, else its one `Host` header).
     pub host: Option<String>,
     /// Header conditions; all must hold.
     pub headers: Vec<HeaderMatch>,
@@ -145,15 +146,13 @@ impl Matcher {
             }
         }
         if let Some(host) = &self.host {
-            let actual = uri
-                .host()
-                .map(str::to_string)
-                .or_else(|| {
-                    let h = headers.get(http::header::HOST)?.to_str().ok()?;
-                    Some(strip_port(h).to_string())
-                })
-                .unwrap_or_default();
-            if !actual.eq_ignore_ascii_case(host) {
+            // One spelling for every front end (crate::host): `API.example.com.:80` is
+            // `api.example.com`; a request without one readable host matches no host rule.
+            let Some(actual) = crate::request_host(uri, headers) else {
+                return false;
+            };
+            let want = host.strip_suffix('.').unwrap_or(host);
+            if !actual.host().eq_ignore_ascii_case(want) {
                 return false;
             }
         }
@@ -170,17 +169,6 @@ fn path_matches(prefix: &[u8], path: &[u8]) -> bool {
     match path.strip_prefix(prefix) {
         Some(rest) => prefix.ends_with(b"/") || rest.is_empty() || rest.starts_with(b"/"),
         None => false,
-    }
-}
-
-fn strip_port(host: &str) -> &str {
-    if let Some(rest) = host.strip_prefix('[') {
-        // [v6]:port
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    match host.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => host,
     }
 }
 
