@@ -422,6 +422,13 @@ async fn upstream_framing_is_normalised_and_codings_other_than_chunked_are_refus
     // gzip would be lost: refused.
     let r = get(addr, "/gzip", &["host: app.example"]).await;
     assert_eq!(r.status, 502, "{r:?}");
+    // The same over HTTP/2 (no chunking on the client's side: DATA frames).
+    let r = h2(addr, "http://app.example/both", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body, "hello world");
+    assert!(r.header("content-length").is_none(), "{r:?}");
+    let r = h2(addr, "http://app.example/gzip", &[]).await;
+    assert_eq!(r.status, 502, "{r:?}");
     // 005 is 5.
     let r = get(addr, "/zeros", &["host: app.example"]).await;
     assert_eq!(
@@ -514,32 +521,73 @@ async fn floodgates_rate_limit_fields_replace_the_upstreams_except_on_its_own_42
     assert_eq!(r.all("ratelimit"), ["\"up\";r=0;t=77"], "{r:?}");
     assert!(r.header("ratelimit-policy").is_none(), "{r:?}");
     assert_eq!(r.body, "slow");
+    // Over HTTP/2 alike.
+    let r = h2(addr, "http://app.example/limited/fields", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.all("ratelimit")[0].starts_with("\"limited\";r=2;"),
+        "{r:?}"
+    );
+    assert!(r.header("x-ratelimit-remaining").is_none(), "{r:?}");
+    assert!(r.header("retry-after").is_none(), "{r:?}");
+    let r = h2(addr, "http://app.example/limited/denied", &[]).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert_eq!(r.all("retry-after"), ["77"], "{r:?}");
+    assert_eq!(r.all("ratelimit"), ["\"up\";r=0;t=77"], "{r:?}");
+}
+
+/// Client-address headers, one line each, as a client sends them.
+const CLIENT_ADDRESS_LINES: [&str; 8] = [
+    "true-client-ip: 10.0.0.1",
+    "cf-connecting-ip: 10.0.0.2",
+    "x-client-ip: 10.0.0.3",
+    "fastly-client-ip: 10.0.0.4",
+    "x_forwarded_for: 10.0.0.5",
+    "x-original-url: /admin",
+    "x-rewrite-url: /admin",
+    "x-kept: 1",
+];
+
+/// Sends [`CLIENT_ADDRESS_LINES`] over HTTP/1.1 and HTTP/2 and checks the upstream saw
+/// exactly the lines `kept` says.
+async fn client_address_headers_through(
+    up: &RawUpstream,
+    addr: SocketAddr,
+    kept: fn(&str) -> bool,
+) {
+    let mut lines = vec!["host: app.example"];
+    lines.extend_from_slice(&CLIENT_ADDRESS_LINES);
+    let r = get(addr, "/who", &lines).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let pairs: Vec<(&str, &str)> = CLIENT_ADDRESS_LINES
+        .iter()
+        .filter_map(|l| l.split_once(": "))
+        .collect();
+    let r = h2(addr, "http://app.example/who", &pairs).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let heads = up.heads.lock().unwrap();
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    for head in heads.iter() {
+        for line in &CLIENT_ADDRESS_LINES {
+            assert_eq!(head.contains(line), kept(line), "{line}: {head}");
+        }
+    }
 }
 
 #[tokio::test]
-async fn client_address_headers_from_an_untrusted_peer_are_stripped_unless_kept() {
+async fn client_address_headers_from_an_untrusted_peer_are_stripped() {
+    let (up, _fg, addr) = behind_raw(CONFIG).await;
+    client_address_headers_through(&up, addr, |line| line.starts_with("x-kept")).await;
+}
+
+#[tokio::test]
+async fn client_address_headers_named_in_keep_client_headers_pass() {
     let config = format!("[server]\nkeep_client_headers = [\"CF-Connecting-IP\"]\n{CONFIG}");
     let (up, _fg, addr) = behind_raw(&config).await;
-    let sent = [
-        "true-client-ip: 10.0.0.1",
-        "cf-connecting-ip: 10.0.0.2",
-        "x-client-ip: 10.0.0.3",
-        "fastly-client-ip: 10.0.0.4",
-        "x_forwarded_for: 10.0.0.5",
-        "x-original-url: /admin",
-        "x-rewrite-url: /admin",
-        "x-kept: 1",
-    ];
-    let mut lines = vec!["host: app.example"];
-    lines.extend_from_slice(&sent);
-    let r = get(addr, "/who", &lines).await;
-    assert_eq!(r.status, 200, "{r:?}");
-    let heads = up.heads.lock().unwrap();
-    let head = heads.last().unwrap();
-    for line in &sent {
-        let kept = line.starts_with("cf-connecting-ip") || line.starts_with("x-kept");
-        assert_eq!(head.contains(line), kept, "{line}: {head}");
-    }
+    client_address_headers_through(&up, addr, |line| {
+        line.starts_with("cf-connecting-ip") || line.starts_with("x-kept")
+    })
+    .await;
 }
 
 #[test]
