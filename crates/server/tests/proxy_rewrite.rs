@@ -85,14 +85,16 @@ async fn start_nginx() -> Nginx {
         .stderr(Stdio::null())
         .spawn()
         .expect("start nginx");
+    // Stopped on drop, whichever way this ends.
+    let nginx = Nginx {
+        child,
+        addr,
+        _dir: dir,
+    };
     // Until it accepts: bounded, and waiting for a process to bind (no clock involved).
     for _ in 0..500 {
         if TcpStream::connect(addr).await.is_ok() {
-            return Nginx {
-                child,
-                addr,
-                _dir: dir,
-            };
+            return nginx;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -8,6 +8,9 @@
 //! - [`own_rate_limit_fields`] / [`restore_upstream_denial`]: the rate-limit fields the client
 //!   sees are Floodgate's, except on the upstream's own 429.
 
+// A refusal is the response itself, returned once per refused request (as in `crate::http`).
+#![allow(clippy::result_large_err)]
+
 use axum::response::{IntoResponse, Response};
 use http::header::{CONTENT_LENGTH, HOST, RETRY_AFTER, TRANSFER_ENCODING};
 use http::request::Parts;
