@@ -146,15 +146,18 @@ pub(super) fn one_authority(parts: &mut Parts) -> Result<(), Response> {
     Ok(())
 }
 
-/// Whether every value of `Transfer-Encoding` is the one coding `chunked` (the only one the
-/// proxy can pass on: it removes the header as hop-by-hop, and an unnamed `gzip` would be
-/// lost).
+/// Whether the `Transfer-Encoding` lines name exactly one coding, `chunked` (the only one the
+/// proxy can pass on: it removes the header as hop-by-hop, so an unnamed `gzip` would be lost,
+/// and `chunked` applied twice is not valid, RFC 9112 7).
 fn only_chunked(headers: &HeaderMap) -> bool {
-    headers
+    let mut codings = headers
         .get_all(TRANSFER_ENCODING)
         .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .all(|coding| coding.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','));
+    codings
+        .next()
+        .is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+        && codings.next().is_none()
 }
 
 /// One decimal `Content-Length` (leading zeros dropped; repeated equal values joined), or
@@ -372,6 +375,13 @@ mod tests {
         );
         assert!(response_framing(&mut h).is_err());
         assert_eq!(request_framing(&mut h).unwrap_err().status(), 501);
+        for twice in [&["chunked, chunked"][..], &["chunked", "chunked"], &[""]] {
+            let mut t = HeaderMap::new();
+            for v in twice {
+                t.append("transfer-encoding", HeaderValue::from_static(v));
+            }
+            assert!(response_framing(&mut t).is_err(), "{twice:?}");
+        }
         let mut h = HeaderMap::new();
         h.append("content-length", HeaderValue::from_static("3"));
         h.append("content-length", HeaderValue::from_static("4"));
