@@ -449,6 +449,45 @@ mod tests {
     }
 
     #[test]
+    fn a_host_rule_matches_every_spelling_of_its_host_and_nothing_that_is_not_one() {
+        let m = Matcher {
+            host: Some("api.example.com".into()),
+            ..Matcher::any()
+        };
+        let uri: Uri = "/x".parse().unwrap();
+        let with = |values: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append("host", HeaderValue::from_static(v));
+            }
+            h
+        };
+        for spelling in [
+            "api.example.com.",
+            "API.Example.com:080",
+            "api.example.com:",
+        ] {
+            assert!(
+                m.matches(&Method::GET, &uri, &with(&[spelling])),
+                "{spelling}"
+            );
+        }
+        for other in [
+            &["api.example.com:abc"][..],
+            &["api.example.com", "api.example.com"],
+            &["api.example.com, other.example"],
+            &[],
+        ] {
+            assert!(!m.matches(&Method::GET, &uri, &with(other)), "{other:?}");
+        }
+        // The URI's authority is the request's host, whatever Host says.
+        let absolute: Uri = "http://other.example/x".parse().unwrap();
+        assert!(!m.matches(&Method::GET, &absolute, &with(&["api.example.com"])));
+        let absolute: Uri = "http://API.example.com./x".parse().unwrap();
+        assert!(m.matches(&Method::GET, &absolute, &with(&["other.example"])));
+    }
+
+    #[test]
     fn header_cost_defaults_and_refuses() {
         let c = CostSource::Header {
             name: HeaderName::from_static("x-cost"),
