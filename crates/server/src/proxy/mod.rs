@@ -15,6 +15,11 @@
 //! ([`CLIENT_FORWARDING_HEADERS`]) is dropped and the upstream gets `X-Forwarded-For` = the
 //! peer, `X-Forwarded-Proto` = `http` (the listener speaks plain HTTP) and `X-Forwarded-Host`
 //! = the request's `Host`.
+//!
+//! [`rewrite`] holds what else is changed or refused: before the rate-limit layer the request
+//! gets one normalised authority as its `Host` (host rules match what is forwarded) and its
+//! framing is checked; client-address headers from untrusted peers are dropped; the upstream's
+//! framing and rate-limit fields are rewritten on the way back. `docs/proxies.md` lists it all.
 
 mod rewrite;
 

@@ -190,13 +190,11 @@ fn one_length(headers: &HeaderMap) -> Option<Option<HeaderValue>> {
 pub(super) fn request_framing(headers: &mut HeaderMap) -> Result<(), Response> {
     if headers.contains_key(TRANSFER_ENCODING) {
         if !only_chunked(headers) {
-            return Err(crate::http::problem(
+            // Counted in floodgate_requests_rejected_total{reason="invalid"}, as a 400 is.
+            return Err(crate::http::invalid(
                 StatusCode::NOT_IMPLEMENTED,
-                "urn:floodgate:problem:invalid-request",
-                "invalid request",
-                "transfer-encoding: only chunked is supported (another coding would reach the \
-                 upstream unnamed)",
-                Some(("field", serde_json::json!("transfer-encoding"))),
+                "transfer-encoding",
+                "only chunked is supported (another coding would reach the upstream unnamed)",
             ));
         }
         headers.remove(CONTENT_LENGTH);
