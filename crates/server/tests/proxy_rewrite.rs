@@ -53,6 +53,37 @@ impl Drop for Nginx {
 }
 
 async fn start_nginx() -> Nginx {
+    // A port picked free can be taken before nginx binds it (tests start servers in
+    // parallel): then nginx exits, and it is tried again on another.
+    for _ in 0..5 {
+        let mut nginx = spawn_nginx();
+        // Until it answers as itself: bounded, and waiting for a process to bind (no clock).
+        for _ in 0..500 {
+            if answers_as_nginx(nginx.addr).await {
+                return nginx;
+            }
+            if nginx.child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    panic!("nginx did not start");
+}
+
+/// Whether `addr` answers with this file's nginx configuration.
+async fn answers_as_nginx(addr: SocketAddr) -> bool {
+    let Ok(mut conn) = TcpStream::connect(addr).await else {
+        return false;
+    };
+    let request = b"GET / HTTP/1.1\r\nhost: probe\r\nconnection: close\r\n\r\n";
+    let mut out = Vec::new();
+    conn.write_all(request).await.is_ok()
+        && conn.read_to_end(&mut out).await.is_ok()
+        && out.windows(13).any(|w| w == b"default vhost")
+}
+
+fn spawn_nginx() -> Nginx {
     let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
         .iter()
         .map(PathBuf::from)
@@ -86,19 +117,11 @@ async fn start_nginx() -> Nginx {
         .spawn()
         .expect("start nginx");
     // Stopped on drop, whichever way this ends.
-    let nginx = Nginx {
+    Nginx {
         child,
         addr,
         _dir: dir,
-    };
-    // Until it accepts: bounded, and waiting for a process to bind (no clock involved).
-    for _ in 0..500 {
-        if TcpStream::connect(addr).await.is_ok() {
-            return nginx;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("nginx did not start on {addr}");
 }
 
 /// What a client received.
@@ -330,6 +353,9 @@ async fn h2_requests_reach_the_upstream_with_their_authority_as_host() {
     let r = h2(addr, "http://api.example.com/", &[]).await;
     assert_eq!(r.status, 200, "{r:?}");
     let r = h2(addr, "http://api.example.com/", &[]).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    // Another spelling of the host in :authority is the same host, under the same rule.
+    let r = h2(addr, "http://API.Example.com./", &[]).await;
     assert_eq!(r.status, 429, "{r:?}");
 }
 
