@@ -62,7 +62,6 @@ mod rule;
 mod service;
 
 pub use future::{ResponseBody, ResponseFuture, DEFAULT_MAX_DELAYED};
-pub use host::{normalize_authority, request_host, Authority, HostError, MAX_HOST_LEN};
 pub use ip::{canonical as canonical_ip, ClientIpConfig, ForwardedHeader, PeerAddr};
 pub use key::{encode_key, KeyContext, KeySource, MAX_COMPONENT_LEN};
 pub use layer::RateLimitLayer;
@@ -72,6 +71,8 @@ pub use limiter::{
 };
 pub use metrics::Outcome;
 pub use path::canonical_path;
+// The host rules' spelling of a host (apart from the ip line, which moves often).
+pub use host::{normalize_authority, request_host, Authority, HostError, MAX_HOST_LEN};
 pub use rule::{
     parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,
 };
