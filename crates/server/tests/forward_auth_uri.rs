@@ -277,3 +277,34 @@ methods = ["POST"]
     .await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test]
+async fn x_forwarded_host_spellings_count_against_the_host_rule_and_non_hosts_are_400() {
+    // The reverse proxy's host normalisation, on forward-auth's X-Forwarded-Host: a trailing
+    // dot, upper case and a zero-padded port are the same host; what cannot be a host is a 400
+    // naming the header, never a request that matches no host rule.
+    let config = r#"
+[[rules]]
+name = "api-host"
+limit = "2/min"
+key = "client_ip"
+[rules.match]
+host = "api.example.com"
+"#;
+    let fg = Floodgate::with_config(config, &[]);
+    let c = client();
+    for bad in [&b"a, b"[..], b"api.example.com:abc", b"api..example.com"] {
+        let (status, _, body) = call(&c, &fg, "x-forwarded-host", bad).await;
+        assert_eq!(status, 400, "{bad:?}: {body}");
+        assert_eq!(body["field"], "x-forwarded-host", "{body}");
+    }
+    let mut seen = Vec::new();
+    for spelling in [
+        &b"api.example.com."[..],
+        b"API.Example.com:0080",
+        b"api.example.com",
+    ] {
+        seen.push(call(&c, &fg, "x-forwarded-host", spelling).await.0);
+    }
+    assert_eq!(seen, [200, 200, 429]);
+}

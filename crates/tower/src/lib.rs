@@ -50,6 +50,7 @@
 //! ```
 
 mod future;
+mod host;
 mod ip;
 mod key;
 mod layer;
@@ -70,6 +71,8 @@ pub use limiter::{
 };
 pub use metrics::Outcome;
 pub use path::canonical_path;
+// The host rules' spelling of a host (apart from the ip line, which moves often).
+pub use host::{normalize_authority, request_host, Authority, HostError, MAX_HOST_LEN};
 pub use rule::{
     parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,
 };

@@ -111,8 +111,9 @@ pub struct Matcher {
     pub path_prefix: Option<String>,
     /// Methods; empty = any.
     pub methods: Vec<Method>,
-    /// Host, compared without the port, ASCII case-insensitively, against the URI authority or
-    /// the `Host` header.
+    /// Host, compared without the port, ASCII case-insensitively and without a trailing dot,
+    /// against the request's one authority ([`request_host`](crate::request_host): the URI's
+    /// authority, else its one `Host` header).
     pub host: Option<String>,
     /// Header conditions; all must hold.
     pub headers: Vec<HeaderMatch>,
@@ -145,15 +146,13 @@ impl Matcher {
             }
         }
         if let Some(host) = &self.host {
-            let actual = uri
-                .host()
-                .map(str::to_string)
-                .or_else(|| {
-                    let h = headers.get(http::header::HOST)?.to_str().ok()?;
-                    Some(strip_port(h).to_string())
-                })
-                .unwrap_or_default();
-            if !actual.eq_ignore_ascii_case(host) {
+            // One spelling for every front end (crate::host): `API.example.com.:80` is
+            // `api.example.com`; a request without one readable host matches no host rule.
+            let Some(actual) = crate::request_host(uri, headers) else {
+                return false;
+            };
+            let want = host.strip_suffix('.').unwrap_or(host);
+            if !actual.host().eq_ignore_ascii_case(want) {
                 return false;
             }
         }
@@ -170,17 +169,6 @@ fn path_matches(prefix: &[u8], path: &[u8]) -> bool {
     match path.strip_prefix(prefix) {
         Some(rest) => prefix.ends_with(b"/") || rest.is_empty() || rest.starts_with(b"/"),
         None => false,
-    }
-}
-
-fn strip_port(host: &str) -> &str {
-    if let Some(rest) = host.strip_prefix('[') {
-        // [v6]:port
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    match host.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => host,
     }
 }
 
@@ -458,6 +446,45 @@ mod tests {
         h.insert("x-tier", HeaderValue::from_static("paid"));
         assert!(!m.matches(&Method::POST, &uri, &h));
         assert!(Matcher::any().matches(&Method::GET, &uri, &HeaderMap::new()));
+    }
+
+    #[test]
+    fn a_host_rule_matches_every_spelling_of_its_host_and_nothing_that_is_not_one() {
+        let m = Matcher {
+            host: Some("api.example.com".into()),
+            ..Matcher::any()
+        };
+        let uri: Uri = "/x".parse().unwrap();
+        let with = |values: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append("host", HeaderValue::from_static(v));
+            }
+            h
+        };
+        for spelling in [
+            "api.example.com.",
+            "API.Example.com:080",
+            "api.example.com:",
+        ] {
+            assert!(
+                m.matches(&Method::GET, &uri, &with(&[spelling])),
+                "{spelling}"
+            );
+        }
+        for other in [
+            &["api.example.com:abc"][..],
+            &["api.example.com", "api.example.com"],
+            &["api.example.com, other.example"],
+            &[],
+        ] {
+            assert!(!m.matches(&Method::GET, &uri, &with(other)), "{other:?}");
+        }
+        // The URI's authority is the request's host, whatever Host says.
+        let absolute: Uri = "http://other.example/x".parse().unwrap();
+        assert!(!m.matches(&Method::GET, &absolute, &with(&["api.example.com"])));
+        let absolute: Uri = "http://API.example.com./x".parse().unwrap();
+        assert!(m.matches(&Method::GET, &absolute, &with(&["other.example"])));
     }
 
     #[test]

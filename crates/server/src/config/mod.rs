@@ -117,6 +117,10 @@ pub(crate) struct ServerConfig {
     pub(crate) trusted_proxies: Vec<IpNet>,
     /// Reverse-proxy upstream (`http://host:port`); `--upstream` overrides it.
     pub(crate) upstream: Option<Uri>,
+    /// `keep_client_headers`: client-address headers the proxy passes on from untrusted peers
+    /// too (each one
+    /// [`crate::proxy::client_address_header`] accepts; default none, all stripped).
+    pub(crate) keep_client_headers: Vec<http::HeaderName>,
     /// The header trusted proxies set: `"x-forwarded-for"` (default) or `"forwarded"` (RFC 7239).
     pub(crate) forwarded_header: ForwardedHeader,
     /// IPv6 clients are counted per prefix of this length (default 64, what one subscriber
@@ -177,6 +181,7 @@ impl Default for ServerConfig {
             api_token: None,
             trusted_proxies: Vec::new(),
             upstream: None,
+            keep_client_headers: Vec::new(),
             forwarded_header: ForwardedHeader::XForwardedFor,
             ipv6_prefix: 64,
             ui: true,
@@ -609,6 +614,19 @@ impl Validator<'_> {
             match parse_net(p.get_ref()) {
                 Ok(net) => out.trusted_proxies.push(net),
                 Err(msg) => self.push(p, format!("server.trusted_proxies[{i}]"), msg),
+            }
+        }
+        for (i, name) in s.keep_client_headers.iter().enumerate() {
+            match crate::proxy::client_address_header(name.get_ref()) {
+                Ok(name) if !out.keep_client_headers.contains(&name) => {
+                    out.keep_client_headers.push(name);
+                }
+                Ok(_) => self.push(
+                    name,
+                    format!("server.keep_client_headers[{i}]"),
+                    format!("{:?} is listed twice", name.get_ref()),
+                ),
+                Err(msg) => self.push(name, format!("server.keep_client_headers[{i}]"), msg),
             }
         }
         if let Some(h) = &s.forwarded_header {

@@ -26,6 +26,8 @@ pub(crate) struct RawServer {
     #[serde(default)]
     pub(crate) trusted_proxies: Vec<Spanned<String>>,
     pub(crate) upstream: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) keep_client_headers: Vec<Spanned<String>>,
     pub(crate) forwarded_header: Option<Spanned<String>>,
     pub(crate) ipv6_prefix: Option<Spanned<i64>>,
     pub(crate) ui: Option<bool>,

@@ -244,7 +244,11 @@ fn original_request(
         .unwrap_or_else(|| own_method.clone());
     let uri = original_uri(headers)?;
     if let Some(host) = text(headers, "x-forwarded-host") {
-        if let Ok(v) = HeaderValue::from_str(&host) {
+        // The spelling host rules compare (floodgate_tower::normalize_authority); what cannot
+        // be a host is refused rather than matched against no host rule.
+        let host = floodgate_tower::normalize_authority(host.as_bytes())
+            .map_err(|why| super::invalid(StatusCode::BAD_REQUEST, "x-forwarded-host", why))?;
+        if let Ok(v) = HeaderValue::from_str(host.as_str()) {
             headers.insert(http::header::HOST, v);
         }
     }

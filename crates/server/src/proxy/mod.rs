@@ -15,23 +15,35 @@
 //! ([`CLIENT_FORWARDING_HEADERS`]) is dropped and the upstream gets `X-Forwarded-For` = the
 //! peer, `X-Forwarded-Proto` = `http` (the listener speaks plain HTTP) and `X-Forwarded-Host`
 //! = the request's `Host`.
+//!
+//! [`rewrite`] holds what else is changed or refused: before the rate-limit layer the request
+//! gets one normalised authority as its `Host` (host rules match what is forwarded) and its
+//! framing is checked; client-address headers from untrusted peers are dropped; the upstream's
+//! framing and rate-limit fields are rewritten on the way back. `docs/proxies.md` lists it all.
+
+mod rewrite;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use floodgate_tower::RateLimitLayer;
-use http::header::{HeaderName, CONNECTION};
+use http::header::{HeaderName, CONNECTION, CONTENT_LENGTH, HOST};
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::state::AppState;
+
+pub(crate) use rewrite::client_address_header;
 
 /// State of the proxy handler.
 #[derive(Debug, Clone)]
@@ -81,6 +93,23 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .fallback(forward)
         .with_state(proxy)
         .layer(RateLimitLayer::new(state.limiter.clone()))
+        .layer(axum::middleware::from_fn(edge))
+}
+
+/// Outside the rate-limit layer: gives the request its one authority and checks its framing
+/// before the limiter runs (a request refused here is not charged), and puts an upstream
+/// 429's own rate-limit fields back after it.
+async fn edge(request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    if let Err(refused) = rewrite::one_authority(&mut parts) {
+        return refused;
+    }
+    if let Err(refused) = rewrite::request_framing(&mut parts.headers) {
+        return refused;
+    }
+    let mut response = next.run(Request::from_parts(parts, body)).await;
+    rewrite::restore_upstream_denial(&mut response);
+    response
 }
 
 async fn forward(
@@ -112,18 +141,45 @@ async fn forward(
             .iter()
             .any(|net| net.contains(&ip))
     };
+    if !trusted {
+        let config = proxy.state.config_now();
+        rewrite::strip_client_address(
+            &mut parts.headers,
+            &CLIENT_FORWARDING_HEADERS,
+            &config.server.keep_client_headers,
+        );
+    }
     add_forwarded(&mut parts.headers, peer, trusted);
     // The upstream speaks HTTP/1.1 (or h2c through ALPN-less prior knowledge, not used here).
     parts.version = http::Version::HTTP_11;
+    // A client body that fails to read (malformed chunking) fails the upstream request too:
+    // remembered, so that it is answered as the client's error.
+    let unreadable = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&unreadable);
+    let body = Body::new(body.map_err(move |e| {
+        flag.store(true, Ordering::Relaxed);
+        e
+    }));
     let upstream_request = http::Request::from_parts(parts, body);
     match proxy.client.request(upstream_request).await {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
+            // Before the hop-by-hop headers go: the framing is read from Transfer-Encoding.
+            if let Err(why) = rewrite::response_framing(&mut parts.headers) {
+                tracing::warn!(upstream = %proxy.upstream, "{why}");
+                return bad_gateway(why);
+            }
             remove_hop_by_hop(&mut parts.headers);
             // Answer in our own protocol version (an HTTP/1.0 upstream must not downgrade the
             // client's connection); hyper adapts it to the client's request.
             parts.version = http::Version::HTTP_11;
-            Response::from_parts(parts, Body::new(body))
+            let mut response = Response::from_parts(parts, Body::new(body));
+            rewrite::own_rate_limit_fields(&mut response);
+            response
+        }
+        Err(e) if unreadable.load(Ordering::Relaxed) => {
+            tracing::debug!(error = %e, "the client's request body could not be read");
+            rewrite::unreadable_body()
         }
         Err(e) => {
             tracing::warn!(error = %e, upstream = %proxy.upstream, "upstream request failed");
@@ -154,7 +210,8 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     HeaderName::from_static("upgrade"),
 ];
 
-/// Removes the hop-by-hop headers, including those the `Connection` header lists.
+/// Removes the hop-by-hop headers, including those the `Connection` header lists, except the
+/// ones no `Connection` may remove: `Host`, `Content-Length` and the forwarding headers.
 fn remove_hop_by_hop(headers: &mut HeaderMap) {
     if headers.contains_key(CONNECTION) {
         let named: Vec<HeaderName> = headers
@@ -163,6 +220,9 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .filter(|name| {
+                name != HOST && name != CONTENT_LENGTH && !CLIENT_FORWARDING_HEADERS.contains(name)
+            })
             .collect();
         for name in named {
             headers.remove(name);
