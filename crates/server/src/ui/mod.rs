@@ -140,7 +140,10 @@ fn asset_response(path: &str) -> Response {
 /// `GET /v1/ui/live`: the rules in force with their per-second decisions
 /// ([`live::Live::to_json`]) and the store's state (`kind`, `state` as in `/readyz`, and for
 /// the memory store `keys` and `max_keys`).
-async fn live_data(State(state): State<Arc<AppState>>) -> Response {
+async fn live_data(State(state): State<Arc<AppState>>, headers: http::HeaderMap) -> Response {
+    if let Err(refused) = crate::http::auth::authorize_costly(&state, &headers) {
+        return refused;
+    }
     let Some(live) = &state.ui else {
         return crate::http::problem(
             StatusCode::NOT_FOUND,
