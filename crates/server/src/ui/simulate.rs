@@ -19,14 +19,18 @@
 //! members given twice are refused.
 //!
 //! The answer is exactly the document `floodgate simulate --format json` prints for the same
-//! inputs. Work is bounded: at most [`MAX_SIMULATE_REQUESTS`] requests (`max_requests` may
-//! lower it, never raise it), at most [`MAX_INSTANCES`] instances, a body of at most
-//! [`MAX_SIMULATE_BODY_BYTES`], counters in memory only, at most [`MAX_CONCURRENT`] runs at once
-//! on the blocking thread pool. Every error is a 400 problem+json naming the member at fault.
-
-use std::str::FromStr;
+//! inputs. Work is bounded (docs/ui.md lists the bounds): at most [`MAX_SIMULATE_REQUESTS`]
+//! requests with one algorithm and [`MAX_SIMULATE_REQUESTS_ALL`] with all six (`max_requests`
+//! may lower it, never raise it), at most [`MAX_INSTANCES`] instances, `max_wait` at most
+//! [`MAX_WAIT_US`], every other duration at most [`MAX_DURATION_US`], a body of at most
+//! [`MAX_SIMULATE_BODY_BYTES`], an answer of at most [`MAX_ANSWER_BYTES`], counters in memory
+//! only, at most [`MAX_IN_FLIGHT`] simulations from reading the body until the answer is sent
+//! (a 503 with `Retry-After` beyond), [`MAX_RUNNING`] of them running on the blocking thread
+//! pool. With an API or admin token configured it needs one ([`crate::http::auth`]). Every
+//! error is a 400 problem+json naming the member at fault.
 
 use std::pin::Pin;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
