@@ -723,3 +723,61 @@ async fn the_live_view_hashes_api_keys_and_the_admin_api_resolves_them() {
     let problem: Value = r.json().await.unwrap();
     assert_eq!(problem["field"], "key");
 }
+
+/// Four connections that send a body's headers and never the body held every simulator slot
+/// for as long as they liked: now each is a 408 naming `body` after 5 s, and the slots are
+/// free again.
+#[tokio::test]
+async fn bodies_that_never_arrive_are_408s_and_free_their_slots() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fg = Floodgate::start(&[]);
+    let c = client();
+    let url = fg.url("/");
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(
+            b"POST /v1/simulate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+              content-length: 100\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+        stalled.push(s);
+    }
+    // The four hold the slots: another request is turned away at once.
+    let mut busy = 0;
+    for _ in 0..50 {
+        let r = c.post(fg.url("/v1/simulate")).json(&json!({})).send().await;
+        if r.unwrap().status() == 503 {
+            busy += 1;
+            break;
+        }
+    }
+    assert_eq!(busy, 1, "the stalled bodies hold the slots");
+    for mut s in stalled {
+        // Up to the problem's end (the connection may stay open).
+        let mut answer = Vec::new();
+        let read = async {
+            let mut chunk = [0u8; 4096];
+            while !String::from_utf8_lossy(&answer).ends_with('}') {
+                let n = s.read(&mut chunk).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                answer.extend_from_slice(&chunk[..n]);
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(30), read)
+            .await
+            .expect("an answer within 30 s");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("\"field\":\"body\""), "{answer}");
+    }
+    let (status, _) = simulate_text(&c, &fg, &json!({})).await;
+    assert_eq!(status, 200);
+}

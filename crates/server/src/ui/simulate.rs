@@ -23,7 +23,7 @@
 //! requests with one algorithm and [`MAX_SIMULATE_REQUESTS_ALL`] with all six (`max_requests`
 //! may lower it, never raise it), at most [`MAX_INSTANCES`] instances, `max_wait` at most
 //! [`MAX_WAIT_US`], every other duration at most [`MAX_DURATION_US`], a body of at most
-//! [`MAX_SIMULATE_BODY_BYTES`], an answer of at most [`MAX_ANSWER_BYTES`], counters in memory
+//! [`MAX_SIMULATE_BODY_BYTES`] arriving within [`BODY_TIMEOUT`], an answer of at most [`MAX_ANSWER_BYTES`], counters in memory
 //! only, at most [`MAX_IN_FLIGHT`] simulations from reading the body until the answer is sent
 //! (a 503 with `Retry-After` beyond), [`MAX_RUNNING`] of them running on the blocking thread
 //! pool. With an API or admin token configured it needs one ([`crate::http::auth`]). Every
@@ -79,6 +79,9 @@ const MAX_DURATION_US: u64 = 366 * 86_400 * 1_000_000;
 /// 50,000 lines).
 pub(crate) const MAX_SIMULATE_BODY_BYTES: usize = 1024 * 1024;
 
+/// How long the body may take to arrive once a slot is taken (a 408 naming `body` beyond).
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Most simulations running at once (on the blocking pool); admitted ones wait for a run slot.
 const MAX_RUNNING: usize = 2;
 
@@ -129,7 +132,16 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
     let Ok(in_flight) = IN_FLIGHT.try_acquire() else {
         return busy();
     };
-    let bytes = match Bytes::from_request(request, &state).await {
+    // A body sent slowly would hold the slot as long as its sender likes.
+    let body = tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(request, &state)).await;
+    let Ok(body) = body else {
+        return invalid(
+            StatusCode::REQUEST_TIMEOUT,
+            "body",
+            format!("not received within {} s", BODY_TIMEOUT.as_secs()),
+        );
+    };
+    let bytes = match body {
         Ok(bytes) if bytes.len() <= MAX_SIMULATE_BODY_BYTES => bytes,
         Ok(_) => return too_large(),
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
