@@ -781,3 +781,41 @@ async fn bodies_that_never_arrive_are_408s_and_free_their_slots() {
     let (status, _) = simulate_text(&c, &fg, &json!({})).await;
     assert_eq!(status, 200);
 }
+
+/// Clients that gave up while their simulation ran freed its slots at once, while the run
+/// went on on the blocking pool: leaving and asking again piled up runs without a bound. Now a
+/// run holds its slots until it ends: with clients leaving after 300 ms, waves of slow
+/// simulations never run more than two at once (`floodgate_simulations_running`).
+#[tokio::test]
+async fn abandoned_runs_keep_their_slots_until_they_end() {
+    let fg = Floodgate::start(&[]);
+    let c = client();
+    // About a second each in a debug build (sliding log, 50,000 requests on one key).
+    let slow = json!({"scenario": "flood", "algorithm": "sliding_log", "limit": "50000/1d",
+                      "rate": "5000/1s", "duration": "10s"});
+    let mut most = 0.0f64;
+    for _ in 0..3 {
+        let wave: Vec<_> = (0..4)
+            .map(|_| {
+                let request = c
+                    .post(fg.url("/v1/simulate"))
+                    .json(&slow)
+                    .timeout(std::time::Duration::from_millis(300));
+                tokio::spawn(async move { request.send().await })
+            })
+            .collect();
+        for r in wave {
+            // Left after 300 ms, or turned away at once while earlier runs hold the slots.
+            match r.await.unwrap() {
+                Err(e) => assert!(e.is_timeout(), "{e}"),
+                Ok(r) => assert_eq!(r.status(), 503),
+            }
+        }
+        let running = serve_support::metric(&c, &fg, "floodgate_simulations_running")
+            .await
+            .unwrap_or(0.0);
+        most = most.max(running);
+    }
+    assert!(most >= 1.0, "the abandoned runs go on");
+    assert!(most <= 2.0, "{most} simulations ran at once");
+}

@@ -157,13 +157,20 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
     // `acquire` fails only on a closed semaphore, and this one is never closed.
     let running = RUNNING.acquire().await.ok();
     // The engine is CPU-bound: off the async workers, so a big run does not stall the server.
+    // The task holds both slots until it ends: a client that leaves does not stop it, and
+    // must not free its slots while it still runs.
     let run = tokio::task::spawn_blocking(move || {
-        build_report(&spec).map(|report| json::render_within(&report, MAX_ANSWER_BYTES))
+        let gauge = metrics::gauge!("floodgate_simulations_running");
+        gauge.increment(1.0);
+        let answer =
+            build_report(&spec).map(|report| json::render_within(&report, MAX_ANSWER_BYTES));
+        gauge.decrement(1.0);
+        drop(running);
+        (answer, in_flight)
     })
     .await;
-    drop(running);
     match run {
-        Ok(Ok(Some(text))) => {
+        Ok((Ok(Some(text)), in_flight)) => {
             let mut response = Response::new(Body::new(Answer {
                 rest: Bytes::from(text),
                 _slot: in_flight,
@@ -174,7 +181,7 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
             );
             response
         }
-        Ok(Ok(None)) => invalid(
+        Ok((Ok(None), _)) => invalid(
             StatusCode::BAD_REQUEST,
             "max_requests",
             format!(
@@ -183,7 +190,7 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
                  one algorithm, or use `floodgate simulate`"
             ),
         ),
-        Ok(Err(e)) => {
+        Ok((Err(e), _)) => {
             let field = e.field().unwrap_or("body");
             invalid(StatusCode::BAD_REQUEST, field, api_words(&e.to_string()))
         }
