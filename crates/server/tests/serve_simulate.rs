@@ -748,16 +748,16 @@ async fn bodies_that_never_arrive_are_408s_and_free_their_slots() {
         .unwrap();
         stalled.push(s);
     }
-    // The four hold the slots: another request is turned away at once.
-    let mut busy = 0;
-    for _ in 0..50 {
-        let r = c.post(fg.url("/v1/simulate")).json(&json!({})).send().await;
-        if r.unwrap().status() == 503 {
-            busy += 1;
-            break;
+    // Once the four reach the handler they hold the slots: another request is turned away.
+    let held = async {
+        while serve_support::metric(&c, &fg, "floodgate_simulations_in_flight").await != Some(4.0) {
         }
-    }
-    assert_eq!(busy, 1, "the stalled bodies hold the slots");
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(4), held)
+        .await
+        .expect("the stalled bodies hold the slots");
+    let r = c.post(fg.url("/v1/simulate")).json(&json!({})).send().await;
+    assert_eq!(r.unwrap().status(), 503);
     for mut s in stalled {
         // Up to the problem's end (the connection may stay open).
         let mut answer = Vec::new();
@@ -784,15 +784,17 @@ async fn bodies_that_never_arrive_are_408s_and_free_their_slots() {
 
 /// Clients that gave up while their simulation ran freed its slots at once, while the run
 /// went on on the blocking pool: leaving and asking again piled up runs without a bound. Now a
-/// run holds its slots until it ends: with clients leaving after 300 ms, waves of slow
+/// run holds its slots until it ends: with clients leaving after 100 ms, waves of slow
 /// simulations never run more than two at once (`floodgate_simulations_running`).
 #[tokio::test]
 async fn abandoned_runs_keep_their_slots_until_they_end() {
     let fg = Floodgate::start(&[]);
     let c = client();
     // About a second each in a debug build (sliding log, 50,000 requests on one key).
+    // Three replays each (two instances and the shared reference, then without waiting).
     let slow = json!({"scenario": "flood", "algorithm": "sliding_log", "limit": "50000/1d",
-                      "rate": "5000/1s", "duration": "10s"});
+                      "rate": "5000/1s", "duration": "10s", "instances": 2,
+                      "max_wait": "1s"});
     let mut most = 0.0f64;
     for _ in 0..3 {
         let wave: Vec<_> = (0..4)
@@ -800,12 +802,12 @@ async fn abandoned_runs_keep_their_slots_until_they_end() {
                 let request = c
                     .post(fg.url("/v1/simulate"))
                     .json(&slow)
-                    .timeout(std::time::Duration::from_millis(300));
+                    .timeout(std::time::Duration::from_millis(100));
                 tokio::spawn(async move { request.send().await })
             })
             .collect();
         for r in wave {
-            // Left after 300 ms, or turned away at once while earlier runs hold the slots.
+            // Left after 100 ms, or turned away at once while earlier runs hold the slots.
             match r.await.unwrap() {
                 Err(e) => assert!(e.is_timeout(), "{e}"),
                 Ok(r) => assert_eq!(r.status(), 503),

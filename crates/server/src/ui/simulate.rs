@@ -129,9 +129,10 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
         return refused;
     }
     // Taken before the body is read: at most MAX_IN_FLIGHT bodies and answers are held.
-    let Ok(in_flight) = IN_FLIGHT.try_acquire() else {
+    let Ok(permit) = IN_FLIGHT.try_acquire() else {
         return busy();
     };
+    let in_flight = Slot::new(permit);
     // A body sent slowly would hold the slot as long as its sender likes.
     let body = tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(request, &state)).await;
     let Ok(body) = body else {
@@ -214,7 +215,23 @@ const ANSWER_CHUNK_BYTES: usize = 64 * 1024;
 /// the last chunk is taken or the connection is gone (the body is dropped either way).
 struct Answer {
     rest: Bytes,
-    _slot: SemaphorePermit<'static>,
+    _slot: Slot,
+}
+
+/// An in-flight slot, counted in the gauge `floodgate_simulations_in_flight` while held.
+struct Slot(#[allow(dead_code)] SemaphorePermit<'static>);
+
+impl Slot {
+    fn new(permit: SemaphorePermit<'static>) -> Self {
+        metrics::gauge!("floodgate_simulations_in_flight").increment(1.0);
+        Self(permit)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        metrics::gauge!("floodgate_simulations_in_flight").decrement(1.0);
+    }
 }
 
 impl http_body::Body for Answer {
