@@ -14,7 +14,7 @@ use std::sync::Arc;
 use floodgate_client::{Budget, Client, Clock, Error, ManualClock, Micros, Sleeper, SpendError};
 use floodgate_store::redis::testing::RedisServer;
 use serde_json::json;
-use serve_support::{advance, client, post_json, Floodgate, START_US};
+use serve_support::{advance_as, client, Floodgate, START_US};
 
 const DAY_US: u64 = 86_400_000_000;
 const TOKEN: &str = "jobs-share-one-daily-budget";
@@ -209,7 +209,7 @@ async fn eight_jobs_share_a_daily_budget_through_two_instances_and_stop_with_the
         let instances = &instances;
         async move {
             for fg in instances {
-                advance(&c, fg, us).await;
+                advance_as(&c, fg, us, TOKEN).await;
             }
         }
     };
@@ -258,13 +258,14 @@ impl Sleeper for AdvanceBoth {
     fn sleep(&self, micros: Micros) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
             self.slept.lock().unwrap().push(micros);
-            let c = client();
-            let (status, _, body) = post_json(
-                &c,
-                &format!("{}/v1/debug/clock/advance", self.api),
-                &json!({ "micros": micros }),
-            )
-            .await;
+            let r = client()
+                .post(format!("{}/v1/debug/clock/advance", self.api))
+                .bearer_auth(TOKEN)
+                .json(&json!({ "micros": micros }))
+                .send()
+                .await
+                .unwrap();
+            let (status, _, body) = serve_support::split(r).await;
             assert_eq!(status, 200, "{body}");
             self.clock.advance(micros);
         })

@@ -433,3 +433,59 @@ key = "client_ip"
     screenshot(&b, "live").await;
     b.close().await.unwrap();
 }
+
+/// With an API token configured the page still works: without the token it says the server
+/// needs one; typed into the field, or given in the URL fragment (`/ui/#token=...`, never
+/// sent to the server and taken out of the address bar), it is sent as `Authorization:
+/// Bearer` to `/v1/simulate` and `/v1/ui/live`.
+#[tokio::test]
+async fn with_an_api_token_the_page_asks_for_it_and_sends_it_as_a_header() {
+    let token = "page-token-0123456789";
+    let fg = Floodgate::with_config(
+        &format!(
+            "[server]\napi_token = \"{token}\"\n\n[[rules]]\nname = \"tight\"\n\
+             limit = \"2/min\"\nalgorithm = \"fixed_window\"\nkey = \"client_ip\"\n"
+        ),
+        &[],
+    );
+    let driver = Driver::start();
+    let b = driver.browser().await;
+    b.goto(&fg.url("/ui/")).await.unwrap();
+    // The first chart's request is refused, and the page says why.
+    until("the token message", || async {
+        let t = text(&b, "#sim-status").await?;
+        t.contains("needs a token").then_some(())
+    })
+    .await;
+    // Typed into the field (taken when it loses focus, here to the exercise's button).
+    b.find(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys(token)
+        .await
+        .unwrap();
+    click(&b, "#preset-1").await;
+    wait_text(&b, "#run-fixed_window dd.admitted", "20").await;
+    b.close().await.unwrap();
+
+    // A new session given the token in the fragment: the live view answers, and the address
+    // bar no longer shows the token.
+    let b = driver.browser().await;
+    b.goto(&fg.url(&format!("/ui/#token={token}")))
+        .await
+        .unwrap();
+    until("the algorithm checkboxes", || async {
+        b.find(Locator::Css("#algorithm-gcra")).await.ok()
+    })
+    .await;
+    let url = b.current_url().await.unwrap();
+    assert_eq!(url.fragment(), None, "{url}");
+    click(&b, "#tab-live").await;
+    wait_text(&b, "[data-rule=tight] dd.denied", "0").await;
+    assert_eq!(
+        text(&b, "[data-rule=tight] .meta").await.unwrap(),
+        "fixed_window, 2/min"
+    );
+    screenshot(&b, "live-with-token").await;
+    b.close().await.unwrap();
+}

@@ -16,6 +16,36 @@ const GREEN = "#2e9e44", RED = "#c0392b";
 // Axis steps for counts: whole numbers only.
 const COUNT_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 1e6, 1e7];
 
+// ---------- the token (a server with an API or admin token wants one of them) ----------
+// Taken from the field or once from the URL fragment (`/ui/#token=...`: a fragment is never
+// sent to the server, so it stays out of its logs), kept for this tab only, and sent as
+// `Authorization: Bearer`, never in a URL.
+let token = sessionStorage.getItem("floodgate-token") || "";
+{
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  if (fragment.has("token")) {
+    token = fragment.get("token");
+    sessionStorage.setItem("floodgate-token", token);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  const field = $("#token");
+  field.value = token;
+  const take = () => {
+    token = field.value.trim();
+    if (token) sessionStorage.setItem("floodgate-token", token);
+    else sessionStorage.removeItem("floodgate-token");
+  };
+  field.addEventListener("change", take);
+  $("#token-form").addEventListener("submit", (e) => { e.preventDefault(); take(); });
+}
+const authHeaders = (headers = {}) => (token ? { ...headers, authorization: `Bearer ${token}` } : headers);
+// A 401/403 names the token rather than the request.
+function tokenProblem(answer) {
+  if (answer.status === 401) return "This server needs a token: enter its API or admin token above.";
+  if (answer.status === 403) return "Wrong token: enter the server's API or admin token above.";
+  return null;
+}
+
 // ---------- the views (tabs, keyboard: arrows move between them) ----------
 const tabs = [...document.querySelectorAll("[role=tab]")];
 function selectTab(tab) {
@@ -155,14 +185,15 @@ async function run() {
   status.className = "";
   status.textContent = "Simulating…";
   const answer = await fetch("/v1/simulate", {
-    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+    method: "POST", headers: authHeaders({ "content-type": "application/json" }),
+    body: JSON.stringify(body),
   });
   const doc = await answer.json();
   if (mine !== generation) return; // a newer run started meanwhile
   if (!answer.ok) {
     status.className = "error";
     status.setAttribute("role", "alert");
-    status.textContent = doc.detail || doc.title;
+    status.textContent = tokenProblem(answer) || doc.detail || doc.title;
     const control = FIELD_CONTROL[doc.field];
     if (control) $(control).setAttribute("aria-invalid", "true");
     return;
@@ -317,8 +348,14 @@ async function poll() {
   const status = $("#live-status");
   let doc;
   try {
-    const answer = await fetch("/v1/ui/live");
+    const answer = await fetch("/v1/ui/live", { headers: authHeaders() });
     doc = await answer.json();
+    const refused = tokenProblem(answer);
+    if (refused) {
+      status.className = "error";
+      status.textContent = refused;
+      return;
+    }
     if (!answer.ok) throw new Error(doc.detail || answer.statusText);
   } catch (e) {
     status.className = "error";
@@ -393,7 +430,9 @@ function drawDeniedKeys(d) {
     t.append(el("tr", {}, el("td", { text: k.rule }), el("td", { text: k.key }),
       el("td", { text: String(k.count) }), el("td", { text: String(k.error) })));
   }
-  box.replaceChildren(el("p", { class: "note", text: `The ${d.capacity} busiest of ${d.denials} denials.` }), t);
+  box.replaceChildren(el("p", { class: "note", text: `The ${d.capacity} busiest of ${d.denials} denials. ` +
+    "Secret values (API keys, users, headers) are shown as a hash (#…) that the admin API " +
+    "resolves: GET /v1/keys/{rule}/{key}?encoded=true with # written %23." }), t);
 }
 
 setupControls();

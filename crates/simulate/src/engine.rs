@@ -170,7 +170,10 @@ pub struct Summary {
 }
 
 /// Summarizes `outcomes` of `requests` for `quota` (its limit and period define the true-rate
-/// window), with chart columns of `column_us` covering `[0, span_us)`.
+/// window), with chart columns of `column_us` covering `[0, span_us)` and, with waits, up to
+/// the latest admitted request's run time: `(span_us + longest wait) / column_us` columns,
+/// counted before they are allocated (the caller bounds that, as [`crate::build_report`] does
+/// with [`crate::MAX_COLUMNS`]).
 pub fn summarize(
     requests: &[Request],
     outcomes: &[Outcome],
@@ -181,7 +184,20 @@ pub fn summarize(
 ) -> Summary {
     let column_us = column_us.max(1);
     let last = requests.last().map_or(0, |r| r.t_us + 1);
-    let n_columns = span_us.max(last).div_ceil(column_us).max(1) as usize;
+    // An admitted request is counted in the column it runs in, after its wait: the columns
+    // are counted from the latest run time once, before any is allocated.
+    let latest_run = outcomes
+        .iter()
+        .filter(|o| matches!(o.result, Ok(d) if d.allowed))
+        .map(|o| {
+            requests[o.request]
+                .t_us
+                .saturating_add(o.wait.unwrap_or(0))
+                .saturating_add(1)
+        })
+        .max()
+        .unwrap_or(0);
+    let n_columns = span_us.max(last).max(latest_run).div_ceil(column_us).max(1) as usize;
     let mut columns: Vec<Column> = (0..n_columns)
         .map(|i| Column {
             start_us: i as u64 * column_us,
@@ -230,16 +246,12 @@ pub fn summarize(
             Ok(d) if d.allowed => {
                 // An admitted request runs at its scheduled time: counted in that column.
                 let wait = outcome.wait.unwrap_or(0);
-                let runs_at = request.t_us + wait;
+                let runs_at = request.t_us.saturating_add(wait);
                 let index = (runs_at / column_us) as usize;
-                while columns.len() <= index {
-                    let start_us = columns.len() as u64 * column_us;
-                    columns.push(Column {
-                        start_us,
-                        ..Column::default()
-                    });
-                }
-                let column = &mut columns[index];
+                // Counted above: `index < n_columns`.
+                let Some(column) = columns.get_mut(index) else {
+                    continue;
+                };
                 summary.admitted += 1;
                 summary.units_admitted += request.cost;
                 column.admitted += 1;

@@ -27,6 +27,14 @@ use super::Report;
 /// Renders the report as JSON, ending with a newline: the header and summaries pretty-printed,
 /// each decision on one line (a trace can hold millions).
 pub fn render(report: &Report) -> String {
+    // Without a bound the document is always written.
+    render_within(report, usize::MAX).unwrap_or_default()
+}
+
+/// [`render`], but `None` as soon as the document grows beyond `max_bytes`: the text is
+/// never more than `max_bytes` plus one decision's line, whatever the report holds (a trace's
+/// keys can be long).
+pub fn render_within(report: &Report, max_bytes: usize) -> Option<String> {
     let mut text = serde_json::to_string_pretty(&header(report)).expect("JSON values serialize");
     // Re-open the object to append "runs", writing the decisions line by line.
     let body_end = text
@@ -45,11 +53,13 @@ pub fn render(report: &Report) -> String {
             run.kind.as_str(),
             serde_json::to_string(&summary(run)).expect("summary serializes")
         );
-        write_decisions(&mut text, report, run);
+        if text.len() > max_bytes || !write_decisions(&mut text, report, run, max_bytes) {
+            return None;
+        }
         text.push_str("\n      ]\n    }");
     }
     text.push_str("\n  ]\n}\n");
-    text
+    (text.len() <= max_bytes).then_some(text)
 }
 
 /// Everything but the runs.
@@ -88,10 +98,14 @@ fn summary(run: &Run) -> Value {
     summary
 }
 
-/// Appends one JSON object per decision, one per line, comma-separated.
-fn write_decisions(text: &mut String, report: &Report, run: &Run) {
+/// Appends one JSON object per decision, one per line, comma-separated; `false` (and stops)
+/// once `text` is longer than `max_bytes`.
+fn write_decisions(text: &mut String, report: &Report, run: &Run, max_bytes: usize) -> bool {
     let requests = &report.traffic.requests;
     for (i, o) in run.outcomes.iter().enumerate() {
+        if text.len() > max_bytes {
+            return false;
+        }
         let r = &requests[o.request];
         text.push_str(if i == 0 { "\n        " } else { ",\n        " });
         let _ = write!(
@@ -126,6 +140,7 @@ fn write_decisions(text: &mut String, report: &Report, run: &Run) {
             ),
         };
     }
+    text.len() <= max_bytes
 }
 
 #[cfg(test)]
@@ -194,5 +209,9 @@ mod tests {
         );
         assert_eq!(value["runs"][0]["summary"]["impossible"], 1);
         assert_eq!(text.lines().filter(|l| l.contains("\"t_us\"")).count(), 3);
+        // Bounded: the whole document fits its own length, and not one byte less.
+        assert_eq!(render_within(&report, text.len()).as_deref(), Some(&*text));
+        assert_eq!(render_within(&report, text.len() - 1), None);
+        assert_eq!(render_within(&report, 10), None);
     }
 }

@@ -224,6 +224,11 @@ impl Default for Spec {
     }
 }
 
+/// Most chart columns one run draws (the traffic's span plus `--max-wait`, divided by the
+/// column width): [`build_report`] refuses a `--column` drawing more, and widens an automatic
+/// one, before anything runs.
+pub const MAX_COLUMNS: u64 = 10_000;
+
 /// Default of `--max-requests`: the most requests one simulation generates or replays.
 ///
 /// Each request is kept once as traffic (about 90 bytes) and once per algorithm as an outcome
@@ -601,7 +606,8 @@ pub fn column_width(requested: Option<Micros>, span: Micros) -> Micros {
 ///
 /// # Errors
 /// As [`build_traffic`]; [`Error::Invalid`] for a burst the quota refuses, a balance that
-/// cannot apply, or a column width drawing over 10,000 columns; [`Error::Run`] when a setup
+/// cannot apply, or a `--column` drawing over [`MAX_COLUMNS`] columns (the span plus
+/// `--max-wait`; an automatic width is widened instead); [`Error::Run`] when a setup
 /// cannot be built for an algorithm or its store fails.
 pub fn build_report(spec: &Spec) -> Result<Report, Error> {
     let daily_jobs =
@@ -645,11 +651,26 @@ pub fn build_report(spec: &Spec) -> Result<Report, Error> {
         None if daily_jobs => Some(3_600 * MICROS_PER_SECOND),
         other => other,
     };
-    let column = column_width(requested_column, traffic.span_us);
-    if traffic.span_us.div_ceil(column) > 10_000 {
+    // A request that waits runs up to `max_wait` after its arrival: the chart reaches that far,
+    // and its columns are counted (and bounded) before anything runs.
+    let reach = traffic.span_us.saturating_add(spec.max_wait.unwrap_or(0));
+    let mut column = column_width(requested_column, traffic.span_us);
+    if requested_column.is_none() && reach.div_ceil(column) > MAX_COLUMNS {
+        column = column_width(None, reach);
+    }
+    if reach.div_ceil(column) > MAX_COLUMNS {
+        let waits = match spec.max_wait {
+            Some(max_wait) if traffic.span_us.div_ceil(column) <= MAX_COLUMNS => {
+                format!(" once requests wait up to --max-wait {max_wait} us")
+            }
+            _ => String::new(),
+        };
         return Err(Error::invalid(
             "column",
-            format!("--column {column} us would draw more than 10,000 columns; choose a wider one"),
+            format!(
+                "--column {column} us would draw more than {MAX_COLUMNS} columns{waits}; choose \
+                 a wider one"
+            ),
         ));
     }
     let runs = spec
@@ -756,6 +777,38 @@ mod tests {
         };
         let err = build_report(&spec).unwrap_err();
         assert_eq!(err.field(), Some("every"), "{err}");
+    }
+
+    /// `limit 1/1day, rate 2/1ms, duration 1ms, max_wait 1day` once grew the chart to one
+    /// column per millisecond up to the second request's slot a day later (86.4 million
+    /// columns, 3 GiB): the process aborted allocating them.
+    #[test]
+    fn a_wait_of_a_day_after_a_millisecond_of_traffic_draws_bounded_columns() {
+        let spec = Spec {
+            scenario: ScenarioName::Flood,
+            algorithm: AlgorithmChoice::One(AlgorithmKind::Gcra),
+            limit: Some("1/1d".parse().unwrap()),
+            rate: Some((2, 1_000)),
+            duration: Some(1_000),
+            max_wait: Some(86_400 * MICROS_PER_SECOND),
+            ..Spec::default()
+        };
+        let report = build_report(&spec).unwrap();
+        let summary = &report.runs[0].summary;
+        assert_eq!((summary.admitted, summary.queued), (2, 1));
+        assert!(summary.columns.len() as u64 <= MAX_COLUMNS);
+        // The automatic width widened to cover the wait: the queued request's column exists.
+        assert_eq!(summary.column_us, 1_800 * MICROS_PER_SECOND);
+        let queued: u64 = summary.columns.iter().map(|c| c.queued).sum();
+        assert_eq!(queued, 1);
+        // A width asked for explicitly is refused, naming it, before anything runs.
+        let narrow = Spec {
+            column: Some(1_000),
+            ..spec
+        };
+        let err = build_report(&narrow).unwrap_err();
+        assert_eq!(err.field(), Some("column"), "{err}");
+        assert!(err.to_string().contains("--max-wait"), "{err}");
     }
 
     #[test]

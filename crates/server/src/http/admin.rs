@@ -2,7 +2,9 @@
 //!
 //! `/v1/keys/{rule}/{key}` names a client key as given to `/v1/check`; add `?encoded=true` to
 //! name an encoded store key instead (as derived from requests by forward-auth and the proxy,
-//! e.g. `ip=203.0.113.7`). Guarded by `Authorization: Bearer <token>` (`[server] admin_token`
+//! e.g. `ip=203.0.113.7`), or a key as the web page shows it, secret values hashed
+//! (`api_key=#3f9a1c2b`, written `api_key=%233f9a1c2b` in the path), which is resolved among
+//! the denied keys the page holds (see `crate::ui::denied_keys`). Guarded by `Authorization: Bearer <token>` (`[server] admin_token`
 //! or `FLOODGATE_ADMIN_TOKEN`); without a configured token the admin API does not exist (404).
 
 use std::sync::Arc;
@@ -162,12 +164,48 @@ fn locate(
             format!("must be between 1 and {max} bytes long"),
         ));
     }
-    let store_key = if encoded {
-        key.to_string()
-    } else {
+    let store_key = if !encoded {
         super::api::client_key(key)
+    } else if crate::ui::denied_keys::DeniedKeys::is_shown_form(key) {
+        resolve_shown(state, rule, key)?
+    } else {
+        key.to_string()
     };
     Ok((config, index, store_key))
+}
+
+/// The store key the web page shows hashed as `shown` (e.g. `api_key=#3f9a1c2b`), among the
+/// busiest denied keys it holds: a 404 when none (or the list is off), a 409 listing none
+/// when two held keys share the hash.
+fn resolve_shown(state: &AppState, rule: &str, shown: &str) -> Result<String, Response> {
+    let held = state
+        .ui
+        .as_ref()
+        .and_then(|live| live.denied_keys.as_ref())
+        .map(|d| d.resolve(rule, shown))
+        .unwrap_or_default();
+    let mut held = held.into_iter();
+    match (held.next(), held.next()) {
+        (Some(key), None) => Ok(key),
+        (None, _) => Err(problem(
+            StatusCode::NOT_FOUND,
+            "urn:floodgate:problem:unknown-key",
+            "Not Found",
+            format!(
+                "key: {shown:?} is a key as the web page shows it, and no denied key of rule \
+                 {rule:?} the page holds has that hash ([server] ui_denied_keys; the hash \
+                 changes when the process restarts)"
+            ),
+            Some(("field", "key".into())),
+        )),
+        (Some(_), Some(_)) => Err(problem(
+            StatusCode::CONFLICT,
+            "urn:floodgate:problem:ambiguous-key",
+            "Conflict",
+            format!("key: several held keys of rule {rule:?} are shown as {shown:?}"),
+            Some(("field", "key".into())),
+        )),
+    }
 }
 
 /// `Ok` when the request carries the configured admin token. 404 when no token is configured
@@ -226,7 +264,7 @@ pub(super) fn check_bearer(
 /// The token of an `Authorization: Bearer <token>` value. The scheme is case-insensitive
 /// (RFC 9110 section 11.1; RFC 6750 names it `Bearer`), and spaces around the token are
 /// ignored.
-fn bearer_token(value: &str) -> Option<&str> {
+pub(super) fn bearer_token(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim_start().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
@@ -234,7 +272,7 @@ fn bearer_token(value: &str) -> Option<&str> {
 
 /// Compares without an early exit on the first differing byte, so response time does not tell
 /// how much of a guessed token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -11,8 +11,8 @@
 //! | any method `/v1/forward-auth/<path>` | Envoy `ext_authz` (`http_service` appends the original path) |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz`, `GET /readyz` | liveness; readiness (503 while shutting down) |
-//! | `POST /v1/simulate`, `GET /ui/`, `GET /v1/ui/live` | the simulator and the web page (see `crate::ui`) |
-//! | `POST /v1/debug/clock/advance` | TEST ONLY, with `--manual-clock`: move time |
+//! | `POST /v1/simulate`, `GET /ui/`, `GET /v1/ui/live` | the simulator and the web page (see `crate::ui`); `/v1/simulate` and `/v1/ui/live` need a token when one is configured (see [`auth`]) |
+//! | `POST /v1/debug/clock/advance` | TEST ONLY, with `--manual-clock`: move time (a token when one is configured) |
 //!
 //! Every error is `application/problem+json` (RFC 9457) with `type`, `title`, `status`,
 //! `detail` and, for bad input, the `field` at fault (a body field, a query parameter, `path` or
@@ -26,6 +26,7 @@
 
 mod admin;
 mod api;
+pub(crate) mod auth;
 pub(crate) mod bare;
 mod forward_auth;
 mod forwarded_uri;

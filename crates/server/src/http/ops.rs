@@ -195,14 +195,19 @@ pub(super) struct Advance {
 }
 
 /// `POST /v1/debug/clock/advance {"micros": N}`: TEST ONLY. Exists only with the hidden
-/// `--manual-clock` flag; moves the manual clock forward and answers the new time.
+/// `--manual-clock` flag; moves the manual clock forward and answers the new time. Needs the
+/// API or admin token when one is configured ([`super::auth`]).
 pub(super) async fn advance_clock(
     State(state): State<Arc<AppState>>,
+    headers: http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let Some(clock) = &state.manual_clock else {
         return not_found().await;
     };
+    if let Err(refused) = super::auth::authorize_costly(&state, &headers) {
+        return refused;
+    }
     let advance: Advance = match super::api::read_json(body) {
         Ok(a) => a,
         Err(response) => return response,

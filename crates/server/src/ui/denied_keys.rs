@@ -9,11 +9,29 @@
 //!
 //! Opt-in: keys can be personal data (an IP, a user id). [`DeniedKeys::record_denied`] is the
 //! entry point for the one place that makes decisions.
+//!
+//! The page never shows a secret in clear: [`DeniedKeys::shown`] replaces the value of every
+//! key component but the public ones ([`PUBLIC_TAGS`]: the client address and network, the
+//! method, path and route, a constant) with `#` and 8 hex digits of an HMAC-SHA256 under a
+//! random per-process key, e.g. `api_key=#3f9a1c2b|path=/v1/items`. The admin API
+//! (`/v1/keys/{rule}/{key}?encoded=true`, admin token) resolves such a key among the held
+//! ones ([`DeniedKeys::resolve`]). An encoded component never holds `#` but as `#` and 64 hex
+//! digits (a long value's SHA-256), so a shown key is never mistaken for a real one.
 
 use std::collections::HashMap;
 
+use hmac::{Hmac, Mac};
 use parking_lot::Mutex;
 use serde::Serialize;
+use sha2::Sha256;
+
+/// Key tags shown in clear on the page: what every proxy log holds anyway. Every other tag
+/// (`user`, `api_key`, `key` of `/v1/check`, a header's name) is shown hashed.
+pub(crate) const PUBLIC_TAGS: &[&str] = &["ip", "net", "method", "path", "route", "const"];
+
+/// Hex digits of a shown key component's HMAC (32 bits: enough to tell the held keys apart,
+/// too few to test guesses against offline, and the key is per process anyway).
+const SHOWN_HEX_DIGITS: usize = 8;
 
 /// Longest key kept, in bytes (longer keys are cut at a character boundary).
 pub(crate) const MAX_KEY_BYTES: usize = 256;
@@ -36,10 +54,11 @@ pub(crate) struct DeniedKey {
 
 /// A bounded top-k of denied `(rule, key)` pairs (see the module docs). Cheap to share: one
 /// short lock per recorded denial, no allocation once a pair is held.
-#[derive(Debug)]
 pub(crate) struct DeniedKeys {
     capacity: usize,
     inner: Mutex<Inner>,
+    /// The HMAC of [`DeniedKeys::shown`], under a random per-process key.
+    mac: Hmac<Sha256>,
 }
 
 #[derive(Debug, Default)]
@@ -61,10 +80,81 @@ impl floodgate_tower::DenialObserver for DeniedKeys {
 impl DeniedKeys {
     /// Holds at most `capacity` pairs (clamped to `1..=MAX_CAPACITY`).
     pub(crate) fn new(capacity: usize) -> Self {
+        let mut secret = [0u8; 32];
+        // As the reservation signer: a fixed key would let anyone test guesses offline.
+        getrandom::fill(&mut secret).expect("the system random number generator works");
         Self {
             capacity: capacity.clamp(1, MAX_CAPACITY),
             inner: Mutex::new(Inner::default()),
+            mac: Hmac::<Sha256>::new_from_slice(&secret).expect("HMAC takes a key of any length"),
         }
+    }
+
+    /// `key` as the page shows it: every component whose tag is not in [`PUBLIC_TAGS`] has its
+    /// value replaced by `#` and [`SHOWN_HEX_DIGITS`] hex digits of its HMAC.
+    pub(crate) fn shown(&self, key: &str) -> String {
+        let mut out = String::with_capacity(key.len().min(128));
+        for (i, component) in key.split('|').enumerate() {
+            if i > 0 {
+                out.push('|');
+            }
+            match component.split_once('=') {
+                Some((tag, _)) if PUBLIC_TAGS.contains(&tag) => out.push_str(component),
+                Some((tag, _)) => {
+                    out.push_str(tag);
+                    out.push_str("=#");
+                    out.push_str(&self.digest(component));
+                }
+                // Not an encoded component (kept total): hashed whole.
+                None => {
+                    out.push('#');
+                    out.push_str(&self.digest(component));
+                }
+            }
+        }
+        out
+    }
+
+    fn digest(&self, component: &str) -> String {
+        let mut mac = self.mac.clone();
+        mac.update(component.as_bytes());
+        let bytes = mac.finalize().into_bytes();
+        let mut hex = String::with_capacity(SHOWN_HEX_DIGITS);
+        for byte in bytes.iter().take(SHOWN_HEX_DIGITS / 2) {
+            use std::fmt::Write;
+            let _ = write!(hex, "{byte:02x}");
+        }
+        hex
+    }
+
+    /// Whether `key` has a component in the page's hashed form (`tag=#` and 8 hex digits).
+    pub(crate) fn is_shown_form(key: &str) -> bool {
+        key.split('|').any(|c| {
+            c.split_once('=').is_some_and(|(_, v)| {
+                v.strip_prefix('#').is_some_and(|hex| {
+                    hex.len() == SHOWN_HEX_DIGITS && hex.bytes().all(|b| b.is_ascii_hexdigit())
+                })
+            })
+        })
+    }
+
+    /// The held keys of `rule` that the page shows as `shown` (usually one; two only on a
+    /// 32-bit collision).
+    pub(crate) fn resolve(&self, rule: &str, shown: &str) -> Vec<String> {
+        let keys: Vec<String> = {
+            let inner = self.inner.lock();
+            inner
+                .index
+                .get(rule)
+                .map(|keys| keys.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        let mut found: Vec<String> = keys
+            .into_iter()
+            .filter(|k| self.shown(k) == shown)
+            .collect();
+        found.sort();
+        found
     }
 
     /// The most pairs held.
@@ -135,6 +225,15 @@ impl DeniedKeys {
     }
 }
 
+impl std::fmt::Debug for DeniedKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The HMAC key stays out of debug output.
+        f.debug_struct("DeniedKeys")
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Inner {
     fn insert_index(&mut self, rule: &str, key: &str, i: usize) {
         match self.index.get_mut(rule) {
@@ -191,6 +290,38 @@ mod tests {
         let (top, _) = d.top();
         assert!(top[0].key.len() <= MAX_KEY_BYTES);
         assert!(long.starts_with(&top[0].key));
+    }
+
+    #[test]
+    fn secret_components_are_shown_hashed_and_resolve_back() {
+        let d = DeniedKeys::new(4);
+        d.record_denied("per-key", "api_key=sk_live_123|path=/v1/items");
+        d.record_denied("per-ip", "ip=203.0.113.7");
+        let shown = d.shown("api_key=sk_live_123|path=/v1/items");
+        assert!(shown.starts_with("api_key=#"), "{shown}");
+        assert!(shown.ends_with("|path=/v1/items"), "{shown}");
+        assert!(!shown.contains("sk_live"), "{shown}");
+        assert_eq!(shown.len(), "api_key=#".len() + 8 + "|path=/v1/items".len());
+        assert_eq!(d.shown("ip=203.0.113.7"), "ip=203.0.113.7");
+        for secret in ["user=alice", "key=alice", "x-tenant=acme"] {
+            assert!(!d.shown(secret).contains("alice") && !d.shown(secret).contains("acme"));
+        }
+        assert!(DeniedKeys::is_shown_form(&shown));
+        assert!(!DeniedKeys::is_shown_form("api_key=sk_live_123"));
+        assert!(!DeniedKeys::is_shown_form(&format!(
+            "api_key=#{}",
+            "a".repeat(64)
+        )));
+        assert_eq!(
+            d.resolve("per-key", &shown),
+            ["api_key=sk_live_123|path=/v1/items"]
+        );
+        assert!(d.resolve("per-ip", &shown).is_empty());
+        // Another process (another key) shows another hash.
+        assert_ne!(
+            DeniedKeys::new(4).shown("user=alice"),
+            d.shown("user=alice")
+        );
     }
 
     proptest! {

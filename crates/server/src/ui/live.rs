@@ -116,7 +116,11 @@ impl Live {
             })
             .collect();
         let denied_keys = self.denied_keys.as_ref().map(|d| {
-            let (keys, total) = d.top();
+            let (mut keys, total) = d.top();
+            // Secret key components are never shown in clear (see `DeniedKeys::shown`).
+            for entry in &mut keys {
+                entry.key = d.shown(&entry.key);
+            }
             json!({ "capacity": d.capacity(), "denials": total, "keys": keys })
         });
         json!({

@@ -10,7 +10,9 @@
 //!
 //! Everything the page loads is embedded in the binary: it works offline and loads nothing from
 //! elsewhere. `--no-ui` or `[server] ui = false` turn the page and `/v1/ui/live` off;
-//! `/v1/simulate` stays (it is an API of its own, bounded like the command line).
+//! `/v1/simulate` stays (it is an API of its own, bounded like the command line). With an API
+//! or admin token configured, `/v1/simulate` and `/v1/ui/live` need one of them
+//! ([`crate::http::auth`]); the page asks for it and sends it as a header.
 
 // Fed by `floodgate_tower::RateLimiter`'s denial observer when `[server] ui_denied_keys` > 0.
 pub(crate) mod denied_keys;
@@ -140,7 +142,10 @@ fn asset_response(path: &str) -> Response {
 /// `GET /v1/ui/live`: the rules in force with their per-second decisions
 /// ([`live::Live::to_json`]) and the store's state (`kind`, `state` as in `/readyz`, and for
 /// the memory store `keys` and `max_keys`).
-async fn live_data(State(state): State<Arc<AppState>>) -> Response {
+async fn live_data(State(state): State<Arc<AppState>>, headers: http::HeaderMap) -> Response {
+    if let Err(refused) = crate::http::auth::authorize_costly(&state, &headers) {
+        return refused;
+    }
     let Some(live) = &state.ui else {
         return crate::http::problem(
             StatusCode::NOT_FOUND,

@@ -19,16 +19,24 @@
 //! members given twice are refused.
 //!
 //! The answer is exactly the document `floodgate simulate --format json` prints for the same
-//! inputs. Work is bounded: at most [`MAX_SIMULATE_REQUESTS`] requests (`max_requests` may
-//! lower it, never raise it), at most [`MAX_INSTANCES`] instances, a body of at most
-//! [`MAX_SIMULATE_BODY_BYTES`], counters in memory only, at most [`MAX_CONCURRENT`] runs at once
-//! on the blocking thread pool. Every error is a 400 problem+json naming the member at fault.
+//! inputs. Work is bounded (docs/ui.md lists the bounds): at most [`MAX_SIMULATE_REQUESTS`]
+//! requests with one algorithm and [`MAX_SIMULATE_REQUESTS_ALL`] with all six (`max_requests`
+//! may lower it, never raise it), at most [`MAX_INSTANCES`] instances, `max_wait` at most
+//! [`MAX_WAIT_US`], every other duration at most [`MAX_DURATION_US`], a body of at most
+//! [`MAX_SIMULATE_BODY_BYTES`] arriving within [`BODY_TIMEOUT`], an answer of at most [`MAX_ANSWER_BYTES`], counters in memory
+//! only, at most [`MAX_IN_FLIGHT`] simulations from reading the body until the answer is sent
+//! (a 503 with `Retry-After` beyond), [`MAX_RUNNING`] of them running on the blocking thread
+//! pool. With an API or admin token configured it needs one ([`crate::http::auth`]). Every
+//! error is a 400 problem+json naming the member at fault.
 
+use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::response::{IntoResponse, Response};
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request, State};
+use axum::response::Response;
 use floodgate_core::{Micros, Quota};
 use floodgate_simulate::setup::{Balance, CounterMode, StoreSpec};
 use floodgate_simulate::traffic::{parse_duration, parse_rate};
@@ -37,14 +45,22 @@ use floodgate_simulate::{
 };
 use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::http::{invalid, MAX_KEY_BYTES};
+use crate::state::AppState;
 
-/// Most requests one `/v1/simulate` generates or replays. Lower than the command line's
-/// default (1,000,000) because the answer holds every decision of every algorithm (about
-/// 160 bytes each): 50,000 requests through all six algorithms answer about 50 MB.
+/// Most requests one `/v1/simulate` generates or replays with one algorithm (`max_requests`
+/// may lower it, never raise it). The answer holds every decision (about 175 bytes each).
 const MAX_SIMULATE_REQUESTS: u64 = 50_000;
+
+/// Most requests with `"algorithm": "all"`: six decisions each, so the largest answer of the
+/// default key is about 12,000 x 6 x 175 bytes = 12.6 MB, within [`MAX_ANSWER_BYTES`].
+const MAX_SIMULATE_REQUESTS_ALL: u64 = 12_000;
+
+/// Largest answer, in bytes (16 MiB). Rendering stops at it (a trace's keys can be long) and
+/// the request is a 400 naming `max_requests`.
+pub(crate) const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
 /// Most service instances one simulation may model (each keeps its own counters per key).
 const MAX_INSTANCES: u64 = 1_000;
@@ -52,12 +68,27 @@ const MAX_INSTANCES: u64 = 1_000;
 /// Most job runners of the `daily-jobs` scenario a request may ask for.
 const MAX_RUNNERS: u64 = 1_000;
 
+/// Longest `max_wait` (one day): a request that waits longer is not queued but refused.
+const MAX_WAIT_US: u64 = 86_400 * 1_000_000;
+
+/// Longest duration member (`duration`, `spread`, `before`, `after`, `at`, `every`, `column`,
+/// and the period of `rate`): 366 days, a year of traffic.
+const MAX_DURATION_US: u64 = 366 * 86_400 * 1_000_000;
+
 /// Largest accepted `/v1/simulate` body, in bytes (1 MiB: room for a pasted trace of about
 /// 50,000 lines).
 pub(crate) const MAX_SIMULATE_BODY_BYTES: usize = 1024 * 1024;
 
-/// Most simulations running at once; further requests wait for a free slot.
-const MAX_CONCURRENT: usize = 2;
+/// How long the body may take to arrive once a slot is taken (a 408 naming `body` beyond).
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Most simulations running at once (on the blocking pool); admitted ones wait for a run slot.
+const MAX_RUNNING: usize = 2;
+
+/// Most simulations in flight at once, from reading the body until the answer is sent (or its
+/// connection closed): a slow reader holds its slot, so at most this many answers are held.
+/// Further requests are a 503 with `Retry-After`.
+pub(crate) const MAX_IN_FLIGHT: usize = 4;
 
 /// The request body: the [`Spec`] fields, as text where the command line takes text.
 #[derive(Debug, Default, Deserialize)]
@@ -88,11 +119,29 @@ struct SimulateRequest {
     runners: Option<u64>,
 }
 
-/// The slots bounding concurrent runs (one process, one pool).
-static SLOTS: Semaphore = Semaphore::const_new(MAX_CONCURRENT);
+/// The slots bounding simulations in flight and running (one process, one pool).
+static IN_FLIGHT: Semaphore = Semaphore::const_new(MAX_IN_FLIGHT);
+static RUNNING: Semaphore = Semaphore::const_new(MAX_RUNNING);
 
 /// `POST /v1/simulate`.
-pub(crate) async fn simulate(body: Result<Bytes, BytesRejection>) -> Response {
+pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    if let Err(refused) = crate::http::auth::authorize_costly(&state, request.headers()) {
+        return refused;
+    }
+    // Taken before the body is read: at most MAX_IN_FLIGHT bodies and answers are held.
+    let Ok(permit) = IN_FLIGHT.try_acquire() else {
+        return busy();
+    };
+    let in_flight = Slot::new(permit);
+    // A body sent slowly would hold the slot as long as its sender likes.
+    let body = tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(request, &state)).await;
+    let Ok(body) = body else {
+        return invalid(
+            StatusCode::REQUEST_TIMEOUT,
+            "body",
+            format!("not received within {} s", BODY_TIMEOUT.as_secs()),
+        );
+    };
     let bytes = match body {
         Ok(bytes) if bytes.len() <= MAX_SIMULATE_BODY_BYTES => bytes,
         Ok(_) => return too_large(),
@@ -105,23 +154,44 @@ pub(crate) async fn simulate(body: Result<Bytes, BytesRejection>) -> Response {
         Ok(spec) => spec,
         Err((field, detail)) => return invalid(StatusCode::BAD_REQUEST, &field, detail),
     };
+    drop(bytes);
     // `acquire` fails only on a closed semaphore, and this one is never closed.
-    let _slot = SLOTS.acquire().await.ok();
+    let running = RUNNING.acquire().await.ok();
     // The engine is CPU-bound: off the async workers, so a big run does not stall the server.
+    // The task holds both slots until it ends: a client that leaves does not stop it, and
+    // must not free its slots while it still runs.
     let run = tokio::task::spawn_blocking(move || {
-        build_report(&spec).map(|report| json::render(&report))
+        let gauge = metrics::gauge!("floodgate_simulations_running");
+        gauge.increment(1.0);
+        let answer =
+            build_report(&spec).map(|report| json::render_within(&report, MAX_ANSWER_BYTES));
+        gauge.decrement(1.0);
+        drop(running);
+        (answer, in_flight)
     })
     .await;
     match run {
-        Ok(Ok(text)) => {
-            let mut response = text.into_response();
+        Ok((Ok(Some(text)), in_flight)) => {
+            let mut response = Response::new(Body::new(Answer {
+                rest: Bytes::from(text),
+                _slot: in_flight,
+            }));
             response.headers_mut().insert(
                 http::header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
             response
         }
-        Ok(Err(e)) => {
+        Ok((Ok(None), _)) => invalid(
+            StatusCode::BAD_REQUEST,
+            "max_requests",
+            format!(
+                "the answer would be larger than the API's {MAX_ANSWER_BYTES} bytes (it holds \
+                 every decision of every algorithm, with its key); lower max_requests, choose \
+                 one algorithm, or use `floodgate simulate`"
+            ),
+        ),
+        Ok((Err(e), _)) => {
             let field = e.field().unwrap_or("body");
             invalid(StatusCode::BAD_REQUEST, field, api_words(&e.to_string()))
         }
@@ -136,6 +206,72 @@ pub(crate) async fn simulate(body: Result<Bytes, BytesRejection>) -> Response {
             )
         }
     }
+}
+
+/// Bytes of the answer handed to the connection at a time.
+const ANSWER_CHUNK_BYTES: usize = 64 * 1024;
+
+/// The answer's body: the rendered document, sent in chunks, holding its in-flight slot until
+/// the last chunk is taken or the connection is gone (the body is dropped either way).
+struct Answer {
+    rest: Bytes,
+    _slot: Slot,
+}
+
+/// An in-flight slot, counted in the gauge `floodgate_simulations_in_flight` while held.
+struct Slot(#[allow(dead_code)] SemaphorePermit<'static>);
+
+impl Slot {
+    fn new(permit: SemaphorePermit<'static>) -> Self {
+        metrics::gauge!("floodgate_simulations_in_flight").increment(1.0);
+        Self(permit)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        metrics::gauge!("floodgate_simulations_in_flight").decrement(1.0);
+    }
+}
+
+impl http_body::Body for Answer {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        if self.rest.is_empty() {
+            return Poll::Ready(None);
+        }
+        let n = self.rest.len().min(ANSWER_CHUNK_BYTES);
+        let chunk = self.rest.split_to(n);
+        Poll::Ready(Some(Ok(http_body::Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.rest.len() as u64)
+    }
+}
+
+/// The 503 of a request arriving while [`MAX_IN_FLIGHT`] simulations are in flight.
+fn busy() -> Response {
+    let mut response = crate::http::problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "urn:floodgate:problem:simulator-busy",
+        "Service Unavailable",
+        format!("{MAX_IN_FLIGHT} simulations are in flight (running or being sent); try again"),
+        None,
+    );
+    response
+        .headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 fn too_large() -> Response {
@@ -192,9 +328,35 @@ fn choice<T: Choice>(field: &str, text: &str) -> Result<T, Bad> {
     })
 }
 
+/// A duration member of at most `max` microseconds.
+fn duration_within(field: &str, text: Option<String>, max: Micros) -> Result<Option<Micros>, Bad> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let us = parse_duration(&text).map_err(|e| (field.to_string(), e))?;
+    if us > max {
+        return Err((
+            field.to_string(),
+            format!(
+                "{text:?} is longer than the API's {} (at most {max} us)",
+                days(max)
+            ),
+        ));
+    }
+    Ok(Some(us))
+}
+
+/// A duration member of at most [`MAX_DURATION_US`].
 fn duration(field: &str, text: Option<String>) -> Result<Option<Micros>, Bad> {
-    text.map(|t| parse_duration(&t).map_err(|e| (field.to_string(), e)))
-        .transpose()
+    duration_within(field, text, MAX_DURATION_US)
+}
+
+/// `max` in days, as the bounds are written (`1 day`, `366 days`).
+fn days(max: Micros) -> String {
+    match max / (86_400 * 1_000_000) {
+        1 => "1 day".to_string(),
+        n => format!("{n} days"),
+    }
 }
 
 /// The [`Spec`] a request describes, within the API's bounds.
@@ -227,16 +389,41 @@ fn spec_of(r: SimulateRequest) -> Result<Spec, Bad> {
             Err(e) => return bad("store", e),
         },
     };
+    let algorithm = r
+        .algorithm
+        .map(|t| AlgorithmChoice::from_str(&t).map_err(|e| ("algorithm".to_string(), e)))
+        .transpose()?
+        .unwrap_or(defaults.algorithm);
+    // Every decision of every algorithm is in the answer: all six get fewer requests.
+    let (cap, with) = match algorithm {
+        AlgorithmChoice::All => (MAX_SIMULATE_REQUESTS_ALL, " with algorithm all"),
+        AlgorithmChoice::One(_) => (MAX_SIMULATE_REQUESTS, ""),
+    };
     let max_requests = match r.max_requests {
-        None => MAX_SIMULATE_REQUESTS,
-        Some(n) if n <= MAX_SIMULATE_REQUESTS => n,
+        None => cap,
+        Some(n) if n <= cap => n,
         Some(n) => {
             return bad(
                 "max_requests",
-                format!("{n} is above the API's cap of {MAX_SIMULATE_REQUESTS} requests"),
+                format!("{n} is above the API's cap of {cap} requests{with}"),
             )
         }
     };
+    let rate = r
+        .rate
+        .map(|t| parse_rate(&t).map_err(|e| ("rate".to_string(), e)))
+        .transpose()?;
+    if let Some((_, per)) = rate {
+        if per > MAX_DURATION_US {
+            return bad(
+                "rate",
+                format!(
+                    "the period is longer than the API's {} (at most {MAX_DURATION_US} us)",
+                    days(MAX_DURATION_US)
+                ),
+            );
+        }
+    }
     let instances = match r.instances {
         None => defaults.instances,
         Some(n @ 1..=MAX_INSTANCES) => usize::try_from(n).unwrap_or(1),
@@ -277,11 +464,7 @@ fn spec_of(r: SimulateRequest) -> Result<Spec, Bad> {
             name: "trace".into(),
             text,
         }),
-        algorithm: r
-            .algorithm
-            .map(|t| AlgorithmChoice::from_str(&t).map_err(|e| ("algorithm".to_string(), e)))
-            .transpose()?
-            .unwrap_or(defaults.algorithm),
+        algorithm,
         limit: r
             .limit
             .map(|t| Quota::from_str(&t).map_err(|e| ("limit".to_string(), format!("{t:?}: {e}"))))
@@ -305,15 +488,12 @@ fn spec_of(r: SimulateRequest) -> Result<Spec, Bad> {
         after: duration("after", r.after)?,
         at: duration("at", r.at)?,
         every: duration("every", r.every)?,
-        rate: r
-            .rate
-            .map(|t| parse_rate(&t).map_err(|e| ("rate".to_string(), e)))
-            .transpose()?,
+        rate,
         duration: duration("duration", r.duration)?,
         max_requests,
         key: r.key.unwrap_or(defaults.key),
         column: duration("column", r.column)?,
-        max_wait: duration("max_wait", r.max_wait)?,
+        max_wait: duration_within("max_wait", r.max_wait, MAX_WAIT_US)?,
         runners: r.runners,
     })
 }
@@ -358,10 +538,12 @@ mod tests {
         assert_eq!(
             s,
             Spec {
-                max_requests: MAX_SIMULATE_REQUESTS,
+                max_requests: MAX_SIMULATE_REQUESTS_ALL,
                 ..Spec::default()
             }
         );
+        let s = spec(r#"{"algorithm": "gcra"}"#).unwrap();
+        assert_eq!(s.max_requests, MAX_SIMULATE_REQUESTS);
     }
 
     #[test]
@@ -397,7 +579,22 @@ mod tests {
         assert_eq!(field(r#"{"burst": "5"}"#), "burst");
         assert_eq!(field(r#"{"before": "5 parsecs"}"#), "before");
         assert_eq!(field(r#"{"store": "redis://127.0.0.1:6379"}"#), "store");
-        assert_eq!(field(r#"{"max_requests": 50001}"#), "max_requests");
+        assert_eq!(field(r#"{"max_requests": 12001}"#), "max_requests");
+        assert_eq!(
+            field(r#"{"algorithm": "gcra", "max_requests": 50001}"#),
+            "max_requests"
+        );
+        assert!(spec(r#"{"algorithm": "gcra", "max_requests": 50000}"#).is_ok());
+        assert_eq!(field(r#"{"max_wait": "1d1us"}"#), "max_wait");
+        assert_eq!(field(r#"{"max_wait": "2d"}"#), "max_wait");
+        assert!(spec(r#"{"scenario": "flood", "max_wait": "1d"}"#).is_ok());
+        for member in [
+            "duration", "spread", "before", "after", "at", "every", "column",
+        ] {
+            let body = format!(r#"{{"{member}": "367d"}}"#);
+            assert_eq!(field(&body), member);
+        }
+        assert_eq!(field(r#"{"scenario": "flood", "rate": "1/367d"}"#), "rate");
         assert_eq!(field(r#"{"instances": 0}"#), "instances");
         assert_eq!(field(r#"{"runners": 0}"#), "runners");
         assert_eq!(field(r#"{"max_wait": "soon"}"#), "max_wait");

@@ -222,6 +222,19 @@ pub async fn advance(client: &reqwest::Client, fg: &Floodgate, micros: u64) {
     assert_eq!(status, 200, "{body}");
 }
 
+/// [`advance`] on a server with an API or admin token: the debug clock needs one of them.
+pub async fn advance_as(client: &reqwest::Client, fg: &Floodgate, micros: u64, token: &str) {
+    let r = client
+        .post(fg.url("/v1/debug/clock/advance"))
+        .bearer_auth(token)
+        .json(&json!({ "micros": micros }))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = split(r).await;
+    assert_eq!(status, 200, "{body}");
+}
+
 /// Reads one sample of the Prometheus text (e.g. `floodgate_config_reloads_total{result="ok"}`).
 pub async fn metric(client: &reqwest::Client, fg: &Floodgate, series: &str) -> Option<f64> {
     let text = client
