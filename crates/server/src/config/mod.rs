@@ -26,6 +26,7 @@
 //! ```
 
 pub(crate) mod check;
+pub(crate) mod depth;
 pub(crate) mod describe;
 pub(crate) mod descriptors;
 pub(crate) mod envoy;
@@ -358,20 +359,47 @@ pub(crate) fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigE
                     .into(),
             ));
         }
-        files
-            .into_iter()
-            .map(|p| {
-                let name = p.display().to_string();
-                std::fs::read_to_string(&p)
-                    .map(|text| (name.clone(), text))
-                    .map_err(|e| fail(&name, format!("cannot read: {e}")))
-            })
-            .collect()
+        let mut total = 0;
+        let mut sources = Vec::with_capacity(files.len());
+        for p in files {
+            let name = p.display().to_string();
+            let text = read_bounded(&p).map_err(|message| fail(&name, message))?;
+            total += text.len();
+            if total > depth::MAX_TOTAL_BYTES {
+                return Err(fail(
+                    &display,
+                    format!(
+                        "the directory's YAML files hold more than {} bytes together, the most \
+                         a configuration may hold",
+                        depth::MAX_TOTAL_BYTES
+                    ),
+                ));
+            }
+            sources.push((name, text));
+        }
+        Ok(sources)
     } else {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| fail(&display, format!("cannot read: {e}")))?;
+        let text = read_bounded(path).map_err(|message| fail(&display, message))?;
         Ok(vec![(display, text)])
     }
+}
+
+/// The text of the file at `path`, read no further than [`depth::MAX_FILE_BYTES`] (a larger
+/// file is refused without being read whole).
+fn read_bounded(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(depth::MAX_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() > depth::MAX_FILE_BYTES {
+        return Err(format!(
+            "the file is larger than {} bytes, the most a configuration file may hold",
+            depth::MAX_FILE_BYTES
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| format!("cannot read: not UTF-8 text ({e})"))
 }
 
 /// Parses what [`read_sources`] read: YAML files as envoyproxy/ratelimit's format
@@ -413,6 +441,10 @@ pub(crate) fn embedded_default() -> Config {
 /// TOML cannot be read past it), or every semantic error (invalid quota, duplicate rule name,
 /// cost above capacity, ...), in line order.
 pub(crate) fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
+    // Bounded before the parser sees it: a deeply nested file would overflow its stack.
+    depth::check_size(file, text)
+        .and_then(|()| depth::check_toml(file, text))
+        .map_err(|e| ConfigErrors(vec![e]))?;
     let src = Source::new(file, text);
     let raw = deserialize(&src, text).map_err(|e| ConfigErrors(vec![e]))?;
     let mut v = Validator {
