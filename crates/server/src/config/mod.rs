@@ -18,6 +18,7 @@
 //! [store]
 //! kind = "memory"                      # or "redis", with url = "redis://..." (or nodes = [...])
 //! max_keys = 100000
+//! max_claims = 1000000                 # settled reservation tokens remembered (default 1000000)
 //!
 //! [[rules]]
 //! name = "per-ip"
@@ -83,6 +84,10 @@ const DEFAULT_MAX_KEYS: u64 = 100_000;
 
 /// Largest accepted `[store] max_keys`.
 const MAX_MAX_KEYS: u64 = 100_000_000;
+
+/// Default `[store] max_claims`: the settled reservation tokens the memory store remembers
+/// (until each token's life ends) to refuse a second settle; about 100 bytes each.
+pub(crate) const DEFAULT_MAX_CLAIMS: u64 = 1_000_000;
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -198,6 +203,9 @@ pub(crate) struct StoreConfig {
     /// (default: deny the new key, so a flood of keys cannot switch limiting off) or
     /// `"admit_untracked"` (admit it without counting).
     pub(crate) on_full: OnFull,
+    /// Most live reservation claims held at once (memory store; a Redis store keeps each
+    /// claim as a key with a TTL).
+    pub(crate) max_claims: u64,
     /// `Some` for `kind = "redis"`.
     pub(crate) redis: Option<RedisConfig>,
 }
@@ -206,6 +214,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             max_keys: DEFAULT_MAX_KEYS,
+            max_claims: DEFAULT_MAX_CLAIMS,
             on_full: OnFull::Reject,
             redis: None,
         }
@@ -780,6 +789,26 @@ impl Validator<'_> {
                 );
             } else {
                 out.max_keys = n as u64;
+            }
+        }
+        if let Some(max) = &s.max_claims {
+            let n = *max.get_ref();
+            if n < 1 || n as u64 > MAX_MAX_KEYS {
+                self.push(
+                    max,
+                    "store.max_claims".into(),
+                    format!("must be a whole number between 1 and {MAX_MAX_KEYS}, got {n}"),
+                );
+            } else if redis {
+                self.push(
+                    max,
+                    "store.max_claims".into(),
+                    "only for kind = \"memory\" (a Redis store keeps each claim as a key with a \
+                     TTL, bounded by Redis' maxmemory)"
+                        .into(),
+                );
+            } else {
+                out.max_claims = n as u64;
             }
         }
         if let Some(on_full) = &s.on_full {
