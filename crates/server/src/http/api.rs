@@ -222,6 +222,11 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
             "only /v1/check reserves: a peek consumes nothing",
         );
     }
+    // A reservation needs a token to be settled: none is reserved before the secret that
+    // signs them is known (shared through the store, which has not answered yet).
+    if reserve && !state.reservations.is_ready() {
+        return super::settle::secret_not_ready();
+    }
     // The rules of the plan, kept for signing the reservation's policies.
     let signing = reserve.then(|| Arc::clone(&rules));
     let items = match validate(&rules, request) {
@@ -266,11 +271,13 @@ fn reservation_token(
             ))
         })
         .collect();
-    if reserved.is_empty() {
+    // Nothing reserved (every item's cost is 0): nothing to settle, so no token (a token
+    // would only cost a claim in the store when settled).
+    if reserved.iter().all(|item| item.cost == 0) {
         return None;
     }
     let now = state.clock.now();
-    let (token, expires) = state.reservations.sign(reserved, now);
+    let (token, expires) = state.reservations.sign(reserved, now)?;
     Some((token, expires.saturating_sub(now)))
 }
 

@@ -1545,6 +1545,30 @@ fn to_store_error(e: RedisError, timeout: Duration) -> StoreError {
 }
 
 impl RedisStore {
+    /// The secret shared by every process on this store, kept under
+    /// [`keys::secret_key`] (`<prefix>secret:reservation`): `candidate` when none was kept
+    /// yet, else the one kept before. `SET NX` makes the first writer win atomically (of
+    /// processes starting together, exactly one's candidate is kept) and `GET` reads the
+    /// winner. The key has no TTL: it must outlive every token signed with it; deleting it
+    /// (and restarting every process) rotates the secret.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] as for every call.
+    pub async fn share_secret(&self, candidate: &str) -> Result<String, StoreError> {
+        let name = keys::secret_key(&self.config.prefix);
+        let mut set = redis::cmd("SET");
+        set.arg(&name).arg(candidate).arg("NX");
+        let mut get = redis::cmd("GET");
+        get.arg(&name);
+        self.guarded(async {
+            let _: Option<String> = self.conn.query(&set).await?;
+            let kept: Option<String> = self.conn.query(&get).await?;
+            // Only a DEL between the two commands leaves nothing: ours was the last word.
+            Ok(kept.unwrap_or_else(|| candidate.to_string()))
+        })
+        .await
+    }
+
     /// Whether Redis holds state for `key` under `rule` and `policy` (`EXISTS` on its one
     /// name): false for a key never checked (or only peeked) and for one whose TTL ran out.
     /// For admin APIs, which tell an unknown key from one whose quota is full again.
