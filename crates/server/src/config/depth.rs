@@ -404,4 +404,81 @@ mod tests {
             "]".repeat(70)
         )));
     }
+
+    use proptest::prelude::*;
+
+    /// Pieces that open levels in TOML or YAML (or look like they do), joined at random.
+    fn nesting() -> impl Strategy<Value = String> {
+        proptest::collection::vec(
+            prop::sample::select(vec![
+                "[",
+                "]",
+                "{",
+                "}",
+                "- ",
+                "? ",
+                "a: ",
+                "a.",
+                "a = ",
+                "\n",
+                "  ",
+                "\"",
+                "'",
+                "#",
+                ",",
+                "|\n",
+                "[[a.b]]\n",
+                "x = [",
+                "{a = ",
+            ]),
+            0..4_000,
+        )
+        .prop_map(|pieces| pieces.concat())
+    }
+
+    /// `valid` with up to 8 bytes replaced, inserted or removed (kept UTF-8).
+    fn mutated(valid: &'static str) -> impl Strategy<Value = String> {
+        proptest::collection::vec((any::<prop::sample::Index>(), any::<char>(), 0u8..3), 1..8)
+            .prop_map(move |edits| {
+                let mut chars: Vec<char> = valid.chars().collect();
+                for (at, c, kind) in edits {
+                    let i = at.index(chars.len().max(1)).min(chars.len());
+                    match kind {
+                        0 if i < chars.len() => chars[i] = c,
+                        1 => chars.insert(i, c),
+                        _ if i < chars.len() => {
+                            chars.remove(i);
+                        }
+                        _ => {}
+                    }
+                }
+                chars.into_iter().collect()
+            })
+    }
+
+    const YAML: &str = include_str!("../../tests/envoy_examples/example2_messaging.yaml");
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// On a test thread's 2 MiB stack (a tokio worker's size): an error, never a panic
+        /// or an overflow, whatever the nesting.
+        #[test]
+        fn a_toml_config_is_a_config_or_an_error(text in prop_oneof![
+            nesting(),
+            ".{0,400}",
+            mutated(super::super::EMBEDDED_DEFAULT),
+        ]) {
+            let _ = super::super::parse("f.toml", &text);
+        }
+
+        #[test]
+        fn a_yaml_config_is_a_config_or_an_error(text in prop_oneof![
+            nesting(),
+            ".{0,400}",
+            mutated(YAML),
+        ]) {
+            let _ = super::super::envoy::parse("d", &[("f.yaml".to_string(), text)]);
+        }
+    }
 }

@@ -58,7 +58,7 @@ use crate::state::AppState;
 // descriptor list.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckRequest<'a> {
+pub(super) struct CheckRequest<'a> {
     #[serde(borrow)]
     rule: Option<Cow<'a, str>>,
     #[serde(borrow)]
@@ -348,7 +348,7 @@ pub(super) fn read_json<T: serde::de::DeserializeOwned>(
 /// repeated members (`{"rule": "a", "rule": "b"}` is an error, never "the last one wins"), a
 /// body that is not an object, trailing data. Errors are 400 problems naming the field at fault
 /// (`body` for the syntax).
-fn parse_json<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, Response> {
+pub(super) fn parse_json<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, Response> {
     let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         // Valid JSON of another shape, or not JSON at all.

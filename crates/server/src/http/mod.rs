@@ -29,6 +29,8 @@ mod api;
 pub(crate) mod bare;
 mod forward_auth;
 mod forwarded_uri;
+#[cfg(test)]
+mod fuzz;
 mod ops;
 pub(crate) mod settle;
 #[cfg(test)]

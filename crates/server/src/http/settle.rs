@@ -421,7 +421,7 @@ fn fill_random(buf: &mut [u8]) {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SettleRequest {
+pub(super) struct SettleRequest {
     reservation: String,
     #[serde(default, deserialize_with = "super::api::not_null")]
     cost: Option<serde_json::Number>,
