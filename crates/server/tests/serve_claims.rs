@@ -172,3 +172,35 @@ async fn a_full_claim_table_refuses_a_settle_before_consuming_and_the_same_token
     let (status, body) = call(&c, &fg, "/v1/settle", settle).await;
     assert_eq!(status, 409, "{body}");
 }
+
+/// The settle body has the API's bound (64 KiB): a larger one is a 413 naming the body, before
+/// any token is read.
+#[tokio::test]
+async fn a_settle_body_over_64_kib_is_a_413_naming_the_body() {
+    let fg = Floodgate::with_config(RULE, &[]);
+    let c = client();
+    let huge = format!("v2.abcdefgh.{}.x", "A".repeat(70_000));
+    let (status, headers, body) = post_json(
+        &c,
+        &fg.url("/v1/settle"),
+        &json!({"reservation": huge, "cost": 1}),
+    )
+    .await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert_eq!(body["field"], "body");
+    // Within the bound, a long junk token is a 400 naming the reservation.
+    let long = format!("v2.abcdefgh.{}.x", "A".repeat(60_000));
+    let (status, body) = call(
+        &c,
+        &fg,
+        "/v1/settle",
+        json!({"reservation": long, "cost": 1}),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["field"]),
+        (400, &json!("reservation")),
+        "{body}"
+    );
+}

@@ -405,6 +405,23 @@ mod tests {
         )));
     }
 
+    /// Aliases are bounded by the YAML loader itself (100,000 nodes of expansion in all):
+    /// nine levels of nine aliases would be 387 million nodes.
+    #[test]
+    fn a_billion_laughs_yaml_is_an_error_not_an_expansion() {
+        let mut text = String::from("domain: d\nx0: &x0 [a, a, a, a, a, a, a, a, a]\n");
+        for i in 1..10 {
+            let p = i - 1;
+            text.push_str(&format!(
+                "x{i}: &x{i} [{}]\n",
+                vec![format!("*x{p}"); 9].join(", ")
+            ));
+        }
+        assert!(yaml_ok(&text));
+        let e = super::super::envoy::parse("d", &[("f.yaml".to_string(), text)]).unwrap_err();
+        assert!(e.to_string().contains("alias expansion"), "{e}");
+    }
+
     use proptest::prelude::*;
 
     /// Pieces that open levels in TOML or YAML (or look like they do), joined at random.
