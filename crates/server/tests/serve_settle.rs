@@ -152,18 +152,20 @@ async fn descriptors_are_settled_item_by_item_in_order() {
     assert_eq!(remaining(&c, &fg, "fixed_window", "b").await, 0);
 }
 
-/// The payload of `token`, edited by `edit`, put back with the old MAC.
+/// The payload of `token` (`v2.<key id>.<payload>.<mac>`), edited by `edit`, put back with
+/// the old MAC.
 fn edited(token: &str, edit: impl Fn(&str) -> String) -> String {
     let parts: Vec<&str> = token.split('.').collect();
-    assert_eq!(parts.len(), 3, "{token}");
-    let json = String::from_utf8(URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+    assert_eq!(parts.len(), 4, "{token}");
+    let json = String::from_utf8(URL_SAFE_NO_PAD.decode(parts[2]).unwrap()).unwrap();
     let changed = edit(&json);
     assert_ne!(changed, json, "the edit changed nothing");
     format!(
-        "{}.{}.{}",
+        "{}.{}.{}.{}",
         parts[0],
+        parts[1],
         URL_SAFE_NO_PAD.encode(changed),
-        parts[2]
+        parts[3]
     )
 }
 
@@ -176,7 +178,7 @@ async fn forged_edited_replayed_and_expired_tokens_are_refused() {
     let token = answer["reservation"].as_str().unwrap().to_string();
     assert_eq!(remaining(&c, &fg, "token_bucket", "victim").await, 5);
 
-    // Signed by another service (another secret): forged.
+    // Signed by another service (another secret): named as such.
     let foreign = reserve(&c, &other, "token_bucket", "victim", 10).await;
     let (status, body) = settle(
         &c,
@@ -193,7 +195,7 @@ async fn forged_edited_replayed_and_expired_tokens_are_refused() {
         body["detail"]
             .as_str()
             .unwrap()
-            .contains("not signed by this service"),
+            .contains("signed with another secret (key id "),
         "{body}"
     );
     // Edited: a larger reserved cost (a refund of units never reserved), another key, a
@@ -212,6 +214,13 @@ async fn forged_edited_replayed_and_expired_tokens_are_refused() {
             "{body}"
         );
         assert_eq!(body["type"], "urn:floodgate:problem:invalid-request");
+        assert!(
+            body["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("reservation: forged or edited"),
+            "{body}"
+        );
     }
     // Malformed.
     for bad in ["", "nope", "v1.x.y", "v2.a.b", &token[..token.len() - 3]] {

@@ -34,6 +34,19 @@ pub enum StoreError {
         /// The operation, e.g. `"reserve"`.
         operation: &'static str,
     },
+    /// The memory store's table of reservation claims ([`Store::claim`](crate::Store::claim))
+    /// holds its most live claims: the claim was not made, so nothing was settled and the
+    /// reservation can still be settled once a claim ends.
+    #[error(
+        "the store holds {max} live reservation claims, its max_claims; the next one ends in \
+         {retry_after} us"
+    )]
+    ClaimsFull {
+        /// The bound (`MemoryStoreConfig::max_claims`).
+        max: usize,
+        /// Microseconds until the earliest live claim ends and makes room.
+        retry_after: u64,
+    },
     /// The store did not answer within the configured time (remote stores).
     #[error("store timed out after {after_ms} ms")]
     Timeout {

@@ -18,6 +18,7 @@ fn capped(max_keys: usize, on_full: OnFull) -> (ManualClock, MemoryStore) {
         shards: 1,
         on_full,
         full_retry_after: 2_000_000,
+        ..MemoryStoreConfig::default()
     };
     (clock.clone(), MemoryStore::new(config, Arc::new(clock)))
 }

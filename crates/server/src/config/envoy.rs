@@ -375,6 +375,13 @@ impl Walker<'_> {
         domains: &mut HashMap<String, usize>,
         index: &mut DescriptorIndex,
     ) {
+        // Bounded before the parser sees it: a deeply nested file would overflow its stack.
+        if let Err(e) =
+            super::depth::check_size(name, text).and_then(|()| super::depth::check_yaml(name, text))
+        {
+            self.errors.push(e);
+            return;
+        }
         let docs = match MarkedYaml::load_from_str(text) {
             Ok(docs) => docs,
             Err(e) => {

@@ -18,6 +18,7 @@
 //! [store]
 //! kind = "memory"                      # or "redis", with url = "redis://..." (or nodes = [...])
 //! max_keys = 100000
+//! max_claims = 1000000                 # settled reservation tokens remembered (default 1000000)
 //!
 //! [[rules]]
 //! name = "per-ip"
@@ -26,6 +27,7 @@
 //! ```
 
 pub(crate) mod check;
+pub(crate) mod depth;
 pub(crate) mod describe;
 pub(crate) mod descriptors;
 pub(crate) mod envoy;
@@ -82,6 +84,10 @@ const DEFAULT_MAX_KEYS: u64 = 100_000;
 
 /// Largest accepted `[store] max_keys`.
 const MAX_MAX_KEYS: u64 = 100_000_000;
+
+/// Default `[store] max_claims`: the settled reservation tokens the memory store remembers
+/// (until each token's life ends) to refuse a second settle; about 100 bytes each.
+pub(crate) const DEFAULT_MAX_CLAIMS: u64 = 1_000_000;
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -202,6 +208,9 @@ pub(crate) struct StoreConfig {
     /// (default: deny the new key, so a flood of keys cannot switch limiting off) or
     /// `"admit_untracked"` (admit it without counting).
     pub(crate) on_full: OnFull,
+    /// Most live reservation claims held at once (memory store; a Redis store keeps each
+    /// claim as a key with a TTL).
+    pub(crate) max_claims: u64,
     /// `Some` for `kind = "redis"`.
     pub(crate) redis: Option<RedisConfig>,
 }
@@ -210,6 +219,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             max_keys: DEFAULT_MAX_KEYS,
+            max_claims: DEFAULT_MAX_CLAIMS,
             on_full: OnFull::Reject,
             redis: None,
         }
@@ -363,20 +373,47 @@ pub(crate) fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigE
                     .into(),
             ));
         }
-        files
-            .into_iter()
-            .map(|p| {
-                let name = p.display().to_string();
-                std::fs::read_to_string(&p)
-                    .map(|text| (name.clone(), text))
-                    .map_err(|e| fail(&name, format!("cannot read: {e}")))
-            })
-            .collect()
+        let mut total = 0;
+        let mut sources = Vec::with_capacity(files.len());
+        for p in files {
+            let name = p.display().to_string();
+            let text = read_bounded(&p).map_err(|message| fail(&name, message))?;
+            total += text.len();
+            if total > depth::MAX_TOTAL_BYTES {
+                return Err(fail(
+                    &display,
+                    format!(
+                        "the directory's YAML files hold more than {} bytes together, the most \
+                         a configuration may hold",
+                        depth::MAX_TOTAL_BYTES
+                    ),
+                ));
+            }
+            sources.push((name, text));
+        }
+        Ok(sources)
     } else {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| fail(&display, format!("cannot read: {e}")))?;
+        let text = read_bounded(path).map_err(|message| fail(&display, message))?;
         Ok(vec![(display, text)])
     }
+}
+
+/// The text of the file at `path`, read no further than [`depth::MAX_FILE_BYTES`] (a larger
+/// file is refused without being read whole).
+fn read_bounded(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(depth::MAX_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() > depth::MAX_FILE_BYTES {
+        return Err(format!(
+            "the file is larger than {} bytes, the most a configuration file may hold",
+            depth::MAX_FILE_BYTES
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| format!("cannot read: not UTF-8 text ({e})"))
 }
 
 /// Parses what [`read_sources`] read: YAML files as envoyproxy/ratelimit's format
@@ -418,6 +455,10 @@ pub(crate) fn embedded_default() -> Config {
 /// TOML cannot be read past it), or every semantic error (invalid quota, duplicate rule name,
 /// cost above capacity, ...), in line order.
 pub(crate) fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
+    // Bounded before the parser sees it: a deeply nested file would overflow its stack.
+    depth::check_size(file, text)
+        .and_then(|()| depth::check_toml(file, text))
+        .map_err(|e| ConfigErrors(vec![e]))?;
     let src = Source::new(file, text);
     let raw = deserialize(&src, text).map_err(|e| ConfigErrors(vec![e]))?;
     let mut v = Validator {
@@ -766,6 +807,26 @@ impl Validator<'_> {
                 );
             } else {
                 out.max_keys = n as u64;
+            }
+        }
+        if let Some(max) = &s.max_claims {
+            let n = *max.get_ref();
+            if n < 1 || n as u64 > MAX_MAX_KEYS {
+                self.push(
+                    max,
+                    "store.max_claims".into(),
+                    format!("must be a whole number between 1 and {MAX_MAX_KEYS}, got {n}"),
+                );
+            } else if redis {
+                self.push(
+                    max,
+                    "store.max_claims".into(),
+                    "only for kind = \"memory\" (a Redis store keeps each claim as a key with a \
+                     TTL, bounded by Redis' maxmemory)"
+                        .into(),
+                );
+            } else {
+                out.max_claims = n as u64;
             }
         }
         if let Some(on_full) = &s.on_full {

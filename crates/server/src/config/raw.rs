@@ -44,6 +44,7 @@ pub(crate) struct RawServer {
 pub(crate) struct RawStore {
     pub(crate) kind: Option<Spanned<String>>,
     pub(crate) max_keys: Option<Spanned<i64>>,
+    pub(crate) max_claims: Option<Spanned<i64>>,
     pub(crate) on_full: Option<Spanned<String>>,
     pub(crate) url: Option<Spanned<String>>,
     #[serde(default)]

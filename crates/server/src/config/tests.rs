@@ -946,3 +946,21 @@ fn type_errors_name_the_files_words_not_the_parsers_types() {
     );
     assert!(e.contains("`[[rules]]`"), "{e}");
 }
+
+#[test]
+fn max_claims_is_read_and_bad_values_name_file_line_and_field() {
+    let c = parse("f.toml", "[store]\nmax_claims = 20\n").unwrap();
+    assert_eq!(c.store.max_claims, 20);
+    assert_eq!(
+        parse("f.toml", "").unwrap().store.max_claims,
+        DEFAULT_MAX_CLAIMS
+    );
+    assert_eq!(
+        err("[store]\n\nmax_claims = 0\n"),
+        "rules.toml:3: store.max_claims: must be a whole number between 1 and 100000000, got 0"
+    );
+    assert!(
+        err("[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1\"\nmax_claims = 5\n")
+            .starts_with("rules.toml:4: store.max_claims: only for kind = \"memory\""),
+    );
+}

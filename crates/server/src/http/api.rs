@@ -58,7 +58,7 @@ use crate::state::AppState;
 // descriptor list.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckRequest<'a> {
+pub(super) struct CheckRequest<'a> {
     #[serde(borrow)]
     rule: Option<Cow<'a, str>>,
     #[serde(borrow)]
@@ -222,6 +222,11 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
             "only /v1/check reserves: a peek consumes nothing",
         );
     }
+    // A reservation needs a token to be settled: none is reserved before the secret that
+    // signs them is known (shared through the store, which has not answered yet).
+    if reserve && !state.reservations.is_ready() {
+        return super::settle::secret_not_ready();
+    }
     // The rules of the plan, kept for signing the reservation's policies.
     let signing = reserve.then(|| Arc::clone(&rules));
     let items = match validate(&rules, request) {
@@ -266,11 +271,13 @@ fn reservation_token(
             ))
         })
         .collect();
-    if reserved.is_empty() {
+    // Nothing reserved (every item's cost is 0): nothing to settle, so no token (a token
+    // would only cost a claim in the store when settled).
+    if reserved.iter().all(|item| item.cost == 0) {
         return None;
     }
     let now = state.clock.now();
-    let (token, expires) = state.reservations.sign(reserved, now);
+    let (token, expires) = state.reservations.sign(reserved, now)?;
     Some((token, expires.saturating_sub(now)))
 }
 
@@ -341,7 +348,7 @@ pub(super) fn read_json<T: serde::de::DeserializeOwned>(
 /// repeated members (`{"rule": "a", "rule": "b"}` is an error, never "the last one wins"), a
 /// body that is not an object, trailing data. Errors are 400 problems naming the field at fault
 /// (`body` for the syntax).
-fn parse_json<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, Response> {
+pub(super) fn parse_json<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, Response> {
     let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         // Valid JSON of another shape, or not JSON at all.

@@ -30,6 +30,8 @@ pub(crate) mod auth;
 pub(crate) mod bare;
 mod forward_auth;
 mod forwarded_uri;
+#[cfg(test)]
+mod fuzz;
 mod ops;
 pub(crate) mod settle;
 #[cfg(test)]

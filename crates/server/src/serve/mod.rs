@@ -302,12 +302,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         state.reservations =
             crate::http::settle::Signer::new(Some(secret), state.reservations.ttl());
     }
-    if state.reservations.is_random() {
-        tracing::warn!(
-            "no [server] reservation_secret (or FLOODGATE_RESERVATION_SECRET): reservation \
-             tokens are signed with a random secret of this process, so they settle only here \
-             and not after a restart; instances sharing a store must share one secret"
-        );
+    let mut share_secret_later = false;
+    if state.reservations.source() == crate::http::settle::SecretSource::Process {
+        if state.store().redis().is_some() {
+            // Every process on one store signs with one secret, shared through it.
+            state.reservations = crate::http::settle::Signer::shared(state.reservations.ttl());
+            share_secret_later = !share_reservation_secret(&state, false).await;
+        } else {
+            tracing::info!(
+                "no [server] reservation_secret (or FLOODGATE_RESERVATION_SECRET): reservation \
+                 tokens are signed with a random secret of this process (the memory store is \
+                 one process's too), so they settle only here and not after a restart"
+            );
+        }
     }
     if let Some(keys) = &denied_keys {
         state.limiter = state.limiter.clone().with_denial_observer(keys.clone());
@@ -326,6 +333,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     state.ui = ui.then(|| Arc::new(crate::ui::live::Live::new(denied_keys)));
     let state = Arc::new(state);
+    if share_secret_later {
+        // Until the store answers, reservations and settles are a 503 naming the cause.
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            while !share_reservation_secret(&state, true).await {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+    }
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut servers = Vec::new();
@@ -551,6 +567,7 @@ async fn build_store(
             MemoryStoreConfig {
                 max_keys: usize::try_from(config.max_keys).unwrap_or(usize::MAX),
                 on_full: config.on_full,
+                max_claims: usize::try_from(config.max_claims).unwrap_or(usize::MAX),
                 ..MemoryStoreConfig::default()
             },
             Arc::clone(clock),
@@ -645,6 +662,43 @@ fn parse_admin_token(text: &str) -> Result<String, String> {
 }
 
 /// `--reservation-secret` / `FLOODGATE_RESERVATION_SECRET`: the file's rule
+/// Reads (or creates, atomically, when no process did yet) the reservation secret shared
+/// through the Redis store, and signs with it: `true` once done. `quiet` leaves a failure
+/// unlogged (the retries after the first).
+async fn share_reservation_secret(state: &AppState, quiet: bool) -> bool {
+    let Some(redis) = state.store().redis() else {
+        return true;
+    };
+    let failed = match redis
+        .share_secret(&crate::http::settle::Signer::candidate())
+        .await
+    {
+        Ok(secret) => match config::check_reservation_secret(&secret) {
+            Ok(()) => {
+                let key_id = state.reservations.share(&secret);
+                tracing::info!(
+                    key_id,
+                    "reservation tokens are signed with the secret shared through the store \
+                     (<prefix>secret:reservation): every instance on it settles them"
+                );
+                return true;
+            }
+            Err(why) => format!(
+                "the store's <prefix>secret:reservation is not a valid secret ({why}); delete \
+                 it to have a new one made, or set [server] reservation_secret"
+            ),
+        },
+        Err(e) => format!("cannot read the reservation secret shared through the store: {e}"),
+    };
+    if !quiet {
+        tracing::warn!(
+            "{failed}; reservations and settles are answered 503 until it is read (retried \
+             every second)"
+        );
+    }
+    false
+}
+
 /// ([`config::check_reservation_secret`]); empty means unset.
 fn parse_reservation_secret(text: &str) -> Result<String, String> {
     if !text.is_empty() {

@@ -4,9 +4,13 @@
 //! One lock over one map: a claim is made once per settle of a reservation token, far rarer
 //! than a check. Expired claims are dropped when the table has doubled since the last sweep,
 //! so the work per claim stays constant and the table holds about twice the live claims at
-//! most. The live claims are bounded by the reservations granted within their TTL; the table
-//! also has a hard cap (the store's `max_keys`): when it is full of live claims a new claim is
-//! an error (the settle is refused, never let through twice).
+//! most. The live claims are bounded by the reservations settled within their TTL; the table
+//! also has a hard cap of its own (`MemoryStoreConfig::max_claims`, apart from `max_keys`:
+//! claims outlive the keys they settle). When it is full, expired claims are dropped first;
+//! when it is full of live claims, a new claim is [`StoreError::ClaimsFull`] with the time
+//! until the earliest claim ends: the claim is not made, so the settle changes nothing and
+//! can be made again then (never let through twice, never half done). Until that time a full
+//! table refuses at once, without sweeping again.
 
 use std::collections::HashMap;
 
@@ -30,6 +34,9 @@ struct Table {
     ends: HashMap<Box<str>, Timestamp>,
     /// Sweep the expired claims when the table reaches this size.
     sweep_at: usize,
+    /// Set when the table was found full of live claims: the earliest of their ends (no
+    /// room before it).
+    full_until: Timestamp,
 }
 
 impl Claims {
@@ -39,6 +46,7 @@ impl Claims {
             table: Mutex::new(Table {
                 ends: HashMap::new(),
                 sweep_at: FIRST_SWEEP,
+                full_until: 0,
             }),
             max: max.max(1),
         }
@@ -48,7 +56,8 @@ impl Claims {
     /// `id` stands at `now`.
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] when the table holds `max` live claims.
+    /// [`StoreError::ClaimsFull`] when the table holds `max` live claims (the claim is not
+    /// made).
     pub(crate) fn claim(&self, id: &str, now: Timestamp, ttl: Micros) -> Result<bool, StoreError> {
         let ends = now.saturating_add(ttl.max(1));
         let mut table = self.table.lock();
@@ -59,16 +68,19 @@ impl Claims {
             *end = ends;
             return Ok(true);
         }
+        let full = |max: usize, until: Timestamp| StoreError::ClaimsFull {
+            max,
+            retry_after: until.saturating_sub(now).max(1),
+        };
+        if table.ends.len() >= self.max && now < table.full_until {
+            return Err(full(self.max, table.full_until));
+        }
         if table.ends.len() >= table.sweep_at.min(self.max) {
             table.ends.retain(|_, end| *end > now);
             table.sweep_at = (table.ends.len() * 2).max(FIRST_SWEEP);
             if table.ends.len() >= self.max {
-                return Err(StoreError::Unavailable {
-                    reason: format!(
-                        "the memory store holds {} live reservation claims, its max_keys",
-                        self.max
-                    ),
-                });
+                table.full_until = table.ends.values().copied().min().unwrap_or(now);
+                return Err(full(self.max, table.full_until));
             }
         }
         table.ends.insert(id.into(), ends);
@@ -110,11 +122,21 @@ mod tests {
         for id in ["a", "b", "c"] {
             assert_eq!(claims.claim(id, T0, 10), Ok(true));
         }
-        // Full of live claims: refused, not let through.
-        assert!(matches!(
+        // Full of live claims: refused, not let through, with the time until room is made.
+        assert_eq!(
             claims.claim("d", T0 + 5, 10),
-            Err(StoreError::Unavailable { .. })
-        ));
+            Err(StoreError::ClaimsFull {
+                max: 3,
+                retry_after: 5
+            })
+        );
+        assert_eq!(
+            claims.claim("e", T0 + 9, 10),
+            Err(StoreError::ClaimsFull {
+                max: 3,
+                retry_after: 1
+            })
+        );
         assert_eq!(claims.claim("a", T0 + 5, 10), Ok(false));
         // Once they expire they are swept to make room.
         assert_eq!(claims.claim("d", T0 + 10, 10), Ok(true));

@@ -105,6 +105,9 @@ pub struct MemoryStoreConfig {
     /// `retry_after` (microseconds) reported to a request rejected because the store is full.
     /// Default 1 second.
     pub full_retry_after: Micros,
+    /// Most live reservation claims held at once ([`Store::claim`]), apart from `max_keys`:
+    /// claims outlive the keys they settle. Default 1,000,000 (about 100 bytes each).
+    pub max_claims: usize,
 }
 
 impl Default for MemoryStoreConfig {
@@ -114,6 +117,7 @@ impl Default for MemoryStoreConfig {
             shards: 64,
             on_full: OnFull::Reject,
             full_retry_after: 1_000_000,
+            max_claims: 1_000_000,
         }
     }
 }
@@ -577,7 +581,7 @@ impl MemoryStore {
                 expirations_metric: OnceLock::new(),
             }),
             sweep_cursor: AtomicUsize::new(0),
-            claims: claims::Claims::new(max_keys),
+            claims: claims::Claims::new(config.max_claims),
         }
     }
 

@@ -128,6 +128,12 @@ pub fn claim_key(prefix: &str, id: &str) -> String {
     name
 }
 
+/// The Redis key holding the reservation secret shared by every process on one store:
+/// `<prefix>secret:reservation` (no state or claim name holds `secret:`).
+pub fn secret_key(prefix: &str) -> String {
+    format!("{prefix}secret:reservation")
+}
+
 /// The Redis Cluster slot of a key name: CRC16-XMODEM of its hash tag (or of the whole name
 /// when it has none, as ours) modulo 16,384, as the cluster specification defines it; computed
 /// by the `redis` client, which routes commands by the same function.

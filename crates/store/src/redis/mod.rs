@@ -1640,6 +1640,39 @@ fn to_store_error(e: RedisError, timeout: Duration) -> StoreError {
 }
 
 impl RedisStore {
+    /// The secret shared by every process on this store, kept under
+    /// [`keys::secret_key`] (`<prefix>secret:reservation`): `candidate` when none was kept
+    /// yet, else the one kept before. `SET NX` makes the first writer win atomically (of
+    /// processes starting together, exactly one's candidate is kept) and `GET` reads the
+    /// winner. The key has no TTL: it must outlive every token signed with it; deleting it
+    /// (and restarting every process) rotates the secret.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] (after `connect_timeout +
+    /// timeout`) when Redis cannot be asked.
+    pub async fn share_secret(&self, candidate: &str) -> Result<String, StoreError> {
+        let name = keys::secret_key(&self.config.prefix);
+        let mut set = redis::cmd("SET");
+        set.arg(&name).arg(candidate).arg("NX");
+        let mut get = redis::cmd("GET");
+        get.arg(&name);
+        // Outside the circuit breaker, as `startup_check`: this is no request, and its
+        // outcome must not move the breaker's window.
+        let wait = self.config.connect_timeout + self.config.timeout;
+        let attempt = async {
+            let _: Option<String> = self.conn.query(&set).await?;
+            self.conn.query::<Option<String>>(&get).await
+        };
+        let kept = tokio::time::timeout(wait, attempt)
+            .await
+            .map_err(|_| StoreError::Timeout {
+                after_ms: duration_ms(wait),
+            })?
+            .map_err(|e| to_store_error(e, wait))?;
+        // Only a DEL between the two commands leaves nothing: ours was the last word.
+        Ok(kept.unwrap_or_else(|| candidate.to_string()))
+    }
+
     /// Whether Redis holds state for `key` under `rule` and `policy` (`EXISTS` on its one
     /// name): false for a key never checked (or only peeked) and for one whose TTL ran out.
     /// For admin APIs, which tell an unknown key from one whose quota is full again.
