@@ -6,15 +6,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
 use floodgate_core::{Decision, Micros, Policy, Quota, Timestamp};
 use floodgate_store::{CheckItem, OnFull, SettleItem, Store, StoreError};
-use http::{HeaderMap, HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderValue, Request};
 
-use crate::future::{DelayTimer, Delays, DEFAULT_MAX_DELAYED};
+use crate::delay::{count_delayed, DelayTimer, Delays, Slot, DEFAULT_MAX_DELAYED};
 use crate::key::KeyContext;
 use crate::metrics::Outcome;
-use crate::response;
 use crate::rule::{CostError, FailureMode, RuleSet};
 
 /// Evaluates requests against a hot-swappable [`RuleSet`] using store `S`. Cheap to clone
@@ -23,7 +21,7 @@ use crate::rule::{CostError, FailureMode, RuleSet};
 /// [`RateLimiter`]: the one place a rate-limit decision is made, counted and logged.
 ///
 /// Every front end only translates its wire format into a [`Plan`] and the [`Verdict`] back:
-/// the tower [`RateLimit`](crate::RateLimit) service, and in the `floodgate` service the
+/// the tower `RateLimit` service (`floodgate-tower`), and in the `floodgate` service the
 /// decision API (`/v1/check`, `/v1/peek`: [`Plan::new`] + [`Plan::push`] with explicit items),
 /// forward-auth, the reverse proxy and the gRPC rate limit service.
 ///
@@ -91,13 +89,13 @@ pub trait DenialObserver: Send + Sync + std::fmt::Debug {
 pub enum Action {
     /// Pass it on (with the `RateLimit` headers of [`Verdict::outcomes`]).
     Admit,
-    /// Answer 429 ([`response::too_many_requests`]).
+    /// Answer 429 (`floodgate_tower::response::too_many_requests`).
     Deny,
     /// The store failed and a matching rule fails closed: answer 503
-    /// ([`response::service_unavailable`]).
+    /// (`floodgate_tower::response::service_unavailable`).
     Unavailable,
     /// The request's cost exceeds what `rule` can ever admit: answer 400
-    /// ([`response::cost_exceeds_capacity`]); nothing was charged.
+    /// (`floodgate_tower::response::cost_exceeds_capacity`); nothing was charged.
     CostExceedsCapacity {
         /// The rule.
         rule: String,
@@ -110,14 +108,14 @@ pub enum Action {
         check: Option<usize>,
     },
     /// `rule` counts by client IP but the request has no peer address (the app is served
-    /// without one): answer 500 ([`response::no_client_address`]); nothing was charged. A setup
+    /// without one): answer 500 (`floodgate_tower::response::no_client_address`); nothing was charged. A setup
     /// error, logged and counted (`no_client_address`), never a silent pass.
     NoClientAddress {
         /// The rule.
         rule: Arc<str>,
     },
     /// The request carries `header`, which `rule` counts by, more than once: answer 400
-    /// ([`response::ambiguous_key`]); nothing was charged.
+    /// (`floodgate_tower::response::ambiguous_key`); nothing was charged.
     AmbiguousKey {
         /// The rule.
         rule: Arc<str>,
@@ -125,7 +123,7 @@ pub enum Action {
         header: http::HeaderName,
     },
     /// `rule`'s cost header holds something that is not a positive whole number: answer 400
-    /// ([`response::invalid_cost`]); nothing was charged.
+    /// (`floodgate_tower::response::invalid_cost`); nothing was charged.
     InvalidCost {
         /// The rule.
         rule: Arc<str>,
@@ -145,9 +143,9 @@ pub struct RuleOutcome {
     pub decision: Decision,
     /// A shadow rule: never shown in headers, never denies.
     pub shadow: bool,
-    /// This rule's `RateLimit-Policy` list member (`"per-ip";q=10;w=10`), as [`response::policy_item`]
+    /// This rule's `RateLimit-Policy` list member (`"per-ip";q=10;w=10`), as [`policy_item`](crate::policy_item)
     /// makes it from `rule` and `quota`, when the caller has it at hand (a [`RuleSet`] keeps
-    /// one per rule: [`RuleSet::policy_item`]); `None` has [`response::apply_headers`] format it.
+    /// one per rule: [`RuleSet::policy_item`]); `None` has `floodgate_tower::response::apply_headers` format it.
     ///
     /// [`RuleSet`]: crate::RuleSet
     /// [`RuleSet::policy_item`]: crate::RuleSet::policy_item
@@ -173,7 +171,7 @@ pub struct Verdict {
     /// The store error, when the store failed (already handled by `action`).
     pub store_error: Option<StoreError>,
     /// Set when a new key met a full store, and what the store did (see
-    /// [`OnFull`]); a [`OnFull::Reject`] denial is answered by [`response::store_full`].
+    /// [`OnFull`]); a [`OnFull::Reject`] denial is answered by `floodgate_tower::response::store_full`.
     pub store_full: Option<OnFull>,
     /// For a [`Mode::Reserve`] evaluation the store granted: microseconds until the reserved
     /// units may be used (0 when at once, also when no enforcing item applied; at most the
@@ -199,32 +197,55 @@ impl Verdict {
             .filter(move |o| granted && !o.shadow)
             .filter_map(|o| Some((o.check, o.scheduled_at?)))
     }
+}
 
-    /// The response to send instead of calling the inner service; `None` when admitted.
-    pub fn response(&self) -> Option<Response<Bytes>> {
-        match &self.action {
-            Action::Admit => None,
-            Action::Deny if self.store_full == Some(OnFull::Reject) => {
-                Some(response::store_full(&self.outcomes))
-            }
-            Action::Deny => Some(response::too_many_requests(&self.outcomes)),
-            Action::Unavailable => Some(response::service_unavailable(1)),
-            Action::CostExceedsCapacity {
-                rule,
-                cost,
-                capacity,
-                ..
-            } => Some(response::cost_exceeds_capacity(rule, *cost, *capacity)),
-            Action::InvalidCost { rule, header } => Some(response::invalid_cost(rule, header)),
-            Action::NoClientAddress { rule } => Some(response::no_client_address(rule)),
-            Action::AmbiguousKey { rule, header } => Some(response::ambiguous_key(rule, header)),
-        }
+/// The quota actually enforced by `decision`, when it differs from `policy`'s: a decision made
+/// under a smaller capacity than the policy's (the local fallback of a shared store, deciding
+/// with each limit divided by the instance count while the shared store fails) enforced the
+/// quota scaled by that ratio (`limit` and `burst` times `decision.limit / capacity`, rounded
+/// down, at least 1). `None` when the decision is the policy's own (the usual case), so that
+/// `RateLimit-Policy` and the answer's `limit` always describe the same quota.
+pub fn enforced_quota(policy: &Policy, decision: &Decision) -> Option<Quota> {
+    let capacity = policy.capacity();
+    let enforced = decision.limit;
+    if enforced == capacity || enforced == 0 || capacity == 0 {
+        return None;
     }
+    let quota = policy.quota();
+    let scale = |n: u64| {
+        u64::try_from(u128::from(n) * u128::from(enforced) / u128::from(capacity))
+            .unwrap_or(u64::MAX)
+            .max(1)
+    };
+    Quota::with_burst(scale(quota.limit()), quota.period(), scale(quota.burst())).ok()
+}
 
-    /// Adds the `RateLimit-Policy` / `RateLimit` headers to an admitted response.
-    pub fn apply_headers(&self, headers: &mut HeaderMap) {
-        response::apply_headers(headers, &self.outcomes);
-    }
+/// The largest `Retry-After` (whole seconds, at least 1) among denied non-shadow outcomes.
+pub fn retry_after_secs(outcomes: &[RuleOutcome]) -> Option<u64> {
+    outcomes
+        .iter()
+        .filter(|o| !o.shadow)
+        .filter_map(|o| o.decision.retry_after_secs())
+        .max()
+}
+
+/// The most restrictive denied non-shadow outcome: the one with the longest wait (the first
+/// such rule on ties).
+pub fn most_restrictive(outcomes: &[RuleOutcome]) -> Option<&RuleOutcome> {
+    most_restrictive_of(outcomes)
+}
+
+/// [`most_restrictive`] for outcomes that are not in one slice.
+pub fn most_restrictive_of<'a>(
+    outcomes: impl IntoIterator<Item = &'a RuleOutcome>,
+) -> Option<&'a RuleOutcome> {
+    outcomes
+        .into_iter()
+        .filter(|o| !o.shadow && !o.decision.allowed)
+        .fold(None, |best: Option<&RuleOutcome>, o| match best {
+            Some(b) if b.decision.retry_after >= o.decision.retry_after => Some(b),
+            _ => Some(o),
+        })
 }
 
 /// Whether an evaluation consumes.
@@ -255,7 +276,8 @@ pub enum Mode {
 /// request or the rule set), so it can be moved into a spawned task or kept in a `Drop` guard:
 ///
 /// ```
-/// # use floodgate_tower::*;
+/// # use floodgate_limiter::*;
+/// # use floodgate_store::MemoryStore;
 /// # async fn example(limiter: RateLimiter<MemoryStore>, plan: Plan) {
 /// let verdict = limiter.evaluate(&plan, Mode::Reserve { max_wait: 500_000 }).await;
 /// if let Some(reservation) = Reservation::from_verdict(&plan, &verdict) {
@@ -1033,11 +1055,10 @@ pub(crate) async fn evaluate<S: Store>(
                         },
                     );
                     // A decision of a local fallback describes its own, smaller quota.
-                    let (quota, policy_item) =
-                        match response::enforced_quota(&rule.policy, &decision) {
-                            None => (*rule.policy.quota(), Some(set.policy_item(c.rule))),
-                            Some(quota) => (quota, None),
-                        };
+                    let (quota, policy_item) = match enforced_quota(&rule.policy, &decision) {
+                        None => (*rule.policy.quota(), Some(set.policy_item(c.rule))),
+                        Some(quota) => (quota, None),
+                    };
                     outcomes.push(RuleOutcome {
                         rule: Arc::clone(&rule.name),
                         quota,
@@ -1235,5 +1256,105 @@ fn log_store_failure(error: &floodgate_store::StoreError, fail_closed: bool) {
     } else {
         SUPPRESSED.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%error, fail_closed, "rate-limit store failed");
+    }
+}
+
+/// A held request's reservation: given back (settled with actual cost 0) when the request is
+/// dropped before its slot (the client went away).
+struct Held<S: Store> {
+    limiter: RateLimiter<S>,
+    /// `None` once the slot came (the units are used).
+    reservation: Option<Reservation>,
+    /// Given back (the gauge and the bound) when this is dropped.
+    _slot: Slot,
+}
+
+impl<S: Store> Held<S> {
+    /// The slot came: the reservation is used.
+    fn pass(mut self) {
+        self.reservation = None;
+        count_delayed("passed");
+    }
+}
+
+impl<S: Store> Drop for Held<S> {
+    fn drop(&mut self) {
+        let Some(reservation) = self.reservation.take() else {
+            return;
+        };
+        count_delayed("cancelled");
+        // Settled on the runtime the request ran on, through the one settle path (counted
+        // there in floodgate_settles_total). Without a runtime (the process is going away)
+        // the reservation simply stands, spent.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let limiter = self.limiter.clone();
+            runtime.spawn(async move {
+                // A failure is counted and logged by settle; the units then stay spent.
+                let _ = limiter
+                    .settle(&reservation, &reservation.nothing_used())
+                    .await;
+            });
+        }
+    }
+}
+
+impl<S: Store> RateLimiter<S> {
+    /// Decides `plan` for a request that is passed on when admitted, the way every front end
+    /// that forwards requests does (the tower `RateLimit` service, and in the
+    /// `floodgate` service forward-auth and the reverse proxy).
+    ///
+    /// Without a delay ([`Plan::delay`] 0) it is [`RateLimiter::evaluate`] with
+    /// [`Mode::Check`]. In the delay mode the enforcing items are reserved
+    /// ([`Mode::Reserve`] with the plan's delay as `max_wait`) and the returned future
+    /// completes at the reservation's scheduled time (tokio's timer, or the clock given to
+    /// [`RateLimiter::with_delay_clock`]) with an admitting verdict; a request that would not
+    /// fit within the delay is refused at once, consuming nothing, as a check refuses it.
+    /// Dropping the future while it waits (the client went away) gives the reservation back
+    /// (settled with actual cost 0, on a task of the current tokio runtime).
+    ///
+    /// At most [`RateLimiter::with_max_delayed`] requests are in the delay mode at once; one
+    /// more is decided as a plain check (admitted when it fits now, else refused with the
+    /// check's 429).
+    ///
+    /// Counted: `floodgate_requests_delayed_total{outcome}` (`passed`: held, then admitted at
+    /// its slot; `cancelled`: dropped while held, its slot given back; `queue_full`: refused
+    /// because the bound was reached, where its check's `retry_after` was within the delay)
+    /// and the `floodgate_requests_waiting` gauge (requests held now), beside the decisions
+    /// [`RateLimiter::evaluate`] counts.
+    pub async fn admit(&self, plan: Plan) -> Verdict {
+        let delay = plan.delay();
+        if delay == 0 {
+            return self.evaluate(&plan, Mode::Check).await;
+        }
+        let Some(mut slot) = self.delays().take() else {
+            let verdict = self.evaluate(&plan, Mode::Check).await;
+            if verdict.action == Action::Deny && verdict.store_full.is_none() {
+                let retry =
+                    most_restrictive(&verdict.outcomes).and_then(|o| o.decision.retry_after);
+                if retry.is_some_and(|r| r <= delay) {
+                    count_delayed("queue_full");
+                }
+            }
+            return verdict;
+        };
+        let verdict = self
+            .evaluate(&plan, Mode::Reserve { max_wait: delay })
+            .await;
+        let wait = match verdict.wait {
+            Some(wait) if wait > 0 => wait,
+            // Admitted at once, refused, or failed: nothing to hold.
+            _ => return verdict,
+        };
+        slot.hold();
+        let scheduled = verdict.outcomes.iter().filter_map(|o| o.scheduled_at).max();
+        let held = Held {
+            limiter: self.clone(),
+            reservation: Reservation::from_verdict(&plan, &verdict),
+            _slot: slot,
+        };
+        drop(plan);
+        self.delays().timer.wait(wait, scheduled).await;
+        held.pass();
+        verdict
     }
 }

@@ -2,7 +2,8 @@
 
 use tower_layer::Layer;
 
-use crate::limiter::RateLimiter;
+use floodgate_limiter::RateLimiter;
+
 use crate::service::RateLimit;
 
 /// A tower [`Layer`] applying a [`RateLimiter`] to every request of the wrapped service.
