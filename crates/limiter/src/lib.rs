@@ -45,25 +45,32 @@
 //! ```
 
 mod delay;
+mod evaluate;
 mod header;
 mod ip;
 mod key;
 mod limiter;
 mod metrics;
 mod path;
+mod plan;
+mod reservation;
 mod rule;
+mod verdict;
 
 pub use delay::DEFAULT_MAX_DELAYED;
+pub use evaluate::DenialObserver;
 pub use header::{policy_item, push_policy_item, push_sf_string};
 pub use ip::{canonical as canonical_ip, ClientIpConfig, ForwardedHeader, PeerAddr};
 pub use key::{encode_key, KeyContext, KeySource, MAX_COMPONENT_LEN};
-pub use limiter::{
-    enforced_quota, most_restrictive, most_restrictive_of, retry_after_secs, Action, Claim,
-    DenialObserver, Mode, Plan, RateLimiter, Reservation, ReservedItem, RuleOutcome, SettleError,
-    SettledItem, Verdict,
-};
+pub use limiter::RateLimiter;
 pub use metrics::Outcome;
 pub use path::canonical_path;
+pub use plan::Plan;
+pub use reservation::{Claim, Reservation, ReservedItem, SettleError, SettledItem};
 pub use rule::{
     parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,
+};
+pub use verdict::{
+    enforced_quota, most_restrictive, most_restrictive_of, retry_after_secs, Action, Mode,
+    RuleOutcome, Verdict,
 };
