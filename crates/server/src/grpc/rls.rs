@@ -129,33 +129,14 @@ async fn should_rate_limit(
     request: &RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
     validate(request)?;
-    // The rules the limiter decides with and the configuration whose descriptor tree points at
-    // them are swapped one after the other on reload: take them again if they disagree.
-    let (config, rules) = {
-        let mut tries = 0;
-        loop {
-            let config = state.config();
-            let rules = state.limiter.rules();
-            tries += 1;
-            if same_generation(&config, &rules) || tries == 3 {
-                break (config, rules);
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    let (slots, plan, blocked) = plan(&config, &rules, request)?;
+    // The configuration whose descriptor tree points at the rules, and those rules: one
+    // generation, read once.
+    let snapshot = state.snapshot();
+    let (config, rules) = (&snapshot.config, &snapshot.rules);
+    let (slots, plan, blocked) = plan(config, rules, request)?;
     let mode = if blocked { Mode::Peek } else { Mode::Check };
     let verdict = state.limiter.evaluate(&plan, mode).await;
-    answer(&rules, &slots, &verdict, blocked)
-}
-
-fn same_generation(config: &Config, rules: &RuleSet) -> bool {
-    config.rules.len() == rules.rules.len()
-        && config
-            .rules
-            .iter()
-            .zip(&rules.rules)
-            .all(|(c, r)| *r.name == *c.name)
+    answer(rules, &slots, &verdict, blocked)
 }
 
 fn invalid(field: &str, detail: impl std::fmt::Display) -> Status {
