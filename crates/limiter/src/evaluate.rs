@@ -36,6 +36,9 @@ pub(crate) async fn evaluate<S: Store>(
     let set = &**plan.rules();
     let rules = &set.rules;
     let checks = plan.checks();
+    // A blocked plan is decided without consuming: its items are only peeked.
+    let decides = mode != Mode::Peek;
+    let mode = if plan.is_blocked() { Mode::Peek } else { mode };
     let consume = mode != Mode::Peek;
     // Decisions are counted only when they are made: a peek decides nothing.
     let count = |rule: usize, outcome: Outcome| {
@@ -251,6 +254,14 @@ pub(crate) async fn evaluate<S: Store>(
         && enforcing().next().is_none()
     {
         wait = Some(0);
+    }
+    if plan.is_blocked() && matches!(action, Action::Admit | Action::Deny) {
+        action = Action::Deny;
+        if decides {
+            for name in plan.blocked() {
+                crate::metrics::counter(name, Outcome::Denied).increment(1);
+            }
+        }
     }
     Verdict {
         action,

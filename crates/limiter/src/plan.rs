@@ -22,6 +22,8 @@ pub struct Plan {
     pub(crate) refusal: Option<Refusal>,
     /// The longest the caller can wait for the answer ([`Plan::limit_delay`]).
     delay_limit: Option<Micros>,
+    /// The block list entries the request matched ([`Plan::block`]).
+    blocked: Vec<Arc<str>>,
 }
 
 /// Why a plan is refused before the store is asked (answered 400; nothing is charged).
@@ -93,6 +95,7 @@ impl Plan {
             checks: Checks::None,
             refusal: None,
             delay_limit: None,
+            blocked: Vec::new(),
         }
     }
 
@@ -126,7 +129,7 @@ impl Plan {
     /// the plan is refused before the store is asked; at most [`Plan::limit_delay`]'s bound.
     /// Shadow items never hold a request.
     pub fn delay(&self) -> Micros {
-        if self.refusal.is_some() {
+        if self.refusal.is_some() || self.is_blocked() {
             return 0;
         }
         let rules = &self.rules.rules;
@@ -243,7 +246,30 @@ impl Plan {
             checks,
             refusal,
             delay_limit: None,
+            blocked: Vec::new(),
         }
+    }
+
+    /// Adds a block list entry named `name` that the request matched (a descriptor of the gRPC
+    /// rate limit service configured `blocked`): the evaluation then consumes nothing (its
+    /// items are peeked, for the answer's numbers), refuses the request ([`Action::Deny`] unless
+    /// the store failed or the plan is refused) and counts the entry
+    /// `floodgate_decisions_total{rule = name, outcome = "denied"}`, as any decision it makes.
+    /// A blocked request is never held in the delay mode.
+    ///
+    /// [`Action::Deny`]: crate::Action::Deny
+    pub fn block(&mut self, name: Arc<str>) {
+        self.blocked.push(name);
+    }
+
+    /// Whether a block list entry matched ([`Plan::block`]).
+    pub fn is_blocked(&self) -> bool {
+        !self.blocked.is_empty()
+    }
+
+    /// The block list entries, in the order they were added.
+    pub(crate) fn blocked(&self) -> &[Arc<str>] {
+        &self.blocked
     }
 
     /// The planned items, in order.
