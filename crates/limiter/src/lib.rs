@@ -74,3 +74,7 @@ pub use verdict::{
     enforced_quota, most_restrictive, most_restrictive_of, retry_after_secs, Action, Mode,
     RuleOutcome, Verdict,
 };
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
