@@ -1561,6 +1561,15 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
+    fn holds(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<Option<bool>, StoreError>> + Send {
+        async move { RedisStore::holds(self, rule, policy, key).await.map(Some) }
+    }
+
     fn reserve(
         &self,
         items: &[CheckItem<'_>],
