@@ -1561,13 +1561,13 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
-    fn holds(
+    async fn holds(
         &self,
         rule: &str,
         policy: &Policy,
         key: &str,
-    ) -> impl std::future::Future<Output = Result<Option<bool>, StoreError>> + Send {
-        async move { RedisStore::holds(self, rule, policy, key).await.map(Some) }
+    ) -> Result<Option<bool>, StoreError> {
+        RedisStore::holds(self, rule, policy, key).await.map(Some)
     }
 
     fn reserve(
