@@ -55,6 +55,38 @@ use crate::verdict::{most_restrictive, Action, Mode, Verdict};
 ///   would admit a request another rule refused counts `not_charged`);
 /// - `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`, `other`);
 /// - `floodgate_decision_duration_seconds` (histogram of the store batch round trip).
+///
+/// # Examples
+///
+/// Two explicit items of one rule, decided as one all-or-nothing batch:
+///
+/// ```
+/// use std::sync::Arc;
+/// use floodgate_core::{AlgorithmKind, ManualClock, Policy};
+/// use floodgate_limiter::{Action, KeySource, Mode, Plan, RateLimiter, Rule, RuleSet};
+/// use floodgate_store::MemoryStore;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let clock = ManualClock::new(1_700_000_000_000_000);
+/// let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+/// let policy = Policy::new(AlgorithmKind::TokenBucket, "5/s".parse().unwrap()).unwrap();
+/// let limiter = RateLimiter::new(store, RuleSet::new(vec![
+///     Rule::new("per-key", policy, KeySource::Constant("all".into())),
+/// ]));
+///
+/// let mut plan = Plan::new(limiter.rules());
+/// plan.push(0, "key=alice".into(), 3);
+/// plan.push(0, "key=bob".into(), 5);
+/// let verdict = limiter.evaluate(&plan, Mode::Check).await;
+/// assert!(verdict.is_admitted());
+/// assert_eq!(verdict.outcomes[1].decision.remaining, 0);
+///
+/// // bob is spent: the batch is refused and alice is not charged either.
+/// let verdict = limiter.evaluate(&plan, Mode::Check).await;
+/// assert_eq!(verdict.action, Action::Deny);
+/// assert_eq!(verdict.outcomes[0].decision.remaining, 2);
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct RateLimiter<S> {
     store: Arc<S>,
