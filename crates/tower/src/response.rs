@@ -176,7 +176,7 @@ pub fn too_many_requests(outcomes: &[RuleOutcome]) -> Response<Bytes> {
 }
 
 /// `429` for a request refused because the store holds as many keys as it may and this
-/// client's key is new ([`OnFull::Reject`](floodgate_store::OnFull::Reject)): same headers as
+/// client's key is new ([`OnFull::Reject`]): same headers as
 /// [`too_many_requests`], but the detail says so instead of blaming the client's own usage.
 pub fn store_full(outcomes: &[RuleOutcome]) -> Response<Bytes> {
     deny(
