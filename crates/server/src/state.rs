@@ -7,14 +7,43 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use floodgate_core::{Clock, ManualClock};
+use floodgate_limiter::{RateLimiter, RuleSet};
 use floodgate_store::AnyStore;
-use floodgate_tower::RateLimiter;
 use http::Uri;
 use metrics_exporter_prometheus::PrometheusHandle;
 use parking_lot::Mutex;
 
 use crate::config::{self, Config, ConfigErrors};
 use crate::rules::rule_set;
+
+/// One configuration generation: the configuration and the rule set built from it, made
+/// together and swapped as one on reload, so that a request reading one snapshot never sees a
+/// configuration and rules that disagree. Derefs to the [`Config`].
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    /// The configuration.
+    pub(crate) config: Arc<Config>,
+    /// The rule set built from it (the one the limiter decides with).
+    pub(crate) rules: Arc<RuleSet>,
+}
+
+impl Snapshot {
+    fn new(config: Config) -> Self {
+        let rules = Arc::new(rule_set(&config));
+        Self {
+            config: Arc::new(config),
+            rules,
+        }
+    }
+}
+
+impl std::ops::Deref for Snapshot {
+    type Target = Config;
+
+    fn deref(&self) -> &Config {
+        &self.config
+    }
+}
 
 /// Everything the handlers share. One per process.
 #[derive(Debug)]
@@ -40,8 +69,9 @@ pub(crate) struct AppState {
     /// Signs and opens reservation tokens (`[server] reservation_secret` and
     /// `reservation_ttl`, read once at start; a random secret when none is configured).
     pub(crate) reservations: crate::http::settle::Signer,
-    /// Read on every proxied request: a lock-free load, not a lock.
-    config: ArcSwap<Config>,
+    /// The configuration generation in force (configuration and rule set, swapped as one):
+    /// read on every proxied request, a lock-free load, not a lock.
+    snapshot: ArcSwap<Snapshot>,
     /// Serialises reloads (each reads the old configuration and replaces it).
     reload_lock: Mutex<()>,
     config_path: Option<PathBuf>,
@@ -65,10 +95,14 @@ impl AppState {
         upstream: Option<Uri>,
     ) -> Self {
         apply_key_caps(&store, None, &config);
-        let limiter = RateLimiter::new(Arc::new(store), rule_set(&config));
+        let snapshot = Snapshot::new(config);
+        let limiter = RateLimiter::with_shared_rules(
+            Arc::new(store),
+            Arc::new(ArcSwap::new(Arc::clone(&snapshot.rules))),
+        );
         let reservations = crate::http::settle::Signer::new(
-            config.server.reservation_secret.as_deref(),
-            config.server.reservation_ttl,
+            snapshot.config.server.reservation_secret.as_deref(),
+            snapshot.config.server.reservation_ttl,
         );
         Self {
             limiter,
@@ -80,7 +114,7 @@ impl AppState {
             bench_baseline: false,
             ui: None,
             reservations,
-            config: ArcSwap::from_pointee(config),
+            snapshot: ArcSwap::from_pointee(snapshot),
             reload_lock: Mutex::new(()),
             config_path,
             admin_token_override: admin_token_override.filter(|t| !t.is_empty()),
@@ -96,13 +130,19 @@ impl AppState {
 
     /// The configuration in force.
     pub(crate) fn config(&self) -> Arc<Config> {
-        self.config.load_full()
+        Arc::clone(&self.snapshot.load().config)
     }
 
-    /// The configuration in force, for a short read on the request path: no reference count
-    /// is taken (see [`arc_swap::Guard`]); do not hold it across an `.await`.
-    pub(crate) fn config_now(&self) -> arc_swap::Guard<Arc<Config>> {
-        self.config.load()
+    /// The configuration generation in force: configuration and rule set of one generation.
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// The configuration generation in force (it derefs to the [`Config`]), for a short read
+    /// on the request path: no reference count is taken (see [`arc_swap::Guard`]); do not
+    /// hold it across an `.await`.
+    pub(crate) fn config_now(&self) -> arc_swap::Guard<Arc<Snapshot>> {
+        self.snapshot.load()
     }
 
     /// How many configurations have been in force (1 at start, +1 per successful reload).
@@ -154,12 +194,15 @@ impl AppState {
         match config::parse_sources(file, sources) {
             Ok(new) => {
                 let guard = self.reload_lock.lock();
-                let old = self.config.load_full();
+                let old = self.config();
                 warn_about_restart_only_changes(&old, &new);
                 let (kept, fresh) = diff_rules(&old, &new);
                 apply_key_caps(self.store(), Some(&old), &new);
-                self.limiter.replace_rules(rule_set(&new));
-                self.config.store(Arc::new(new));
+                let snapshot = Arc::new(Snapshot::new(new));
+                self.limiter
+                    .shared_rules()
+                    .store(Arc::clone(&snapshot.rules));
+                self.snapshot.store(snapshot);
                 drop(guard);
                 let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
                 metrics::counter!("floodgate_config_reloads_total", "result" => "ok").increment(1);

@@ -92,6 +92,19 @@ impl Store for AnyStore {
         }
     }
 
+    async fn holds(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> Result<Option<bool>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.holds(rule, policy, key).await,
+            AnyStore::Redis(s) => s.holds(rule, policy, key).await,
+            AnyStore::RedisWithFallback(s) => s.holds(rule, policy, key).await,
+        }
+    }
+
     async fn reserve(
         &self,
         items: &[CheckItem<'_>],

@@ -218,6 +218,16 @@ impl<S: Store> Store for FallbackStore<S> {
         self.primary.claim(id, ttl).await
     }
 
+    /// What the shared store holds: the local fallback's state is not the key's.
+    fn holds(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<Option<bool>, StoreError>> + Send {
+        self.primary.holds(rule, policy, key)
+    }
+
     async fn inspect(
         &self,
         rule: &str,

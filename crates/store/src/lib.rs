@@ -288,6 +288,23 @@ pub trait Store: Send + Sync + 'static {
         key: &str,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
 
+    /// Whether the store holds live state for `key` under `rule` and `policy`: `Some(false)`
+    /// for a key never charged (or only peeked, or expired), whose standing is a fresh key's
+    /// full quota; `None` when this store cannot tell (the default). For admin APIs, which
+    /// tell an unknown key from one whose quota is full again.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] from remote stores.
+    fn holds(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<bool>, StoreError>> + Send {
+        let _ = (rule, policy, key);
+        std::future::ready(Ok(None))
+    }
+
     /// A check that may wait: reserves every item for the shortest wait after which all of
     /// them fit, when that is at most `max_wait` microseconds (clamped per item to
     /// [`Policy::max_wait`]), consuming the units now for that time; otherwise denies as
@@ -402,6 +419,15 @@ impl<S: Store> Store for Arc<S> {
         key: &str,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         (**self).inspect(rule, policy, key)
+    }
+
+    fn holds(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<bool>, StoreError>> + Send {
+        (**self).holds(rule, policy, key)
     }
 
     fn reserve(

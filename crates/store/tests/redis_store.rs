@@ -1679,5 +1679,14 @@ fn holds_tells_an_unknown_key_from_a_held_one() {
         assert!(!store.holds("other", &p, "k").await.unwrap());
         assert!(store.reset("r", &p, "k").await.unwrap());
         assert!(!store.holds("r", &p, "k").await.unwrap());
+        // The same through the Store trait, as an admin API asks whichever store it has.
+        assert!(store.check(&[item("r", &p, "k", 1)]).await.unwrap().allowed);
+        assert_eq!(
+            Store::holds(&store, "r", &p, "k").await.unwrap(),
+            Some(true)
+        );
+        let any = floodgate_store::AnyStore::Redis(Arc::new(store));
+        assert_eq!(any.holds("r", &p, "k").await.unwrap(), Some(true));
+        assert_eq!(any.holds("other", &p, "k").await.unwrap(), Some(false));
     });
 }

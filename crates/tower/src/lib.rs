@@ -1,21 +1,12 @@
 //! # floodgate-tower
 //!
-//! Rate limiting as a tower middleware for any axum or hyper (http 1.x) application.
-//!
-//! - A [`Rule`] says which requests it applies to ([`Matcher`]), what is counted
-//!   ([`KeySource`]: user, API key, client IP, route, a constant, or combinations), how much each
-//!   request costs ([`CostSource`]), whether it only observes (`shadow`) and what to do when the
-//!   store fails ([`FailureMode`]).
-//! - A [`RateLimiter`] holds a hot-swappable [`RuleSet`] and a [`Store`](floodgate_store::Store);
-//!   every request's matching rules are checked as one all-or-nothing batch.
-//! - [`RateLimitLayer`] / [`RateLimit`] put it in front of a service. Denied requests get
-//!   `429`, `Retry-After`, `RateLimit-Policy` / `RateLimit` headers and a problem+json body from
-//!   [`response`], the one module that maps decisions to HTTP.
-//! - Client IPs come from the socket peer ([`PeerAddr`]) unless it is a trusted proxy
-//!   ([`ClientIpConfig`]); keys are encoded injectively and safely ([`encode_key`]). Path
-//!   prefixes and path/route keys use the canonical path ([`canonical_path`]: percent-decoded,
-//!   `//` collapsed, `.`/`..` resolved), so a path cannot dodge a rule by being spelled
-//!   differently; the request is forwarded unchanged.
+//! Rate limiting as a tower middleware for any axum or hyper (http 1.x) application, as
+//! tower-governor is for governor: [`RateLimitLayer`] / [`RateLimit`] put a
+//! [`RateLimiter`] (the engine, `floodgate-limiter`, re-exported here) in front of a service,
+//! and [`response`] maps its [`Verdict`] to HTTP. Denied requests get `429`, `Retry-After`,
+//! `RateLimit-Policy` / `RateLimit` headers and a problem+json body; admitted ones go on with
+//! the `RateLimit` headers added. Rules, keys, client addresses and paths are the engine's
+//! ([`Rule`], [`KeySource`], [`ClientIpConfig`], [`canonical_path`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -50,33 +41,23 @@
 //! ```
 
 mod future;
-mod host;
-mod ip;
-mod key;
 mod layer;
-mod limiter;
-mod metrics;
-mod path;
 pub mod response;
-mod rule;
 mod service;
 
-pub use future::{ResponseBody, ResponseFuture, DEFAULT_MAX_DELAYED};
-pub use ip::{canonical as canonical_ip, Client, ClientIpConfig, ForwardedHeader, PeerAddr};
-pub use key::{encode_key, KeyContext, KeySource, MAX_COMPONENT_LEN};
+pub use future::{ResponseBody, ResponseFuture};
 pub use layer::RateLimitLayer;
-pub use limiter::{
-    Action, Claim, DenialObserver, Mode, Plan, RateLimiter, Reservation, ReservedItem, RuleOutcome,
-    SettleError, SettledItem, Verdict,
-};
-pub use metrics::Outcome;
-pub use path::canonical_path;
-// The host rules' spelling of a host (apart from the ip line, which moves often).
-pub use host::{normalize_authority, request_host, Authority, HostError, MAX_HOST_LEN};
-pub use rule::{
-    parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,
-};
 pub use service::RateLimit;
+
+// The engine the layer runs (`floodgate-limiter`), so that one dependency suffices for an app.
+pub use floodgate_limiter::{
+    canonical_ip, canonical_path, encode_key, normalize_authority, parse_cost, request_host,
+    Action, Authority, Claim, Client, ClientIpConfig, CostError, CostSource, DenialObserver,
+    FailureMode, ForwardedHeader, HeaderMatch, HostError, KeyContext, KeySource, Matcher, Mode,
+    Outcome, PeerAddr, Plan, RateLimiter, Reservation, ReservedItem, RouteCost, Rule, RuleOutcome,
+    RuleSet, SettleError, SettledItem, Verdict, DEFAULT_MAX_DELAYED, MAX_COMPONENT_LEN,
+    MAX_HOST_LEN,
+};
 
 // What a rule and a store are made of, so that one dependency suffices.
 pub use floodgate_core::{AlgorithmKind, ManualClock, Policy, Quota, SystemClock};

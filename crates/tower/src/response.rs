@@ -29,11 +29,16 @@
 //! The `floodgate` service's `/v1/check` and forward-auth endpoints use these same functions.
 
 use bytes::Bytes;
-use floodgate_core::{Decision, Policy, Quota};
+use floodgate_core::Decision;
+use floodgate_limiter::{push_policy_item, push_sf_string, Action, RuleOutcome, Verdict};
+use floodgate_store::OnFull;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 
-use crate::limiter::RuleOutcome;
+// Decided by the engine, shown here: re-exported so that the HTTP mapping is one module.
+pub use floodgate_limiter::{
+    enforced_quota, most_restrictive, most_restrictive_of, policy_item, retry_after_secs,
+};
 
 /// `RateLimit-Policy` header name.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -55,45 +60,28 @@ pub const PROBLEM_AMBIGUOUS_KEY: &str = "urn:floodgate:problem:ambiguous-key";
 /// ([`no_client_address`]).
 pub const PROBLEM_NO_CLIENT_ADDRESS: &str = "urn:floodgate:problem:no-client-address";
 
-/// The quota actually enforced by `decision`, when it differs from `policy`'s: a decision made
-/// under a smaller capacity than the policy's (the local fallback of a shared store, deciding
-/// with each limit divided by the instance count while the shared store fails) enforced the
-/// quota scaled by that ratio (`limit` and `burst` times `decision.limit / capacity`, rounded
-/// down, at least 1). `None` when the decision is the policy's own (the usual case), so that
-/// `RateLimit-Policy` and the answer's `limit` always describe the same quota.
-pub fn enforced_quota(policy: &Policy, decision: &Decision) -> Option<Quota> {
-    let capacity = policy.capacity();
-    let enforced = decision.limit;
-    if enforced == capacity || enforced == 0 || capacity == 0 {
-        return None;
+/// The response to send for `verdict` instead of calling the inner service; `None` when it is
+/// admitted: 429 ([`too_many_requests`], or [`store_full`] when a full store refused a new
+/// key), 503 ([`service_unavailable`]) or the 400/500 of a refusal ([`cost_exceeds_capacity`],
+/// [`invalid_cost`], [`no_client_address`], [`ambiguous_key`]).
+pub fn for_verdict(verdict: &Verdict) -> Option<Response<Bytes>> {
+    match &verdict.action {
+        Action::Admit => None,
+        Action::Deny if verdict.store_full == Some(OnFull::Reject) => {
+            Some(store_full(&verdict.outcomes))
+        }
+        Action::Deny => Some(too_many_requests(&verdict.outcomes)),
+        Action::Unavailable => Some(service_unavailable(1)),
+        Action::CostExceedsCapacity {
+            rule,
+            cost,
+            capacity,
+            ..
+        } => Some(cost_exceeds_capacity(rule, *cost, *capacity)),
+        Action::InvalidCost { rule, header } => Some(invalid_cost(rule, header)),
+        Action::NoClientAddress { rule } => Some(no_client_address(rule)),
+        Action::AmbiguousKey { rule, header } => Some(ambiguous_key(rule, header)),
     }
-    let quota = policy.quota();
-    let scale = |n: u64| {
-        u64::try_from(u128::from(n) * u128::from(enforced) / u128::from(capacity))
-            .unwrap_or(u64::MAX)
-            .max(1)
-    };
-    Quota::with_burst(scale(quota.limit()), quota.period(), scale(quota.burst())).ok()
-}
-
-/// The `RateLimit-Policy` list member of a rule: `"<rule>";q=<limit>;w=<window>`, the window
-/// being the quota's period in whole seconds (rounded up, at least 1), the name escaped as a
-/// structured-field string.
-pub fn policy_item(rule: &str, quota: &Quota) -> HeaderValue {
-    let mut out = Vec::with_capacity(rule.len() + 32);
-    push_policy_item(&mut out, rule, quota);
-    // Built only from integers and escaped printable ASCII, so always a valid header value.
-    HeaderValue::from_bytes(&out).expect("escaped printable ASCII")
-}
-
-fn push_policy_item(out: &mut Vec<u8>, rule: &str, quota: &Quota) {
-    let mut numbers = itoa::Buffer::new();
-    let window = quota.period().div_ceil(1_000_000).max(1);
-    push_sf_string(out, rule);
-    out.extend_from_slice(b";q=");
-    out.extend_from_slice(numbers.format(quota.limit()).as_bytes());
-    out.extend_from_slice(b";w=");
-    out.extend_from_slice(numbers.format(window).as_bytes());
 }
 
 /// Adds `RateLimit-Policy` and `RateLimit` for every non-shadow outcome (nothing when there is
@@ -180,34 +168,6 @@ fn exact(mut buf: Vec<u8>) -> Bytes {
     Bytes::from(buf)
 }
 
-/// The largest `Retry-After` (whole seconds, at least 1) among denied non-shadow outcomes.
-pub fn retry_after_secs(outcomes: &[RuleOutcome]) -> Option<u64> {
-    outcomes
-        .iter()
-        .filter(|o| !o.shadow)
-        .filter_map(|o| o.decision.retry_after_secs())
-        .max()
-}
-
-/// The most restrictive denied non-shadow outcome: the one with the longest wait (the first
-/// such rule on ties).
-pub fn most_restrictive(outcomes: &[RuleOutcome]) -> Option<&RuleOutcome> {
-    most_restrictive_of(outcomes)
-}
-
-/// [`most_restrictive`] for outcomes that are not in one slice.
-pub fn most_restrictive_of<'a>(
-    outcomes: impl IntoIterator<Item = &'a RuleOutcome>,
-) -> Option<&'a RuleOutcome> {
-    outcomes
-        .into_iter()
-        .filter(|o| !o.shadow && !o.decision.allowed)
-        .fold(None, |best: Option<&RuleOutcome>, o| match best {
-            Some(b) if b.decision.retry_after >= o.decision.retry_after => Some(b),
-            _ => Some(o),
-        })
-}
-
 /// The full `429 Too Many Requests` response for a denied request: headers as
 /// [`apply_headers`] and a problem body naming the [`most_restrictive`] denying rule. If no
 /// non-shadow outcome is denied the body names no rule (callers only call this on a denial).
@@ -216,7 +176,7 @@ pub fn too_many_requests(outcomes: &[RuleOutcome]) -> Response<Bytes> {
 }
 
 /// `429` for a request refused because the store holds as many keys as it may and this
-/// client's key is new ([`OnFull::Reject`](floodgate_store::OnFull::Reject)): same headers as
+/// client's key is new ([`OnFull::Reject`]): same headers as
 /// [`too_many_requests`], but the detail says so instead of blaming the client's own usage.
 pub fn store_full(outcomes: &[RuleOutcome]) -> Response<Bytes> {
     deny(
@@ -335,33 +295,6 @@ pub fn problem_response(status: StatusCode, body: &serde_json::Value) -> Respons
     response
 }
 
-/// Appends `text` as a structured-field string (RFC 8941 section 3.3.3): `"` and `\` escaped,
-/// anything outside printable ASCII replaced by `?` (rule names are configuration, never client
-/// data).
-fn push_sf_string(out: &mut Vec<u8>, text: &str) {
-    out.push(b'"');
-    // The usual name needs no escape: copied whole.
-    if text
-        .bytes()
-        .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
-    {
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'"');
-        return;
-    }
-    for c in text.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push(b'\\');
-                out.push(c as u8);
-            }
-            ' '..='~' => out.push(c as u8),
-            _ => out.push(b'?'),
-        }
-    }
-    out.push(b'"');
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,7 +323,7 @@ mod tests {
 
     #[test]
     fn a_smaller_decided_capacity_scales_the_quota_shown() {
-        use floodgate_core::AlgorithmKind;
+        use floodgate_core::{AlgorithmKind, Policy};
         let policy = Policy::new(AlgorithmKind::TokenBucket, "10/min".parse().unwrap()).unwrap();
         let decided = |limit| Decision {
             allowed: true,
@@ -514,16 +447,6 @@ mod tests {
                 "retry_after": 13,
             })
         );
-    }
-
-    #[test]
-    fn rule_names_are_escaped() {
-        let mut out = Vec::new();
-        push_sf_string(&mut out, "a\"b\\c\u{7}é");
-        assert_eq!(out, b"\"a\\\"b\\\\c??\"");
-        out.clear();
-        push_sf_string(&mut out, "per-ip (v2)");
-        assert_eq!(out, b"\"per-ip (v2)\"");
     }
 
     #[test]

@@ -7,7 +7,9 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use crate::future::{ResponseBody, ResponseFuture};
-use crate::limiter::RateLimiter;
+use floodgate_limiter::RateLimiter;
+
+use crate::response;
 
 /// Checks each request against the [`RateLimiter`]'s rules. Admitted requests go to `inner`
 /// and their responses get `RateLimit-Policy` / `RateLimit` headers; denied ones are answered
@@ -74,11 +76,11 @@ where
             // A check, or in the delay mode a reservation held until its slot (dropping this
             // future while it waits gives the slot back).
             let verdict = limiter.admit(plan).await;
-            if let Some(response) = verdict.response() {
+            if let Some(response) = response::for_verdict(&verdict) {
                 return Ok(response.map(ResponseBody::full));
             }
             let mut response = inner.call(request).await?;
-            verdict.apply_headers(response.headers_mut());
+            response::apply_headers(response.headers_mut(), &verdict.outcomes);
             Ok(response.map(ResponseBody::inner))
         })
     }

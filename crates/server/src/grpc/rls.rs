@@ -129,33 +129,14 @@ async fn should_rate_limit(
     request: &RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
     validate(request)?;
-    // The rules the limiter decides with and the configuration whose descriptor tree points at
-    // them are swapped one after the other on reload: take them again if they disagree.
-    let (config, rules) = {
-        let mut tries = 0;
-        loop {
-            let config = state.config();
-            let rules = state.limiter.rules();
-            tries += 1;
-            if same_generation(&config, &rules) || tries == 3 {
-                break (config, rules);
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    let (slots, plan, blocked) = plan(&config, &rules, request)?;
-    let mode = if blocked { Mode::Peek } else { Mode::Check };
-    let verdict = state.limiter.evaluate(&plan, mode).await;
-    answer(&rules, &slots, &verdict, blocked)
-}
-
-fn same_generation(config: &Config, rules: &RuleSet) -> bool {
-    config.rules.len() == rules.rules.len()
-        && config
-            .rules
-            .iter()
-            .zip(&rules.rules)
-            .all(|(c, r)| *r.name == *c.name)
+    // The configuration whose descriptor tree points at the rules, and those rules: one
+    // generation, read once.
+    let snapshot = state.snapshot();
+    let (config, rules) = (&snapshot.config, &snapshot.rules);
+    let (slots, plan) = plan(config, rules, request)?;
+    // A plan with block list entries consumes nothing and is counted by the limiter.
+    let verdict = state.limiter.evaluate(&plan, Mode::Check).await;
+    answer(rules, &slots, &verdict, plan.is_blocked())
 }
 
 fn invalid(field: &str, detail: impl std::fmt::Display) -> Status {
@@ -216,13 +197,13 @@ fn cost_of(request: &RateLimitRequest, i: usize, d: &RateLimitDescriptor) -> (u6
     }
 }
 
-/// The plan of a request: one slot per descriptor, the plan's items, and whether a block list
-/// entry applies (then the plan is only peeked).
+/// The plan of a request: one slot per descriptor, and the plan of its items and block list
+/// entries ([`Plan::block`]: then the limiter only peeks the items).
 fn plan(
     config: &Config,
     rules: &Arc<RuleSet>,
     request: &RateLimitRequest,
-) -> Result<(Vec<Slot>, Plan, bool), Status> {
+) -> Result<(Vec<Slot>, Plan), Status> {
     let index = &config.descriptors;
     let mut leaves: Vec<Option<(Leaf, u64, CostField)>> =
         Vec::with_capacity(request.descriptors.len());
@@ -297,7 +278,6 @@ fn plan(
     let is_replaced = |name: Option<&String>| name.is_some_and(|n| replaced.contains(&n.as_str()));
     let mut plan = Plan::new(Arc::clone(rules));
     let mut slots = Vec::with_capacity(leaves.len());
-    let mut blocked = false;
     for (d, leaf) in request.descriptors.iter().zip(&leaves) {
         let slot = match leaf {
             None => Slot::Free,
@@ -315,7 +295,7 @@ fn plan(
                 if is_replaced(limit_name.as_ref()) {
                     Slot::Free
                 } else {
-                    blocked = true;
+                    plan.block(Arc::from(name.as_str()));
                     Slot::Blocked {
                         name: name.clone(),
                         period: *period,
@@ -341,7 +321,7 @@ fn plan(
         };
         slots.push(slot);
     }
-    Ok((slots, plan, blocked))
+    Ok((slots, plan))
 }
 
 fn allowed_overrides(config: &Config, base: usize) -> String {
@@ -477,12 +457,6 @@ fn answer(
             },
             Slot::Blocked { name, period } => {
                 over = true;
-                metrics::counter!(
-                    "floodgate_decisions_total",
-                    "rule" => name.clone(),
-                    "outcome" => "denied"
-                )
-                .increment(1);
                 DescriptorStatus {
                     code: Code::OverLimit as i32,
                     current_limit: Some(RateLimit {

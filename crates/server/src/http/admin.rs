@@ -77,11 +77,12 @@ async fn tracked(
     policy: &floodgate_core::Policy,
     store_key: &str,
 ) -> Option<bool> {
-    let store = state.store();
-    if let Some(memory) = store.memory() {
-        return Some(memory.holds_at(rule, policy, store_key, memory.clock().now()));
-    }
-    store.redis()?.holds(rule, policy, store_key).await.ok()
+    state
+        .store()
+        .holds(rule, policy, store_key)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// `DELETE /v1/keys/{rule}/{key}`: forget the key's state (it becomes fresh).

@@ -641,7 +641,7 @@ fn answer(
         }
         // Every other refusal is answered as the limiter words it.
         _ => {
-            if let Some(refused) = verdict.response() {
+            if let Some(refused) = floodgate_tower::response::for_verdict(verdict) {
                 return super::from_tower(refused);
             }
         }

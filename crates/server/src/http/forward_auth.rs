@@ -123,7 +123,7 @@ async fn decide(
     // this answer holds the client's request meanwhile; if it gives up, the slot is given
     // back).
     let verdict = state.limiter.admit(plan).await;
-    match verdict.response() {
+    match floodgate_tower::response::for_verdict(&verdict) {
         Some(denied) => {
             if denied.status() == StatusCode::TOO_MANY_REQUESTS {
                 super::from_tower(with_status(denied, deny_status))
@@ -133,7 +133,7 @@ async fn decide(
         }
         None => {
             let mut response = StatusCode::OK.into_response();
-            verdict.apply_headers(response.headers_mut());
+            floodgate_tower::response::apply_headers(response.headers_mut(), &verdict.outcomes);
             response
         }
     }

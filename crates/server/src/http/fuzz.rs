@@ -142,12 +142,7 @@ proptest! {
 
     #[test]
     fn a_simulate_body_is_an_answer_never_a_panic(bytes in body(SIMULATE)) {
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let response = runtime.block_on(crate::ui::simulate::simulate(Ok(Bytes::from(bytes))));
-        prop_assert!(
-            response.status().is_success() || response.status().is_client_error(),
-            "{}",
-            response.status()
-        );
+        // Ok (an answer, or None: too large to answer) or Err (a 400): never a panic.
+        let _answer = crate::ui::simulate::answer_body(&bytes);
     }
 }

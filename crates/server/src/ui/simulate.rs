@@ -208,6 +208,19 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
     }
 }
 
+/// What `/v1/simulate` makes of a body, less the HTTP around it: the parse and, when it
+/// parses, the run and its rendering (for the parsers' property test: an answer, never a
+/// panic). `Err` is the problem the endpoint would answer.
+#[cfg(test)]
+pub(crate) fn answer_body(bytes: &[u8]) -> Result<Option<String>, String> {
+    let spec = parse_body(bytes)
+        .and_then(spec_of)
+        .map_err(|(field, detail)| format!("{field}: {detail}"))?;
+    build_report(&spec)
+        .map(|report| json::render_within(&report, MAX_ANSWER_BYTES))
+        .map_err(|e| e.to_string())
+}
+
 /// Bytes of the answer handed to the connection at a time.
 const ANSWER_CHUNK_BYTES: usize = 64 * 1024;
 

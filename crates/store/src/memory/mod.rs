@@ -1539,6 +1539,16 @@ impl Store for MemoryStore {
         )))
     }
 
+    fn holds(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<Option<bool>, StoreError>> + Send {
+        let now = self.shared.clock.now();
+        std::future::ready(Ok(Some(self.holds_at(rule, policy, key, now))))
+    }
+
     fn reserve(
         &self,
         items: &[CheckItem<'_>],

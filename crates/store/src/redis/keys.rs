@@ -50,7 +50,8 @@
 //! - **Operators**: names are not readable. [`state_key`] (and
 //!   [`RedisStore::key_name`](super::RedisStore::key_name)) gives the name of
 //!   `(rule, policy, key)`, and the store logs `redis_key` at debug level on `reset`. Under
-//!   `floodgate serve` the rule string is the rule's state id `<name>|<algorithm>|<quota>`.
+//!   `floodgate serve` the rule string is the rule's name (the policy is hashed in beside it,
+//!   so a changed quota is a new name).
 //!
 //! The prefix is configurable (default `fg:`) so that several deployments can share a Redis;
 //! every byte of it beyond 3 moves the name out of the 16-byte class sooner.
@@ -184,7 +185,7 @@ mod tests {
             ),
             "fg:dvhMTTFzSBj"
         );
-        // The same under `floodgate serve`, whose rule string is the state id (docs/redis.md).
+        // A rule string holding `|` and the quota is hashed as any other string.
         assert_eq!(
             state_key(
                 "fg:",

@@ -1689,6 +1689,15 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
+    async fn holds(
+        &self,
+        rule: &str,
+        policy: &Policy,
+        key: &str,
+    ) -> Result<Option<bool>, StoreError> {
+        RedisStore::holds(self, rule, policy, key).await.map(Some)
+    }
+
     fn reserve(
         &self,
         items: &[CheckItem<'_>],

@@ -40,7 +40,7 @@ use std::borrow::Cow;
 /// way, or that rejects paths which are not already canonical.
 ///
 /// ```
-/// use floodgate_tower::canonical_path;
+/// use floodgate_limiter::canonical_path;
 /// assert_eq!(&*canonical_path("/x/../api/data.txt"), b"/api/data.txt");
 /// assert_eq!(&*canonical_path("/%61pi%2Fdata.txt"), b"/api/data.txt");
 /// assert_eq!(&*canonical_path("//api/./data.txt"), b"/api/data.txt");

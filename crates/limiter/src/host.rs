@@ -3,7 +3,7 @@
 //! and [`request_host`] picks the request's one authority the way the proxy forwards it.
 //!
 //! ```
-//! use floodgate_tower::normalize_authority;
+//! use floodgate_limiter::normalize_authority;
 //!
 //! let a = normalize_authority(b"API.Example.com.:0080").unwrap();
 //! assert_eq!(a.as_str(), "api.example.com:80");

@@ -360,7 +360,7 @@ impl RuleSet {
     }
 
     /// The `RateLimit-Policy` list member of rule `index` (a position in [`RuleSet::rules`]),
-    /// as [`crate::response::policy_item`] makes it; made once per rule set and then cloned (a
+    /// as [`crate::policy_item`] makes it; made once per rule set and then cloned (a
     /// reference count).
     ///
     /// # Panics
@@ -372,7 +372,7 @@ impl RuleSet {
                 .iter()
                 .map(|r| {
                     let quota = *r.policy.quota();
-                    let item = crate::response::policy_item(&r.name, &quota);
+                    let item = crate::header::policy_item(&r.name, &quota);
                     (Arc::clone(&r.name), quota, item)
                 })
                 .collect()
@@ -385,7 +385,7 @@ impl RuleSet {
             {
                 item.clone()
             }
-            _ => crate::response::policy_item(&rule.name, rule.policy.quota()),
+            _ => crate::header::policy_item(&rule.name, rule.policy.quota()),
         }
     }
 
@@ -395,7 +395,9 @@ impl RuleSet {
     /// # Panics
     /// When `index` is not a position in [`RuleSet::rules`].
     pub fn count(&self, index: usize, outcome: Outcome) {
-        self.metrics.count(&self.rules, index, outcome);
+        let rules = &self.rules;
+        self.metrics
+            .count(rules.len(), |i| &rules[i].name, index, outcome);
     }
 
     /// Records one store round trip in the `floodgate_decision_duration_seconds` histogram

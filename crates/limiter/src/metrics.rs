@@ -15,8 +15,6 @@ use std::time::Duration;
 
 use ::metrics::{Counter, Histogram};
 
-use crate::rule::Rule;
-
 /// The `outcome` label of `floodgate_decisions_total{rule, outcome}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -112,18 +110,24 @@ impl Clone for MetricCache {
 }
 
 impl MetricCache {
-    /// Adds 1 to `floodgate_decisions_total{rule = rules[index].name, outcome}`.
-    pub(crate) fn count(&self, rules: &[Rule], index: usize, outcome: Outcome) {
+    /// Adds 1 to `floodgate_decisions_total{rule = name_of(index), outcome}`, for a rule set
+    /// of `len` rules named `name_of(0..len)`.
+    pub(crate) fn count<'a>(
+        &self,
+        len: usize,
+        name_of: impl Fn(usize) -> &'a Arc<str>,
+        index: usize,
+        outcome: Outcome,
+    ) {
         let cache = self.rules.get_or_init(|| {
-            rules
-                .iter()
-                .map(|r| RuleCounters {
-                    name: Arc::clone(&r.name),
+            (0..len)
+                .map(|i| RuleCounters {
+                    name: Arc::clone(name_of(i)),
                     outcomes: Default::default(),
                 })
                 .collect()
         });
-        let name = &rules[index].name;
+        let name = name_of(index);
         match cache.get(index) {
             // The rules of a set in use never change; the pointer check keeps a set whose
             // public fields were edited after its first count correct anyway.

@@ -258,7 +258,7 @@ enum Component<'s> {
 /// Cluster store puts its own hash tag first; a user value cannot hijack the slot).
 ///
 /// ```
-/// use floodgate_tower::encode_key;
+/// use floodgate_limiter::encode_key;
 /// assert_eq!(encode_key([("user", b"alice".as_slice())]), "user=alice");
 /// assert_eq!(
 ///     encode_key([("user", b"a|b=c{d}".as_slice()), ("path", b"/api".as_slice())]),

@@ -1,0 +1,383 @@
+//! [`evaluate`]: one plan against the store, decided, counted and logged.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use floodgate_core::Timestamp;
+use floodgate_store::{CheckItem, OnFull, Store, StoreError};
+
+use crate::metrics::Outcome;
+use crate::plan::{CostRefusal, Plan, PlannedCheck, Refusal};
+use crate::rule::{FailureMode, RuleSet};
+use crate::verdict::{enforced_quota, Action, Mode, RuleOutcome, Verdict};
+
+/// Told of every key an enforcing rule denies (counted `denied`), e.g. to keep a bounded list
+/// of the busiest denied keys. Called on the decision path, after the decision: it must be
+/// quick and must not block. `key` is the store key (`ip=203.0.113.7`, `key=alice`), which can
+/// be personal data: keep such a view opt-in.
+pub trait DenialObserver: Send + Sync + std::fmt::Debug {
+    /// `rule` denied `key`.
+    fn denied(&self, rule: &str, key: &str);
+}
+
+/// [`RateLimiter::evaluate`](crate::RateLimiter::evaluate) with the store.
+///
+/// Longer than 120 lines on purpose: the enforcing batch and the shadow items share the
+/// counters and the outcome list, and the enforcing batch's store future is awaited in place;
+/// an async helper per step would add its own state machine (holding a store future) to every
+/// request's future.
+pub(crate) async fn evaluate<S: Store>(
+    store: &S,
+    observer: Option<&dyn DenialObserver>,
+    plan: &Plan,
+    mode: Mode,
+) -> Verdict {
+    let set = &**plan.rules();
+    let rules = &set.rules;
+    let checks = plan.checks();
+    // A blocked plan is decided without consuming: its items are only peeked.
+    let decides = mode != Mode::Peek;
+    let mode = if plan.is_blocked() { Mode::Peek } else { mode };
+    let consume = mode != Mode::Peek;
+    // Decisions are counted only when they are made: a peek decides nothing.
+    let count = |rule: usize, outcome: Outcome| {
+        if consume {
+            set.count(rule, outcome);
+        }
+    };
+    let is_shadow = |c: &&PlannedCheck| rules[c.rule].shadow;
+    let enforcing = || checks.iter().enumerate().filter(|(_, c)| !is_shadow(c));
+    let mut outcomes = Vec::with_capacity(checks.len());
+    let mut action = Action::Admit;
+    let mut store_error = None;
+    let mut store_full = None;
+    let mut wait = None;
+
+    // A cost that cannot be read, or that the rule can never admit, refuses the request
+    // before any rule is charged.
+    if let Some(refusal) = &plan.refusal {
+        return Verdict {
+            action: refused(set, refusal, consume),
+            outcomes,
+            store_error,
+            store_full,
+            wait: None,
+        };
+    }
+
+    if let Some((_, first)) = enforcing().next() {
+        let item = |c| check_item(rules, c);
+        // The usual request meets one enforcing rule: its batch is a one-item array, not a Vec.
+        let one;
+        let many: Vec<CheckItem<'_>>;
+        let items: &[CheckItem<'_>] = if enforcing().nth(1).is_none() {
+            one = [item(first)];
+            &one
+        } else {
+            many = enforcing().map(|(_, c)| item(c)).collect();
+            &many
+        };
+        // Timed here, not by an async wrapper taking the future as an argument: that would
+        // hold the store's (possibly kilobytes large) future twice, as argument and awaitee.
+        // Latency measurement is the one place that needs a monotonic clock rather than the
+        // limiter's (possibly manual) time source.
+        #[allow(clippy::disallowed_methods)]
+        let started = std::time::Instant::now();
+        // Per enforcing item, in order: the scheduled time of a granted reservation.
+        let mut scheduled: Vec<Timestamp> = Vec::new();
+        let result = match mode {
+            Mode::Check => store.check(items).await,
+            // Boxed: the rarer paths keep their own (possibly large) store futures off this one.
+            Mode::Peek => Box::pin(store.peek(items)).await,
+            Mode::Reserve { max_wait } => {
+                Box::pin(store.reserve(items, max_wait))
+                    .await
+                    .map(|reservation| {
+                        wait = reservation.wait;
+                        scheduled = reservation.scheduled_at;
+                        reservation.batch
+                    })
+            }
+        };
+        set.record_decision_duration(started.elapsed());
+        match result {
+            Ok(batch) => {
+                if !batch.allowed {
+                    // A denied reservation consumed nothing and waits for nothing.
+                    wait = None;
+                    scheduled.clear();
+                }
+                if !batch.allowed {
+                    action = Action::Deny;
+                }
+                store_full = batch.store_full;
+                // A batch refused because the store is full of live keys is not the keys' own
+                // doing: its denials are counted apart, so dashboards do not read them as
+                // clients over their limits.
+                let refused_full = store_full == Some(OnFull::Reject);
+                for (position, ((index, c), decision)) in
+                    enforcing().zip(batch.decisions).enumerate()
+                {
+                    let rule = &rules[c.rule];
+                    count(
+                        c.rule,
+                        match (decision.allowed, batch.allowed, refused_full) {
+                            (true, true, _) => Outcome::Allowed,
+                            // Another rule refused the request: nothing was charged here.
+                            (true, false, _) => Outcome::NotCharged,
+                            (false, _, true) => Outcome::StoreFull,
+                            (false, _, false) => {
+                                if let (true, Some(observer)) = (consume, observer) {
+                                    observer.denied(&rule.name, &c.key);
+                                }
+                                Outcome::Denied
+                            }
+                        },
+                    );
+                    // A decision of a local fallback describes its own, smaller quota.
+                    let (quota, policy_item) = match enforced_quota(&rule.policy, &decision) {
+                        None => (*rule.policy.quota(), Some(set.policy_item(c.rule))),
+                        Some(quota) => (quota, None),
+                    };
+                    outcomes.push(RuleOutcome {
+                        rule: Arc::clone(&rule.name),
+                        quota,
+                        decision,
+                        shadow: false,
+                        policy_item,
+                        check: index,
+                        scheduled_at: scheduled.get(position).copied(),
+                    });
+                }
+            }
+            Err(StoreError::InsufficientCapacity {
+                rule,
+                cost,
+                capacity,
+            }) => {
+                // The store names the rule it refused; count it under that enforcing rule.
+                if let Some((_, c)) = enforcing().find(|(_, c)| *rules[c.rule].name == *rule) {
+                    count(c.rule, Outcome::CostExceedsCapacity);
+                }
+                action = Action::CostExceedsCapacity {
+                    rule,
+                    cost,
+                    capacity,
+                    check: None,
+                };
+            }
+            Err(error) => {
+                count_store_error(&error);
+                let closed =
+                    enforcing().any(|(_, c)| rules[c.rule].failure_mode == FailureMode::Closed);
+                // Each rule is counted by its own mode, so `error_open` of a rule always means
+                // "this rule would have admitted": the request's fate (503 when any rule fails
+                // closed) is the batch's, the label is the rule's.
+                for (_, c) in enforcing() {
+                    count(
+                        c.rule,
+                        match rules[c.rule].failure_mode {
+                            FailureMode::Closed => Outcome::ErrorClosed,
+                            FailureMode::Open => Outcome::ErrorOpen,
+                        },
+                    );
+                }
+                log_store_failure(&error, closed);
+                if closed {
+                    action = Action::Unavailable;
+                }
+                store_error = Some(error);
+            }
+        }
+    }
+
+    // Shadow rules: charged only when the request really goes through, so that their
+    // counters show what enforcing them would have done.
+    let charge_shadow = consume && action == Action::Admit;
+    let mut any_shadow = false;
+    for (index, c) in checks.iter().enumerate().filter(|(_, c)| is_shadow(c)) {
+        any_shadow = true;
+        let rule = &rules[c.rule];
+        let one = [check_item(rules, c)];
+        // Boxed: a store's future can be kilobytes (a remote store's state machine), and every
+        // await point of this future would otherwise hold its own copy of one, making every
+        // request's future (moved into the service's box) that much larger. Shadow rules are
+        // the rare case; the enforcing batch above is awaited in place.
+        let pending: Pin<Box<dyn Future<Output = _> + Send + '_>> = if charge_shadow {
+            Box::pin(store.check(&one))
+        } else {
+            Box::pin(store.peek(&one))
+        };
+        match pending.await {
+            Ok(batch) => {
+                let decision = batch.decisions[0];
+                count(
+                    c.rule,
+                    if decision.allowed {
+                        Outcome::ShadowAllowed
+                    } else {
+                        Outcome::ShadowDenied
+                    },
+                );
+                outcomes.push(RuleOutcome {
+                    rule: Arc::clone(&rule.name),
+                    quota: *rule.policy.quota(),
+                    decision,
+                    shadow: true,
+                    policy_item: None,
+                    check: index,
+                    scheduled_at: None,
+                });
+            }
+            Err(StoreError::InsufficientCapacity { .. }) => {
+                count(c.rule, Outcome::CostExceedsCapacity);
+            }
+            Err(error) => {
+                // Counted and logged as every store failure; a shadow rule never enforces, so
+                // it fails open.
+                count_store_error(&error);
+                log_store_failure(&error, false);
+                count(c.rule, Outcome::ErrorOpen);
+            }
+        }
+    }
+    if any_shadow {
+        // Outcomes in plan order (enforcing and shadow items interleave in it).
+        outcomes.sort_by_key(|o| o.check);
+    }
+
+    // A reservation with nothing to enforce (no rule applied, or only shadow rules) is
+    // admitted at once.
+    if matches!(mode, Mode::Reserve { .. })
+        && action == Action::Admit
+        && enforcing().next().is_none()
+    {
+        wait = Some(0);
+    }
+    if plan.is_blocked() && matches!(action, Action::Admit | Action::Deny) {
+        action = Action::Deny;
+        if decides {
+            for name in plan.blocked() {
+                crate::metrics::counter(name, Outcome::Denied).increment(1);
+            }
+        }
+    }
+    Verdict {
+        action,
+        outcomes,
+        store_error,
+        store_full,
+        wait,
+    }
+}
+
+/// The action of a plan refused before the store is asked, counted (unless a peek) under the
+/// refused rule.
+fn refused(set: &RuleSet, refusal: &Refusal, consume: bool) -> Action {
+    let count = |rule: usize, outcome: Outcome| {
+        if consume {
+            set.count(rule, outcome);
+        }
+    };
+    let rules = &set.rules;
+    let rule = &rules[refusal.rule];
+    match &refusal.error {
+        CostRefusal::AmbiguousKey(header) => {
+            count(refusal.rule, Outcome::AmbiguousKey);
+            Action::AmbiguousKey {
+                rule: Arc::clone(&rule.name),
+                header: header.clone(),
+            }
+        }
+        CostRefusal::NoClientAddress => {
+            count(refusal.rule, Outcome::NoClientAddress);
+            log_no_client_address(&rule.name);
+            Action::NoClientAddress {
+                rule: Arc::clone(&rule.name),
+            }
+        }
+        CostRefusal::Invalid(header) => {
+            count(refusal.rule, Outcome::InvalidCost);
+            Action::InvalidCost {
+                rule: Arc::clone(&rule.name),
+                header: header.clone(),
+            }
+        }
+        CostRefusal::ExceedsCapacity { cost, capacity } => {
+            count(refusal.rule, Outcome::CostExceedsCapacity);
+            Action::CostExceedsCapacity {
+                rule: rule.name.to_string(),
+                cost: *cost,
+                capacity: *capacity,
+                check: refusal.check,
+            }
+        }
+    }
+}
+
+fn check_item<'a>(rules: &'a [crate::Rule], c: &'a PlannedCheck) -> CheckItem<'a> {
+    let rule = &rules[c.rule];
+    CheckItem {
+        rule: &rule.name,
+        policy: &rule.policy,
+        key: &c.key,
+        cost: c.cost,
+    }
+}
+
+/// Counts a store failure in `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`,
+/// `other`): every failed store call that decides or shadows a request, whichever way its
+/// rule's failure mode answers it.
+pub(crate) fn count_store_error(error: &StoreError) {
+    let kind = match error {
+        StoreError::Unavailable { .. } => "unavailable",
+        StoreError::Timeout { .. } => "timeout",
+        _ => "other",
+    };
+    metrics::counter!("floodgate_store_errors_total", "kind" => kind).increment(1);
+}
+
+/// Logs a missing client address at `error`, at most once a minute per process.
+fn log_no_client_address(rule: &str) {
+    use floodgate_core::{Clock, SystemClock};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_US: AtomicU64 = AtomicU64::new(0);
+    let now = SystemClock.now();
+    let last = LAST_US.load(Ordering::Relaxed);
+    if (last == 0 || now.saturating_sub(last) >= 60_000_000)
+        && LAST_US
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::error!(
+            rule,
+            "a rule counts by client IP but requests carry no peer address: every such \
+             request is answered 500; serve the app with \
+             into_make_service_with_connect_info::<SocketAddr>() (axum) or insert a PeerAddr"
+        );
+    }
+}
+
+/// Logs a store failure at `warn` at most once per second per process (the rest at `debug`),
+/// so that a dead Redis under load does not turn every request into a log line. Every failure
+/// is still counted in `floodgate_store_errors_total`.
+pub(crate) fn log_store_failure(error: &floodgate_store::StoreError, fail_closed: bool) {
+    use floodgate_core::{Clock, SystemClock};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_WARN_US: AtomicU64 = AtomicU64::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+    let now = SystemClock.now();
+    let last = LAST_WARN_US.load(Ordering::Relaxed);
+    if now.saturating_sub(last) >= 1_000_000
+        && LAST_WARN_US
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
+        tracing::warn!(%error, fail_closed, suppressed, "rate-limit store failed");
+    } else {
+        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%error, fail_closed, "rate-limit store failed");
+    }
+}
