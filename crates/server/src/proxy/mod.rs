@@ -5,7 +5,8 @@
 //! Per RFC 9110 section 7.6.1 the hop-by-hop headers (`Connection` and the headers it names,
 //! `Keep-Alive`, `Proxy-Connection`, `Proxy-Authenticate`, `Proxy-Authorization`, `TE`,
 //! `Trailer`, `Transfer-Encoding`, `Upgrade`) are removed in both directions. An unreachable
-//! upstream is a 502 problem+json.
+//! upstream is a 502 problem+json; the upstream client's connection cap and timeouts (504,
+//! 408) are in [`upstream`].
 //!
 //! Forwarding headers tell the upstream who the client is, so a client must not be able to
 //! write them. When the TCP peer is in `[server] trusted_proxies` (a proxy in front of us), the
@@ -19,7 +20,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -27,17 +27,16 @@ use floodgate_tower::RateLimitLayer;
 use http::header::{HeaderName, CONNECTION};
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use crate::state::AppState;
+
+mod upstream;
 
 /// State of the proxy handler.
 #[derive(Debug, Clone)]
 struct Proxy {
     upstream: Uri,
-    client: Client<HttpConnector, Body>,
+    client: upstream::Upstream,
     /// For the trusted proxies in force (they follow reloads).
     state: Arc<AppState>,
 }
@@ -69,9 +68,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .upstream
         .clone()
         .expect("the proxy router needs an upstream");
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new()).build(connector);
+    let client = upstream::Upstream::new(&state.config_now().server.limits);
     let proxy = Proxy {
         upstream,
         client,
@@ -116,19 +113,16 @@ async fn forward(
     // The upstream speaks HTTP/1.1 (or h2c through ALPN-less prior knowledge, not used here).
     parts.version = http::Version::HTTP_11;
     let upstream_request = http::Request::from_parts(parts, body);
-    match proxy.client.request(upstream_request).await {
+    match proxy.client.send(upstream_request).await {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             remove_hop_by_hop(&mut parts.headers);
             // Answer in our own protocol version (an HTTP/1.0 upstream must not downgrade the
             // client's connection); hyper adapts it to the client's request.
             parts.version = http::Version::HTTP_11;
-            Response::from_parts(parts, Body::new(body))
+            Response::from_parts(parts, body)
         }
-        Err(e) => {
-            tracing::warn!(error = %e, upstream = %proxy.upstream, "upstream request failed");
-            bad_gateway("the upstream did not answer")
-        }
+        Err(answer) => answer,
     }
 }
 
