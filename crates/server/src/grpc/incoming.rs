@@ -27,10 +27,6 @@ pub(super) fn accept(
     futures_util::stream::unfold(
         (listener, connections, shutdown),
         move |(listener, connections, mut shutdown)| async move {
-            let mut slot = tokio::select! {
-                slot = connections.reserve() => slot,
-                () = stopped(&mut shutdown) => return None,
-            };
             let stream = loop {
                 tokio::select! {
                     accepted = listener.accept() => match accepted {
@@ -39,6 +35,11 @@ pub(super) fn accept(
                     },
                     () = stopped(&mut shutdown) => return None,
                 }
+            };
+            // As on the HTTP listeners: room is made once a connection is there.
+            let mut slot = tokio::select! {
+                slot = connections.reserve() => slot,
+                () = stopped(&mut shutdown) => return None,
             };
             slot.accepted();
             let _ = stream.set_nodelay(true);

@@ -19,7 +19,8 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use crate::config::listen::DEFAULT_MAX_CONNECTIONS;
 
 /// File descriptors kept free of client connections: the store's connections, the config
-/// file, logs, the listeners themselves and some slack.
+/// file, logs, the listeners themselves, the one accepted connection per listener that may
+/// wait for room, and some slack.
 pub(crate) const FD_RESERVE: u64 = 128;
 
 /// The soft open-file limit after [`raise_nofile_limit`].
@@ -128,7 +129,7 @@ impl Connections {
         })
     }
 
-    /// Waits for room for one more connection (the caller accepts it next). At the cap, the
+    /// Waits for room for one more connection (the caller has just accepted it). At the cap, the
     /// longest-idle HTTP connection is asked to close; without one, this waits until some
     /// connection closes (it never spins).
     pub(crate) async fn reserve(self: &Arc<Self>) -> Slot {

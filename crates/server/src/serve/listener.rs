@@ -96,10 +96,6 @@ pub(crate) fn spawn_http(
         let builder = Arc::new(builder);
         let mut tasks = JoinSet::new();
         loop {
-            let slot = tokio::select! {
-                slot = connections.reserve() => slot,
-                () = stopped(&mut shutdown) => break,
-            };
             let (stream, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
@@ -108,6 +104,13 @@ pub(crate) fn spawn_http(
                         continue;
                     }
                 },
+                () = stopped(&mut shutdown) => break,
+            };
+            // Room is made when a connection is there, not ahead of it (that would close an
+            // idle connection for nothing). Until then this one waits, and so does accepting:
+            // at most one connection per listener beyond the cap (within the kept descriptors).
+            let slot = tokio::select! {
+                slot = connections.reserve() => slot,
                 () = stopped(&mut shutdown) => break,
             };
             while tasks.try_join_next().is_some() {}
