@@ -264,6 +264,20 @@ async fn a_half_header_is_closed_after_the_header_read_timeout() {
 }
 
 #[tokio::test]
+async fn a_header_above_64_kib_is_a_431_and_one_below_is_served() {
+    let fg = Floodgate::with_config(RULES, &[]);
+    let api = addr(&fg.api);
+    let header = |size: usize| {
+        format!(
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+            "a".repeat(size)
+        )
+    };
+    assert_eq!(exchange(api, &header(60_000)).await.0, 200);
+    assert_eq!(exchange(api, &header(70_000)).await.0, 431);
+}
+
+#[tokio::test]
 async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
     let config = format!("[server]\nidle_timeout = \"400ms\"\n{RULES}");
     let fg = Floodgate::with_config(&config, &[]);

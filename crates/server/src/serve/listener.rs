@@ -4,7 +4,8 @@
 //!
 //! - **header**: a request's header must be complete within `header_read_timeout` of the
 //!   connection opening, or of its first byte after an earlier response; else the connection
-//!   is closed (a half-sent header holds nothing for long);
+//!   is closed (a half-sent header holds nothing for long). A header is at most 64 KiB
+//!   ([`MAX_HEADER_BYTES`]; 431 beyond);
 //! - **idle**: a connection with no request in flight and nothing received since its last
 //!   response is closed after `idle_timeout`;
 //! - **body**: a request body from which nothing arrives for `body_idle_timeout` while it is
@@ -68,6 +69,11 @@ const H2_KEEPALIVE: (Duration, Duration) = (Duration::from_secs(60), Duration::f
 /// Streams at once on one HTTP/2 connection of an HTTP listener.
 const H2_MAX_STREAMS: u32 = 256;
 
+/// The largest HTTP/1 request header, in bytes (hyper's read buffer; a larger header is
+/// answered 431). hyper's default, about 400 KiB, would let each half-sent header hold that
+/// much; nginx allows 32 KiB by default.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+
 /// How long accepting pauses after the process ran out of file descriptors (or memory).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -86,7 +92,8 @@ pub(crate) fn spawn_http(
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(None);
+            .header_read_timeout(None)
+            .max_buf_size(MAX_HEADER_BYTES);
         builder
             .http2()
             .timer(TokioTimer::new())
