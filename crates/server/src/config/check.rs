@@ -26,6 +26,9 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 config.rules.len(),
                 describe_store(&config.store)
             );
+            if config.server.limits != super::listen::ConnectionLimits::default() {
+                let _ = writeln!(out, "  {}", super::listen::describe(&config.server.limits));
+            }
             let mut domains: Vec<&str> = config.descriptors.domains().collect();
             if !domains.is_empty() {
                 domains.sort_unstable();

@@ -32,6 +32,7 @@ pub(crate) mod describe;
 pub(crate) mod descriptors;
 pub(crate) mod envoy;
 pub(crate) mod error;
+pub(crate) mod listen;
 mod raw;
 
 use std::collections::HashMap;
@@ -149,6 +150,8 @@ pub(crate) struct ServerConfig {
     /// `reservation_ttl`: how long a reservation token can be settled, in microseconds
     /// (default 5 minutes; 1 second to 7 days). A token not settled by then is spent.
     pub(crate) reservation_ttl: u64,
+    /// Connection bounds and timeouts of the listeners and the proxy's upstream client.
+    pub(crate) limits: listen::ConnectionLimits,
 }
 
 /// The default `[server] reservation_ttl`: 5 minutes, in microseconds.
@@ -195,6 +198,7 @@ impl Default for ServerConfig {
             max_delayed: floodgate_tower::DEFAULT_MAX_DELAYED,
             reservation_secret: None,
             reservation_ttl: DEFAULT_RESERVATION_TTL,
+            limits: listen::ConnectionLimits::default(),
         }
     }
 }
@@ -750,6 +754,7 @@ impl Validator<'_> {
                 Err(msg) => self.push(up, "server.upstream".into(), msg),
             }
         }
+        out.limits = self.connection_limits(s);
         out
     }
 

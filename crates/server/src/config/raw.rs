@@ -36,6 +36,17 @@ pub(crate) struct RawServer {
     pub(crate) max_delayed: Option<Spanned<i64>>,
     pub(crate) reservation_secret: Option<Spanned<String>>,
     pub(crate) reservation_ttl: Option<Spanned<String>>,
+    // Connection bounds (see `config::listen`).
+    pub(crate) max_connections: Option<Spanned<i64>>,
+    pub(crate) header_read_timeout: Option<Spanned<String>>,
+    pub(crate) idle_timeout: Option<Spanned<String>>,
+    pub(crate) body_idle_timeout: Option<Spanned<String>>,
+    pub(crate) grpc_max_connection_age: Option<Spanned<String>>,
+    pub(crate) grpc_max_concurrent_streams: Option<Spanned<i64>>,
+    pub(crate) upstream_connect_timeout: Option<Spanned<String>>,
+    pub(crate) upstream_response_timeout: Option<Spanned<String>>,
+    pub(crate) upstream_idle_timeout: Option<Spanned<String>>,
+    pub(crate) upstream_max_connections: Option<Spanned<i64>>,
 }
 
 /// `[store]`.

@@ -8,11 +8,20 @@
 //! without `protoc`. Tools such as `grpcurl` call `ShouldRateLimit` with the proto files
 //! (`-proto rls.proto`) instead.
 //!
+//! Bounds: the connections share the process's budget (`[server] max_connections`, see
+//! [`crate::serve::connections`]); a connection must send its first bytes within
+//! `header_read_timeout`; HTTP/2 keep-alive pings every 60 s while calls are in flight (20 s
+//! for the answer); at most `grpc_max_concurrent_streams` calls at once per connection; after
+//! `grpc_max_connection_age` a connection gets GOAWAY (its calls in flight finish; clients
+//! reconnect, which also spreads them over new instances). No forced close follows: tonic
+//! 0.14 would then skip the GOAWAY, and rate limit calls are short.
+//!
 //! Metrics: `floodgate_grpc_requests_total{method, code}` (code: `ok`, `over_limit`, or the
 //! gRPC status of an error, e.g. `invalid_argument`, `unavailable`) and
 //! `floodgate_grpc_request_duration_seconds{method}`; decisions are counted by the limiter in
 //! `floodgate_decisions_total{rule, outcome}` as on every other path.
 
+mod incoming;
 mod rls;
 
 use std::sync::atomic::Ordering;
@@ -23,6 +32,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::config::listen::GRPC_KEEPALIVE;
+use crate::serve::connections::Connections;
 use crate::state::AppState;
 
 /// Serves the gRPC services on `listener` until `shutdown` turns true, then lets in-flight
@@ -31,9 +42,11 @@ use crate::state::AppState;
 pub(crate) fn spawn(
     listener: TcpListener,
     state: Arc<AppState>,
+    connections: Arc<Connections>,
     mut shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
     tokio::spawn(async move {
+        let limits = state.config().server.limits.clone();
         let (reporter, health) = tonic_health::server::health_reporter();
         reporter
             .set_serving::<RateLimitServiceServer<rls::RateLimitService>>()
@@ -71,13 +84,24 @@ pub(crate) fn spawn(
             })
         };
         let service = RateLimitServiceServer::new(rls::RateLimitService::new(state));
+        let streams = limits.grpc_max_concurrent_streams;
         let result = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(GRPC_KEEPALIVE.0))
+            .http2_keepalive_timeout(Some(GRPC_KEEPALIVE.1))
+            .max_concurrent_streams(streams)
+            .concurrency_limit_per_connection(usize::try_from(streams).unwrap_or(usize::MAX))
+            .max_connection_age(limits.grpc_max_connection_age)
             .add_service(health)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(service)
             .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                incoming::accept(
+                    listener,
+                    connections,
+                    limits.header_read_timeout,
+                    shutdown.clone(),
+                ),
                 async move {
                     let _ = shutdown.wait_for(|stop| *stop).await;
                 },

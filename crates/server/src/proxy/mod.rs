@@ -5,7 +5,8 @@
 //! Per RFC 9110 section 7.6.1 the hop-by-hop headers (`Connection` and the headers it names,
 //! `Keep-Alive`, `Proxy-Connection`, `Proxy-Authenticate`, `Proxy-Authorization`, `TE`,
 //! `Trailer`, `Transfer-Encoding`, `Upgrade`) are removed in both directions. An unreachable
-//! upstream is a 502 problem+json.
+//! upstream is a 502 problem+json; the upstream client's connection cap and timeouts (504,
+//! 408) are in [`upstream`].
 //!
 //! Forwarding headers tell the upstream who the client is, so a client must not be able to
 //! write them. When the TCP peer is in `[server] trusted_proxies` (a proxy in front of us), the
@@ -37,19 +38,18 @@ use http::header::{HeaderName, CONNECTION, CONTENT_LENGTH, HOST};
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use http_body_util::BodyExt;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use crate::state::AppState;
 
 pub(crate) use rewrite::client_address_header;
 
+mod upstream;
+
 /// State of the proxy handler.
 #[derive(Debug, Clone)]
 struct Proxy {
     upstream: Uri,
-    client: Client<HttpConnector, Body>,
+    client: upstream::Upstream,
     /// For the trusted proxies in force (they follow reloads).
     state: Arc<AppState>,
 }
@@ -81,9 +81,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .upstream
         .clone()
         .expect("the proxy router needs an upstream");
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new()).build(connector);
+    let client = upstream::Upstream::new(&state.config_now().server.limits);
     let proxy = Proxy {
         upstream,
         client,
@@ -161,7 +159,7 @@ async fn forward(
         e
     }));
     let upstream_request = http::Request::from_parts(parts, body);
-    match proxy.client.request(upstream_request).await {
+    match proxy.client.send(upstream_request).await {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             // Before the hop-by-hop headers go: the framing is read from Transfer-Encoding.
@@ -173,18 +171,17 @@ async fn forward(
             // Answer in our own protocol version (an HTTP/1.0 upstream must not downgrade the
             // client's connection); hyper adapts it to the client's request.
             parts.version = http::Version::HTTP_11;
-            let mut response = Response::from_parts(parts, Body::new(body));
+            let mut response = Response::from_parts(parts, body);
             rewrite::own_rate_limit_fields(&mut response);
             response
         }
-        Err(e) if unreadable.load(Ordering::Relaxed) => {
-            tracing::debug!(error = %e, "the client's request body could not be read");
+        // The client's body failed to read (malformed chunking): the client's 400, not the
+        // upstream's failure.
+        Err(_) if unreadable.load(Ordering::Relaxed) => {
+            tracing::debug!("the client's request body could not be read");
             rewrite::unreadable_body()
         }
-        Err(e) => {
-            tracing::warn!(error = %e, upstream = %proxy.upstream, "upstream request failed");
-            bad_gateway("the upstream did not answer")
-        }
+        Err(answer) => answer,
     }
 }
 

@@ -15,6 +15,8 @@
 //! connections are refused), or after `--shutdown-delay` of still serving so load balancers can
 //! notice; then in-flight requests finish (up to `--drain-timeout`).
 
+pub(crate) mod connections;
+pub(crate) mod listener;
 mod reload;
 
 use std::net::SocketAddr;
@@ -279,6 +281,26 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .or(config.server.listen)
         .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address"));
 
+    // The open-file limit first: the connection cap is derived from it.
+    let limits = config.server.limits.clone();
+    let fd = connections::raise_nofile_limit();
+    let upstream_fds = if upstream.is_some() {
+        limits.upstream_max_connections
+    } else {
+        0
+    };
+    let cap = connections::connection_cap(limits.max_connections, fd, upstream_fds)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    tracing::info!(
+        max_connections = cap,
+        header_read_timeout_ms = millis(limits.header_read_timeout),
+        idle_timeout_ms = millis(limits.idle_timeout),
+        body_idle_timeout_ms = millis(limits.body_idle_timeout),
+        "connection limits"
+    );
+    let connections = connections::Connections::new(cap);
+    let timeouts = listener::HttpTimeouts::from_limits(&limits);
+
     let ui = config.server.ui && !args.no_ui;
     // Opt-in: the busiest denied keys, fed by the limiter.
     let denied_keys = (ui && config.server.ui_denied_keys > 0).then(|| {
@@ -349,9 +371,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => {
             let listener = bind(listen).await?;
             println!("floodgate: listening on {} (API)", listener.local_addr()?);
-            servers.push(spawn_server(
+            servers.push(listener::spawn_http(
                 listener,
                 crate::http::router(Arc::clone(&state)),
+                Arc::clone(&connections),
+                timeouts,
                 shutdown_rx.clone(),
             ));
         }
@@ -373,14 +397,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 listener.local_addr()?
             );
             println!("floodgate: listening on {} (API)", admin.local_addr()?);
-            servers.push(spawn_server(
+            servers.push(listener::spawn_http(
                 listener,
                 crate::proxy::router(Arc::clone(&state)),
+                Arc::clone(&connections),
+                timeouts,
                 shutdown_rx.clone(),
             ));
-            servers.push(spawn_server(
+            servers.push(listener::spawn_http(
                 admin,
                 crate::http::router(Arc::clone(&state)),
+                Arc::clone(&connections),
+                timeouts,
                 shutdown_rx.clone(),
             ));
         }
@@ -391,6 +419,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         servers.push(crate::grpc::spawn(
             listener,
             Arc::clone(&state),
+            Arc::clone(&connections),
             shutdown_rx.clone(),
         ));
     }
@@ -489,23 +518,6 @@ async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))
-}
-
-fn spawn_server(
-    listener: TcpListener,
-    router: axum::Router,
-    mut shutdown: watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<std::io::Result<()>> {
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        })
-        .await
-    })
 }
 
 /// The signals `serve` handles, registered up front.
@@ -787,6 +799,28 @@ fn describe_metrics() {
     describe_counter!(
         "floodgate_settled_units_total",
         "Units given back (refunded) or charged by settles, by rule and direction"
+    );
+    describe_gauge!(
+        "floodgate_connections",
+        "Connections open on all listeners (API, proxy, admin, gRPC)"
+    );
+    describe_gauge!(
+        "floodgate_connections_max",
+        "The connection cap ([server] max_connections, or the default the open-file limit allows)"
+    );
+    describe_counter!(
+        "floodgate_connections_closed_total",
+        "Connections the server closed, by reason (header_timeout, idle_timeout, evicted: an \
+         idle one closed to make room at the cap)"
+    );
+    describe_counter!(
+        "floodgate_proxy_upstream_errors_total",
+        "Proxied requests the upstream failed, by reason (connect_timeout, connect_error, \
+         response_timeout, response_body_timeout, client_body_timeout, upstream_error)"
+    );
+    describe_gauge!(
+        "floodgate_proxy_upstream_connections",
+        "Connections open to the upstream (busy and pooled)"
     );
     // Present from the start, so dashboards and tests see 0 rather than nothing.
     for result in ["ok", "error"] {

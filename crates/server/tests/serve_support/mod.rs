@@ -73,7 +73,7 @@ impl Floodgate {
         std::fs::write(&path, config).unwrap();
         let mut all = vec!["--config", path.to_str().unwrap()];
         all.extend_from_slice(args);
-        Self::spawn_on(dir, &all, false)
+        Self::spawn_on(dir, &all, false, None)
     }
 
     /// The process's temporary directory (where [`Floodgate::with_files`] wrote its files).
@@ -83,15 +83,42 @@ impl Floodgate {
 
     /// [`Floodgate::start`] with `dir` as the process's temporary directory (kept until drop).
     pub fn spawn(dir: tempfile::TempDir, args: &[&str]) -> Self {
-        Self::spawn_on(dir, args, true)
+        Self::spawn_on(dir, args, true, None)
     }
 
-    /// [`Floodgate::spawn`], on the manual clock or not.
-    fn spawn_on(dir: tempfile::TempDir, args: &[&str], manual_clock: bool) -> Self {
+    /// [`Floodgate::with_config`] started by `sh -c 'ulimit <ulimit> && exec floodgate ...'`,
+    /// e.g. `-n 1024` (soft and hard open-file limits) or `-S -n 1024` (soft only).
+    pub fn with_config_under_ulimit(config: &str, ulimit: &str, args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("floodgate.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut all = vec!["--config", path.to_str().unwrap()];
+        all.extend_from_slice(args);
+        Self::spawn_on(dir, &all, true, Some(ulimit))
+    }
+
+    /// [`Floodgate::spawn`], on the manual clock or not, under `sh -c 'ulimit ULIMIT'` or not.
+    fn spawn_on(
+        dir: tempfile::TempDir,
+        args: &[&str],
+        manual_clock: bool,
+        ulimit: Option<&str>,
+    ) -> Self {
         let log = dir.path().join("floodgate.log");
         let proxy_mode = args.contains(&"--upstream");
         let grpc_mode = args.contains(&"--grpc-listen");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_floodgate"));
+        let mut cmd = match ulimit {
+            None => Command::new(env!("CARGO_BIN_EXE_floodgate")),
+            Some(ulimit) => {
+                let mut sh = Command::new("sh");
+                sh.args([
+                    "-c",
+                    &format!("ulimit {ulimit} && exec \"$0\" \"$@\""),
+                    env!("CARGO_BIN_EXE_floodgate"),
+                ]);
+                sh
+            }
+        };
         cmd.arg("serve").args(["--listen", "127.0.0.1:0"]);
         if manual_clock {
             cmd.args(["--manual-clock", &START_US.to_string()]);

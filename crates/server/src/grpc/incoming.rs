@@ -1,0 +1,132 @@
+//! The gRPC listener's accepted connections: each takes a slot of the process's connection
+//! budget (accepting waits at the cap, as on the HTTP listeners) and must send its first bytes
+//! (the HTTP/2 preface) within `header_read_timeout`, or it is closed.
+
+use std::future::Future as _;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+use crate::serve::connections::{Connections, Slot};
+use crate::serve::listener::{accept_failed, stopped};
+
+/// The connections accepted on `listener` until `shutdown` turns true.
+pub(super) fn accept(
+    listener: TcpListener,
+    connections: Arc<Connections>,
+    first_bytes: Duration,
+    shutdown: watch::Receiver<bool>,
+) -> impl Stream<Item = Result<GrpcIo, std::io::Error>> {
+    futures_util::stream::unfold(
+        (listener, connections, shutdown),
+        move |(listener, connections, mut shutdown)| async move {
+            let stream = loop {
+                tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => break stream,
+                        Err(e) => accept_failed(&e).await,
+                    },
+                    () = stopped(&mut shutdown) => return None,
+                }
+            };
+            // As on the HTTP listeners: room is made once a connection is there.
+            let mut slot = tokio::select! {
+                slot = connections.reserve() => slot,
+                () = stopped(&mut shutdown) => return None,
+            };
+            slot.accepted();
+            let _ = stream.set_nodelay(true);
+            let io = GrpcIo {
+                inner: stream,
+                _slot: slot,
+                first_bytes: Some(Box::pin(tokio::time::sleep(first_bytes))),
+            };
+            Some((Ok(io), (listener, connections, shutdown)))
+        },
+    )
+}
+
+/// An accepted gRPC connection: its socket, its budget slot, and the deadline of its first
+/// bytes.
+#[derive(Debug)]
+pub(super) struct GrpcIo {
+    inner: TcpStream,
+    _slot: Slot,
+    /// Until the first bytes arrive.
+    first_bytes: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Connected for GrpcIo {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl AsyncRead for GrpcIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let result = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Some(deadline) = &mut this.first_bytes {
+            match &result {
+                Poll::Ready(Ok(())) if buf.filled().len() > before => this.first_bytes = None,
+                Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
+                    metrics::counter!(
+                        "floodgate_connections_closed_total",
+                        "reason" => "header_timeout"
+                    )
+                    .increment(1);
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the gRPC client sent nothing within header_read_timeout",
+                    )));
+                }
+                _ => {}
+            }
+        }
+        result
+    }
+}
+
+impl AsyncWrite for GrpcIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,370 @@
+//! The connection budget every listener draws from: at most `max_connections` accepted
+//! connections at once (API, proxy, admin and gRPC listeners together, since they share one
+//! table of open files), and the list of idle HTTP connections to close, longest idle first,
+//! when a new connection needs room.
+//!
+//! At start the soft `RLIMIT_NOFILE` is raised to the hard limit, and the budget is kept
+//! [`FD_RESERVE`] descriptors (plus the proxy's upstream connections) below it, so that the
+//! process can still open its store connections, files and upstream connections, and so that
+//! `accept` never fails with "Too many open files": at the cap, accepting waits for a
+//! connection to close instead.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+use crate::config::listen::DEFAULT_MAX_CONNECTIONS;
+
+/// File descriptors kept free of client connections: the store's connections, the config
+/// file, logs, the listeners themselves, the one accepted connection per listener that may
+/// wait for room, and some slack.
+pub(crate) const FD_RESERVE: u64 = 128;
+
+/// The soft open-file limit after [`raise_nofile_limit`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FdLimit {
+    /// The soft limit now in force (`u64::MAX`: unlimited or unknown).
+    pub(crate) soft: u64,
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (logged), and returns what is in force.
+/// A failure is logged and the limit left as it was.
+pub(crate) fn raise_nofile_limit() -> FdLimit {
+    use rlimit::Resource;
+    let before = Resource::NOFILE.get();
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(soft) => {
+            match before {
+                Ok((old, hard)) if old < soft => tracing::info!(
+                    from = old,
+                    to = soft,
+                    hard,
+                    "raised the open-file limit (RLIMIT_NOFILE)"
+                ),
+                Ok((old, hard)) => {
+                    tracing::info!(soft = old, hard, "open-file limit (RLIMIT_NOFILE)");
+                }
+                Err(_) => tracing::info!(soft, "open-file limit (RLIMIT_NOFILE)"),
+            }
+            FdLimit { soft }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open-file limit (RLIMIT_NOFILE)");
+            FdLimit {
+                soft: before.map_or(u64::MAX, |(soft, _)| soft),
+            }
+        }
+    }
+}
+
+/// The connection cap: `configured`, or [`DEFAULT_MAX_CONNECTIONS`] lowered to what `fd`
+/// leaves after [`FD_RESERVE`] and `upstream` descriptors (the proxy's connections).
+///
+/// # Errors
+/// A configured cap the open-file limit cannot hold, or a limit too low for any connection:
+/// the message says what to raise or lower.
+pub(crate) fn connection_cap(
+    configured: Option<usize>,
+    fd: FdLimit,
+    upstream: usize,
+) -> Result<usize, String> {
+    let reserve = FD_RESERVE.saturating_add(u64::try_from(upstream).unwrap_or(u64::MAX));
+    let budget = usize::try_from(fd.soft.saturating_sub(reserve)).unwrap_or(usize::MAX);
+    match configured {
+        Some(n) if n > budget => Err(format!(
+            "[server] max_connections = {n} needs {} open files with the {reserve} kept for the \
+             store, files and upstream connections, but the open-file limit (RLIMIT_NOFILE) is \
+             {}: raise it (ulimit -n, systemd LimitNOFILE=) or lower max_connections",
+            u64::try_from(n).unwrap_or(u64::MAX).saturating_add(reserve),
+            fd.soft
+        )),
+        Some(n) => Ok(n),
+        None if budget == 0 => Err(format!(
+            "the open-file limit (RLIMIT_NOFILE) is {}, which leaves no room for connections \
+             after the {reserve} kept for the store, files and upstream connections: raise it \
+             (ulimit -n, systemd LimitNOFILE=)",
+            fd.soft
+        )),
+        None => Ok(DEFAULT_MAX_CONNECTIONS.min(budget)),
+    }
+}
+
+/// The process's connection budget and its idle HTTP connections.
+#[derive(Debug)]
+pub(crate) struct Connections {
+    permits: Arc<Semaphore>,
+    max: usize,
+    /// Idle HTTP connections by the order they became idle (the smallest is the longest idle).
+    idle: Mutex<BTreeMap<u64, Arc<Conn>>>,
+    next_idle: AtomicU64,
+    /// Set while the cap is reached (so the warning is logged once per episode).
+    full: AtomicBool,
+    /// Notified when a connection becomes idle (a waiting [`Connections::reserve`] evicts it).
+    became_idle: Notify,
+}
+
+/// Why a connection was closed by the server (the `reason` label of
+/// `floodgate_connections_closed_total`).
+pub(crate) const CLOSE_REASONS: [&str; 3] = ["header_timeout", "idle_timeout", "evicted"];
+
+impl Connections {
+    /// A budget of `max` connections.
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        metrics::gauge!("floodgate_connections_max").set(max as f64);
+        metrics::gauge!("floodgate_connections").set(0.0);
+        for reason in CLOSE_REASONS {
+            metrics::counter!("floodgate_connections_closed_total", "reason" => reason)
+                .increment(0);
+        }
+        Arc::new(Self {
+            permits: Arc::new(Semaphore::new(max)),
+            max,
+            idle: Mutex::new(BTreeMap::new()),
+            next_idle: AtomicU64::new(0),
+            full: AtomicBool::new(false),
+            became_idle: Notify::new(),
+        })
+    }
+
+    /// Waits for room for one more connection (the caller has just accepted it). At the cap, the
+    /// longest-idle HTTP connection is asked to close; without one, this waits until some
+    /// connection closes (it never spins).
+    pub(crate) async fn reserve(self: &Arc<Self>) -> Slot {
+        let permit = match Arc::clone(&self.permits).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if !self.full.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        max_connections = self.max,
+                        "connection cap reached: closing idle connections, new ones wait"
+                    );
+                }
+                self.evict_one();
+                let acquire = Arc::clone(&self.permits).acquire_owned();
+                tokio::pin!(acquire);
+                loop {
+                    tokio::select! {
+                        permit = &mut acquire => {
+                            break permit.expect("the connection budget is never closed");
+                        }
+                        // A connection went idle while we wait: it makes room.
+                        () = self.became_idle.notified() => self.evict_one(),
+                    }
+                }
+            }
+        };
+        if self.permits.available_permits() > self.max / 10 {
+            self.full.store(false, Ordering::Relaxed);
+        }
+        Slot {
+            _permit: permit,
+            connections: Arc::clone(self),
+            accepted: false,
+        }
+    }
+
+    /// Asks the longest-idle HTTP connection to close.
+    fn evict_one(&self) {
+        let victim = self.idle.lock().pop_first();
+        if let Some((_, conn)) = victim {
+            conn.idle_key.lock().take();
+            conn.evicted.store(true, Ordering::Relaxed);
+            conn.changed.notify_one();
+        }
+    }
+
+    /// A new HTTP connection's shared state, listed as idle (no request yet).
+    pub(crate) fn track(self: &Arc<Self>) -> Arc<Conn> {
+        let conn = Arc::new(Conn {
+            in_flight: AtomicUsize::new(0),
+            reading_head: AtomicBool::new(false),
+            served: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
+            changed: Notify::new(),
+            idle_key: Mutex::new(None),
+            connections: Arc::clone(self),
+        });
+        conn.become_idle();
+        conn
+    }
+}
+
+/// One connection's share of the budget (reserved before accepting it), given back when
+/// dropped.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    _permit: OwnedSemaphorePermit,
+    connections: Arc<Connections>,
+    /// A connection holds it (counted in `floodgate_connections`).
+    accepted: bool,
+}
+
+impl Slot {
+    /// A connection was accepted into this slot.
+    pub(crate) fn accepted(&mut self) {
+        if !self.accepted {
+            self.accepted = true;
+            metrics::gauge!("floodgate_connections").increment(1.0);
+        }
+    }
+
+    /// The budget this slot belongs to.
+    pub(crate) fn connections(&self) -> &Arc<Connections> {
+        &self.connections
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if self.accepted {
+            metrics::gauge!("floodgate_connections").decrement(1.0);
+        }
+    }
+}
+
+/// What one HTTP connection's task, its service and its I/O share.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    /// Requests in flight: from the complete header to the end of the response body.
+    in_flight: AtomicUsize,
+    /// A byte arrived while no request was in flight: a header is being read.
+    reading_head: AtomicBool,
+    /// At least one request was served (the idle timeout applies, not the header timeout).
+    served: AtomicBool,
+    /// Asked to close to make room.
+    evicted: AtomicBool,
+    /// Wakes the connection's task to look at the state again.
+    changed: Notify,
+    /// Its key in [`Connections::idle`] while listed there.
+    idle_key: Mutex<Option<u64>>,
+    connections: Arc<Connections>,
+}
+
+/// What a connection's task should wait for now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// A request is in flight: no timer.
+    Busy,
+    /// Waiting for (the rest of) a header: the header timeout.
+    Header,
+    /// Between requests, nothing received: the idle timeout.
+    Idle,
+    /// Asked to close to make room.
+    Evicted,
+}
+
+impl Conn {
+    /// The phase now.
+    pub(crate) fn phase(&self) -> Phase {
+        if self.evicted.load(Ordering::Relaxed) {
+            Phase::Evicted
+        } else if self.in_flight.load(Ordering::Acquire) > 0 {
+            Phase::Busy
+        } else if self.reading_head.load(Ordering::Acquire) || !self.served.load(Ordering::Acquire)
+        {
+            Phase::Header
+        } else {
+            Phase::Idle
+        }
+    }
+
+    /// Resolves when the state changed (a request began or ended, a header began, eviction).
+    pub(crate) async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// Bytes arrived from the client.
+    pub(crate) fn received(&self) {
+        if self.in_flight.load(Ordering::Acquire) == 0
+            && !self.reading_head.swap(true, Ordering::AcqRel)
+        {
+            self.changed.notify_one();
+        }
+    }
+
+    /// A request's header is complete: it is in flight until [`Conn::finish`].
+    pub(crate) fn start(&self) {
+        self.reading_head.store(false, Ordering::Release);
+        self.served.store(true, Ordering::Release);
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            if let Some(key) = self.idle_key.lock().take() {
+                self.connections.idle.lock().remove(&key);
+            }
+            self.changed.notify_one();
+        }
+    }
+
+    /// A request's response ended (its body was sent or dropped).
+    pub(crate) fn finish(self: &Arc<Self>) {
+        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.become_idle();
+            self.changed.notify_one();
+        }
+    }
+
+    fn become_idle(self: &Arc<Self>) {
+        if self.evicted.load(Ordering::Relaxed) {
+            return;
+        }
+        let key = self.connections.next_idle.fetch_add(1, Ordering::Relaxed);
+        let mut slot = self.idle_key.lock();
+        if let Some(old) = slot.replace(key) {
+            self.connections.idle.lock().remove(&old);
+        }
+        self.connections.idle.lock().insert(key, Arc::clone(self));
+        drop(slot);
+        self.connections.became_idle.notify_waiters();
+    }
+
+    /// The connection ended: it is no longer listed.
+    pub(crate) fn close(&self) {
+        if let Some(key) = self.idle_key.lock().take() {
+            self.connections.idle.lock().remove(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_cap_stays_below_the_open_file_limit() {
+        let fd = |soft| FdLimit { soft };
+        assert_eq!(
+            connection_cap(None, fd(u64::MAX), 0),
+            Ok(DEFAULT_MAX_CONNECTIONS)
+        );
+        assert_eq!(connection_cap(None, fd(1024), 0), Ok(1024 - 128));
+        assert_eq!(connection_cap(None, fd(1024), 256), Ok(1024 - 128 - 256));
+        assert_eq!(connection_cap(Some(500), fd(1024), 0), Ok(500));
+        let e = connection_cap(Some(2000), fd(1024), 0).unwrap_err();
+        assert!(e.contains("max_connections = 2000 needs 2128"), "{e}");
+        assert!(connection_cap(None, fd(100), 0).is_err());
+    }
+
+    #[tokio::test]
+    async fn at_the_cap_the_longest_idle_connection_is_asked_to_close() {
+        let connections = Connections::new(2);
+        let a = connections.reserve().await;
+        let conn_a = connections.track();
+        let b = connections.reserve().await;
+        let conn_b = connections.track();
+        // b is busy: only a may be evicted.
+        conn_b.start();
+        let waiting = tokio::spawn({
+            let connections = Arc::clone(&connections);
+            async move { connections.reserve().await }
+        });
+        conn_a.changed().await;
+        assert_eq!(conn_a.phase(), Phase::Evicted);
+        assert_eq!(conn_b.phase(), Phase::Busy);
+        assert!(!waiting.is_finished());
+        drop(a);
+        let c = waiting.await.unwrap();
+        drop((b, c));
+    }
+}
