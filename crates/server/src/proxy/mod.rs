@@ -159,7 +159,7 @@ async fn forward(
         e
     }));
     let upstream_request = http::Request::from_parts(parts, body);
-    match proxy.client.send(upstream_request).await {
+    match proxy.client.send(upstream_request, &unreadable).await {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             // Before the hop-by-hop headers go: the framing is read from Transfer-Encoding.
@@ -174,12 +174,6 @@ async fn forward(
             let mut response = Response::from_parts(parts, body);
             rewrite::own_rate_limit_fields(&mut response);
             response
-        }
-        // The client's body failed to read (malformed chunking): the client's 400, not the
-        // upstream's failure.
-        Err(_) if unreadable.load(Ordering::Relaxed) => {
-            tracing::debug!("the client's request body could not be read");
-            rewrite::unreadable_body()
         }
         Err(answer) => answer,
     }

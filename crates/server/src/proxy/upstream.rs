@@ -79,13 +79,24 @@ impl Upstream {
 
     /// Sends `request` and returns the upstream's response (its body bounded by the response
     /// timeout between frames), or the answer for the client when the upstream failed.
-    pub(super) async fn send(&self, request: http::Request<Body>) -> Result<Response, Response> {
+    /// `client_body_failed` is set when the client's own body failed to read (malformed
+    /// chunking): that failure is the client's 400, neither logged nor counted as the
+    /// upstream's.
+    pub(super) async fn send(
+        &self,
+        request: http::Request<Body>,
+        client_body_failed: &std::sync::atomic::AtomicBool,
+    ) -> Result<Response, Response> {
         let upstream = request.uri().authority().map(ToString::to_string);
         let timeout = self.response_timeout;
         match tokio::time::timeout(timeout, self.client.request(request)).await {
             Ok(Ok(response)) => Ok(response.map(|body| {
                 Body::new(IdleBody::new(body, timeout).on_timeout(response_body_timed_out))
             })),
+            Ok(Err(e)) if client_body_failed.load(std::sync::atomic::Ordering::Relaxed) => {
+                tracing::debug!(error = %e, "the client's request body could not be read");
+                Err(super::rewrite::unreadable_body())
+            }
             Ok(Err(e)) => Err(failed(&e, upstream.as_deref())),
             Err(_) => {
                 count("response_timeout");
