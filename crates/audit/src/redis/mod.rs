@@ -487,7 +487,10 @@ async fn scan_node(
             .await
             .map_err(|e| redis_err(&node.addr, e))?;
         for name in batch {
-            if !crate::glob::matches(pattern, &name) {
+            // The reservation-signing secret the service shares through a Redis store
+            // (`<prefix>secret:reservation`, kept without a TTL on purpose) is no counter: no
+            // state or claim name holds `secret:`.
+            if !crate::glob::matches(pattern, &name) || is_reservation_secret(&name) {
                 examined += 1;
                 continue;
             }
@@ -558,6 +561,11 @@ fn int(v: &Value) -> Option<i64> {
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         _ => None,
     }
+}
+
+/// Whether `name` is the service's shared reservation secret, `<prefix>secret:reservation`.
+fn is_reservation_secret(name: &[u8]) -> bool {
+    name.ends_with(b"secret:reservation")
 }
 
 /// `TYPE`, `PTTL`, `MEMORY USAGE`, `OBJECT ENCODING` (and for Floodgate strings `STRLEN`,
