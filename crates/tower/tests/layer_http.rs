@@ -97,17 +97,20 @@ async fn forwarded_for_is_believed_only_from_trusted_proxies() {
 }
 
 #[tokio::test]
-async fn malformed_forwarded_for_falls_back_to_the_peer_never_a_5xx() {
+async fn a_malformed_forwarded_for_is_a_client_of_its_own_never_the_peer_never_a_5xx() {
     let h = harness(trusting_10_8(vec![per_ip("2/h")]));
     for bad in ["garbage", "1.2.3.4,,", "unknown, 10.0.0.2", "999.1.1.1"] {
         let r = h
             .send(request("/", "10.0.0.1:443", &[("x-forwarded-for", bad)]))
             .await;
-        assert!(!r.status.is_server_error(), "{bad}: {r:?}");
+        assert_eq!(r.status, StatusCode::OK, "{bad}: {r:?}");
     }
-    // All four were counted against the peer 10.0.0.1: its 2 units are gone.
-    let r = h.send(request("/", "10.0.0.1:443", &[])).await;
-    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    // None was counted against the proxy 10.0.0.1: its 2 units are all there.
+    let peer = || request("/", "10.0.0.1:443", &[]);
+    assert_eq!(h.admitted(3, peer).await, 2);
+    // Each malformed entry is one client: its own 2 units, then denied.
+    let junk = || request("/", "10.0.0.1:443", &[("x-forwarded-for", "garbage")]);
+    assert_eq!(h.admitted(3, junk).await, 1);
 }
 
 #[tokio::test]

@@ -93,7 +93,12 @@ impl Upstream {
             Ok(Ok(response)) => Ok(response.map(|body| {
                 Body::new(IdleBody::new(body, timeout).on_timeout(response_body_timed_out))
             })),
-            Ok(Err(e)) if client_body_failed.load(std::sync::atomic::Ordering::Relaxed) => {
+            // A body that stalled is the 408 of `failed`; one that failed otherwise (its
+            // framing) is the client's 400.
+            Ok(Err(e))
+                if client_body_failed.load(std::sync::atomic::Ordering::Relaxed)
+                    && !is_body_idle_timeout(&e) =>
+            {
                 tracing::debug!(error = %e, "the client's request body could not be read");
                 Err(super::rewrite::unreadable_body())
             }
