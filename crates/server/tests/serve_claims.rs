@@ -5,25 +5,8 @@
 
 mod serve_support;
 
-use serde_json::{json, Value};
-use serve_support::{advance, client, post_json, Floodgate};
-
-async fn call(c: &reqwest::Client, fg: &Floodgate, path: &str, body: Value) -> (u16, Value) {
-    let (status, _, body) = post_json(c, &fg.url(path), &body).await;
-    (status, body)
-}
-
-async fn remaining(c: &reqwest::Client, fg: &Floodgate, key: &str) -> u64 {
-    let (status, body) = call(
-        c,
-        fg,
-        "/v1/peek",
-        json!({"rule": "jobs", "key": key, "cost": 0}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    body["remaining"].as_u64().unwrap()
-}
+use serde_json::json;
+use serve_support::{advance, call, client, post_json, remaining, Floodgate};
 
 const RULE: &str = "[[rules]]\nname = \"jobs\"\nalgorithm = \"fixed_window\"\nlimit = \"100/1d\"\n";
 
@@ -62,7 +45,7 @@ async fn twenty_two_free_reservations_at_max_keys_20_leave_a_genuine_settle_its_
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(remaining(&c, &fg, "real").await, 90);
+    assert_eq!(remaining(&c, &fg, "jobs", "real").await, 90);
     let (status, body) = call(
         &c,
         &fg,
@@ -72,7 +55,7 @@ async fn twenty_two_free_reservations_at_max_keys_20_leave_a_genuine_settle_its_
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["decisions"][0]["remaining"], 97, "{body}");
-    assert_eq!(remaining(&c, &fg, "real").await, 97);
+    assert_eq!(remaining(&c, &fg, "jobs", "real").await, 97);
 }
 
 #[tokio::test]
@@ -109,7 +92,7 @@ async fn a_reservation_of_nothing_gets_no_token() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(remaining(&c, &fg, "b").await, 99);
+    assert_eq!(remaining(&c, &fg, "jobs", "b").await, 99);
 }
 
 #[tokio::test]
@@ -159,7 +142,7 @@ async fn a_full_claim_table_refuses_a_settle_before_consuming_and_the_same_token
     );
     assert_eq!(body["field"], "reservation");
     // Nothing was consumed or refunded.
-    assert_eq!(remaining(&c, &fg, "d").await, 90);
+    assert_eq!(remaining(&c, &fg, "jobs", "d").await, 90);
     // Again at once: the same answer, nothing settled.
     let (status, _, _) = post_json(&c, &fg.url("/v1/settle"), &settle).await;
     assert_eq!(status, 503);
@@ -167,7 +150,7 @@ async fn a_full_claim_table_refuses_a_settle_before_consuming_and_the_same_token
     advance(&c, &fg, 260_000_000).await;
     let (status, body) = call(&c, &fg, "/v1/settle", settle.clone()).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(remaining(&c, &fg, "d").await, 96);
+    assert_eq!(remaining(&c, &fg, "jobs", "d").await, 96);
     // And only once.
     let (status, body) = call(&c, &fg, "/v1/settle", settle).await;
     assert_eq!(status, 409, "{body}");

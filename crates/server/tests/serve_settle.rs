@@ -9,7 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use floodgate_store::redis::testing::RedisServer;
 use serde_json::{json, Value};
-use serve_support::{advance, client, metric, post_json, write_atomically, Floodgate};
+use serve_support::{advance, call, client, metric, remaining, write_atomically, Floodgate};
 
 const SECRET: &str = "a-test-secret-of-at-least-32-chars-0123456789";
 
@@ -31,11 +31,6 @@ fn config(secret: &str) -> String {
     text
 }
 
-async fn call(c: &reqwest::Client, fg: &Floodgate, path: &str, body: Value) -> (u16, Value) {
-    let (status, _, body) = post_json(c, &fg.url(path), &body).await;
-    (status, body)
-}
-
 /// Reserves `cost` on `rule`/`key`; returns the answer (asserting 200 and a token).
 async fn reserve(c: &reqwest::Client, fg: &Floodgate, rule: &str, key: &str, cost: u64) -> Value {
     let (status, body) = call(
@@ -48,18 +43,6 @@ async fn reserve(c: &reqwest::Client, fg: &Floodgate, rule: &str, key: &str, cos
     assert_eq!(status, 200, "{body}");
     assert!(body["reservation"].is_string(), "{body}");
     body
-}
-
-async fn remaining(c: &reqwest::Client, fg: &Floodgate, rule: &str, key: &str) -> u64 {
-    let (status, body) = call(
-        c,
-        fg,
-        "/v1/peek",
-        json!({"rule": rule, "key": key, "cost": 0}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    body["remaining"].as_u64().unwrap()
 }
 
 async fn settle(c: &reqwest::Client, fg: &Floodgate, body: Value) -> (u16, Value) {

@@ -8,14 +8,9 @@ mod serve_support;
 
 use floodgate_store::redis::testing::RedisServer;
 use serde_json::{json, Value};
-use serve_support::{client, post_json, Floodgate};
+use serve_support::{call, client, post_json, remaining, Floodgate};
 
 const RULE: &str = "[[rules]]\nname = \"jobs\"\nalgorithm = \"fixed_window\"\nlimit = \"100/1d\"\n";
-
-async fn call(c: &reqwest::Client, fg: &Floodgate, path: &str, body: Value) -> (u16, Value) {
-    let (status, _, body) = post_json(c, &fg.url(path), &body).await;
-    (status, body)
-}
 
 async fn reserve(c: &reqwest::Client, fg: &Floodgate, key: &str, cost: u64) -> Value {
     let (status, body) = call(
@@ -27,18 +22,6 @@ async fn reserve(c: &reqwest::Client, fg: &Floodgate, key: &str, cost: u64) -> V
     .await;
     assert_eq!(status, 200, "{body}");
     body["reservation"].clone()
-}
-
-async fn remaining(c: &reqwest::Client, fg: &Floodgate, key: &str) -> u64 {
-    let (status, body) = call(
-        c,
-        fg,
-        "/v1/peek",
-        json!({"rule": "jobs", "key": key, "cost": 0}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    body["remaining"].as_u64().unwrap()
 }
 
 /// The key id a process logged for the shared secret.
@@ -86,7 +69,7 @@ async fn without_a_reservation_secret_a_reservation_made_on_one_process_settles_
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(remaining(&c, &a, "ab").await, 96);
+    assert_eq!(remaining(&c, &a, "jobs", "ab").await, 96);
     let token = reserve(&c, &b, "ba", 10).await;
     let (status, body) = call(
         &c,
@@ -96,7 +79,7 @@ async fn without_a_reservation_secret_a_reservation_made_on_one_process_settles_
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(remaining(&c, &b, "ba").await, 99);
+    assert_eq!(remaining(&c, &b, "jobs", "ba").await, 99);
     // Once only, wherever.
     let (status, _) = call(
         &c,
@@ -217,5 +200,5 @@ async fn before_the_store_answers_a_reservation_is_a_503_and_nothing_is_reserved
     }
     let body = reserved.unwrap_or_else(|| panic!("never shared:\n{}", fg.logs()));
     assert!(body["reservation"].is_string(), "{body}");
-    assert_eq!(remaining(&c, &fg, "k").await, 99);
+    assert_eq!(remaining(&c, &fg, "jobs", "k").await, 99);
 }

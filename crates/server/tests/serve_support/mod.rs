@@ -229,6 +229,25 @@ pub async fn post_json(
     split(r).await
 }
 
+/// `POST` `body` to `path` of `fg`: (status, body).
+pub async fn call(c: &reqwest::Client, fg: &Floodgate, path: &str, body: Value) -> (u16, Value) {
+    let (status, _, body) = post_json(c, &fg.url(path), &body).await;
+    (status, body)
+}
+
+/// The `remaining` units of `rule`/`key`, by a cost-0 `/v1/peek` (asserting 200).
+pub async fn remaining(c: &reqwest::Client, fg: &Floodgate, rule: &str, key: &str) -> u64 {
+    let (status, body) = call(
+        c,
+        fg,
+        "/v1/peek",
+        json!({"rule": rule, "key": key, "cost": 0}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body["remaining"].as_u64().unwrap()
+}
+
 /// (status, headers, body parsed as JSON, or `Value::String` when it is not JSON).
 pub async fn split(r: reqwest::Response) -> (u16, reqwest::header::HeaderMap, Value) {
     let status = r.status().as_u16();
