@@ -19,15 +19,6 @@ const BUCKETS: [AlgorithmKind; 3] = [
     AlgorithmKind::Gcra,
 ];
 
-const ALL: [AlgorithmKind; 6] = [
-    AlgorithmKind::FixedWindow,
-    AlgorithmKind::SlidingLog,
-    AlgorithmKind::SlidingWindow,
-    AlgorithmKind::TokenBucket,
-    AlgorithmKind::LeakyBucket,
-    AlgorithmKind::Gcra,
-];
-
 /// One step of a run: how time moves, then what the client does.
 #[derive(Debug, Clone)]
 struct Move {
@@ -350,7 +341,7 @@ fn latest_scheduled_time_is_dropped_once_it_passed() {
 /// ends of time, never panics and never reports more than the capacity.
 #[test]
 fn settle_at_extreme_times_is_bounded() {
-    for kind in ALL {
+    for kind in AlgorithmKind::ALL {
         let p = Policy::parse(kind, "10/10s").unwrap();
         for at in [0, 1, T0 - 1, T0 + 1, (1 << 53) - 1, u64::MAX] {
             for now in [T0, (1 << 53) - 1] {
