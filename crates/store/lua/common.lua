@@ -124,6 +124,17 @@ local function split_scheduled(v)
   return string.sub(v, 1, semi - 1), tonumber(string.sub(v, semi + 1))
 end
 
+-- A two-number bucket value `<a>:<b>[;<offset>]` (`b` its last update): a, b and the scheduled
+-- time of its latest reservation for later (0 when none lies after `b`).
+local function split2_scheduled(v)
+  local base, offset = split_scheduled(v)
+  local a, b = split2(base)
+  if offset > 0 then
+    return a, b, b + offset
+  end
+  return a, b, 0
+end
+
 -- The suffix for a state whose latest reservation for later is at `at`, updated at `since`.
 local function scheduled_suffix(at, since)
   if at > since then

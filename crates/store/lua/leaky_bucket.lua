@@ -16,12 +16,7 @@ function leaky_bucket.load(key, p)
   if not v then
     return { level = 0, last_leak = 0, last_scheduled_at = 0, exists = false }
   end
-  local base, offset = split_scheduled(v)
-  local level, last_leak = split2(base)
-  local at = 0
-  if offset > 0 then
-    at = last_leak + offset
-  end
+  local level, last_leak, at = split2_scheduled(v)
   return { level = level, last_leak = last_leak, last_scheduled_at = at, exists = true }
 end
 

@@ -16,12 +16,7 @@ function token_bucket.load(key, p)
   if not v then
     return { tokens = p.burst * p.num, last_refill = 0, last_scheduled_at = 0, exists = false }
   end
-  local base, offset = split_scheduled(v)
-  local tokens, last_refill = split2(base)
-  local at = 0
-  if offset > 0 then
-    at = last_refill + offset
-  end
+  local tokens, last_refill, at = split2_scheduled(v)
   return { tokens = tokens, last_refill = last_refill, last_scheduled_at = at, exists = true }
 end
 
