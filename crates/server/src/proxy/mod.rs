@@ -130,23 +130,23 @@ async fn forward(
         Err(_) => return bad_gateway("cannot build the upstream URI"),
     };
     remove_hop_by_hop(&mut parts.headers);
-    let trusted = {
-        let config = proxy.state.config_now();
-        let ip = floodgate_tower::canonical_ip(peer.ip());
-        config
-            .server
-            .trusted_proxies
-            .iter()
-            .any(|net| net.contains(&ip))
-    };
+    // One snapshot for both: the trusted proxies and the headers kept follow reloads together.
+    let config = proxy.state.config_now();
+    let ip = floodgate_tower::canonical_ip(peer.ip());
+    let trusted = config
+        .server
+        .trusted_proxies
+        .iter()
+        .any(|net| net.contains(&ip));
     if !trusted {
-        let config = proxy.state.config_now();
         rewrite::strip_client_address(
             &mut parts.headers,
             &CLIENT_FORWARDING_HEADERS,
             &config.server.keep_client_headers,
         );
     }
+    // Not held across the upstream call.
+    drop(config);
     add_forwarded(&mut parts.headers, peer, trusted);
     // The upstream speaks HTTP/1.1 (or h2c through ALPN-less prior knowledge, not used here).
     parts.version = http::Version::HTTP_11;
