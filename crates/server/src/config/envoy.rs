@@ -38,7 +38,10 @@ use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 use super::descriptors::{
     path_name, DescriptorIndex, DescriptorRule, EntryMatch, Leaf, ValueMatch,
 };
-use super::{Config, ConfigError, ConfigErrors, RuleConfig, MAX_SLIDING_LOG_LIMIT};
+use super::error::{ConfigError, ConfigErrors};
+use super::schema::{
+    override_rule, Config, RuleConfig, ServerConfig, StoreConfig, MAX_SLIDING_LOG_LIMIT,
+};
 
 /// Longest rule name made from a YAML file, in bytes (a `name`, or a descriptor path).
 const MAX_YAML_RULE_NAME_BYTES: usize = 200;
@@ -208,7 +211,7 @@ pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config,
     for (base, quotas) in base_overrides {
         for quota in quotas {
             let at = rules.len();
-            let mut rule = super::override_rule(&rules[base], &quota);
+            let mut rule = override_rule(&rules[base], &quota);
             rule.override_of = Some(base);
             rules.push(rule);
             index.allow_override(base, &quota, at);
@@ -217,8 +220,8 @@ pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config,
     if w.errors.is_empty() {
         Ok(Config {
             file: display.to_string(),
-            server: super::ServerConfig::default(),
-            store: super::StoreConfig::default(),
+            server: ServerConfig::default(),
+            store: StoreConfig::default(),
             rules,
             descriptors: index,
         })

@@ -1,3 +1,10 @@
+use floodgate_core::AlgorithmKind;
+use floodgate_store::OnFull;
+use floodgate_tower::{FailureMode, KeySource};
+use http::{HeaderName, Method};
+
+use super::key::describe_key;
+use super::schema::{ServerConfig, DEFAULT_MAX_CLAIMS, DEFAULT_RESERVATION_TTL};
 use super::*;
 
 fn err(text: &str) -> String {
