@@ -35,7 +35,7 @@ pub(crate) const DEFAULT_MAX_CLAIMS: u64 = 1_000_000;
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
-    /// The file it came from (as given), or [`EMBEDDED_DEFAULT_NAME`].
+    /// The file it came from (as given), or `<embedded default>` ([`super::embedded_default`]).
     pub(crate) file: String,
     /// `[server]`.
     pub(crate) server: ServerConfig,
@@ -238,7 +238,7 @@ pub(crate) struct RuleConfig {
     pub(crate) name: String,
     /// Which requests it applies to (in forward-auth and proxy mode): `[rules.match]`.
     pub(crate) matcher: Matcher,
-    /// What it counts separately (see [`parse_key`]).
+    /// What it counts separately (the grammar of `key = ...`: [`super::key`]).
     pub(crate) key: KeySource,
     /// The algorithm and quota.
     pub(crate) policy: Policy,

@@ -7,16 +7,26 @@ use http::Uri;
 use ipnet::IpNet;
 
 use super::Validator;
-use crate::config::raw::RawConfig;
+use crate::config::raw::{RawConfig, RawServer};
 use crate::config::schema::{
     check_admin_token, check_reservation_secret, ServerConfig, MAX_MAX_DELAYED,
     RESERVATION_TTL_RANGE,
 };
 
 impl Validator<'_> {
+    /// `[server]`: each bad value is an error naming its field (and the default stays in its
+    /// place).
     pub(super) fn server(&mut self, raw: &RawConfig) -> ServerConfig {
         let s = &raw.server;
         let mut out = ServerConfig::default();
+        self.server_network(s, &mut out);
+        self.server_features(s, &mut out);
+        out.limits = self.connection_limits(s);
+        out
+    }
+
+    /// The listen addresses, the tokens and what is believed of clients and proxies.
+    fn server_network(&mut self, s: &RawServer, out: &mut ServerConfig) {
         if let Some(listen) = &s.listen {
             match listen.get_ref().parse::<SocketAddr>() {
                 Ok(addr) => out.listen = Some(addr),
@@ -98,6 +108,10 @@ impl Validator<'_> {
                 ),
             }
         }
+    }
+
+    /// The web page, the delay mode, reservations and the proxy's upstream.
+    fn server_features(&mut self, s: &RawServer, out: &mut ServerConfig) {
         if let Some(ui) = s.ui {
             out.ui = ui;
         }
@@ -154,8 +168,6 @@ impl Validator<'_> {
                 Err(msg) => self.push(up, "server.upstream".into(), msg),
             }
         }
-        out.limits = self.connection_limits(s);
-        out
     }
 }
 
