@@ -40,7 +40,7 @@ use super::descriptors::{path_name, DescriptorIndex, DescriptorRule, Leaf};
 use super::error::ConfigErrors;
 use super::schema::{override_rule, Config, RuleConfig, ServerConfig, StoreConfig};
 pub(crate) use yaml::unit_period;
-use yaml::{FoundKind, Walker};
+use yaml::{Found, FoundKind, Walker};
 
 /// Longest rule name made from a YAML file, in bytes (a `name`, or a descriptor path).
 const MAX_YAML_RULE_NAME_BYTES: usize = 200;
@@ -69,14 +69,7 @@ pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config,
         w.file(i, file, text, &mut domains, &mut index);
     }
     let found = std::mem::take(&mut w.found);
-    // A `name` used by one rate_limit only names its rule; a shared one (envoyproxy/ratelimit
-    // allows it, for `replaces`) leaves each rule named by its path.
-    let mut name_uses: HashMap<&str, usize> = HashMap::new();
-    for f in &found {
-        if let (Some(name), FoundKind::Rule { .. }) = (&f.limit_name, &f.kind) {
-            *name_uses.entry(name.as_str()).or_default() += 1;
-        }
-    }
+    let name_uses = name_uses(&found);
     let mut rules: Vec<RuleConfig> = Vec::new();
     let mut names: HashMap<String, (usize, usize)> = HashMap::new();
     let mut base_overrides: Vec<(usize, Vec<Quota>)> = Vec::new();
@@ -165,15 +158,7 @@ pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config,
             );
         }
     }
-    for (base, quotas) in base_overrides {
-        for quota in quotas {
-            let at = rules.len();
-            let mut rule = override_rule(&rules[base], &quota);
-            rule.override_of = Some(base);
-            rules.push(rule);
-            index.allow_override(base, &quota, at);
-        }
-    }
+    add_overrides(&mut rules, &mut index, base_overrides);
     if w.errors.is_empty() {
         Ok(Config {
             file: display.to_string(),
@@ -186,6 +171,37 @@ pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config,
         w.errors
             .sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
         Err(ConfigErrors(w.errors))
+    }
+}
+
+/// How many rules each `name` is given to. A `name` used by one rate_limit only names its
+/// rule; a shared one (envoyproxy/ratelimit allows it, for `replaces`) leaves each rule named
+/// by its path.
+fn name_uses(found: &[Found]) -> HashMap<&str, usize> {
+    let mut uses: HashMap<&str, usize> = HashMap::new();
+    for f in found {
+        if let (Some(name), FoundKind::Rule { .. }) = (&f.limit_name, &f.kind) {
+            *uses.entry(name.as_str()).or_default() += 1;
+        }
+    }
+    uses
+}
+
+/// Appends the rules of the limit overrides (`(base rule, quotas)`) and lets the index
+/// select them.
+fn add_overrides(
+    rules: &mut Vec<RuleConfig>,
+    index: &mut DescriptorIndex,
+    base_overrides: Vec<(usize, Vec<Quota>)>,
+) {
+    for (base, quotas) in base_overrides {
+        for quota in quotas {
+            let at = rules.len();
+            let mut rule = override_rule(&rules[base], &quota);
+            rule.override_of = Some(base);
+            rules.push(rule);
+            index.allow_override(base, &quota, at);
+        }
     }
 }
 

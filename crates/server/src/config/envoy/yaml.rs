@@ -55,6 +55,21 @@ pub(super) enum FoundKind {
     },
 }
 
+/// The fields of one `rate_limit`, as read (see [`Walker::rate_limit_fields`]).
+struct RateLimitFields {
+    /// `unit` and its line.
+    unit: Option<(String, usize)>,
+    requests: Option<u64>,
+    unlimited: bool,
+    name: Option<String>,
+    replaces: Vec<String>,
+    algorithm: Option<AlgorithmKind>,
+    burst: Option<u64>,
+    failure_mode: FailureMode,
+    /// `overrides`: `((requests_per_unit, period), line, field)` each.
+    overrides: Vec<((u64, Micros), usize, String)>,
+}
+
 pub(super) struct Walker<'a> {
     pub(super) errors: Vec<ConfigError>,
     pub(super) found: Vec<Found>,
@@ -302,6 +317,29 @@ impl Walker<'_> {
         self.error(file, line, &field, message);
     }
 
+    /// The items of a `descriptors` list; `None` when it is null (no descriptors) or not a
+    /// list (then an error).
+    fn descriptor_list<'n, 'i>(
+        &mut self,
+        file: usize,
+        list: &'n MarkedYaml<'i>,
+        at: &str,
+    ) -> Option<&'n [MarkedYaml<'i>]> {
+        match &list.data {
+            YamlData::Sequence(items) => Some(items),
+            YamlData::Value(Scalar::Null) => None,
+            _ => {
+                self.error(
+                    file,
+                    line(list),
+                    at,
+                    format!("expected a list of descriptors, got {}", type_name(list)),
+                );
+                None
+            }
+        }
+    }
+
     fn descriptors(
         &mut self,
         file: usize,
@@ -311,18 +349,8 @@ impl Walker<'_> {
         parent: &[EntryMatch],
         index: &mut DescriptorIndex,
     ) {
-        let items = match &list.data {
-            YamlData::Sequence(items) => items,
-            YamlData::Value(Scalar::Null) => return,
-            _ => {
-                self.error(
-                    file,
-                    line(list),
-                    at,
-                    format!("expected a list of descriptors, got {}", type_name(list)),
-                );
-                return;
-            }
+        let Some(items) = self.descriptor_list(file, list, at) else {
+            return;
         };
         let mut siblings: HashMap<(String, Option<String>), usize> = HashMap::new();
         for (i, item) in items.iter().enumerate() {
@@ -427,7 +455,6 @@ impl Walker<'_> {
         }
     }
 
-    #[allow(clippy::too_many_lines)]
     fn rate_limit(
         &mut self,
         file: usize,
@@ -441,68 +468,17 @@ impl Walker<'_> {
             return;
         };
         let before = self.errors.len();
-        let mut unit = None;
-        let mut requests = None;
-        let mut unlimited = false;
-        let mut name = None;
-        let mut replaces = Vec::new();
-        let mut algorithm = None;
-        let mut burst = None;
-        let mut failure_mode = FailureMode::Open;
-        let mut overrides = Vec::new();
-        for (key, key_line, v) in fields {
-            let field = format!("{at}.{key}");
-            match key.as_str() {
-                "unit" => unit = self.text(file, v, &field).map(|u| (u, line(v))),
-                "requests_per_unit" => {
-                    requests = self.integer(file, v, &field, u64::from(u32::MAX));
-                }
-                "unlimited" => unlimited = self.boolean(file, v, &field).unwrap_or(false),
-                "name" => name = self.text(file, v, &field).filter(|n| !n.is_empty()),
-                "replaces" => replaces = self.replaces(file, v, &field),
-                "algorithm" => {
-                    if let Some(text) = self.text(file, v, &field) {
-                        match text.parse::<AlgorithmKind>() {
-                            Ok(kind) => algorithm = Some(kind),
-                            Err(msg) => self.error(file, line(v), &field, msg),
-                        }
-                    }
-                }
-                "burst" => match self.integer(file, v, &field, MAX_COST) {
-                    Some(0) => self.error(file, line(v), &field, "must be at least 1"),
-                    b => burst = b,
-                },
-                "failure_mode" => match self.text(file, v, &field).as_deref() {
-                    Some("open") => failure_mode = FailureMode::Open,
-                    Some("closed") => failure_mode = FailureMode::Closed,
-                    Some(other) => self.error(
-                        file,
-                        line(v),
-                        &field,
-                        format!("unknown value {other:?}; expected open or closed"),
-                    ),
-                    None => {}
-                },
-                "overrides" => overrides = self.overrides(file, v, &field),
-                other => self.unknown(
-                    file,
-                    key_line,
-                    at,
-                    other,
-                    &[
-                        "unit",
-                        "requests_per_unit",
-                        "unlimited",
-                        "name",
-                        "replaces",
-                        "algorithm",
-                        "burst",
-                        "failure_mode",
-                        "overrides",
-                    ],
-                ),
-            }
-        }
+        let RateLimitFields {
+            unit,
+            requests,
+            unlimited,
+            name,
+            replaces,
+            algorithm,
+            burst,
+            failure_mode,
+            overrides,
+        } = self.rate_limit_fields(file, fields, at);
         let line_of = line(node);
         if let Some(n) = &name {
             if replaces.iter().any(|r| r == n) {
@@ -514,45 +490,7 @@ impl Walker<'_> {
                 );
             }
         }
-        let period = match (&unit, unlimited) {
-            (Some((u, l)), true) => {
-                if unit_period(u).is_some() {
-                    self.error(
-                        file,
-                        *l,
-                        &format!("{at}.unit"),
-                        "should not specify rate limit unit when unlimited",
-                    );
-                }
-                None
-            }
-            (None, true) => None,
-            (Some((u, l)), false) => match unit_period(u) {
-                Some(p) => Some(p),
-                None => {
-                    self.error(
-                        file,
-                        *l,
-                        &format!("{at}.unit"),
-                        format!(
-                            "invalid rate limit unit {u:?}; expected second, minute, hour, day, \
-                             week, month or year"
-                        ),
-                    );
-                    None
-                }
-            },
-            (None, false) => {
-                self.error(
-                    file,
-                    line_of,
-                    &format!("{at}.unit"),
-                    "missing: a rate limit needs a unit (second, minute, hour, day), or \
-                     unlimited: true",
-                );
-                None
-            }
-        };
+        let period = self.rate_limit_period(file, at, unit.as_ref(), unlimited, line_of);
         if unlimited && (algorithm.is_some() || burst.is_some() || !overrides.is_empty()) {
             self.error(
                 file,
@@ -615,6 +553,138 @@ impl Walker<'_> {
             failure_mode,
             overrides: quotas,
         }));
+    }
+
+    /// The fields of one `rate_limit` mapping, each checked on its own (errors pushed).
+    fn rate_limit_fields(
+        &mut self,
+        file: usize,
+        fields: Vec<(String, usize, &MarkedYaml<'_>)>,
+        at: &str,
+    ) -> RateLimitFields {
+        let mut unit = None;
+        let mut requests = None;
+        let mut unlimited = false;
+        let mut name = None;
+        let mut replaces = Vec::new();
+        let mut algorithm = None;
+        let mut burst = None;
+        let mut failure_mode = FailureMode::Open;
+        let mut overrides = Vec::new();
+        for (key, key_line, v) in fields {
+            let field = format!("{at}.{key}");
+            match key.as_str() {
+                "unit" => unit = self.text(file, v, &field).map(|u| (u, line(v))),
+                "requests_per_unit" => {
+                    requests = self.integer(file, v, &field, u64::from(u32::MAX));
+                }
+                "unlimited" => unlimited = self.boolean(file, v, &field).unwrap_or(false),
+                "name" => name = self.text(file, v, &field).filter(|n| !n.is_empty()),
+                "replaces" => replaces = self.replaces(file, v, &field),
+                "algorithm" => {
+                    if let Some(text) = self.text(file, v, &field) {
+                        match text.parse::<AlgorithmKind>() {
+                            Ok(kind) => algorithm = Some(kind),
+                            Err(msg) => self.error(file, line(v), &field, msg),
+                        }
+                    }
+                }
+                "burst" => match self.integer(file, v, &field, MAX_COST) {
+                    Some(0) => self.error(file, line(v), &field, "must be at least 1"),
+                    b => burst = b,
+                },
+                "failure_mode" => match self.text(file, v, &field).as_deref() {
+                    Some("open") => failure_mode = FailureMode::Open,
+                    Some("closed") => failure_mode = FailureMode::Closed,
+                    Some(other) => self.error(
+                        file,
+                        line(v),
+                        &field,
+                        format!("unknown value {other:?}; expected open or closed"),
+                    ),
+                    None => {}
+                },
+                "overrides" => overrides = self.overrides(file, v, &field),
+                other => self.unknown(
+                    file,
+                    key_line,
+                    at,
+                    other,
+                    &[
+                        "unit",
+                        "requests_per_unit",
+                        "unlimited",
+                        "name",
+                        "replaces",
+                        "algorithm",
+                        "burst",
+                        "failure_mode",
+                        "overrides",
+                    ],
+                ),
+            }
+        }
+        RateLimitFields {
+            unit,
+            requests,
+            unlimited,
+            name,
+            replaces,
+            algorithm,
+            burst,
+            failure_mode,
+            overrides,
+        }
+    }
+
+    /// The period of a `rate_limit`'s `unit` (`None` when unlimited, or on an error, pushed).
+    fn rate_limit_period(
+        &mut self,
+        file: usize,
+        at: &str,
+        unit: Option<&(String, usize)>,
+        unlimited: bool,
+        line_of: usize,
+    ) -> Option<Micros> {
+        match (unit, unlimited) {
+            (Some((u, l)), true) => {
+                if unit_period(u).is_some() {
+                    self.error(
+                        file,
+                        *l,
+                        &format!("{at}.unit"),
+                        "should not specify rate limit unit when unlimited",
+                    );
+                }
+                None
+            }
+            (None, true) => None,
+            (Some((u, l)), false) => match unit_period(u) {
+                Some(p) => Some(p),
+                None => {
+                    self.error(
+                        file,
+                        *l,
+                        &format!("{at}.unit"),
+                        format!(
+                            "invalid rate limit unit {u:?}; expected second, minute, hour, day, \
+                             week, month or year"
+                        ),
+                    );
+                    None
+                }
+            },
+            (None, false) => {
+                self.error(
+                    file,
+                    line_of,
+                    &format!("{at}.unit"),
+                    "missing: a rate limit needs a unit (second, minute, hour, day), or \
+                     unlimited: true",
+                );
+                None
+            }
+        }
     }
 
     fn policy(
