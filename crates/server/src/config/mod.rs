@@ -1,9 +1,9 @@
 //! The `floodgate serve` configuration file (TOML, or envoyproxy/ratelimit YAML in [`envoy`]).
 //!
-//! [`schema`] holds the validated types, [`load`] reads files and directories, [`validate`]
-//! checks a parsed TOML file section by section, [`key`] parses `key = ...`. Every error names
-//! the file, the line and the field (see [`error::ConfigError`]). Unknown fields are rejected.
-//! The full reference with examples is docs/configuration.md.
+//! [`schema`] holds the validated types, [`load`](mod@load) reads files and directories,
+//! [`validate`] checks a parsed TOML file section by section, [`key`] parses `key = ...`.
+//! Every error names the file, the line and the field (see [`error::ConfigError`]). Unknown
+//! fields are rejected. The full reference with examples is docs/configuration.md.
 //!
 //! ```toml
 //! [server]

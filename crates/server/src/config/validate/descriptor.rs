@@ -4,7 +4,7 @@
 use floodgate_core::Quota;
 use toml::Spanned;
 
-use super::Validator;
+use super::validator::Validator;
 use crate::config::descriptors;
 use crate::config::raw::{RawConfig, RawRule};
 use crate::config::schema::{override_rule, RuleConfig};

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::Validator;
+use super::validator::Validator;
 use crate::config::listen::ConnectionLimits;
 use crate::config::raw::RawServer;
 

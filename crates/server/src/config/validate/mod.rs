@@ -1,23 +1,24 @@
 //! Validation of a parsed TOML configuration ([`super::raw`]) into a [`Config`]: every
 //! semantic error is collected (with its file, line and field), not only the first. One file
 //! per section: `[server]` ([`server`], its connection bounds in [`limits`]), `[store]`
-//! ([`store`]), `[[rules]]` ([`rule`]) and their Envoy descriptors ([`descriptor`]).
+//! ([`store`]), `[[rules]]` ([`rule`]) and their Envoy descriptors ([`descriptor`]). Each adds
+//! methods to the [`Validator`] (in [`validator`]) and uses no other section's file.
 
 mod descriptor;
 mod limits;
 mod rule;
 mod server;
 mod store;
+mod validator;
 
 use std::collections::HashMap;
 
-use toml::Spanned;
-
-use super::error::{ConfigError, ConfigErrors, Source};
+use super::error::{ConfigErrors, Source};
 use super::raw::RawConfig;
 use super::schema::{Config, DEFAULT_MAX_KEYS};
 
 pub(crate) use server::parse_upstream;
+use validator::Validator;
 
 /// Validates `raw`, the TOML configuration `src` holds; `file` is the name errors give.
 ///
@@ -92,43 +93,5 @@ pub(super) fn config(
         // In the order they stand in the file (a stable sort keeps each line's own order).
         v.errors.sort_by_key(|e| e.line);
         Err(ConfigErrors(v.errors))
-    }
-}
-
-struct Validator<'a> {
-    src: &'a Source<'a>,
-    errors: Vec<ConfigError>,
-    /// `[store] kind = "redis"` (rules' `max_keys` are for the memory store only).
-    store_kind_redis: bool,
-    /// `[store] max_keys` as validated (the bound of a rule's `max_keys`).
-    store_max_keys: u64,
-}
-
-impl Validator<'_> {
-    pub(super) fn push<T>(&mut self, at: &Spanned<T>, field: String, message: String) {
-        self.errors.push(self.src.error(at.span(), field, message));
-    }
-
-    /// A duration setting in milliseconds, `min` to 60,000: its value, or `default` when it is
-    /// absent or out of range (then the error is pushed, naming `field`).
-    pub(super) fn millis(
-        &mut self,
-        value: &Option<Spanned<i64>>,
-        field: &str,
-        min: u64,
-        default: u64,
-    ) -> u64 {
-        let Some(v) = value else { return default };
-        match u64::try_from(*v.get_ref()) {
-            Ok(ms) if (min..=60_000).contains(&ms) => ms,
-            _ => {
-                self.push(
-                    v,
-                    field.into(),
-                    format!("must be {min} to 60000 milliseconds, got {}", v.get_ref()),
-                );
-                default
-            }
-        }
     }
 }

@@ -5,7 +5,7 @@ use floodgate_tower::{CostSource, FailureMode, HeaderMatch, KeySource, Matcher, 
 use http::{HeaderName, HeaderValue, Method};
 use toml::Spanned;
 
-use super::Validator;
+use super::validator::Validator;
 use crate::config::key::parse_key_value;
 use crate::config::raw::RawRule;
 use crate::config::schema::{RuleConfig, MAX_COST, MAX_RULE_NAME_BYTES, MAX_SLIDING_LOG_LIMIT};

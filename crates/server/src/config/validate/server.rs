@@ -6,7 +6,7 @@ use floodgate_tower::ForwardedHeader;
 use http::Uri;
 use ipnet::IpNet;
 
-use super::Validator;
+use super::validator::Validator;
 use crate::config::raw::{RawConfig, RawServer};
 use crate::config::schema::{
     check_admin_token, check_reservation_secret, ServerConfig, MAX_MAX_DELAYED,

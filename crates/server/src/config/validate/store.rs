@@ -5,7 +5,7 @@ use std::path::Path;
 use floodgate_store::OnFull;
 use toml::Spanned;
 
-use super::Validator;
+use super::validator::Validator;
 use crate::config::raw::{self, RawConfig};
 use crate::config::schema::{
     is_redis_url, RedisConfig, StoreConfig, DEFAULT_BREAKER_WINDOW_MS, DEFAULT_REDIS_TIMEOUT_MS,
