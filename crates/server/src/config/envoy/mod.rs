@@ -28,6 +28,8 @@
 //! Errors name the file, the line and the field (`descriptors[1].rate_limit.unit`); a field
 //! Floodgate does not support is an error, never ignored.
 
+mod rate_limit;
+mod walker;
 mod yaml;
 
 use std::collections::HashMap;
@@ -39,8 +41,8 @@ use floodgate_tower::{CostSource, Matcher};
 use super::descriptors::{path_name, DescriptorIndex, DescriptorRule, Leaf};
 use super::error::ConfigErrors;
 use super::schema::{override_rule, Config, RuleConfig, ServerConfig, StoreConfig};
-pub(crate) use yaml::unit_period;
-use yaml::{Found, FoundKind, Walker};
+pub(crate) use rate_limit::unit_period;
+use walker::{Found, FoundKind, Walker};
 
 /// Longest rule name made from a YAML file, in bytes (a `name`, or a descriptor path).
 const MAX_YAML_RULE_NAME_BYTES: usize = 200;
