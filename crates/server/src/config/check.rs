@@ -17,7 +17,7 @@ pub(crate) struct CheckArgs {
 /// # Errors
 /// A failure to write the summary to standard output (a closed pipe is not one).
 pub(crate) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    match super::load(&args.file) {
+    match super::load::load(&args.file) {
         Ok(config) => {
             use std::fmt::Write as _;
             let mut out = format!(
@@ -58,7 +58,7 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 /// One line saying which store the configuration selects, e.g. `store memory (max_keys
 /// 100000, on_full reject)` or `store redis redis://127.0.0.1:6379 (timeout 50 ms, prefix
 /// "fg:", fallback none)`.
-fn describe_store(store: &super::StoreConfig) -> String {
+fn describe_store(store: &super::schema::StoreConfig) -> String {
     use floodgate_store::redis::RedisTarget;
     match &store.redis {
         None => format!(

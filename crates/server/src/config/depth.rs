@@ -391,7 +391,7 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n")
         )));
-        assert!(toml_ok(super::super::EMBEDDED_DEFAULT));
+        assert!(toml_ok(super::super::load::EMBEDDED_DEFAULT));
         // 60 levels pass, 70 do not.
         assert!(toml_ok(&format!(
             "a = {}{}\n",
@@ -484,7 +484,7 @@ mod tests {
         fn a_toml_config_is_a_config_or_an_error(text in prop_oneof![
             nesting(),
             ".{0,400}",
-            mutated(super::super::EMBEDDED_DEFAULT),
+            mutated(super::super::load::EMBEDDED_DEFAULT),
         ]) {
             let _ = super::super::parse("f.toml", &text);
         }

@@ -5,7 +5,8 @@
 use floodgate_core::AlgorithmKind;
 use floodgate_tower::{CostSource, HeaderMatch, Matcher};
 
-use super::{describe_key, Config, RuleConfig};
+use super::key::describe_key;
+use super::schema::{Config, RuleConfig};
 
 /// One rule described: `headline` (name, algorithm, quota) and one line per aspect.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,3 +1,6 @@
+use floodgate_core::AlgorithmKind;
+use floodgate_tower::FailureMode;
+
 use super::*;
 use crate::config::descriptors::Lookup;
 
