@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use super::{bytes_text, RedisReport, TTL_BUCKETS};
+use super::analyse::bytes_text;
+use super::{RedisReport, TTL_BUCKETS};
 use crate::http::render_verdicts;
 
 /// The table of `--format table`: the scan, keys by type and encoding, the TTL distribution,
