@@ -390,3 +390,29 @@ impl Upstream {
         }
     }
 }
+
+/// A `/v1/check` body: one item of `rule` for `key`.
+pub fn check(rule: &str, key: &str) -> Value {
+    json!({ "rule": rule, "key": key })
+}
+
+/// A proxy-mode configuration: `[server] upstream` is added by the tests (the upstream's port
+/// is known only once it runs).
+pub const PROXY_CONFIG: &str = r#"
+[[rules]]
+name = "per-ip"
+limit = "3/min"
+key = "client_ip"
+[rules.match]
+path_prefix = "/api"
+
+[[rules]]
+name = "search-budget"
+limit = "200/min"
+key = "client_ip"
+[rules.match]
+path_prefix = "/search"
+[[rules.route_costs]]
+path_prefix = "/search/deep"
+cost = 100
+"#;
