@@ -19,9 +19,19 @@ pub(super) fn shape(samples: &[Sample]) -> Vec<Verdict> {
             "no denial seen: the shape of a denial was not checked",
         )];
     }
-    let mut out = Vec::new();
+    vec![
+        status(&denials),
+        retry_after(&denials),
+        header_syntax(samples),
+        problem_json(&denials),
+    ]
+}
+
+/// Whether every denial was a 429.
+fn status(denials: &[&Sample]) -> Verdict {
+    let n = denials.len() as u64;
     let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
-    for s in &denials {
+    for s in denials {
         *statuses.entry(s.status).or_default() += 1;
     }
     let list = statuses
@@ -46,8 +56,12 @@ pub(super) fn shape(samples: &[Sample]) -> Vec<Verdict> {
     for (s, c) in &statuses {
         v = v.with(&s.to_string(), *c);
     }
-    out.push(v);
+    v
+}
 
+/// Whether every denial had a `Retry-After` of whole seconds, at least 1.
+fn retry_after(denials: &[&Sample]) -> Verdict {
+    let n = denials.len() as u64;
     let missing = denials.iter().filter(|s| s.retry_after.is_none()).count() as u64;
     let invalid: Vec<String> = denials
         .iter()
@@ -95,13 +109,14 @@ pub(super) fn shape(samples: &[Sample]) -> Vec<Verdict> {
             format!("all {n} denials had Retry-After >= 1{range}"),
         )
     };
-    out.push(
-        v.with("denials", n)
-            .with("missing", missing)
-            .with("invalid", invalid.len() as u64)
-            .with("zero", zero),
-    );
+    v.with("denials", n)
+        .with("missing", missing)
+        .with("invalid", invalid.len() as u64)
+        .with("zero", zero)
+}
 
+/// Whether the IETF draft headers, when sent, follow its syntax.
+fn header_syntax(samples: &[Sample]) -> Verdict {
     let mut problems: Vec<String> = Vec::new();
     for s in samples {
         for p in &s.syntax {
@@ -111,7 +126,7 @@ pub(super) fn shape(samples: &[Sample]) -> Vec<Verdict> {
         }
     }
     let any_draft = samples.iter().any(|s| s.has_draft_headers);
-    let v = if !problems.is_empty() {
+    if !problems.is_empty() {
         Verdict::new(
             "header_syntax",
             Level::Note,
@@ -134,12 +149,15 @@ pub(super) fn shape(samples: &[Sample]) -> Vec<Verdict> {
             Level::Note,
             "no RateLimit-Policy/RateLimit headers (IETF draft): clients cannot see the limit in a standard form",
         )
-    };
-    out.push(v);
+    }
+}
 
+/// Whether every denial was `application/problem+json`.
+fn problem_json(denials: &[&Sample]) -> Verdict {
+    let n = denials.len() as u64;
     let problem_json = denials.iter().filter(|s| s.problem_json).count() as u64;
     let mut types: BTreeMap<String, u64> = BTreeMap::new();
-    for s in &denials {
+    for s in denials {
         *types
             .entry(s.content_type.clone().unwrap_or_else(|| "(none)".into()))
             .or_default() += 1;
@@ -165,6 +183,5 @@ pub(super) fn shape(samples: &[Sample]) -> Vec<Verdict> {
             ),
         )
     };
-    out.push(v.with("problem_json", problem_json).with("denials", n));
-    out
+    v.with("problem_json", problem_json).with("denials", n)
 }
