@@ -290,33 +290,7 @@ pub async fn audit<T: Timeline>(
     if let Some(d) = &opts.limit {
         check_plan(opts, d, &target)?;
     }
-    prober.set_budget(1);
-    let first = prober.burst(Phase::Discovery, 1).await;
-    let Some(first) = first.into_iter().next() else {
-        return Err(HttpAuditError::Unreachable {
-            target,
-            error: "no request sent".into(),
-        });
-    };
-    if first.outcome == Outcome::Error && first.status == 0 {
-        return Err(HttpAuditError::Unreachable {
-            target,
-            error: first.error.clone().unwrap_or_default(),
-        });
-    }
-    let (declared, limit_given) = match (&opts.limit, &first.declared) {
-        (Some(d), _) => (d.clone(), true),
-        (None, Some(d)) => (d.clone(), false),
-        (None, None) => {
-            return Err(HttpAuditError::NoDeclaredLimit {
-                target,
-                status: first.status,
-            })
-        }
-    };
-    if opts.limit.is_none() {
-        check_plan(opts, &declared, &target)?;
-    }
+    let (first, declared, limit_given) = discover(opts, &prober, target).await?;
     prober.set_budget(opts.max_requests.saturating_sub(1));
     prober.start_bar(plan(opts, &declared).0);
     let deadline_us = first.sent_us + opts.max_seconds * US;
@@ -419,6 +393,43 @@ pub async fn audit<T: Timeline>(
         phases: phases(&all),
         columns: columns(&all),
     })
+}
+
+/// Discovery (step 1): one request, and the limit it declares (or the one given), checked
+/// against the plan's bound. Returns the first request, the limit, and whether it was given.
+async fn discover<T: Timeline>(
+    opts: &HttpOptions,
+    prober: &Prober<'_, T>,
+    target: String,
+) -> Result<(Sample, DeclaredLimit, bool), HttpAuditError> {
+    prober.set_budget(1);
+    let first = prober.burst(Phase::Discovery, 1).await;
+    let Some(first) = first.into_iter().next() else {
+        return Err(HttpAuditError::Unreachable {
+            target,
+            error: "no request sent".into(),
+        });
+    };
+    if first.outcome == Outcome::Error && first.status == 0 {
+        return Err(HttpAuditError::Unreachable {
+            target,
+            error: first.error.clone().unwrap_or_default(),
+        });
+    }
+    let (declared, limit_given) = match (&opts.limit, &first.declared) {
+        (Some(d), _) => (d.clone(), true),
+        (None, Some(d)) => (d.clone(), false),
+        (None, None) => {
+            return Err(HttpAuditError::NoDeclaredLimit {
+                target,
+                status: first.status,
+            })
+        }
+    };
+    if opts.limit.is_none() {
+        check_plan(opts, &declared, &target)?;
+    }
+    Ok((first, declared, limit_given))
 }
 
 /// The plan's upper bounds: (requests, seconds).
