@@ -475,6 +475,8 @@ async fn the_fixed_window_resets_at_the_unit_edge() {
 /// envoyproxy/ratelimit's README examples (tests/envoy_examples, one domain per file) loaded
 /// as a directory, unchanged, decide as its documentation says.
 #[tokio::test]
+// Over 120 lines: the README's examples in its order on one server with all of them loaded,
+// each a few lines; one test so the directory is loaded (and proven to load) once.
 async fn readme_examples_decide_as_documented() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/envoy_examples");
     let files: Vec<(String, String)> = std::fs::read_dir(dir)

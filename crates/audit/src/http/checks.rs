@@ -11,6 +11,8 @@ use crate::{Level, Verdict};
 /// The multiplication verdict and the measured capacity: what the second burst (`again`,
 /// sent just after a window edge) admitted, or without it the first (`first`, with the
 /// discovery request).
+// Over 120 lines: one verdict whose cases, message and details all read the same tallies,
+// ratio and notes computed at the top.
 pub(super) fn multiplication(
     opts: &HttpOptions,
     d: &DeclaredLimit,
@@ -291,6 +293,8 @@ pub(super) fn edge_verdict(e: &EdgeData, capacity: u64) -> Verdict {
 }
 
 /// The Retry-After check, from the last denial seen so far.
+// Over 120 lines: one probe in time order (wait, retry early, wait, retry on time) and its
+// verdict; each step depends on the answer before it.
 pub(super) async fn retry_after_check<T: Timeline>(
     prober: &Prober<'_, T>,
     timeline: &T,

@@ -153,6 +153,9 @@ fn attribute(fg: &FloodgateRules, keys: &[(usize, Key)], projection: f64) -> Att
 }
 
 /// Groups, totals, projections and verdicts.
+// Over 120 lines: one report in the order it is read (totals, groups, then the verdicts on
+// keys without TTL, sorted-set logs, the eviction policy and slots), each verdict reading the
+// same groups, totals and projection computed at the top.
 pub(super) fn analyse(
     opts: &RedisOptions,
     cluster: bool,
