@@ -395,6 +395,8 @@ struct Case {
 ///
 /// # Errors
 /// A server that does not start, or a load run that fails.
+// Over 120 lines: the servers start once, then every round measures every case on those same
+// processes (see the comment below); servers, rounds and results share one scope.
 pub fn run(
     kinds: &[AlgorithmKind],
     args: &Options,

@@ -14,6 +14,67 @@ use crate::{Client, Error};
 /// For a daily quota that frees at once, configure the rule as a fixed window (`limit =
 /// "10000/d"`, `algorithm = "fixed_window"`): [`Exhausted::until`] is then the window's end.
 /// With GCRA or a bucket it is when enough units have refilled for the refused cost.
+///
+/// # Examples
+///
+/// A job spending a paid API's 10 units a day (here against an in-process stand-in for
+/// `floodgate serve`), on a manual clock so the time it frees is exact:
+///
+/// ```
+/// # use std::sync::atomic::{AtomicU64, Ordering};
+/// # use axum::{http::StatusCode, routing::post, Json, Router};
+/// # use serde_json::{json, Value};
+/// # // A stand-in for `floodgate serve` on a free loopback port: one rule of `limit` units a
+/// # // day for every key, answered as `POST /v1/check` answers.
+/// # async fn floodgate(limit: u64) -> String {
+/// #     let used = Arc::new(AtomicU64::new(0));
+/// #     let check = move |Json(body): Json<Value>| {
+/// #         let used = Arc::clone(&used);
+/// #         async move {
+/// #             let cost = body["cost"].as_u64().unwrap_or(1);
+/// #             let granted = used
+/// #                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+/// #                     (u + cost <= limit).then_some(u + cost)
+/// #                 })
+/// #                 .is_ok();
+/// #             let day = 86_400_000_000u64;
+/// #             let mut answer = json!({
+/// #                 "allowed": granted, "rule": body["rule"], "limit": limit,
+/// #                 "remaining": limit - used.load(Ordering::SeqCst), "reset_after_us": day,
+/// #             });
+/// #             if !granted {
+/// #                 answer["retry_after_us"] = day.into();
+/// #             }
+/// #             let status = if granted { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
+/// #             (status, Json(answer))
+/// #         }
+/// #     };
+/// #     let app = Router::new().route("/v1/check", post(check));
+/// #     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// #     let url = format!("http://{}", listener.local_addr().unwrap());
+/// #     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+/// #     url
+/// # }
+/// use std::sync::Arc;
+/// use floodgate_client::{Budget, Client, ManualClock, SpendError};
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// # let url = floodgate(10).await;
+/// let now = 1_800_000_000_000_000; // µs since the Unix epoch
+/// let client = Client::builder(url).clock(Arc::new(ManualClock::new(now))).build()?;
+/// let budget = Budget::new(client, "per-day", "search-api");
+/// budget.spend(4).await?;
+/// budget.spend(4).await?;
+/// match budget.spend(4).await {
+///     Err(SpendError::Exhausted(e)) => {
+///         assert_eq!((e.remaining, e.until), (2, now + 86_400_000_000));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// assert_eq!(budget.spent(), 8);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
 #[derive(Debug)]
 pub struct Budget {
     client: Client,

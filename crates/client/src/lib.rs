@@ -345,6 +345,65 @@ impl ClientBuilder {
 }
 
 /// A Floodgate client. `Clone` (cheap: one shared connection pool).
+///
+/// # Examples
+///
+/// One rule, `per-user`, checked for `alice`: here against an in-process stand-in for
+/// `floodgate serve` that grants 3 units a day (for a real one, the URL of its API, e.g.
+/// `http://127.0.0.1:8080`):
+///
+/// ```
+/// # use std::sync::atomic::{AtomicU64, Ordering};
+/// # use std::sync::Arc;
+/// # use axum::{http::StatusCode, routing::post, Json, Router};
+/// # use serde_json::{json, Value};
+/// # // A stand-in for `floodgate serve` on a free loopback port: one rule of `limit` units a
+/// # // day for every key, answered as `POST /v1/check` answers.
+/// # async fn floodgate(limit: u64) -> String {
+/// #     let used = Arc::new(AtomicU64::new(0));
+/// #     let check = move |Json(body): Json<Value>| {
+/// #         let used = Arc::clone(&used);
+/// #         async move {
+/// #             let cost = body["cost"].as_u64().unwrap_or(1);
+/// #             let granted = used
+/// #                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+/// #                     (u + cost <= limit).then_some(u + cost)
+/// #                 })
+/// #                 .is_ok();
+/// #             let day = 86_400_000_000u64;
+/// #             let mut answer = json!({
+/// #                 "allowed": granted, "rule": body["rule"], "limit": limit,
+/// #                 "remaining": limit - used.load(Ordering::SeqCst), "reset_after_us": day,
+/// #             });
+/// #             if !granted {
+/// #                 answer["retry_after_us"] = day.into();
+/// #             }
+/// #             let status = if granted { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
+/// #             (status, Json(answer))
+/// #         }
+/// #     };
+/// #     let app = Router::new().route("/v1/check", post(check));
+/// #     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// #     let url = format!("http://{}", listener.local_addr().unwrap());
+/// #     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+/// #     url
+/// # }
+/// use floodgate_client::Client;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// # let url = floodgate(3).await;
+/// let client = Client::new(url)?;
+/// let answer = client.check("per-user", "alice", 2).await?;
+/// assert!(answer.allowed);
+/// assert_eq!(answer.remaining, Some(1));
+///
+/// // A denial is an answer, not an error: when to come back is in it.
+/// let answer = client.check("per-user", "alice", 2).await?;
+/// assert!(!answer.allowed);
+/// assert_eq!(answer.retry_at(), Some(answer.received_at + 86_400_000_000));
+/// # Ok::<(), floodgate_client::Error>(())
+/// # }).unwrap();
+/// ```
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: Arc<Inner>,

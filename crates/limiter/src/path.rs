@@ -2,25 +2,11 @@
 
 use std::borrow::Cow;
 
-/// The canonical form of a request path (without the query): percent-decoded once, repeated
-/// `/` collapsed, `.` and `..` segments removed per RFC 3986 section 5.2.4 (never above the
-/// root). See below for the exact rules and why the request itself
-/// is not rewritten.
-///
-/// Returns bytes because decoding may produce any octet (including invalid UTF-8). Paths that
-/// are already canonical (no `%`, no `//`, no segment starting with `.`) are borrowed, so the
-/// common case does not allocate. A path that does not start with `/` (such as `*`) is
-/// processed the same way without a leading `/`.
-///
-/// Canonical request paths: the one spelling of a path that rules match on and count by.
-///
-/// An upstream that normalises paths serves `/api/data.txt` for `/x/../api/data.txt`,
-/// `/%61pi/data.txt`, `//api/data.txt`, `/./api/data.txt` and `/api%2Fdata.txt` alike. If a
-/// `path_prefix = "/api"` rule compared the raw text, every one of those spellings would escape
-/// it, and a [`KeySource::Path`](crate::KeySource::Path) key would give each spelling its own
-/// counter. So [`Matcher::path_prefix`](crate::Matcher::path_prefix),
-/// [`KeySource::Path`](crate::KeySource::Path) and [`KeySource::Route`](crate::KeySource::Route)
-/// all use [`canonical_path`]:
+/// The canonical form of a request path (without the query): the one spelling of a path
+/// that rules match on ([`Matcher::path_prefix`](crate::Matcher::path_prefix)) and count by
+/// ([`KeySource::Path`](crate::KeySource::Path), [`KeySource::Route`](crate::KeySource::Route)),
+/// so that `/x/../api/data.txt`, `/%61pi/data.txt` or `//api/data.txt` cannot escape a `/api`
+/// rule or get a counter of their own:
 ///
 /// 1. percent-decode every `%XX` octet once, including `%2F` (`/`) and `%2E` (`.`); a `%` not
 ///    followed by two hex digits stays as it is, and `%252F` becomes the text `%2F`, not `/`;
@@ -28,16 +14,17 @@ use std::borrow::Cow;
 /// 3. remove `.` and `..` segments as RFC 3986 section 5.2.4 (`remove_dot_segments`) does,
 ///    never climbing above the root (`/../a` is `/a`).
 ///
-/// The query is never part of it. Prefix comparison stays on whole segments (`/api` matches
-/// `/api` and `/api/x`, not `/apix`); the configured prefix is canonicalised the same way.
+/// Returns bytes because decoding may produce any octet (including invalid UTF-8). Paths that
+/// are already canonical (no `%`, no `//`, no segment starting with `.`) are borrowed, so the
+/// common case does not allocate. A path that does not start with `/` (such as `*`) is
+/// processed the same way without a leading `/`. Prefix comparison stays on whole segments
+/// (`/api` matches `/api` and `/api/x`, not `/apix`); the configured prefix is canonicalised
+/// the same way.
 ///
-/// **The canonical form is used only for matching and keys. The request itself is forwarded
-/// unchanged**, byte for byte, because rewriting what the upstream receives could change its
-/// meaning (`%2F` inside a segment is significant to some servers). If the upstream interprets
-/// paths in some other way than this (for example it does *not* decode `%2F`, or it treats `\`
-/// or `;` specially), a request can be counted under a different path than the one the upstream
-/// serves; the safest setup is an upstream (or a proxy in front of it) that normalises the same
-/// way, or that rejects paths which are not already canonical.
+/// Only matching and keys use it: the request itself is forwarded unchanged. Why, and what
+/// that means for an upstream that reads paths differently: `docs/paths.md`.
+///
+/// # Examples
 ///
 /// ```
 /// use floodgate_limiter::canonical_path;

@@ -1,112 +1,20 @@
 //! `floodgate serve --grpc-listen`: Envoy's rate limit service (RLS v3) called with a tonic
 //! client against the real binary: codes, statuses, headers, `hits_addend`, limit overrides,
 //! shadow mode, unlimited, wildcards, `replaces`, all-or-nothing, failure modes with a dead
-//! Redis, reload, health and reflection.
+//! Redis, envoyproxy/ratelimit's README examples. Reload, health and reflection: `grpc_service`.
 
+mod grpc_support;
 mod serve_support;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::UInt64Value;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use grpc_support::{
+    call, code, codes, desc, header, one, remaining, request, start, with_hits, yaml,
+    FIVE_PER_MINUTE,
+};
 use serde_json::json;
-use serve_support::{advance, client, metric, post_json, write_atomically, Floodgate};
-use tonic::transport::Channel;
-
-type Client = RateLimitServiceClient<Channel>;
-
-/// Starts floodgate with `files` written to its directory, `--config <config>` and a gRPC
-/// listener, and connects a client.
-async fn start(files: &[(&str, &str)], config: &str, args: &[&str]) -> (Floodgate, Client) {
-    let mut all = vec!["--grpc-listen", "127.0.0.1:0"];
-    all.extend_from_slice(args);
-    let fg = Floodgate::with_files(files, config, &all);
-    let c = RateLimitServiceClient::connect(fg.grpc.clone().unwrap())
-        .await
-        .unwrap();
-    (fg, c)
-}
-
-async fn yaml(text: &str) -> (Floodgate, Client) {
-    start(&[("ratelimit.yaml", text)], "ratelimit.yaml", &[]).await
-}
-
-/// A descriptor of `(key, value)` entries.
-fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).into(),
-                value: (*v).into(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
-}
-
-fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
-    d.hits_addend = Some(UInt64Value { value: hits });
-    d
-}
-
-fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors,
-        hits_addend: hits,
-    }
-}
-
-async fn call(c: &mut Client, r: RateLimitRequest) -> RateLimitResponse {
-    c.should_rate_limit(r).await.unwrap().into_inner()
-}
-
-async fn one(c: &mut Client, domain: &str, entries: &[(&str, &str)]) -> RateLimitResponse {
-    call(c, request(domain, vec![desc(entries)], 0)).await
-}
-
-fn code(r: &RateLimitResponse) -> Code {
-    Code::try_from(r.overall_code).unwrap()
-}
-
-fn codes(r: &RateLimitResponse) -> Vec<Code> {
-    r.statuses
-        .iter()
-        .map(|s| Code::try_from(s.code).unwrap())
-        .collect()
-}
-
-fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
-    r.response_headers_to_add
-        .iter()
-        .find(|h| h.key.eq_ignore_ascii_case(name))
-        .map(|h| h.value.as_str())
-}
-
-fn remaining(s: &DescriptorStatus) -> u32 {
-    s.limit_remaining
-}
-
-const FIVE_PER_MINUTE: &str = "\
-domain: rl
-descriptors:
-  - key: generic_key
-    value: five
-    rate_limit:
-      unit: minute
-      requests_per_unit: 5
-  - key: generic_key
-    value: big
-    rate_limit:
-      name: big
-      unit: minute
-      requests_per_unit: 10
-";
+use serve_support::{advance, client, metric, post_json};
 
 #[tokio::test]
 async fn codes_statuses_and_headers_of_a_five_per_minute_descriptor() {
@@ -516,126 +424,6 @@ descriptors:
 }
 
 #[tokio::test]
-async fn a_changed_yaml_file_is_reloaded() {
-    let (fg, mut c) = start(
-        &[("a.yaml", FIVE_PER_MINUTE)],
-        ".",
-        &["--watch-interval", "100ms"],
-    )
-    .await;
-    let r = one(&mut c, "rl", &[("generic_key", "five")]).await;
-    assert_eq!(remaining(&r.statuses[0]), 4);
-    // A second domain file and a changed limit.
-    write_atomically(
-        &fg.dir().join("b.yaml"),
-        "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-    );
-    write_atomically(
-        &fg.dir().join("a.yaml"),
-        &FIVE_PER_MINUTE.replace("requests_per_unit: 5", "requests_per_unit: 7"),
-    );
-    let http = client();
-    let mut reloaded = false;
-    for _ in 0..100 {
-        let r = one(&mut c, "other", &[("k", "x")]).await;
-        let a = one(&mut c, "rl", &[("generic_key", "five")]).await;
-        if r.statuses[0].current_limit.is_some()
-            && a.statuses[0]
-                .current_limit
-                .as_ref()
-                .unwrap()
-                .requests_per_unit
-                == 7
-        {
-            reloaded = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(reloaded, "{}", fg.logs());
-    // An invalid file keeps the configuration in force.
-    write_atomically(&fg.dir().join("b.yaml"), "domain: other\nbogus: 1\n");
-    let mut rejected = false;
-    for _ in 0..100 {
-        if metric(
-            &http,
-            &fg,
-            "floodgate_config_reloads_total{result=\"error\"}",
-        )
-        .await
-            >= Some(1.0)
-        {
-            rejected = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(rejected);
-    assert!(
-        fg.logs().contains("b.yaml:2: bogus: unknown field"),
-        "{}",
-        fg.logs()
-    );
-    let r = one(&mut c, "other", &[("k", "y")]).await;
-    assert!(r.statuses[0].current_limit.is_some());
-}
-
-#[tokio::test]
-async fn health_and_reflection_answer() {
-    use tonic_health::pb::health_client::HealthClient;
-    use tonic_health::pb::HealthCheckRequest;
-    let (fg, _c) = yaml(FIVE_PER_MINUTE).await;
-    let channel = Channel::from_shared(fg.grpc.clone().unwrap())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut h = HealthClient::new(channel.clone());
-    for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
-        let r = h
-            .check(HealthCheckRequest {
-                service: service.into(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(r.status, 1, "SERVING for {service:?}");
-    }
-    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
-    let mut r = ServerReflectionClient::new(channel);
-    let req = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut stream = r
-        .server_reflection_info(tokio_stream_once(req))
-        .await
-        .unwrap()
-        .into_inner();
-    let answer = stream.message().await.unwrap().unwrap();
-    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
-        panic!("{answer:?}");
-    };
-    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    assert!(
-        names.contains(&"grpc.health.v1.Health".to_string()),
-        "{names:?}"
-    );
-}
-
-fn tokio_stream_once<T: Send + 'static>(item: T) -> impl futures_core_stream::Stream<Item = T> {
-    futures_core_stream::once(item)
-}
-
-/// A one-item stream without another dependency.
-mod futures_core_stream {
-    pub use tonic::codegen::tokio_stream::{once, Stream};
-}
-
-#[tokio::test]
 async fn invalid_requests_are_errors_naming_the_field() {
     let (_fg, mut c) = yaml(FIVE_PER_MINUTE).await;
     for (r, field) in [
@@ -687,6 +475,8 @@ async fn the_fixed_window_resets_at_the_unit_edge() {
 /// envoyproxy/ratelimit's README examples (tests/envoy_examples, one domain per file) loaded
 /// as a directory, unchanged, decide as its documentation says.
 #[tokio::test]
+// Over 120 lines: the README's examples in its order on one server with all of them loaded,
+// each a few lines; one test so the directory is loaded (and proven to load) once.
 async fn readme_examples_decide_as_documented() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/envoy_examples");
     let files: Vec<(String, String)> = std::fs::read_dir(dir)
@@ -824,47 +614,4 @@ async fn readme_examples_decide_as_documented() {
     assert_eq!(remaining(&r.statuses[0]), 19);
     let r = one(&mut c, "example9", &[("path", "/api/123/other")]).await;
     assert!(r.statuses[0].current_limit.is_none());
-}
-
-/// Health follows readiness: NOT_SERVING from SIGTERM on, while --shutdown-delay still serves.
-#[tokio::test]
-async fn health_turns_not_serving_when_shutdown_begins() {
-    use tonic_health::pb::health_client::HealthClient;
-    use tonic_health::pb::HealthCheckRequest;
-    let (fg, _c) = start(
-        &[("ratelimit.yaml", FIVE_PER_MINUTE)],
-        "ratelimit.yaml",
-        &["--shutdown-delay", "10s"],
-    )
-    .await;
-    let channel = Channel::from_shared(fg.grpc.clone().unwrap())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut h = HealthClient::new(channel);
-    let status = |h: &mut HealthClient<Channel>| {
-        let mut h = h.clone();
-        async move {
-            h.check(HealthCheckRequest {
-                service: "envoy.service.ratelimit.v3.RateLimitService".into(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status
-        }
-    };
-    assert_eq!(status(&mut h).await, 1);
-    fg.signal("TERM");
-    let mut seen = Vec::new();
-    for _ in 0..100 {
-        let s = status(&mut h).await;
-        seen.push(s);
-        if s == 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert_eq!(seen.last(), Some(&2), "NOT_SERVING: {seen:?}");
 }

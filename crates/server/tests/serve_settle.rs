@@ -153,6 +153,8 @@ fn edited(token: &str, edit: impl Fn(&str) -> String) -> String {
 }
 
 #[tokio::test]
+// Over 120 lines: one attack after another on the same reservation and servers, in order (a
+// replay needs the settle before it, expiry the clock moved by the steps before).
 async fn forged_edited_replayed_and_expired_tokens_are_refused() {
     let fg = Floodgate::with_config(&config(SECRET), &[]);
     let other = Floodgate::with_config(&config("another-secret-of-at-least-32-characters"), &[]);

@@ -207,6 +207,8 @@ async fn assert_page_equals(b: &Client, doc: &Value, shown: &[&str]) {
 }
 
 #[tokio::test]
+// Over 120 lines: one browser session through the three exercises in order, each step on
+// the page the step before left.
 async fn the_three_exercises_show_the_documents_numbers_and_equal_the_command_line() {
     let fg = Floodgate::start(&[]);
     let driver = Driver::start();

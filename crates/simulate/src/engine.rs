@@ -174,6 +174,8 @@ pub struct Summary {
 /// the latest admitted request's run time: `(span_us + longest wait) / column_us` columns,
 /// counted before they are allocated (the caller bounds that, as [`crate::build_report`] does
 /// with [`crate::MAX_COLUMNS`]).
+// Over 120 lines: one pass over the outcomes fills every total, column and true-rate window at
+// once; split, the pass would be repeated or its accumulators passed from piece to piece.
 pub fn summarize(
     requests: &[Request],
     outcomes: &[Outcome],

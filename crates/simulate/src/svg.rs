@@ -91,6 +91,8 @@ pub fn render(report: &Report) -> String {
 }
 
 /// One algorithm's panel with its chart area starting at `top`.
+// Over 120 lines: one panel drawn section by section (busiest window, grid, bars, window
+// edges, axes) on one geometry (scales, x/y mappings) that every section reads.
 fn panel(s: &mut String, report: &Report, run: &Run, top: f64, scale: u64) {
     let sum = &run.summary;
     let q = &report.quota;

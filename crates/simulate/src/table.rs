@@ -13,6 +13,8 @@ use super::Report;
 const CHART_HEIGHT: u64 = 8;
 
 /// Renders the whole report as text.
+// Over 120 lines: the text report in output order (totals, queue vs reject, the per-column
+// table, weighted costs, the charts), every section on the same runs and column widths.
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let q = &report.quota;

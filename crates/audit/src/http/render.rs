@@ -97,6 +97,8 @@ const HEIGHT: f64 = 240.0;
 /// The SVG of `--format svg`: admitted (green) and denied (hatched red) answers per 100 ms,
 /// errors in grey, the phases marked along the top, and, when the window is known, the most
 /// admitted in the trailing window (a line) against the declared limit (dashed).
+// Over 120 lines: one SVG drawn section by section (legend, grid, phases, bars, the trailing
+// window, axes) on one geometry (scales, x/y mappings, sizes) that every section reads.
 pub fn svg(report: &HttpReport) -> String {
     let cols = &report.columns;
     let n = cols.len().max(1);

@@ -2,11 +2,14 @@
 
 use std::fmt::Write;
 
-use super::{bytes_text, RedisReport, TTL_BUCKETS};
+use super::analyse::bytes_text;
+use super::{RedisReport, TTL_BUCKETS};
 use crate::http::render_verdicts;
 
 /// The table of `--format table`: the scan, keys by type and encoding, the TTL distribution,
 /// the totals, Floodgate's rules (with a configuration) and the verdicts.
+// Over 120 lines: the table in output order (scan, types and encodings, TTLs, totals, rules,
+// verdicts), each section a few lines of the same formatter.
 pub fn table(r: &RedisReport) -> String {
     let mut s = String::new();
     let _ = writeln!(

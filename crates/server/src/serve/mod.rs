@@ -1,6 +1,7 @@
 //! `floodgate serve`: the rate-limit service.
 //!
-//! One process, one [`MemoryStore`], rules from a TOML file (or the embedded default), and:
+//! One process, one store ([`floodgate_store::MemoryStore`] or Redis), rules from a TOML file
+//! (or the embedded default), and:
 //! - the decision API (`POST /v1/check`, `POST /v1/peek`), the admin API (`/v1/keys/...`),
 //!   forward-auth for Traefik, Caddy and nginx (`/v1/forward-auth`), `/metrics`, `/healthz`
 //!   and `/readyz` on `--listen` (see [`crate::http`]);
@@ -17,7 +18,9 @@
 
 pub(crate) mod connections;
 pub(crate) mod listener;
+mod recorder;
 mod reload;
+mod store;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,11 +31,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use floodgate_core::{Clock, ManualClock, SystemClock};
-use floodgate_store::fallback::FallbackStore;
-use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
-use floodgate_store::AnyStore;
-use floodgate_store::{MemoryStore, MemoryStoreConfig};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -228,41 +226,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Signal handlers go in before anything listens: a SIGTERM or SIGHUP that arrives once we
     // are reachable must be handled, not kill the process with the default action.
     let signals = Signals::install()?;
+    let prometheus = recorder::install()?;
 
-    let prometheus = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full("floodgate_decision_duration_seconds".into()),
-            &[
-                0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001,
-                0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
-            ],
-        )
-        .context("invalid histogram buckets")?
-        .set_buckets_for_metric(
-            Matcher::Full("floodgate_grpc_request_duration_seconds".into()),
-            &[
-                0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01,
-                0.025, 0.05, 0.1, 0.25,
-            ],
-        )
-        .context("invalid histogram buckets")?
-        .install_recorder()
-        .context("cannot install the metrics recorder")?;
-    describe_metrics();
-    crate::grpc::describe_metrics();
-
-    let (clock, manual_clock): (Arc<dyn Clock>, Option<ManualClock>) = match args.manual_clock {
-        Some(start) => {
-            tracing::warn!(
-                start_us = start,
-                "TEST ONLY: running on a manual clock; POST /v1/debug/clock/advance is enabled"
-            );
-            let m = ManualClock::new(start);
-            (Arc::new(m.clone()), Some(m))
-        }
-        None => (Arc::new(SystemClock), None),
-    };
-    let store = build_store(
+    let (clock, manual_clock) = clock(args.manual_clock);
+    let store = store::build_store(
         &config.store,
         args.store.as_deref(),
         &clock,
@@ -308,7 +275,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             config.server.ui_denied_keys,
         ))
     });
-    let mut state = AppState::new(
+    let state = AppState::new(
         config,
         args.config.clone(),
         args.admin_token.clone(),
@@ -318,6 +285,83 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         prometheus,
         upstream.clone(),
     );
+    let state = configure(state, &args, ui, denied_keys).await;
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let listening = Listening {
+        state: &state,
+        connections: &connections,
+        timeouts,
+        shutdown: &shutdown_rx,
+    };
+    let servers = listening.spawn(&args, listen, upstream.as_ref()).await?;
+    tracing::info!(
+        rules = state.config().rules.len(),
+        file = %state.config().file,
+        proxy = upstream.is_some(),
+        ui = state.ui.is_some(),
+        "floodgate serving"
+    );
+    config::describe::log_rules(&state.config());
+
+    let mut background = vec![
+        tokio::spawn(reload::watch(
+            Arc::clone(&state),
+            signals.hup,
+            text,
+            args.watch_interval,
+            shutdown_rx.clone(),
+        )),
+        tokio::spawn(store::housekeeping(Arc::clone(&state), shutdown_rx.clone())),
+    ];
+    if let Some(live) = &state.ui {
+        background.push(tokio::spawn(crate::ui::live::sample(
+            Arc::clone(&state),
+            Arc::clone(live),
+            shutdown_rx.clone(),
+        )));
+    }
+
+    let code = shut_down(
+        &state,
+        &args,
+        signals.term,
+        signals.int,
+        shutdown_tx,
+        servers,
+    )
+    .await;
+    for task in background {
+        task.abort();
+    }
+    Ok(code)
+}
+
+/// The system clock, or with `--manual-clock START_US` (tests only) a manual clock, also
+/// returned for `POST /v1/debug/clock/advance`.
+fn clock(manual_start: Option<u64>) -> (Arc<dyn Clock>, Option<ManualClock>) {
+    match manual_start {
+        Some(start) => {
+            tracing::warn!(
+                start_us = start,
+                "TEST ONLY: running on a manual clock; POST /v1/debug/clock/advance is enabled"
+            );
+            let m = ManualClock::new(start);
+            (Arc::new(m.clone()), Some(m))
+        }
+        None => (Arc::new(SystemClock), None),
+    }
+}
+
+/// The settings the command line, the reservation secret, the web page (`ui`, with the
+/// busiest `denied_keys` when asked) and the delay mode add to a new [`AppState`]; with a secret to share through a store that does
+/// not answer yet, a task that retries every second.
+async fn configure(
+    mut state: AppState,
+    args: &ServeArgs,
+    ui: bool,
+    denied_keys: Option<Arc<crate::ui::denied_keys::DeniedKeys>>,
+) -> Arc<AppState> {
     state.bench_baseline = args.bench_baseline;
     state.api_token_override = args.api_token.clone().filter(|t| !t.is_empty());
     if let Some(secret) = args.reservation_secret.as_deref().filter(|s| !s.is_empty()) {
@@ -364,93 +408,93 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         });
     }
+    state
+}
 
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut servers = Vec::new();
-    match &upstream {
-        None => {
-            let listener = bind(listen).await?;
-            println!("floodgate: listening on {} (API)", listener.local_addr()?);
-            servers.push(listener::spawn_http(
-                listener,
-                crate::http::router(Arc::clone(&state)),
-                Arc::clone(&connections),
-                timeouts,
-                shutdown_rx.clone(),
-            ));
-        }
-        Some(up) => {
-            let listener = bind(listen).await?;
-            let admin_addr = args
-                .admin_listen
-                .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.parse().expect("valid default address"));
-            // Binding the same address twice would only say "Address already in use".
-            if admin_addr == listen && listen.port() != 0 {
-                anyhow::bail!(
-                    "--listen and --admin-listen name the same address ({listen}): the proxy \
-                     and the API need one each"
-                );
+/// What every listener shares.
+struct Listening<'a> {
+    state: &'a Arc<AppState>,
+    connections: &'a Arc<connections::Connections>,
+    timeouts: listener::HttpTimeouts,
+    shutdown: &'a watch::Receiver<bool>,
+}
+
+/// A listener's task.
+type Server = tokio::task::JoinHandle<std::io::Result<()>>;
+
+impl Listening<'_> {
+    /// Binds and serves the API on `listen` (or, with an upstream, the proxy there and the API
+    /// on `--admin-listen`) and gRPC when asked, printing each address on stdout.
+    async fn spawn(
+        &self,
+        args: &ServeArgs,
+        listen: SocketAddr,
+        upstream: Option<&http::Uri>,
+    ) -> anyhow::Result<Vec<Server>> {
+        let mut servers = Vec::new();
+        match upstream {
+            None => {
+                let listener = bind(listen).await?;
+                println!("floodgate: listening on {} (API)", listener.local_addr()?);
+                servers.push(self.http(listener, crate::http::router(Arc::clone(self.state))));
             }
-            let admin = bind(admin_addr).await?;
-            println!(
-                "floodgate: listening on {} (proxy to {up})",
-                listener.local_addr()?
-            );
-            println!("floodgate: listening on {} (API)", admin.local_addr()?);
-            servers.push(listener::spawn_http(
+            Some(up) => {
+                let listener = bind(listen).await?;
+                let admin_addr = args.admin_listen.unwrap_or_else(|| {
+                    DEFAULT_ADMIN_LISTEN.parse().expect("valid default address")
+                });
+                // Binding the same address twice would only say "Address already in use".
+                if admin_addr == listen && listen.port() != 0 {
+                    anyhow::bail!(
+                        "--listen and --admin-listen name the same address ({listen}): the \
+                         proxy and the API need one each"
+                    );
+                }
+                let admin = bind(admin_addr).await?;
+                println!(
+                    "floodgate: listening on {} (proxy to {up})",
+                    listener.local_addr()?
+                );
+                println!("floodgate: listening on {} (API)", admin.local_addr()?);
+                servers.push(self.http(listener, crate::proxy::router(Arc::clone(self.state))));
+                servers.push(self.http(admin, crate::http::router(Arc::clone(self.state))));
+            }
+        }
+        if let Some(addr) = args.grpc_listen.or(self.state.config().server.grpc_listen) {
+            let listener = bind(addr).await?;
+            println!("floodgate: listening on {} (gRPC)", listener.local_addr()?);
+            servers.push(crate::grpc::spawn(
                 listener,
-                crate::proxy::router(Arc::clone(&state)),
-                Arc::clone(&connections),
-                timeouts,
-                shutdown_rx.clone(),
-            ));
-            servers.push(listener::spawn_http(
-                admin,
-                crate::http::router(Arc::clone(&state)),
-                Arc::clone(&connections),
-                timeouts,
-                shutdown_rx.clone(),
+                Arc::clone(self.state),
+                Arc::clone(self.connections),
+                self.shutdown.clone(),
             ));
         }
+        Ok(servers)
     }
-    if let Some(addr) = args.grpc_listen.or(state.config().server.grpc_listen) {
-        let listener = bind(addr).await?;
-        println!("floodgate: listening on {} (gRPC)", listener.local_addr()?);
-        servers.push(crate::grpc::spawn(
+
+    fn http(&self, listener: TcpListener, router: axum::Router) -> Server {
+        listener::spawn_http(
             listener,
-            Arc::clone(&state),
-            Arc::clone(&connections),
-            shutdown_rx.clone(),
-        ));
+            router,
+            Arc::clone(self.connections),
+            self.timeouts,
+            self.shutdown.clone(),
+        )
     }
-    tracing::info!(
-        rules = state.config().rules.len(),
-        file = %state.config().file,
-        proxy = upstream.is_some(),
-        ui = state.ui.is_some(),
-        "floodgate serving"
-    );
-    config::describe::log_rules(&state.config());
+}
 
-    let mut background = vec![
-        tokio::spawn(reload::watch(
-            Arc::clone(&state),
-            signals.hup,
-            text,
-            args.watch_interval,
-            shutdown_rx.clone(),
-        )),
-        tokio::spawn(housekeeping(Arc::clone(&state), shutdown_rx.clone())),
-    ];
-    if let Some(live) = &state.ui {
-        background.push(tokio::spawn(crate::ui::live::sample(
-            Arc::clone(&state),
-            Arc::clone(live),
-            shutdown_rx.clone(),
-        )));
-    }
-
-    let (mut term, mut int) = (signals.term, signals.int);
+/// Waits for SIGTERM or SIGINT, keeps serving `--shutdown-delay` with `/readyz` answering 503
+/// (a second signal ends the wait), then closes the listeners and drains in-flight requests
+/// for up to `--drain-timeout`.
+async fn shut_down(
+    state: &AppState,
+    args: &ServeArgs,
+    mut term: tokio::signal::unix::Signal,
+    mut int: tokio::signal::unix::Signal,
+    shutdown_tx: watch::Sender<bool>,
+    servers: Vec<Server>,
+) -> ExitCode {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM received"),
         _ = int.recv() => tracing::info!("SIGINT received"),
@@ -482,7 +526,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let code = match tokio::time::timeout(args.drain_timeout, drain).await {
+    match tokio::time::timeout(args.drain_timeout, drain).await {
         Ok(()) => {
             tracing::info!("drained; bye");
             ExitCode::SUCCESS
@@ -491,11 +535,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tracing::warn!("drain timeout reached; closing remaining connections");
             ExitCode::SUCCESS
         }
-    };
-    for task in background {
-        task.abort();
     }
-    Ok(code)
 }
 
 /// The text a reload compares to see whether the configuration changed: the one file's text,
@@ -538,128 +578,6 @@ impl Signals {
     }
 }
 
-/// The `[store]` file settings that also apply when `--store redis://...` names the server:
-/// timeout, breaker window, key prefix and TLS files.
-fn apply_redis_settings(redis: &mut RedisStoreConfig, file: &config::RedisConfig) {
-    redis.timeout = Duration::from_millis(file.timeout_ms);
-    redis.breaker_window = Duration::from_millis(file.breaker_window_ms);
-    redis.prefix.clone_from(&file.prefix);
-    redis.tls.clone_from(&file.tls);
-}
-
-/// The store `[store]` (or `--store`) asks for. A Redis store connects lazily: when Redis is
-/// down at startup the service still starts (its rules' failure modes apply) and uses Redis as
-/// soon as it answers.
-async fn build_store(
-    config: &config::StoreConfig,
-    flag: Option<&str>,
-    clock: &Arc<dyn Clock>,
-    manual_clock: bool,
-) -> anyhow::Result<AnyStore> {
-    let redis = match flag {
-        Some("memory") => None,
-        Some(url) if config::is_redis_url(url) => {
-            let mut redis = RedisStoreConfig::standalone(url);
-            if let Some(r) = &config.redis {
-                apply_redis_settings(&mut redis, r);
-            }
-            Some(redis)
-        }
-        Some(other) => {
-            anyhow::bail!("--store: expected memory or a redis:// or rediss:// URL, got {other:?}")
-        }
-        None => config.redis.as_ref().map(|r| {
-            let mut redis = RedisStoreConfig::with_target(r.target.clone());
-            apply_redis_settings(&mut redis, r);
-            redis
-        }),
-    };
-    let Some(mut redis) = redis else {
-        return Ok(AnyStore::Memory(Arc::new(MemoryStore::new(
-            MemoryStoreConfig {
-                max_keys: usize::try_from(config.max_keys).unwrap_or(usize::MAX),
-                on_full: config.on_full,
-                max_claims: usize::try_from(config.max_claims).unwrap_or(usize::MAX),
-                ..MemoryStoreConfig::default()
-            },
-            Arc::clone(clock),
-        ))));
-    };
-    if manual_clock {
-        // Test only: decide on the manual clock, so tests control time on Redis too.
-        redis.time_source = TimeSource::Caller;
-    }
-    let local_fallback = config.redis.as_ref().filter(|r| r.local_fallback);
-    // With the local fallback, every process announces itself, so the count is discovered.
-    redis.announce = local_fallback.is_some();
-    let store = RedisStore::new(redis, Arc::clone(clock))
-        .map_err(|e| anyhow::anyhow!("redis store: {e}"))?;
-    match store.startup_check().await {
-        Ok(check) => tracing::info!(
-            maxmemory_policy = ?check.maxmemory_policies,
-            "redis store ready"
-        ),
-        Err(e) => tracing::warn!(
-            error = %e,
-            "redis is not reachable yet; the rules' failure modes apply until it answers"
-        ),
-    }
-    Ok(match local_fallback.map(|r| r.local_fallback_instances) {
-        Some(Some(instances)) => {
-            tracing::info!(
-                instances,
-                "while redis fails, limits are enforced locally, divided by the instance count"
-            );
-            AnyStore::RedisWithFallback(Arc::new(FallbackStore::new(
-                store,
-                instances,
-                Arc::clone(clock),
-            )))
-        }
-        Some(None) => {
-            tracing::info!(
-                "while redis fails, limits are enforced locally, divided by the live instance \
-                 count last seen in redis"
-            );
-            let live = store.live_instances();
-            AnyStore::RedisWithFallback(Arc::new(FallbackStore::discovered(
-                store,
-                live,
-                1,
-                Arc::clone(clock),
-            )))
-        }
-        None => AnyStore::Redis(Arc::new(store)),
-    })
-}
-
-/// Drops expired keys a little at a time and publishes the store's size.
-async fn housekeeping(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    let mut n: u64 = 0;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait_for(|stop| *stop) => return,
-        }
-        // Only the memory store needs sweeping: Redis expires keys by their TTL.
-        let Some(memory) = state.store().memory() else {
-            n += 1;
-            if n.is_multiple_of(10) {
-                state.prometheus.run_upkeep();
-            }
-            continue;
-        };
-        memory.sweep(state.clock.now());
-        n += 1;
-        if n.is_multiple_of(10) {
-            // Publishes floodgate_store_keys.
-            let _ = memory.stats();
-            state.prometheus.run_upkeep();
-        }
-    }
-}
-
 /// `--admin-token` / `FLOODGATE_ADMIN_TOKEN`: the file's rule ([`config::check_admin_token`]);
 /// empty means unset.
 fn parse_admin_token(text: &str) -> Result<String, String> {
@@ -673,7 +591,6 @@ fn parse_admin_token(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
-/// `--reservation-secret` / `FLOODGATE_RESERVATION_SECRET`: the file's rule
 /// Reads (or creates, atomically, when no process did yet) the reservation secret shared
 /// through the Redis store, and signs with it: `true` once done. `quiet` leaves a failure
 /// unlogged (the retries after the first).
@@ -711,137 +628,13 @@ async fn share_reservation_secret(state: &AppState, quiet: bool) -> bool {
     false
 }
 
+/// `--reservation-secret` / `FLOODGATE_RESERVATION_SECRET`: the file's rule
 /// ([`config::check_reservation_secret`]); empty means unset.
 fn parse_reservation_secret(text: &str) -> Result<String, String> {
     if !text.is_empty() {
         config::check_reservation_secret(text)?;
     }
     Ok(text.to_string())
-}
-
-fn describe_metrics() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    // Every outcome the limiter counts, from the one list it counts with.
-    let outcomes: Vec<&str> = floodgate_tower::Outcome::ALL
-        .iter()
-        .map(|o| o.as_str())
-        .collect();
-    describe_counter!(
-        "floodgate_decisions_total",
-        format!(
-            "Rate-limit decisions by rule and outcome ({}); see docs/metrics.md",
-            outcomes.join(", ")
-        )
-    );
-    describe_histogram!(
-        "floodgate_decision_duration_seconds",
-        Unit::Seconds,
-        "Time to decide one request against the store"
-    );
-    describe_gauge!("floodgate_store_keys", "Keys held by the memory store");
-    describe_counter!(
-        "floodgate_requests_delayed_total",
-        "Requests of the delay mode that needed a wait, by outcome (passed, cancelled, \
-         queue_full); see docs/reservations.md"
-    );
-    describe_gauge!(
-        "floodgate_requests_waiting",
-        "Requests held in the delay mode now, waiting for their slot"
-    );
-    describe_counter!(
-        "floodgate_store_evictions_total",
-        "Expired keys dropped to make room in a full store shard"
-    );
-    describe_counter!(
-        "floodgate_store_expirations_total",
-        "Expired keys dropped by sweeps or when touched"
-    );
-    describe_counter!(
-        "floodgate_store_full_total",
-        "New keys that met a full store, by action (reject, admit_untracked), rule and cap (rule: the rule's own max_keys, store: [store] max_keys)"
-    );
-    describe_counter!(
-        "floodgate_store_errors_total",
-        "Store failures by kind (unavailable, timeout, other)"
-    );
-    describe_counter!(
-        "floodgate_store_redis_errors_total",
-        "Redis store calls that failed, by reason (timeout, unavailable, circuit_open)"
-    );
-    describe_gauge!(
-        "floodgate_store_breaker_open",
-        "1 while the Redis circuit breaker fails calls fast, else 0"
-    );
-    describe_counter!(
-        "floodgate_store_redis_refunds_total",
-        "Redis Cluster slot groups refunded because another group of the batch denied"
-    );
-    describe_counter!(
-        "floodgate_store_redis_script_reloads_total",
-        "Scripts resent in full after NOSCRIPT (Redis restart, failover, SCRIPT FLUSH)"
-    );
-    describe_counter!(
-        "floodgate_store_degraded_total",
-        "Decisions made by the local fallback while Redis failed, by mode"
-    );
-    describe_counter!(
-        "floodgate_config_reloads_total",
-        "Configuration reloads by result (ok, error)"
-    );
-    describe_counter!(
-        "floodgate_requests_rejected_total",
-        "API requests rejected before any state was touched, by reason"
-    );
-    describe_counter!(
-        "floodgate_settles_total",
-        "Reserved items settled, by rule and outcome (refunded, exact, charged, replayed, error)"
-    );
-    describe_counter!(
-        "floodgate_settled_units_total",
-        "Units given back (refunded) or charged by settles, by rule and direction"
-    );
-    describe_gauge!(
-        "floodgate_connections",
-        "Connections open on all listeners (API, proxy, admin, gRPC)"
-    );
-    describe_gauge!(
-        "floodgate_connections_max",
-        "The connection cap ([server] max_connections, or the default the open-file limit allows)"
-    );
-    describe_counter!(
-        "floodgate_connections_closed_total",
-        "Connections the server closed, by reason (header_timeout, idle_timeout, evicted: an \
-         idle one closed to make room at the cap)"
-    );
-    describe_counter!(
-        "floodgate_proxy_upstream_errors_total",
-        "Proxied requests the upstream failed, by reason (connect_timeout, connect_error, \
-         response_timeout, response_body_timeout, client_body_timeout, upstream_error)"
-    );
-    describe_gauge!(
-        "floodgate_proxy_upstream_connections",
-        "Connections open to the upstream (busy and pooled)"
-    );
-    // Present from the start, so dashboards and tests see 0 rather than nothing.
-    for result in ["ok", "error"] {
-        metrics::counter!("floodgate_config_reloads_total", "result" => result).increment(0);
-    }
-    metrics::counter!("floodgate_store_evictions_total").increment(0);
-    metrics::counter!("floodgate_store_expirations_total").increment(0);
-    for action in ["reject", "admit_untracked"] {
-        metrics::counter!("floodgate_store_full_total", "action" => action).increment(0);
-    }
-    for kind in ["unavailable", "timeout", "other"] {
-        metrics::counter!("floodgate_store_errors_total", "kind" => kind).increment(0);
-    }
-    for reason in crate::http::REJECTION_REASONS {
-        metrics::counter!("floodgate_requests_rejected_total", "reason" => *reason).increment(0);
-    }
-    metrics::gauge!("floodgate_store_keys").set(0.0);
-    for outcome in ["passed", "cancelled", "queue_full"] {
-        metrics::counter!("floodgate_requests_delayed_total", "outcome" => outcome).increment(0);
-    }
-    metrics::gauge!("floodgate_requests_waiting").set(0.0);
 }
 
 #[cfg(test)]

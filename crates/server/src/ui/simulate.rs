@@ -373,6 +373,8 @@ fn days(max: Micros) -> String {
 }
 
 /// The [`Spec`] a request describes, within the API's bounds.
+// Over 120 lines: the request's fields one after another, each bounded and named in its own
+// error, in the order of the API's documentation.
 fn spec_of(r: SimulateRequest) -> Result<Spec, Bad> {
     let bad = |field: &str, detail: String| Err((field.to_string(), detail));
     let defaults = Spec::default();

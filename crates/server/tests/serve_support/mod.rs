@@ -390,3 +390,66 @@ impl Upstream {
         }
     }
 }
+
+/// A `/v1/check` body: one item of `rule` for `key`.
+pub fn check(rule: &str, key: &str) -> Value {
+    json!({ "rule": rule, "key": key })
+}
+
+/// A proxy-mode configuration: `[server] upstream` is added by the tests (the upstream's port
+/// is known only once it runs).
+pub const PROXY_CONFIG: &str = r#"
+[[rules]]
+name = "per-ip"
+limit = "3/min"
+key = "client_ip"
+[rules.match]
+path_prefix = "/api"
+
+[[rules]]
+name = "search-budget"
+limit = "200/min"
+key = "client_ip"
+[rules.match]
+path_prefix = "/search"
+[[rules.route_costs]]
+path_prefix = "/search/deep"
+cost = 100
+"#;
+
+/// `POST /v1/simulate` with `body`: the status and the answer's text (JSON when 200).
+pub async fn simulate_text(c: &reqwest::Client, fg: &Floodgate, body: &Value) -> (u16, String) {
+    let r = c
+        .post(fg.url("/v1/simulate"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let kind = r.headers()["content-type"].to_str().unwrap().to_string();
+    let text = r.text().await.unwrap();
+    if status == 200 {
+        assert_eq!(kind, "application/json");
+    }
+    (status, text)
+}
+
+/// `(status, content type, field, detail)` of a `/v1/simulate` answer.
+pub async fn problem(
+    c: &reqwest::Client,
+    fg: &Floodgate,
+    body: &str,
+) -> (u16, String, Value, String) {
+    let r = c
+        .post(fg.url("/v1/simulate"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let kind = r.headers()["content-type"].to_str().unwrap().to_string();
+    let doc: Value = r.json().await.unwrap();
+    let detail = doc["detail"].as_str().unwrap_or_default().to_string();
+    (status, kind, doc["field"].clone(), detail)
+}

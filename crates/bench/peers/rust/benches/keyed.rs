@@ -85,6 +85,8 @@ fn run<F: Fn(usize, usize) -> bool + Sync>(
     start.elapsed() / threads as u32
 }
 
+// Over 120 lines: one criterion group, the same keyed workload on each peer library in turn,
+// kept side by side so the cases stay comparable.
 fn keyed(c: &mut Criterion) {
     let clock: Arc<dyn Clock> = Arc::new(QuantaClock::new());
     let gcra = Policy::new(

@@ -5,7 +5,7 @@ mod common;
 
 use common::{counted, gcra, harness, with_metrics, T0};
 use floodgate_core::{AlgorithmKind, Policy};
-use floodgate_tower::{
+use floodgate_limiter::{
     Claim, KeySource, Mode, Plan, Reservation, Rule, RuleSet, SettleError, Verdict,
 };
 

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{counted, gcra, harness, with_metrics, Counted, T0};
-use floodgate_tower::{Action, KeySource, Mode, Plan, Rule, RuleSet, Verdict};
+use floodgate_limiter::{Action, KeySource, Mode, Plan, Rule, RuleSet, Verdict};
 
 fn rules() -> RuleSet {
     RuleSet::new(vec![
