@@ -43,7 +43,7 @@ use crate::state::AppState;
 pub(super) async fn forward_auth(
     State(state): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    query: super::QueryParams,
+    query: super::query::QueryParams,
     method: Method,
     headers: HeaderMap,
 ) -> Response {
@@ -52,7 +52,7 @@ pub(super) async fn forward_auth(
         Ok(None | Some(429)) => StatusCode::TOO_MANY_REQUESTS,
         Ok(Some(403)) => StatusCode::FORBIDDEN,
         Ok(Some(other)) => {
-            return super::invalid(
+            return super::problem::invalid(
                 StatusCode::BAD_REQUEST,
                 "deny_status",
                 format!("must be 429 or 403, got {other}"),
@@ -80,7 +80,7 @@ pub(super) async fn forward_auth_suffix(
     // Read as a forwarded URI is (never widened to `/`).
     let original = match super::forwarded_uri::read(suffix.as_bytes()) {
         Ok(original) => original,
-        Err(why) => return super::invalid(StatusCode::BAD_REQUEST, "path", why),
+        Err(why) => return super::problem::invalid(StatusCode::BAD_REQUEST, "path", why),
     };
     decide(
         &state,
@@ -126,9 +126,9 @@ async fn decide(
     match floodgate_tower::response::for_verdict(&verdict) {
         Some(denied) => {
             if denied.status() == StatusCode::TOO_MANY_REQUESTS {
-                super::from_tower(with_status(denied, deny_status))
+                super::problem::from_tower(with_status(denied, deny_status))
             } else {
-                super::from_tower(denied)
+                super::problem::from_tower(denied)
             }
         }
         None => {
@@ -192,7 +192,7 @@ fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
         .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|v| v.parse::<u64>().ok())
         .ok_or_else(|| {
-            super::invalid(
+            super::problem::invalid(
                 StatusCode::BAD_REQUEST,
                 EXPECTED_TIMEOUT,
                 "not one whole number of milliseconds",
@@ -231,7 +231,7 @@ fn original_request(
         "x-forwarded-host",
     ] {
         if headers.get_all(name).iter().nth(1).is_some() {
-            return Err(super::invalid(
+            return Err(super::problem::invalid(
                 StatusCode::BAD_REQUEST,
                 name,
                 "sent more than once",
@@ -246,8 +246,9 @@ fn original_request(
     if let Some(host) = text(headers, "x-forwarded-host") {
         // The spelling host rules compare (floodgate_tower::normalize_authority); what cannot
         // be a host is refused rather than matched against no host rule.
-        let host = floodgate_tower::normalize_authority(host.as_bytes())
-            .map_err(|why| super::invalid(StatusCode::BAD_REQUEST, "x-forwarded-host", why))?;
+        let host = floodgate_tower::normalize_authority(host.as_bytes()).map_err(|why| {
+            super::problem::invalid(StatusCode::BAD_REQUEST, "x-forwarded-host", why)
+        })?;
         if let Ok(v) = HeaderValue::from_str(host.as_str()) {
             headers.insert(http::header::HOST, v);
         }
@@ -264,14 +265,14 @@ fn original_uri(headers: &HeaderMap) -> Result<Uri, Response> {
         };
         if values.next().is_some() {
             // Two values could name two paths: which one the upstream serves is not known.
-            return Err(super::invalid(
+            return Err(super::problem::invalid(
                 StatusCode::BAD_REQUEST,
                 name.as_str(),
                 "sent more than once",
             ));
         }
         return super::forwarded_uri::read(value.as_bytes())
-            .map_err(|why| super::invalid(StatusCode::BAD_REQUEST, name.as_str(), why));
+            .map_err(|why| super::problem::invalid(StatusCode::BAD_REQUEST, name.as_str(), why));
     }
     Ok(Uri::from_static("/"))
 }

@@ -47,7 +47,8 @@ use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::http::{invalid, MAX_KEY_BYTES};
+use crate::http::bounds::MAX_KEY_BYTES;
+use crate::http::problem::invalid;
 use crate::state::AppState;
 
 /// Most requests one `/v1/simulate` generates or replays with one algorithm (`max_requests`
@@ -197,7 +198,7 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
         }
         Err(e) => {
             tracing::error!(error = %e, "simulation task failed");
-            crate::http::problem(
+            crate::http::problem::problem(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "about:blank",
                 "Internal Server Error",
@@ -274,7 +275,7 @@ impl http_body::Body for Answer {
 
 /// The 503 of a request arriving while [`MAX_IN_FLIGHT`] simulations are in flight.
 fn busy() -> Response {
-    let mut response = crate::http::problem(
+    let mut response = crate::http::problem::problem(
         StatusCode::SERVICE_UNAVAILABLE,
         "urn:floodgate:problem:simulator-busy",
         "Service Unavailable",
