@@ -120,6 +120,32 @@ impl Verdict {
             .filter(move |o| granted && !o.shadow)
             .filter_map(|o| Some((o.check, o.scheduled_at?)))
     }
+
+    /// Whether every enforcing (non-shadow) outcome allowed the request: the `allowed` of a
+    /// decision API's answer (also for a peek, whose action is never a denial). True when no
+    /// enforcing outcome exists.
+    pub fn outcomes_allow(&self) -> bool {
+        self.outcomes
+            .iter()
+            .filter(|o| !o.shadow)
+            .all(|o| o.decision.allowed)
+    }
+
+    /// The outcome that binds the request, the one a decision API repeats at the top level:
+    /// when [`outcomes_allow`](Self::outcomes_allow), the enforcing outcome with the fewest
+    /// units remaining (the first outcome when none enforces); otherwise the
+    /// [`most_restrictive`] denying one. `None` without outcomes.
+    pub fn binding_outcome(&self) -> Option<&RuleOutcome> {
+        if self.outcomes_allow() {
+            self.outcomes
+                .iter()
+                .filter(|o| !o.shadow)
+                .min_by_key(|o| o.decision.remaining)
+                .or(self.outcomes.first())
+        } else {
+            most_restrictive_of(self.outcomes.iter())
+        }
+    }
 }
 
 /// The quota actually enforced by `decision`, when it differs from `policy`'s: a decision made

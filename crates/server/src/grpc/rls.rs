@@ -442,7 +442,8 @@ fn answer(
         other => return Err(Status::internal(format!("refused: {other:?}"))),
     }
     let outcome_of = |item: usize| verdict.outcomes.iter().find(|o| o.check == item);
-    let mut over = verdict.action == Action::Deny;
+    // A matched block list entry makes the engine's verdict a denial (and the engine counts it).
+    let over = verdict.action == Action::Deny;
     let statuses = slots
         .iter()
         .map(|slot| match slot {
@@ -455,18 +456,15 @@ fn answer(
                 limit_remaining: u32::MAX,
                 ..DescriptorStatus::default()
             },
-            Slot::Blocked { name, period } => {
-                over = true;
-                DescriptorStatus {
-                    code: Code::OverLimit as i32,
-                    current_limit: Some(RateLimit {
-                        name: name.clone(),
-                        requests_per_unit: 0,
-                        unit: unit_of(*period) as i32,
-                    }),
-                    ..DescriptorStatus::default()
-                }
-            }
+            Slot::Blocked { name, period } => DescriptorStatus {
+                code: Code::OverLimit as i32,
+                current_limit: Some(RateLimit {
+                    name: name.clone(),
+                    requests_per_unit: 0,
+                    unit: unit_of(*period) as i32,
+                }),
+                ..DescriptorStatus::default()
+            },
             Slot::Item { rule, item, .. } => match outcome_of(*item) {
                 Some(o) => status(o),
                 // The store failed and the rule fails open: no decision was computed.

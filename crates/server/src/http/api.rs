@@ -42,7 +42,8 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
-use floodgate_tower::response::{apply_headers_of, most_restrictive_of};
+use floodgate_limiter::SmallList;
+use floodgate_tower::response::apply_headers_of;
 use floodgate_tower::{Action, Mode, Plan, RuleOutcome, RuleSet, Verdict};
 use http::StatusCode;
 use serde::ser::{SerializeMap, SerializeSeq};
@@ -105,39 +106,6 @@ impl Item<'_> {
             Some(i) => format!("descriptors[{i}].{name}"),
             None => name.to_string(),
         }
-    }
-}
-
-/// A list holding the usual single element inline, without an allocation.
-#[derive(Debug)]
-enum OneOrMany<T> {
-    One([T; 1]),
-    Many(Vec<T>),
-}
-
-impl<T> std::ops::Deref for OneOrMany<T> {
-    type Target = [T];
-
-    fn deref(&self) -> &[T] {
-        match self {
-            OneOrMany::One(one) => one,
-            OneOrMany::Many(many) => many,
-        }
-    }
-}
-
-impl<T> std::ops::DerefMut for OneOrMany<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        match self {
-            OneOrMany::One(one) => one,
-            OneOrMany::Many(many) => many,
-        }
-    }
-}
-
-impl<T> From<Vec<T>> for OneOrMany<T> {
-    fn from(many: Vec<T>) -> Self {
-        OneOrMany::Many(many)
     }
 }
 
@@ -212,14 +180,11 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
     }
     // The rules of the plan, kept for signing the reservation's policies.
     let signing = reserve.then(|| Arc::clone(&rules));
-    let items = match validate(&rules, request) {
+    let mut plan = Plan::new(rules);
+    let items = match validate(&mut plan, request) {
         Ok(items) => items,
         Err(response) => return response,
     };
-    let mut plan = Plan::new(rules);
-    for item in items.iter() {
-        plan.push(item.rule, client_key(&item.raw_key), item.cost);
-    }
     let mode = match (consume, max_wait, reserve) {
         (false, _, _) => Mode::Peek,
         (true, None, false) => Mode::Check,
@@ -283,10 +248,12 @@ fn max_wait(value: Option<&serde_json::Number>, consume: bool) -> Result<Option<
         .map_err(bad)
 }
 
+/// Validates the request's items and adds them to `plan` (whose rules they name), in order.
 fn validate<'a>(
-    rules: &RuleSet,
+    plan: &mut Plan,
     request: CheckRequest<'a>,
-) -> Result<OneOrMany<Item<'a>>, Response> {
+) -> Result<SmallList<Item<'a>>, Response> {
+    let rules = Arc::clone(plan.rules());
     let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
     match request.descriptors {
         Some(list) => {
@@ -304,33 +271,25 @@ fn validate<'a>(
             }
             let mut items: Vec<Item<'a>> = Vec::with_capacity(list.len());
             for (i, d) in list.into_iter().enumerate() {
-                let item = validate_one(rules, Some(i), d)?;
-                // Descriptors of one rule and key are decided in order, each seeing the earlier
-                // ones' consumption, so together they must fit the capacity too; refused here,
-                // naming the descriptor that does not fit (the store would name its internal
-                // state id).
-                let before: u64 = items
-                    .iter()
-                    .filter(|o| o.rule == item.rule && o.raw_key == item.raw_key)
-                    .map(|o| o.cost)
-                    .sum();
-                let capacity = rules.rules[item.rule].policy.capacity();
-                if before > 0 && before + item.cost > capacity {
+                let item = validate_one(&rules, Some(i), d)?;
+                plan.push(item.rule, client_key(&item.raw_key), item.cost);
+                // Descriptors of one rule and key that together never fit (the engine's
+                // check), named here by the descriptor that does not fit (the store would
+                // name the whole group).
+                if let Some((together, capacity)) = plan.over_capacity_with_earlier(i) {
                     return Err(bad(
                         &format!("descriptors[{i}].cost"),
                         format!(
-                            "the descriptors for rule {:?} and key {:?} cost {} together, above \
-                             the rule's capacity ({capacity} units at once): they could never \
-                             be admitted",
-                            &*rules.rules[item.rule].name,
-                            item.raw_key,
-                            before + item.cost
+                            "the descriptors for rule {:?} and key {:?} cost {together} \
+                             together, above the rule's capacity ({capacity} units at once): \
+                             they could never be admitted",
+                            &*rules.rules[item.rule].name, item.raw_key,
                         ),
                     ));
                 }
                 items.push(item);
             }
-            Ok(OneOrMany::Many(items))
+            Ok(SmallList::from(items))
         }
         None => {
             let rule = request
@@ -342,7 +301,9 @@ fn validate<'a>(
                 key,
                 cost: request.cost,
             };
-            Ok(OneOrMany::One([validate_one(rules, None, d)?]))
+            let item = validate_one(&rules, None, d)?;
+            plan.push(item.rule, client_key(&item.raw_key), item.cost);
+            Ok(SmallList::One([item]))
         }
     }
 }
@@ -550,19 +511,8 @@ fn answer(
             .into_response();
     }
     let outcomes = &verdict.outcomes;
-    let allowed = outcomes
-        .iter()
-        .filter(|o| !o.shadow)
-        .all(|o| o.decision.allowed);
-    let binding = if allowed {
-        outcomes
-            .iter()
-            .filter(|o| !o.shadow)
-            .min_by_key(|o| o.decision.remaining)
-            .or(outcomes.first())
-    } else {
-        most_restrictive_of(outcomes.iter())
-    };
+    let allowed = verdict.outcomes_allow();
+    let binding = verdict.binding_outcome();
     let body = Answer {
         allowed,
         binding,

@@ -123,45 +123,14 @@ async fn decide(
     // this answer holds the client's request meanwhile; if it gives up, the slot is given
     // back).
     let verdict = state.limiter.admit(plan).await;
-    match floodgate_tower::response::for_verdict(&verdict) {
-        Some(denied) => {
-            if denied.status() == StatusCode::TOO_MANY_REQUESTS {
-                super::problem::from_tower(with_status(denied, deny_status))
-            } else {
-                super::problem::from_tower(denied)
-            }
-        }
+    match floodgate_tower::response::for_verdict_denying_with(&verdict, deny_status) {
+        Some(refused) => super::problem::from_tower(refused),
         None => {
             let mut response = StatusCode::OK.into_response();
             floodgate_tower::response::apply_headers(response.headers_mut(), &verdict.outcomes);
             response
         }
     }
-}
-
-/// `response` with `status`, also in its problem+json body's `status` and `title` members,
-/// which RFC 9457 (section 3.1.4) wants to agree with the HTTP status. A body that is not a JSON object is kept.
-fn with_status(
-    response: http::Response<bytes::Bytes>,
-    status: StatusCode,
-) -> http::Response<bytes::Bytes> {
-    let (mut parts, body) = response.into_parts();
-    parts.status = status;
-    let body = match serde_json::from_slice::<serde_json::Value>(&body) {
-        Ok(mut problem) if problem.is_object() => {
-            problem["status"] = status.as_u16().into();
-            // The title names the status sent (RFC 9457 section 3.1.3: the same for every
-            // occurrence of the problem type; the type still says rate-limited).
-            if let Some(title) = status.canonical_reason() {
-                problem["title"] = title.into();
-            }
-            problem.to_string().into()
-        }
-        _ => body,
-    };
-    // The length changed; the server computes it again from the body.
-    parts.headers.remove(http::header::CONTENT_LENGTH);
-    http::Response::from_parts(parts, body)
 }
 
 /// The headers that carry the original URI, in the order they are read.
@@ -301,28 +270,6 @@ mod tests {
         assert_eq!(m, Method::POST);
         assert_eq!(u, "/api/search?q=1");
         assert_eq!(h["host"], "api.example.com");
-    }
-
-    #[test]
-    fn a_denial_sent_as_403_says_403_in_its_body_too() {
-        let denied = http::Response::builder()
-            .status(StatusCode::TOO_MANY_REQUESTS)
-            .header("content-type", "application/problem+json")
-            .header("retry-after", "3")
-            .header("content-length", "43")
-            .body(bytes::Bytes::from_static(
-                br#"{"status":429,"title":"Too Many Requests"}"#,
-            ))
-            .unwrap();
-        let r = with_status(denied, StatusCode::FORBIDDEN);
-        assert_eq!(r.status(), StatusCode::FORBIDDEN);
-        assert_eq!(r.headers()["retry-after"], "3");
-        assert!(r.headers().get("content-length").is_none());
-        let body: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
-        assert_eq!(
-            body,
-            serde_json::json!({"status": 403, "title": "Forbidden"})
-        );
     }
 
     #[test]
