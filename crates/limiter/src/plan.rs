@@ -34,7 +34,7 @@ pub(crate) struct Refusal {
     /// The rule (a position in the rule set).
     pub(crate) rule: usize,
     /// The item, for explicit items.
-    pub(crate) check: Option<usize>,
+    pub(crate) item: Option<usize>,
     /// What was wrong.
     pub(crate) error: CostRefusal,
 }
@@ -72,22 +72,23 @@ impl Plan {
     }
 
     /// Adds a check of `cost` units on `key` (the store key, used as it is: encode client
-    /// input with [`crate::encode_key`]) for rule `rule`, a position in the plan's
+    /// input with [`crate::encode_key`]) for the rule at `rule_index`, its position in the plan's
     /// [`RuleSet::rules`]. Items are decided in the order they are pushed (enforcing items as
-    /// one all-or-nothing batch); [`RuleOutcome::check`](crate::RuleOutcome::check) is an item's position.
+    /// one all-or-nothing batch); [`RuleOutcome::item`](crate::RuleOutcome::item) is an item's position.
     ///
     /// A cost above the rule's capacity refuses the whole plan
     /// ([`Action::CostExceedsCapacity`](crate::Action::CostExceedsCapacity) naming this item) before anything is charged.
     ///
     /// # Panics
-    /// When `rule` is not a position in the plan's rules.
-    pub fn push(&mut self, rule: usize, key: String, cost: u64) {
+    /// When `rule_index` is not a position in the plan's rules.
+    pub fn push(&mut self, rule_index: usize, key: String, cost: u64) {
+        let rule = rule_index;
         assert!(rule < self.rules.rules.len(), "no rule at position {rule}");
         let capacity = self.rules.rules[rule].policy.capacity();
         if cost > capacity && self.refusal.is_none() {
             self.refusal = Some(Refusal {
                 rule,
-                check: Some(self.len()),
+                item: Some(self.len()),
                 error: CostRefusal::ExceedsCapacity { cost, capacity },
             });
         }
@@ -181,7 +182,7 @@ impl Plan {
             if let Some(header) = rule.key.repeated_header(headers) {
                 refusal.get_or_insert(Refusal {
                     rule: index,
-                    check: None,
+                    item: None,
                     error: CostRefusal::AmbiguousKey(header.clone()),
                 });
                 continue;
@@ -199,7 +200,7 @@ impl Plan {
                     // app is served without one, which must be loud, not "nothing limited".
                     refusal.get_or_insert(Refusal {
                         rule: index,
-                        check: None,
+                        item: None,
                         error: CostRefusal::NoClientAddress,
                     });
                     continue;
@@ -223,7 +224,7 @@ impl Plan {
                     Err(error) => {
                         refusal.get_or_insert(Refusal {
                             rule: index,
-                            check: None,
+                            item: None,
                             error: match error {
                                 CostError::Invalid { header } => CostRefusal::Invalid(header),
                                 CostError::ExceedsCapacity { cost, capacity, .. } => {

@@ -326,7 +326,7 @@ mod tests {
             decision,
             shadow: false,
             policy_item: None,
-            check: 0,
+            item: 0,
             scheduled_at: None,
         }
     }

@@ -52,7 +52,7 @@ use serde_json::json;
 
 use super::auth::authorize_api as authorize;
 use super::body::{client_key, not_null, parse_json, read_json, whole_number};
-use super::bounds::{MAX_BODY_BYTES, MAX_DESCRIPTORS, MAX_KEY_BYTES};
+use super::bounds::{MAX_BODY_BYTES, MAX_CHECK_DESCRIPTORS, MAX_KEY_BYTES};
 use super::problem::invalid;
 use crate::config::MAX_COST;
 use crate::state::AppState;
@@ -263,10 +263,10 @@ fn validate<'a>(
                     "give either rule/key/cost or descriptors, not both".into(),
                 ));
             }
-            if list.is_empty() || list.len() > MAX_DESCRIPTORS {
+            if list.is_empty() || list.len() > MAX_CHECK_DESCRIPTORS {
                 return Err(bad(
                     "descriptors",
-                    format!("must hold between 1 and {MAX_DESCRIPTORS} items"),
+                    format!("must hold between 1 and {MAX_CHECK_DESCRIPTORS} items"),
                 ));
             }
             let mut items: Vec<Item<'a>> = Vec::with_capacity(list.len());
@@ -431,7 +431,7 @@ impl Serialize for Decisions<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut seq = serializer.serialize_seq(None)?;
         for o in self.outcomes {
-            if let Some(item) = self.items.get(o.check) {
+            if let Some(item) = self.items.get(o.item) {
                 seq.serialize_element(&DecisionEntry::new(item, o))?;
             }
         }
@@ -485,7 +485,7 @@ fn answer(
             rule,
             cost,
             capacity,
-            check: Some(check),
+            item: Some(check),
         } if *check < items.len() => {
             return invalid(
                 StatusCode::BAD_REQUEST,
@@ -604,7 +604,7 @@ mod tests {
                 rule: "a".into(),
                 cost: 5,
                 capacity: 1,
-                check: None,
+                item: None,
             },
             vec![],
         );
@@ -630,7 +630,7 @@ mod tests {
             decision: d,
             shadow,
             policy_item: None,
-            check,
+            item: check,
             scheduled_at: None,
         };
         let items = [item(), item()];

@@ -7,4 +7,4 @@ pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
 pub(crate) const MAX_KEY_BYTES: usize = 256;
 
 /// Most descriptors in one `/v1/check` request.
-pub(crate) const MAX_DESCRIPTORS: usize = 16;
+pub(crate) const MAX_CHECK_DESCRIPTORS: usize = 16;

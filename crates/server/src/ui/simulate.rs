@@ -133,7 +133,7 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
     let Ok(permit) = IN_FLIGHT.try_acquire() else {
         return busy();
     };
-    let in_flight = Slot::new(permit);
+    let in_flight = RunPermit::new(permit);
     // A body sent slowly would hold the slot as long as its sender likes.
     let body = tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(request, &state)).await;
     let Ok(body) = body else {
@@ -229,20 +229,20 @@ const ANSWER_CHUNK_BYTES: usize = 64 * 1024;
 /// the last chunk is taken or the connection is gone (the body is dropped either way).
 struct Answer {
     rest: Bytes,
-    _slot: Slot,
+    _slot: RunPermit,
 }
 
 /// An in-flight slot, counted in the gauge `floodgate_simulations_in_flight` while held.
-struct Slot(#[allow(dead_code)] SemaphorePermit<'static>);
+struct RunPermit(#[allow(dead_code)] SemaphorePermit<'static>);
 
-impl Slot {
+impl RunPermit {
     fn new(permit: SemaphorePermit<'static>) -> Self {
         metrics::gauge!("floodgate_simulations_in_flight").increment(1.0);
         Self(permit)
     }
 }
 
-impl Drop for Slot {
+impl Drop for RunPermit {
     fn drop(&mut self) {
         metrics::gauge!("floodgate_simulations_in_flight").decrement(1.0);
     }
