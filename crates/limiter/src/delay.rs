@@ -49,13 +49,13 @@ impl Delays {
     }
 
     /// A slot, unless `max` are taken.
-    pub(crate) fn take(self: &Arc<Self>) -> Option<Slot> {
+    pub(crate) fn take(self: &Arc<Self>) -> Option<DelaySlot> {
         self.slots
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.max).then_some(n + 1)
             })
             .ok()
-            .map(|_| Slot {
+            .map(|_| DelaySlot {
                 delays: Arc::clone(self),
                 holding: false,
             })
@@ -64,13 +64,13 @@ impl Delays {
 
 /// One taken slot of [`Delays`], given back on drop.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(crate) struct DelaySlot {
     delays: Arc<Delays>,
     /// Counted in `holding` and the `floodgate_requests_waiting` gauge.
     holding: bool,
 }
 
-impl Slot {
+impl DelaySlot {
     pub(crate) fn hold(&mut self) {
         self.holding = true;
         self.delays.holding.fetch_add(1, Ordering::Relaxed);
@@ -78,7 +78,7 @@ impl Slot {
     }
 }
 
-impl Drop for Slot {
+impl Drop for DelaySlot {
     fn drop(&mut self) {
         if self.holding {
             self.delays.holding.fetch_sub(1, Ordering::Relaxed);

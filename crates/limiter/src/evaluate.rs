@@ -146,7 +146,7 @@ pub(crate) async fn evaluate<S: Store>(
                         decision,
                         shadow: false,
                         policy_item,
-                        check: index,
+                        item: index,
                         scheduled_at: scheduled.get(position).copied(),
                     });
                 }
@@ -164,7 +164,7 @@ pub(crate) async fn evaluate<S: Store>(
                     rule,
                     cost,
                     capacity,
-                    check: None,
+                    item: None,
                 };
             }
             Err(error) => {
@@ -226,7 +226,7 @@ pub(crate) async fn evaluate<S: Store>(
                     decision,
                     shadow: true,
                     policy_item: None,
-                    check: index,
+                    item: index,
                     scheduled_at: None,
                 });
             }
@@ -244,7 +244,7 @@ pub(crate) async fn evaluate<S: Store>(
     }
     if any_shadow {
         // Outcomes in plan order (enforcing and shadow items interleave in it).
-        outcomes.sort_by_key(|o| o.check);
+        outcomes.sort_by_key(|o| o.item);
     }
 
     // A reservation with nothing to enforce (no rule applied, or only shadow rules) is
@@ -310,7 +310,7 @@ fn refused(set: &RuleSet, refusal: &Refusal, consume: bool) -> Action {
                 rule: rule.name.to_string(),
                 cost: *cost,
                 capacity: *capacity,
-                check: refusal.check,
+                item: refusal.item,
             }
         }
     }

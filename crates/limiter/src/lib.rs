@@ -56,6 +56,7 @@ mod path;
 mod plan;
 mod reservation;
 mod rule;
+mod small_list;
 mod verdict;
 
 pub use delay::DEFAULT_MAX_DELAYED;
@@ -72,6 +73,7 @@ pub use reservation::{Claim, Reservation, ReservedItem, SettleError, SettledItem
 pub use rule::{
     parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,
 };
+pub use small_list::SmallList;
 pub use verdict::{
     enforced_quota, most_restrictive, most_restrictive_of, retry_after_secs, Action, Mode,
     RuleOutcome, Verdict,

@@ -8,7 +8,7 @@ use arc_swap::ArcSwap;
 use floodgate_store::{SettleItem, Store, StoreError};
 use http::{HeaderMap, Request};
 
-use crate::delay::{count_delayed, DelayTimer, Delays, Slot, DEFAULT_MAX_DELAYED};
+use crate::delay::{count_delayed, DelaySlot, DelayTimer, Delays, DEFAULT_MAX_DELAYED};
 use crate::evaluate::{count_store_error, evaluate, log_store_failure, DenialObserver};
 use crate::plan::Plan;
 use crate::reservation::{same_policy, Reservation, SettleError, SettledItem};
@@ -96,6 +96,8 @@ pub struct RateLimiter<S> {
     delays: Arc<Delays>,
 }
 
+/// A clone copies four reference-counted pointers (store, rules, denial observer, delay
+/// queue): it shares all of them with the original.
 impl<S> Clone for RateLimiter<S> {
     fn clone(&self) -> Self {
         Self {
@@ -363,7 +365,7 @@ struct Held<S: Store> {
     /// `None` once the slot came (the units are used).
     reservation: Option<Reservation>,
     /// Given back (the gauge and the bound) when this is dropped.
-    _slot: Slot,
+    _slot: DelaySlot,
 }
 
 impl<S: Store> Held<S> {

@@ -8,6 +8,7 @@ use http::HeaderMap;
 use crate::key::KeyContext;
 use crate::metrics::Outcome;
 use crate::rule::{CostError, RuleSet};
+use crate::small_list::SmallList;
 
 /// The per-request work decided before talking to the store: which rules apply, with which key
 /// and cost. Owns everything it needs, so the store call borrows nothing from the request.
@@ -17,7 +18,8 @@ use crate::rule::{CostError, RuleSet};
 #[derive(Debug, Clone)]
 pub struct Plan {
     rules: Arc<RuleSet>,
-    checks: Checks,
+    /// The usual request meets at most one rule: kept inline (no `Vec`).
+    checks: SmallList<PlannedCheck>,
     /// The first item whose cost is refused before the store is asked.
     pub(crate) refusal: Option<Refusal>,
     /// The longest the caller can wait for the answer ([`Plan::limit_delay`]).
@@ -32,7 +34,7 @@ pub(crate) struct Refusal {
     /// The rule (a position in the rule set).
     pub(crate) rule: usize,
     /// The item, for explicit items.
-    pub(crate) check: Option<usize>,
+    pub(crate) item: Option<usize>,
     /// What was wrong.
     pub(crate) error: CostRefusal,
 }
@@ -49,36 +51,6 @@ pub(crate) enum CostRefusal {
     ExceedsCapacity { cost: u64, capacity: u64 },
 }
 
-/// The planned checks: the usual request meets at most one rule, kept inline (no `Vec`).
-#[derive(Debug, Clone, Default)]
-enum Checks {
-    #[default]
-    None,
-    One([PlannedCheck; 1]),
-    Many(Vec<PlannedCheck>),
-}
-
-impl Checks {
-    fn push(&mut self, check: PlannedCheck) {
-        *self = match std::mem::take(self) {
-            Checks::None => Checks::One([check]),
-            Checks::One([first]) => Checks::Many(vec![first, check]),
-            Checks::Many(mut many) => {
-                many.push(check);
-                Checks::Many(many)
-            }
-        };
-    }
-
-    fn as_slice(&self) -> &[PlannedCheck] {
-        match self {
-            Checks::None => &[],
-            Checks::One(one) => one,
-            Checks::Many(many) => many,
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 pub(crate) struct PlannedCheck {
     pub(crate) rule: usize,
@@ -92,7 +64,7 @@ impl Plan {
     pub fn new(rules: Arc<RuleSet>) -> Self {
         Self {
             rules,
-            checks: Checks::None,
+            checks: SmallList::Empty,
             refusal: None,
             delay_limit: None,
             blocked: Vec::new(),
@@ -100,26 +72,48 @@ impl Plan {
     }
 
     /// Adds a check of `cost` units on `key` (the store key, used as it is: encode client
-    /// input with [`crate::encode_key`]) for rule `rule`, a position in the plan's
+    /// input with [`crate::encode_key`]) for the rule at `rule_index`, its position in the plan's
     /// [`RuleSet::rules`]. Items are decided in the order they are pushed (enforcing items as
-    /// one all-or-nothing batch); [`RuleOutcome::check`](crate::RuleOutcome::check) is an item's position.
+    /// one all-or-nothing batch); [`RuleOutcome::item`](crate::RuleOutcome::item) is an item's position.
     ///
     /// A cost above the rule's capacity refuses the whole plan
     /// ([`Action::CostExceedsCapacity`](crate::Action::CostExceedsCapacity) naming this item) before anything is charged.
     ///
     /// # Panics
-    /// When `rule` is not a position in the plan's rules.
-    pub fn push(&mut self, rule: usize, key: String, cost: u64) {
+    /// When `rule_index` is not a position in the plan's rules.
+    pub fn push(&mut self, rule_index: usize, key: String, cost: u64) {
+        let rule = rule_index;
         assert!(rule < self.rules.rules.len(), "no rule at position {rule}");
         let capacity = self.rules.rules[rule].policy.capacity();
         if cost > capacity && self.refusal.is_none() {
             self.refusal = Some(Refusal {
                 rule,
-                check: Some(self.len()),
+                item: Some(self.len()),
                 error: CostRefusal::ExceedsCapacity { cost, capacity },
             });
         }
         self.checks.push(PlannedCheck { rule, key, cost });
+    }
+
+    /// Whether item `item` together with the earlier items of the same rule and key costs
+    /// more than the rule's capacity: `Some((together, capacity))` when there are such
+    /// earlier items and the sum (theirs and this item's cost) is above it. Items of one rule
+    /// and key are decided in order, each seeing the earlier ones' consumption, so such a
+    /// plan could never be admitted (the store refuses it too, naming the whole group); a
+    /// decision API calls this after each [`Plan::push`] to name the item that does not fit.
+    /// `None` for an item alone on its rule and key (its own cost is [`Plan::push`]'s) and
+    /// for a position past the end.
+    pub fn over_capacity_with_earlier(&self, item: usize) -> Option<(u64, u64)> {
+        let checks: &[PlannedCheck] = &self.checks;
+        let this = checks.get(item)?;
+        let before: u64 = checks[..item]
+            .iter()
+            .filter(|o| o.rule == this.rule && o.key == this.key)
+            .map(|o| o.cost)
+            .sum();
+        let capacity = self.rules.rules[this.rule].policy.capacity();
+        let together = before.saturating_add(this.cost);
+        (before > 0 && together > capacity).then_some((together, capacity))
     }
 
     /// The longest the plan's request may be held in the delay mode, in microseconds: the
@@ -134,7 +128,6 @@ impl Plan {
         }
         let rules = &self.rules.rules;
         self.checks
-            .as_slice()
             .iter()
             .map(|c| &rules[c.rule])
             .filter(|rule| !rule.shadow)
@@ -160,12 +153,12 @@ impl Plan {
 
     /// Number of rules that will be checked.
     pub fn len(&self) -> usize {
-        self.checks.as_slice().len()
+        self.checks.len()
     }
 
     /// Whether no rule applies.
     pub fn is_empty(&self) -> bool {
-        self.checks.as_slice().is_empty()
+        self.checks.is_empty()
     }
 
     /// [`RateLimiter::plan`](crate::RateLimiter::plan) with `rules`.
@@ -176,7 +169,7 @@ impl Plan {
         headers: &HeaderMap,
         extensions: &http::Extensions,
     ) -> Plan {
-        let mut checks = Checks::None;
+        let mut checks = SmallList::Empty;
         let mut refusal = None;
         let mut client = None;
         let mut client_addr = None;
@@ -189,7 +182,7 @@ impl Plan {
             if let Some(header) = rule.key.repeated_header(headers) {
                 refusal.get_or_insert(Refusal {
                     rule: index,
-                    check: None,
+                    item: None,
                     error: CostRefusal::AmbiguousKey(header.clone()),
                 });
                 continue;
@@ -207,7 +200,7 @@ impl Plan {
                     // app is served without one, which must be loud, not "nothing limited".
                     refusal.get_or_insert(Refusal {
                         rule: index,
-                        check: None,
+                        item: None,
                         error: CostRefusal::NoClientAddress,
                     });
                     continue;
@@ -231,7 +224,7 @@ impl Plan {
                     Err(error) => {
                         refusal.get_or_insert(Refusal {
                             rule: index,
-                            check: None,
+                            item: None,
                             error: match error {
                                 CostError::Invalid { header } => CostRefusal::Invalid(header),
                                 CostError::ExceedsCapacity { cost, capacity, .. } => {
@@ -277,6 +270,6 @@ impl Plan {
 
     /// The planned items, in order.
     pub(crate) fn checks(&self) -> &[PlannedCheck] {
-        self.checks.as_slice()
+        &self.checks
     }
 }

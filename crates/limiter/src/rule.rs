@@ -105,7 +105,7 @@ pub struct Matcher {
     /// `/apix`; a prefix ending in `/` matches anything below it.
     ///
     /// Both the request path and the prefix are compared in their canonical form
-    /// ([`canonical_path`](crate::canonical_path): percent-decoded once, repeated `/` collapsed, `.` and
+    /// ([`canonical_path`]: percent-decoded once, repeated `/` collapsed, `.` and
     /// `..` resolved), so `/x/../api/a`, `/%61pi/a`, `//api/a` and `/api%2Fa` all match `/api`.
     /// The canonical form is only used for matching; the request is passed on unchanged.
     pub path_prefix: Option<String>,

@@ -26,9 +26,9 @@ pub enum Action {
         cost: u64,
         /// The rule's capacity.
         capacity: u64,
-        /// The item that asked for it, when it was one alone ([`RuleOutcome::check`]'s
+        /// The item that asked for it, when it was one alone ([`RuleOutcome::item`]'s
         /// numbering); `None` when several items of one rule and key together exceed it.
-        check: Option<usize>,
+        item: Option<usize>,
     },
     /// `rule` counts by client IP but the request has no peer address (the app is served
     /// without one): answer 500 (`floodgate_tower::response::no_client_address`); nothing was charged. A setup
@@ -75,7 +75,7 @@ pub struct RuleOutcome {
     pub policy_item: Option<HeaderValue>,
     /// The position of the decided item in its [`Plan`](crate::Plan) (for a request plan,
     /// among the rules that applied; for explicit items, the order they were pushed).
-    pub check: usize,
+    pub item: usize,
     /// For an enforcing item of a granted [`Mode::Reserve`] evaluation: the time (microseconds
     /// since the Unix epoch) its units were reserved for, which a settle passes back
     /// ([`floodgate_store::SettleItem::scheduled_at`]). `None` otherwise.
@@ -87,7 +87,7 @@ pub struct RuleOutcome {
 pub struct Verdict {
     /// What to do.
     pub action: Action,
-    /// One outcome per item that was decided, in plan order ([`RuleOutcome::check`]). Empty
+    /// One outcome per item that was decided, in plan order ([`RuleOutcome::item`]). Empty
     /// when no rule applied or the store failed; a shadow item whose store call failed has
     /// none.
     pub outcomes: Vec<RuleOutcome>,
@@ -118,7 +118,33 @@ impl Verdict {
         self.outcomes
             .iter()
             .filter(move |o| granted && !o.shadow)
-            .filter_map(|o| Some((o.check, o.scheduled_at?)))
+            .filter_map(|o| Some((o.item, o.scheduled_at?)))
+    }
+
+    /// Whether every enforcing (non-shadow) outcome allowed the request: the `allowed` of a
+    /// decision API's answer (also for a peek, whose action is never a denial). True when no
+    /// enforcing outcome exists.
+    pub fn outcomes_allow(&self) -> bool {
+        self.outcomes
+            .iter()
+            .filter(|o| !o.shadow)
+            .all(|o| o.decision.allowed)
+    }
+
+    /// The outcome that binds the request, the one a decision API repeats at the top level:
+    /// when [`outcomes_allow`](Self::outcomes_allow), the enforcing outcome with the fewest
+    /// units remaining (the first outcome when none enforces); otherwise the
+    /// [`most_restrictive`] denying one. `None` without outcomes.
+    pub fn binding_outcome(&self) -> Option<&RuleOutcome> {
+        if self.outcomes_allow() {
+            self.outcomes
+                .iter()
+                .filter(|o| !o.shadow)
+                .min_by_key(|o| o.decision.remaining)
+                .or(self.outcomes.first())
+        } else {
+            most_restrictive_of(self.outcomes.iter())
+        }
     }
 }
 

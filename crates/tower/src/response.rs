@@ -65,12 +65,25 @@ pub const PROBLEM_NO_CLIENT_ADDRESS: &str = "urn:floodgate:problem:no-client-add
 /// key), 503 ([`service_unavailable`]) or the 400/500 of a refusal ([`cost_exceeds_capacity`],
 /// [`invalid_cost`], [`no_client_address`], [`ambiguous_key`]).
 pub fn for_verdict(verdict: &Verdict) -> Option<Response<Bytes>> {
+    for_verdict_denying_with(verdict, StatusCode::TOO_MANY_REQUESTS)
+}
+
+/// [`for_verdict`], but a denial is answered with `deny_status` (forward-auth's configurable
+/// status, e.g. 403) instead of 429, in the status line and in the problem body's `status` and
+/// `title`, which RFC 9457 (section 3.1.4) wants to agree with it; the headers and the rest
+/// of the body are those of the 429.
+pub fn for_verdict_denying_with(
+    verdict: &Verdict,
+    deny_status: StatusCode,
+) -> Option<Response<Bytes>> {
     match &verdict.action {
         Action::Admit => None,
-        Action::Deny if verdict.store_full == Some(OnFull::Reject) => {
-            Some(store_full(&verdict.outcomes))
-        }
-        Action::Deny => Some(too_many_requests(&verdict.outcomes)),
+        Action::Deny if verdict.store_full == Some(OnFull::Reject) => Some(deny(
+            &verdict.outcomes,
+            Some(STORE_FULL_DETAIL),
+            deny_status,
+        )),
+        Action::Deny => Some(deny(&verdict.outcomes, None, deny_status)),
         Action::Unavailable => Some(service_unavailable(1)),
         Action::CostExceedsCapacity {
             rule,
@@ -172,8 +185,12 @@ fn exact(mut buf: Vec<u8>) -> Bytes {
 /// [`apply_headers`] and a problem body naming the [`most_restrictive`] denying rule. If no
 /// non-shadow outcome is denied the body names no rule (callers only call this on a denial).
 pub fn too_many_requests(outcomes: &[RuleOutcome]) -> Response<Bytes> {
-    deny(outcomes, None)
+    deny(outcomes, None, StatusCode::TOO_MANY_REQUESTS)
 }
+
+/// The detail of [`store_full`].
+const STORE_FULL_DETAIL: &str =
+    "the rate limiter is tracking as many clients as it can; try again later";
 
 /// `429` for a request refused because the store holds as many keys as it may and this
 /// client's key is new ([`OnFull::Reject`]): same headers as
@@ -181,15 +198,18 @@ pub fn too_many_requests(outcomes: &[RuleOutcome]) -> Response<Bytes> {
 pub fn store_full(outcomes: &[RuleOutcome]) -> Response<Bytes> {
     deny(
         outcomes,
-        Some("the rate limiter is tracking as many clients as it can; try again later"),
+        Some(STORE_FULL_DETAIL),
+        StatusCode::TOO_MANY_REQUESTS,
     )
 }
 
-fn deny(outcomes: &[RuleOutcome], detail: Option<&str>) -> Response<Bytes> {
+/// A denial answered with `status` (429, or forward-auth's own): the title names the status
+/// sent (RFC 9457 section 3.1.3: the type still says rate-limited).
+fn deny(outcomes: &[RuleOutcome], detail: Option<&str>, status: StatusCode) -> Response<Bytes> {
     let mut body = serde_json::json!({
         "type": PROBLEM_RATE_LIMITED,
-        "title": "Too Many Requests",
-        "status": 429,
+        "title": status.canonical_reason().unwrap_or("Too Many Requests"),
+        "status": status.as_u16(),
     });
     if let Some(o) = most_restrictive(outcomes) {
         body["detail"] = match detail {
@@ -201,7 +221,7 @@ fn deny(outcomes: &[RuleOutcome], detail: Option<&str>) -> Response<Bytes> {
     } else {
         body["detail"] = "rate limit exceeded".into();
     }
-    let mut response = problem_response(StatusCode::TOO_MANY_REQUESTS, &body);
+    let mut response = problem_response(status, &body);
     apply_headers(response.headers_mut(), outcomes);
     response
 }
@@ -306,7 +326,7 @@ mod tests {
             decision,
             shadow: false,
             policy_item: None,
-            check: 0,
+            item: 0,
             scheduled_at: None,
         }
     }
@@ -454,5 +474,31 @@ mod tests {
         let r = service_unavailable(0);
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn a_denial_sent_as_403_says_403_in_its_body_too() {
+        let verdict = Verdict {
+            action: Action::Deny,
+            outcomes: vec![outcome("a", "1/s", denied(3_000_000))],
+            store_error: None,
+            store_full: None,
+            wait: None,
+        };
+        let r = for_verdict_denying_with(&verdict, StatusCode::FORBIDDEN).unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert_eq!(r.headers()["retry-after"], "3");
+        let body: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
+        assert_eq!(
+            (body["status"].as_u64(), body["title"].as_str()),
+            (Some(403), Some("Forbidden"))
+        );
+        // The rest is the 429's.
+        let usual = for_verdict(&verdict).unwrap();
+        let mut usual_body: serde_json::Value = serde_json::from_slice(usual.body()).unwrap();
+        usual_body["status"] = 403.into();
+        usual_body["title"] = "Forbidden".into();
+        assert_eq!(body, usual_body);
+        assert_eq!(r.headers(), usual.headers());
     }
 }

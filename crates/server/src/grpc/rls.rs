@@ -52,7 +52,7 @@ use crate::state::AppState;
 pub(crate) const METHOD: &str = "ShouldRateLimit";
 
 /// Most descriptors in one request.
-pub(crate) const MAX_DESCRIPTORS: usize = 64;
+pub(crate) const MAX_RLS_DESCRIPTORS: usize = 64;
 
 /// Most entries in one descriptor.
 const MAX_ENTRIES: usize = 32;
@@ -104,7 +104,7 @@ fn status_label(code: tonic::Code) -> &'static str {
 
 /// What one descriptor selected.
 #[derive(Debug, Clone)]
-enum Slot {
+enum Selected {
     /// Nothing (unknown domain, no match, or replaced): `OK` without a limit.
     Free,
     /// `unlimited: true`.
@@ -147,10 +147,10 @@ fn validate(request: &RateLimitRequest) -> Result<(), Status> {
     if request.domain.is_empty() {
         return Err(invalid("domain", "rate limit domain must not be empty"));
     }
-    if request.descriptors.is_empty() || request.descriptors.len() > MAX_DESCRIPTORS {
+    if request.descriptors.is_empty() || request.descriptors.len() > MAX_RLS_DESCRIPTORS {
         return Err(invalid(
             "descriptors",
-            format!("must hold between 1 and {MAX_DESCRIPTORS} descriptors"),
+            format!("must hold between 1 and {MAX_RLS_DESCRIPTORS} descriptors"),
         ));
     }
     for (i, d) in request.descriptors.iter().enumerate() {
@@ -203,7 +203,7 @@ fn plan(
     config: &Config,
     rules: &Arc<RuleSet>,
     request: &RateLimitRequest,
-) -> Result<(Vec<Slot>, Plan), Status> {
+) -> Result<(Vec<Selected>, Plan), Status> {
     let index = &config.descriptors;
     let mut leaves: Vec<Option<(Leaf, u64, CostField)>> =
         Vec::with_capacity(request.descriptors.len());
@@ -280,8 +280,8 @@ fn plan(
     let mut slots = Vec::with_capacity(leaves.len());
     for (d, leaf) in request.descriptors.iter().zip(&leaves) {
         let slot = match leaf {
-            None => Slot::Free,
-            Some((Leaf::Unlimited { .. }, _, _)) => Slot::Unlimited,
+            None => Selected::Free,
+            Some((Leaf::Unlimited { .. }, _, _)) => Selected::Unlimited,
             Some((
                 Leaf::Blocked {
                     name,
@@ -293,10 +293,10 @@ fn plan(
                 _,
             )) => {
                 if is_replaced(limit_name.as_ref()) {
-                    Slot::Free
+                    Selected::Free
                 } else {
                     plan.block(Arc::from(name.as_str()));
-                    Slot::Blocked {
+                    Selected::Blocked {
                         name: name.clone(),
                         period: *period,
                     }
@@ -306,12 +306,12 @@ fn plan(
                 let rule = &config.rules[*r];
                 let name = rule.descriptor.as_ref().and_then(|d| d.limit_name.as_ref());
                 if is_replaced(name) {
-                    Slot::Free
+                    Selected::Free
                 } else {
                     // A cost above the capacity is refused (and counted) by the limiter.
                     let item = plan.len();
                     plan.push(*r, descriptor_key(&request.domain, d), *cost);
-                    Slot::Item {
+                    Selected::Item {
                         rule: *r,
                         item,
                         field: *field,
@@ -386,7 +386,7 @@ fn current_limit(name: &str, quota: &Quota) -> RateLimit {
 
 fn answer(
     rules: &RuleSet,
-    slots: &[Slot],
+    slots: &[Selected],
     verdict: &Verdict,
     blocked: bool,
 ) -> Result<RateLimitResponse, Status> {
@@ -401,13 +401,15 @@ fn answer(
             rule,
             cost,
             capacity,
-            check: Some(check),
+            item: Some(check),
         } => {
             let (i, field) = slots
                 .iter()
                 .enumerate()
                 .find_map(|(i, s)| match s {
-                    Slot::Item { item, field, .. } if item == check => Some((i, field.to_string())),
+                    Selected::Item { item, field, .. } if item == check => {
+                        Some((i, field.to_string()))
+                    }
                     _ => None,
                 })
                 .unwrap_or((0, "descriptors".to_string()));
@@ -423,7 +425,7 @@ fn answer(
             rule,
             cost,
             capacity,
-            check: None,
+            item: None,
         } => {
             return Err(invalid(
                 "descriptors",
@@ -441,33 +443,31 @@ fn answer(
         // Refusals of request-derived plans (a descriptor plan has none); answered whole.
         other => return Err(Status::internal(format!("refused: {other:?}"))),
     }
-    let outcome_of = |item: usize| verdict.outcomes.iter().find(|o| o.check == item);
-    let mut over = verdict.action == Action::Deny;
+    let outcome_of = |item: usize| verdict.outcomes.iter().find(|o| o.item == item);
+    // A matched block list entry makes the engine's verdict a denial (and the engine counts it).
+    let over = verdict.action == Action::Deny;
     let statuses = slots
         .iter()
         .map(|slot| match slot {
-            Slot::Free => DescriptorStatus {
+            Selected::Free => DescriptorStatus {
                 code: Code::Ok as i32,
                 ..DescriptorStatus::default()
             },
-            Slot::Unlimited => DescriptorStatus {
+            Selected::Unlimited => DescriptorStatus {
                 code: Code::Ok as i32,
                 limit_remaining: u32::MAX,
                 ..DescriptorStatus::default()
             },
-            Slot::Blocked { name, period } => {
-                over = true;
-                DescriptorStatus {
-                    code: Code::OverLimit as i32,
-                    current_limit: Some(RateLimit {
-                        name: name.clone(),
-                        requests_per_unit: 0,
-                        unit: unit_of(*period) as i32,
-                    }),
-                    ..DescriptorStatus::default()
-                }
-            }
-            Slot::Item { rule, item, .. } => match outcome_of(*item) {
+            Selected::Blocked { name, period } => DescriptorStatus {
+                code: Code::OverLimit as i32,
+                current_limit: Some(RateLimit {
+                    name: name.clone(),
+                    requests_per_unit: 0,
+                    unit: unit_of(*period) as i32,
+                }),
+                ..DescriptorStatus::default()
+            },
+            Selected::Item { rule, item, .. } => match outcome_of(*item) {
                 Some(o) => status(o),
                 // The store failed and the rule fails open: no decision was computed.
                 None => DescriptorStatus {

@@ -14,10 +14,13 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use floodgate_store::Store;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, StatusCode};
 use serde_json::json;
 
-use super::{invalid, problem, QueryParams, MAX_KEY_BYTES};
+use super::auth::authorize_admin as authorize;
+use super::bounds::MAX_KEY_BYTES;
+use super::problem::{invalid, problem};
+use super::query::QueryParams;
 use crate::state::AppState;
 
 /// Longest accepted `?encoded=true` store key, in bytes: a client key of [`MAX_KEY_BYTES`]
@@ -151,7 +154,7 @@ fn locate(
     encoded: bool,
 ) -> Result<(Arc<crate::config::Config>, usize, String), Response> {
     let Some((config, index)) = state.rule(rule) else {
-        return Err(super::unknown_rule("rule", rule));
+        return Err(super::problem::unknown_rule("rule", rule));
     };
     let max = if encoded {
         MAX_ENCODED_KEY_BYTES
@@ -166,7 +169,7 @@ fn locate(
         ));
     }
     let store_key = if !encoded {
-        super::api::client_key(key)
+        super::body::client_key(key)
     } else if crate::ui::denied_keys::DeniedKeys::is_shown_form(key) {
         resolve_shown(state, rule, key)?
     } else {
@@ -206,100 +209,5 @@ fn resolve_shown(state: &AppState, rule: &str, shown: &str) -> Result<String, Re
             format!("key: several held keys of rule {rule:?} are shown as {shown:?}"),
             Some(("field", "key".into())),
         )),
-    }
-}
-
-/// `Ok` when the request carries the configured admin token. 404 when no token is configured
-/// (the admin API is off), 401 without credentials, 403 with a wrong token.
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
-    let Some(token) = state.admin_token() else {
-        return Err(problem(
-            StatusCode::NOT_FOUND,
-            "urn:floodgate:problem:admin-disabled",
-            "Not Found",
-            "the admin API is disabled: set [server] admin_token or FLOODGATE_ADMIN_TOKEN",
-            None,
-        ));
-    };
-    check_bearer(headers, &token, "admin token")
-}
-
-/// `Ok` when `headers` carry `Authorization: Bearer <expected>` (compared in constant time);
-/// 401 with `WWW-Authenticate: Bearer` without credentials, 403 with a wrong token. `what`
-/// names the token in the answer (`admin token`, `API token`).
-pub(super) fn check_bearer(
-    headers: &HeaderMap,
-    expected: &str,
-    what: &str,
-) -> Result<(), Response> {
-    let given = headers
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token);
-    match given {
-        None => {
-            let mut r = problem(
-                StatusCode::UNAUTHORIZED,
-                "urn:floodgate:problem:unauthorized",
-                "Unauthorized",
-                format!("send Authorization: Bearer <{what}>"),
-                None,
-            );
-            r.headers_mut().insert(
-                http::header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer"),
-            );
-            Err(r)
-        }
-        Some(given) if constant_time_eq(given.as_bytes(), expected.as_bytes()) => Ok(()),
-        Some(_) => Err(problem(
-            StatusCode::FORBIDDEN,
-            "urn:floodgate:problem:forbidden",
-            "Forbidden",
-            format!("wrong {what}"),
-            None,
-        )),
-    }
-}
-
-/// The token of an `Authorization: Bearer <token>` value. The scheme is case-insensitive
-/// (RFC 9110 section 11.1; RFC 6750 names it `Bearer`), and spaces around the token are
-/// ignored.
-pub(super) fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim_start().split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
-/// Compares without an early exit on the first differing byte, so response time does not tell
-/// how much of a guessed token was right.
-pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{bearer_token, constant_time_eq};
-
-    #[test]
-    fn bearer_scheme_is_case_insensitive() {
-        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
-        assert_eq!(bearer_token("bearer abc"), Some("abc"));
-        assert_eq!(bearer_token("BEARER   abc  "), Some("abc"));
-        assert_eq!(bearer_token("Basic abc"), None);
-        assert_eq!(bearer_token("Bearer"), None);
-        assert_eq!(bearer_token("Bearer "), None);
-        assert_eq!(bearer_token("Bearerabc"), None);
-    }
-
-    #[test]
-    fn token_comparison() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
-        assert!(constant_time_eq(b"", b""));
     }
 }

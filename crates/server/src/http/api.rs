@@ -40,17 +40,20 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
-use floodgate_tower::response::{apply_headers_of, most_restrictive_of};
+use floodgate_limiter::SmallList;
+use floodgate_tower::response::apply_headers_of;
 use floodgate_tower::{Action, Mode, Plan, RuleOutcome, RuleSet, Verdict};
 use http::StatusCode;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{invalid, MAX_BODY_BYTES, MAX_DESCRIPTORS, MAX_KEY_BYTES};
+use super::auth::authorize_api as authorize;
+use super::body::{client_key, not_null, parse_json, read_json, whole_number};
+use super::bounds::{MAX_BODY_BYTES, MAX_CHECK_DESCRIPTORS, MAX_KEY_BYTES};
+use super::problem::invalid;
 use crate::config::MAX_COST;
 use crate::state::AppState;
 
@@ -73,16 +76,6 @@ pub(super) struct CheckRequest<'a> {
     /// `/v1/check` only: answer a granted reservation with a token for `/v1/settle`.
     #[serde(default, deserialize_with = "not_null")]
     reserve: Option<bool>,
-}
-
-/// An optional member that, when present, must hold a value: `null` is a 400 naming the
-/// member (as any other wrong type), never the same as leaving it out.
-pub(super) fn not_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    T::deserialize(deserializer).map(Some)
 }
 
 #[derive(Debug, Deserialize)]
@@ -116,39 +109,6 @@ impl Item<'_> {
     }
 }
 
-/// A list holding the usual single element inline, without an allocation.
-#[derive(Debug)]
-enum OneOrMany<T> {
-    One([T; 1]),
-    Many(Vec<T>),
-}
-
-impl<T> std::ops::Deref for OneOrMany<T> {
-    type Target = [T];
-
-    fn deref(&self) -> &[T] {
-        match self {
-            OneOrMany::One(one) => one,
-            OneOrMany::Many(many) => many,
-        }
-    }
-}
-
-impl<T> std::ops::DerefMut for OneOrMany<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        match self {
-            OneOrMany::One(one) => one,
-            OneOrMany::Many(many) => many,
-        }
-    }
-}
-
-impl<T> From<Vec<T>> for OneOrMany<T> {
-    fn from(many: Vec<T>) -> Self {
-        OneOrMany::Many(many)
-    }
-}
-
 // The handlers take the request whole rather than a `HeaderMap` extractor, which would copy
 // every request header (callgrind: about 500 instructions per request) to read one.
 
@@ -160,15 +120,6 @@ pub(super) async fn check(State(state): State<Arc<AppState>>, request: Request) 
 /// `POST /v1/peek`.
 pub(super) async fn peek(State(state): State<Arc<AppState>>, request: Request) -> Response {
     handle(&state, request, false).await
-}
-
-/// With `[server] api_token` (or `--api-token`) set, the decision API answers only requests
-/// that carry it: anyone else could otherwise fill the store with junk keys.
-pub(super) fn authorize(state: &AppState, headers: &http::HeaderMap) -> Result<(), Response> {
-    match state.api_token() {
-        Some(token) => super::admin::check_bearer(headers, &token, "API token"),
-        None => Ok(()),
-    }
 }
 
 async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
@@ -225,18 +176,15 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
     // A reservation needs a token to be settled: none is reserved before the secret that
     // signs them is known (shared through the store, which has not answered yet).
     if reserve && !state.reservations.is_ready() {
-        return super::settle::secret_not_ready();
+        return super::token::secret_not_ready();
     }
     // The rules of the plan, kept for signing the reservation's policies.
     let signing = reserve.then(|| Arc::clone(&rules));
-    let items = match validate(&rules, request) {
+    let mut plan = Plan::new(rules);
+    let items = match validate(&mut plan, request) {
         Ok(items) => items,
         Err(response) => return response,
     };
-    let mut plan = Plan::new(rules);
-    for item in items.iter() {
-        plan.push(item.rule, client_key(&item.raw_key), item.cost);
-    }
     let mode = match (consume, max_wait, reserve) {
         (false, _, _) => Mode::Peek,
         (true, None, false) => Mode::Check,
@@ -257,12 +205,12 @@ fn reservation_token(
     items: &[Item<'_>],
     verdict: &Verdict,
 ) -> Option<(String, u64)> {
-    let reserved: Vec<super::settle::PayloadItem> = verdict
+    let reserved: Vec<super::token::PayloadItem> = verdict
         .reserved()
         .filter_map(|(check, at)| {
             let item = items.get(check)?;
             let rule = rules.rules.get(item.rule)?;
-            Some(super::settle::PayloadItem::new(
+            Some(super::token::PayloadItem::new(
                 &rule.name,
                 &rule.policy,
                 &item.raw_key,
@@ -300,92 +248,12 @@ fn max_wait(value: Option<&serde_json::Number>, consume: bool) -> Result<Option<
         .map_err(bad)
 }
 
-/// A JSON number that must be a whole number from 0 to `max` (`what`: "whole number", or with
-/// its unit); the error says why, for a 400 naming the member.
-pub(super) fn whole_number(n: &serde_json::Number, max: u64, what: &str) -> Result<u64, String> {
-    match n.as_u64() {
-        Some(v) if v <= max => Ok(v),
-        _ => {
-            // `1.0` and `1e2` are numbers with a fraction or an exponent in JSON: say so.
-            let hint = if n.is_f64() {
-                " written without a fraction or exponent"
-            } else {
-                ""
-            };
-            Err(format!(
-                "must be a {what} between 0 and {max}{hint}, got {n}"
-            ))
-        }
-    }
-}
-
-/// Reads a JSON body of at most [`MAX_BODY_BYTES`]; errors name the field at fault.
-pub(super) fn read_json<T: serde::de::DeserializeOwned>(
-    body: Result<Bytes, BytesRejection>,
-) -> Result<T, Response> {
-    let bytes = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            invalid(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body",
-                format!("must be at most {MAX_BODY_BYTES} bytes"),
-            )
-        } else {
-            invalid(rejection.status(), "body", rejection.body_text())
-        }
-    })?;
-    if bytes.len() > MAX_BODY_BYTES {
-        return Err(invalid(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body",
-            format!("must be at most {MAX_BODY_BYTES} bytes"),
-        ));
-    }
-    parse_json(&bytes)
-}
-
-/// Parses a JSON object into `T`, refusing what the typed request refuses: unknown and
-/// repeated members (`{"rule": "a", "rule": "b"}` is an error, never "the last one wins"), a
-/// body that is not an object, trailing data. Errors are 400 problems naming the field at fault
-/// (`body` for the syntax).
-pub(super) fn parse_json<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, Response> {
-    let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        // Valid JSON of another shape, or not JSON at all.
-        return Err(
-            match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
-                Ok(_) => bad("body", "invalid JSON: expected an object".into()),
-                Err(e) => bad("body", format!("invalid JSON: {e}")),
-            },
-        );
-    }
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let message = inner.to_string();
-        // A missing or repeated member is reported at its object; name the member itself.
-        let member = ["missing field `", "duplicate field `"]
-            .iter()
-            .find_map(|p| message.strip_prefix(p)?.split('`').next());
-        let field = match (member, path.as_str()) {
-            _ if inner.is_syntax() || inner.is_eof() => "body".to_string(),
-            (Some(m), ".") => m.to_string(),
-            (Some(m), at) => format!("{at}.{m}"),
-            (None, ".") => "body".to_string(),
-            (None, at) => at.to_string(),
-        };
-        bad(&field, format!("invalid JSON: {inner}"))
-    })?;
-    de.end()
-        .map_err(|e| bad("body", format!("invalid JSON: {e}")))?;
-    Ok(value)
-}
-
+/// Validates the request's items and adds them to `plan` (whose rules they name), in order.
 fn validate<'a>(
-    rules: &RuleSet,
+    plan: &mut Plan,
     request: CheckRequest<'a>,
-) -> Result<OneOrMany<Item<'a>>, Response> {
+) -> Result<SmallList<Item<'a>>, Response> {
+    let rules = Arc::clone(plan.rules());
     let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
     match request.descriptors {
         Some(list) => {
@@ -395,41 +263,33 @@ fn validate<'a>(
                     "give either rule/key/cost or descriptors, not both".into(),
                 ));
             }
-            if list.is_empty() || list.len() > MAX_DESCRIPTORS {
+            if list.is_empty() || list.len() > MAX_CHECK_DESCRIPTORS {
                 return Err(bad(
                     "descriptors",
-                    format!("must hold between 1 and {MAX_DESCRIPTORS} items"),
+                    format!("must hold between 1 and {MAX_CHECK_DESCRIPTORS} items"),
                 ));
             }
             let mut items: Vec<Item<'a>> = Vec::with_capacity(list.len());
             for (i, d) in list.into_iter().enumerate() {
-                let item = validate_one(rules, Some(i), d)?;
-                // Descriptors of one rule and key are decided in order, each seeing the earlier
-                // ones' consumption, so together they must fit the capacity too; refused here,
-                // naming the descriptor that does not fit (the store would name its internal
-                // state id).
-                let before: u64 = items
-                    .iter()
-                    .filter(|o| o.rule == item.rule && o.raw_key == item.raw_key)
-                    .map(|o| o.cost)
-                    .sum();
-                let capacity = rules.rules[item.rule].policy.capacity();
-                if before > 0 && before + item.cost > capacity {
+                let item = validate_one(&rules, Some(i), d)?;
+                plan.push(item.rule, client_key(&item.raw_key), item.cost);
+                // Descriptors of one rule and key that together never fit (the engine's
+                // check), named here by the descriptor that does not fit (the store would
+                // name the whole group).
+                if let Some((together, capacity)) = plan.over_capacity_with_earlier(i) {
                     return Err(bad(
                         &format!("descriptors[{i}].cost"),
                         format!(
-                            "the descriptors for rule {:?} and key {:?} cost {} together, above \
-                             the rule's capacity ({capacity} units at once): they could never \
-                             be admitted",
-                            &*rules.rules[item.rule].name,
-                            item.raw_key,
-                            before + item.cost
+                            "the descriptors for rule {:?} and key {:?} cost {together} \
+                             together, above the rule's capacity ({capacity} units at once): \
+                             they could never be admitted",
+                            &*rules.rules[item.rule].name, item.raw_key,
                         ),
                     ));
                 }
                 items.push(item);
             }
-            Ok(OneOrMany::Many(items))
+            Ok(SmallList::from(items))
         }
         None => {
             let rule = request
@@ -441,7 +301,9 @@ fn validate<'a>(
                 key,
                 cost: request.cost,
             };
-            Ok(OneOrMany::One([validate_one(rules, None, d)?]))
+            let item = validate_one(&rules, None, d)?;
+            plan.push(item.rule, client_key(&item.raw_key), item.cost);
+            Ok(SmallList::One([item]))
         }
     }
 }
@@ -460,7 +322,7 @@ fn validate_one<'a>(
     let bad = |name: &str, detail: String| invalid(StatusCode::BAD_REQUEST, &field(name), detail);
     let Some(rule) = rules.rules.iter().position(|r| *r.name == *d.rule) else {
         let known: Vec<&str> = rules.rules.iter().map(|r| &*r.name).collect();
-        return Err(super::unknown_rule_in_body(
+        return Err(super::problem::unknown_rule_in_body(
             &field("rule"),
             format!(
                 "unknown rule {:?}; configured rules: {}",
@@ -485,11 +347,6 @@ fn validate_one<'a>(
         cost,
         index,
     })
-}
-
-/// The store key of a client-supplied key (`key=<value>`, escaped by floodgate-tower's encoder).
-pub(super) fn client_key(raw: &str) -> String {
-    floodgate_tower::encode_key([("key", raw.as_bytes())])
 }
 
 /// Explains `store_full` in an answer: the denial (or untracked admission) is not the key's own
@@ -574,7 +431,7 @@ impl Serialize for Decisions<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut seq = serializer.serialize_seq(None)?;
         for o in self.outcomes {
-            if let Some(item) = self.items.get(o.check) {
+            if let Some(item) = self.items.get(o.item) {
                 seq.serialize_element(&DecisionEntry::new(item, o))?;
             }
         }
@@ -628,7 +485,7 @@ fn answer(
             rule,
             cost,
             capacity,
-            check: Some(check),
+            item: Some(check),
         } if *check < items.len() => {
             return invalid(
                 StatusCode::BAD_REQUEST,
@@ -642,7 +499,7 @@ fn answer(
         // Every other refusal is answered as the limiter words it.
         _ => {
             if let Some(refused) = floodgate_tower::response::for_verdict(verdict) {
-                return super::from_tower(refused);
+                return super::problem::from_tower(refused);
             }
         }
     }
@@ -654,19 +511,8 @@ fn answer(
             .into_response();
     }
     let outcomes = &verdict.outcomes;
-    let allowed = outcomes
-        .iter()
-        .filter(|o| !o.shadow)
-        .all(|o| o.decision.allowed);
-    let binding = if allowed {
-        outcomes
-            .iter()
-            .filter(|o| !o.shadow)
-            .min_by_key(|o| o.decision.remaining)
-            .or(outcomes.first())
-    } else {
-        most_restrictive_of(outcomes.iter())
-    };
+    let allowed = verdict.outcomes_allow();
+    let binding = verdict.binding_outcome();
     let body = Answer {
         allowed,
         binding,
@@ -758,7 +604,7 @@ mod tests {
                 rule: "a".into(),
                 cost: 5,
                 capacity: 1,
-                check: None,
+                item: None,
             },
             vec![],
         );
@@ -784,7 +630,7 @@ mod tests {
             decision: d,
             shadow,
             policy_item: None,
-            check,
+            item: check,
             scheduled_at: None,
         };
         let items = [item(), item()];

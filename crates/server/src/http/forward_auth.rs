@@ -43,7 +43,7 @@ use crate::state::AppState;
 pub(super) async fn forward_auth(
     State(state): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    query: super::QueryParams,
+    query: super::query::QueryParams,
     method: Method,
     headers: HeaderMap,
 ) -> Response {
@@ -52,7 +52,7 @@ pub(super) async fn forward_auth(
         Ok(None | Some(429)) => StatusCode::TOO_MANY_REQUESTS,
         Ok(Some(403)) => StatusCode::FORBIDDEN,
         Ok(Some(other)) => {
-            return super::invalid(
+            return super::problem::invalid(
                 StatusCode::BAD_REQUEST,
                 "deny_status",
                 format!("must be 429 or 403, got {other}"),
@@ -80,7 +80,7 @@ pub(super) async fn forward_auth_suffix(
     // Read as a forwarded URI is (never widened to `/`).
     let original = match super::forwarded_uri::read(suffix.as_bytes()) {
         Ok(original) => original,
-        Err(why) => return super::invalid(StatusCode::BAD_REQUEST, "path", why),
+        Err(why) => return super::problem::invalid(StatusCode::BAD_REQUEST, "path", why),
     };
     decide(
         &state,
@@ -123,45 +123,14 @@ async fn decide(
     // this answer holds the client's request meanwhile; if it gives up, the slot is given
     // back).
     let verdict = state.limiter.admit(plan).await;
-    match floodgate_tower::response::for_verdict(&verdict) {
-        Some(denied) => {
-            if denied.status() == StatusCode::TOO_MANY_REQUESTS {
-                super::from_tower(with_status(denied, deny_status))
-            } else {
-                super::from_tower(denied)
-            }
-        }
+    match floodgate_tower::response::for_verdict_denying_with(&verdict, deny_status) {
+        Some(refused) => super::problem::from_tower(refused),
         None => {
             let mut response = StatusCode::OK.into_response();
             floodgate_tower::response::apply_headers(response.headers_mut(), &verdict.outcomes);
             response
         }
     }
-}
-
-/// `response` with `status`, also in its problem+json body's `status` and `title` members,
-/// which RFC 9457 (section 3.1.4) wants to agree with the HTTP status. A body that is not a JSON object is kept.
-fn with_status(
-    response: http::Response<bytes::Bytes>,
-    status: StatusCode,
-) -> http::Response<bytes::Bytes> {
-    let (mut parts, body) = response.into_parts();
-    parts.status = status;
-    let body = match serde_json::from_slice::<serde_json::Value>(&body) {
-        Ok(mut problem) if problem.is_object() => {
-            problem["status"] = status.as_u16().into();
-            // The title names the status sent (RFC 9457 section 3.1.3: the same for every
-            // occurrence of the problem type; the type still says rate-limited).
-            if let Some(title) = status.canonical_reason() {
-                problem["title"] = title.into();
-            }
-            problem.to_string().into()
-        }
-        _ => body,
-    };
-    // The length changed; the server computes it again from the body.
-    parts.headers.remove(http::header::CONTENT_LENGTH);
-    http::Response::from_parts(parts, body)
 }
 
 /// The headers that carry the original URI, in the order they are read.
@@ -192,7 +161,7 @@ fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
         .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|v| v.parse::<u64>().ok())
         .ok_or_else(|| {
-            super::invalid(
+            super::problem::invalid(
                 StatusCode::BAD_REQUEST,
                 EXPECTED_TIMEOUT,
                 "not one whole number of milliseconds",
@@ -231,7 +200,7 @@ fn original_request(
         "x-forwarded-host",
     ] {
         if headers.get_all(name).iter().nth(1).is_some() {
-            return Err(super::invalid(
+            return Err(super::problem::invalid(
                 StatusCode::BAD_REQUEST,
                 name,
                 "sent more than once",
@@ -246,8 +215,9 @@ fn original_request(
     if let Some(host) = text(headers, "x-forwarded-host") {
         // The spelling host rules compare (floodgate_tower::normalize_authority); what cannot
         // be a host is refused rather than matched against no host rule.
-        let host = floodgate_tower::normalize_authority(host.as_bytes())
-            .map_err(|why| super::invalid(StatusCode::BAD_REQUEST, "x-forwarded-host", why))?;
+        let host = floodgate_tower::normalize_authority(host.as_bytes()).map_err(|why| {
+            super::problem::invalid(StatusCode::BAD_REQUEST, "x-forwarded-host", why)
+        })?;
         if let Ok(v) = HeaderValue::from_str(host.as_str()) {
             headers.insert(http::header::HOST, v);
         }
@@ -264,14 +234,14 @@ fn original_uri(headers: &HeaderMap) -> Result<Uri, Response> {
         };
         if values.next().is_some() {
             // Two values could name two paths: which one the upstream serves is not known.
-            return Err(super::invalid(
+            return Err(super::problem::invalid(
                 StatusCode::BAD_REQUEST,
                 name.as_str(),
                 "sent more than once",
             ));
         }
         return super::forwarded_uri::read(value.as_bytes())
-            .map_err(|why| super::invalid(StatusCode::BAD_REQUEST, name.as_str(), why));
+            .map_err(|why| super::problem::invalid(StatusCode::BAD_REQUEST, name.as_str(), why));
     }
     Ok(Uri::from_static("/"))
 }
@@ -300,28 +270,6 @@ mod tests {
         assert_eq!(m, Method::POST);
         assert_eq!(u, "/api/search?q=1");
         assert_eq!(h["host"], "api.example.com");
-    }
-
-    #[test]
-    fn a_denial_sent_as_403_says_403_in_its_body_too() {
-        let denied = http::Response::builder()
-            .status(StatusCode::TOO_MANY_REQUESTS)
-            .header("content-type", "application/problem+json")
-            .header("retry-after", "3")
-            .header("content-length", "43")
-            .body(bytes::Bytes::from_static(
-                br#"{"status":429,"title":"Too Many Requests"}"#,
-            ))
-            .unwrap();
-        let r = with_status(denied, StatusCode::FORBIDDEN);
-        assert_eq!(r.status(), StatusCode::FORBIDDEN);
-        assert_eq!(r.headers()["retry-after"], "3");
-        assert!(r.headers().get("content-length").is_none());
-        let body: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
-        assert_eq!(
-            body,
-            serde_json::json!({"status": 403, "title": "Forbidden"})
-        );
     }
 
     #[test]

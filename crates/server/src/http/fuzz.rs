@@ -6,8 +6,10 @@
 use axum::body::Bytes;
 use proptest::prelude::*;
 
-use super::api::{parse_json, read_json, CheckRequest};
-use super::settle::{PayloadItem, SettleRequest, Signer};
+use super::api::CheckRequest;
+use super::body::{parse_json, read_json};
+use super::settle::SettleRequest;
+use super::token::{PayloadItem, Signer};
 
 const T0: u64 = 1_700_000_000_000_000;
 

@@ -15,7 +15,7 @@ use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::problem;
+use super::problem::problem;
 use crate::state::AppState;
 
 /// `GET /metrics`: Prometheus text exposition.
@@ -167,7 +167,7 @@ pub(super) async fn method_not_allowed(method: http::Method, uri: http::Uri) -> 
         .increment(1);
     problem(
         StatusCode::METHOD_NOT_ALLOWED,
-        super::PROBLEM_METHOD_NOT_ALLOWED,
+        super::problem::PROBLEM_METHOD_NOT_ALLOWED,
         "Method Not Allowed",
         format!(
             "method: {method} is not allowed on {}; the Allow header lists the methods that are",
@@ -208,7 +208,7 @@ pub(super) async fn advance_clock(
     if let Err(refused) = super::auth::authorize_costly(&state, &headers) {
         return refused;
     }
-    let advance: Advance = match super::api::read_json(body) {
+    let advance: Advance = match super::body::read_json(body) {
         Ok(a) => a,
         Err(response) => return response,
     };

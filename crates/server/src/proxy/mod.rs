@@ -31,12 +31,12 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Router;
 use floodgate_tower::RateLimitLayer;
 use http::header::{HeaderName, CONNECTION, CONTENT_LENGTH, HOST};
 use http::uri::PathAndQuery;
-use http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Uri};
 use http_body_util::BodyExt;
 
 use crate::state::AppState;
@@ -127,7 +127,7 @@ async fn forward(
     );
     parts.uri = match Uri::from_parts(uri) {
         Ok(u) => u,
-        Err(_) => return bad_gateway("cannot build the upstream URI"),
+        Err(_) => return upstream::bad_gateway("cannot build the upstream URI"),
     };
     remove_hop_by_hop(&mut parts.headers);
     // One snapshot for both: the trusted proxies and the headers kept follow reloads together.
@@ -165,7 +165,7 @@ async fn forward(
             // Before the hop-by-hop headers go: the framing is read from Transfer-Encoding.
             if let Err(why) = rewrite::response_framing(&mut parts.headers) {
                 tracing::warn!(upstream = %proxy.upstream, "{why}");
-                return bad_gateway(why);
+                return upstream::bad_gateway(why);
             }
             remove_hop_by_hop(&mut parts.headers);
             // Answer in our own protocol version (an HTTP/1.0 upstream must not downgrade the
@@ -177,17 +177,6 @@ async fn forward(
         }
         Err(answer) => answer,
     }
-}
-
-fn bad_gateway(detail: &str) -> Response {
-    crate::http::problem(
-        StatusCode::BAD_GATEWAY,
-        "urn:floodgate:problem:bad-gateway",
-        "Bad Gateway",
-        detail,
-        None,
-    )
-    .into_response()
 }
 
 const HOP_BY_HOP: [HeaderName; 8] = [

@@ -87,7 +87,7 @@ pub(super) fn strip_client_address(
 
 /// A 400 problem naming `field`.
 fn bad_request(field: &str, detail: impl Into<String>) -> Response {
-    crate::http::invalid(StatusCode::BAD_REQUEST, field, detail)
+    crate::http::problem::invalid(StatusCode::BAD_REQUEST, field, detail)
 }
 
 /// Gives the request one authority before the limiter runs (RFC 9112 3.2.2, RFC 9113 8.3.1):
@@ -191,7 +191,7 @@ pub(super) fn request_framing(headers: &mut HeaderMap) -> Result<(), Response> {
     if headers.contains_key(TRANSFER_ENCODING) {
         if !only_chunked(headers) {
             // Counted in floodgate_requests_rejected_total{reason="invalid"}, as a 400 is.
-            return Err(crate::http::invalid(
+            return Err(crate::http::problem::invalid(
                 StatusCode::NOT_IMPLEMENTED,
                 "transfer-encoding",
                 "only chunked is supported (another coding would reach the upstream unnamed)",

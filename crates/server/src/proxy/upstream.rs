@@ -110,7 +110,7 @@ impl Upstream {
                     timeout_ms = timeout.as_millis(),
                     "upstream response timeout"
                 );
-                Err(crate::http::problem(
+                Err(crate::http::problem::problem(
                     StatusCode::GATEWAY_TIMEOUT,
                     "urn:floodgate:problem:gateway-timeout",
                     "Gateway Timeout",
@@ -139,7 +139,7 @@ fn response_body_timed_out() {
 fn failed(e: &hyper_util::client::legacy::Error, upstream: Option<&str>) -> Response {
     if is_body_idle_timeout(e) {
         count("client_body_timeout");
-        let mut response = crate::http::problem(
+        let mut response = crate::http::problem::problem(
             StatusCode::REQUEST_TIMEOUT,
             "urn:floodgate:problem:request-timeout",
             "Request Timeout",
@@ -157,7 +157,7 @@ fn failed(e: &hyper_util::client::legacy::Error, upstream: Option<&str>) -> Resp
         if timed_out(e) {
             count("connect_timeout");
             tracing::warn!(upstream, error = %chain(e), "upstream connect timeout");
-            return crate::http::problem(
+            return crate::http::problem::problem(
                 StatusCode::GATEWAY_TIMEOUT,
                 "urn:floodgate:problem:gateway-timeout",
                 "Gateway Timeout",
@@ -171,7 +171,7 @@ fn failed(e: &hyper_util::client::legacy::Error, upstream: Option<&str>) -> Resp
         count("upstream_error");
     }
     tracing::warn!(upstream, error = %chain(e), "upstream request failed");
-    super::bad_gateway("the upstream did not answer")
+    bad_gateway("the upstream did not answer")
 }
 
 /// Whether an I/O error in `e`'s sources timed out (the connector's connect timeout).
@@ -289,4 +289,16 @@ impl hyper::rt::Write for Capped {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
+}
+
+/// A 502 problem: the upstream could not be asked or did not answer.
+pub(super) fn bad_gateway(detail: &str) -> Response {
+    crate::http::problem::problem(
+        StatusCode::BAD_GATEWAY,
+        "urn:floodgate:problem:bad-gateway",
+        "Bad Gateway",
+        detail,
+        None,
+    )
+    .into_response()
 }

@@ -20,7 +20,6 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::denied_keys::DeniedKeys;
-use crate::state::AppState;
 
 /// Seconds of history kept per rule (5 minutes).
 const WINDOW_SECONDS: usize = 300;
@@ -133,9 +132,19 @@ impl Live {
     }
 }
 
+/// What [`sample`] reads once a second: the rules in force and the `/metrics` text (the
+/// application state, `crate::state::AppState`; a trait so that this module does not import the
+/// state that holds it).
+pub(crate) trait Sampled: Send + Sync + 'static {
+    /// The names of the rules in force.
+    fn rule_names(&self) -> Vec<String>;
+    /// The Prometheus text of `/metrics`.
+    fn metrics_text(&self) -> String;
+}
+
 /// Samples `state`'s decision counters into `live` once a second until shutdown.
-pub(crate) async fn sample(
-    state: Arc<AppState>,
+pub(crate) async fn sample<S: Sampled>(
+    state: Arc<S>,
     live: Arc<Live>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -146,9 +155,9 @@ pub(crate) async fn sample(
             _ = tick.tick() => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
-        let config = state.config();
-        let names: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
-        live.record(&state.prometheus.render(), &names);
+        let names = state.rule_names();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        live.record(&state.metrics_text(), &names);
     }
 }
 

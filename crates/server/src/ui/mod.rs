@@ -33,6 +33,16 @@ use serde_json::json;
 
 use crate::state::AppState;
 
+impl live::Sampled for AppState {
+    fn rule_names(&self) -> Vec<String> {
+        self.config().rules.iter().map(|r| r.name.clone()).collect()
+    }
+
+    fn metrics_text(&self) -> String {
+        self.prometheus.render()
+    }
+}
+
 /// The page's files: path under `/ui/`, content type, contents.
 const ASSETS: &[(&str, &str, &str)] = &[
     (
@@ -113,7 +123,7 @@ async fn asset(Path(path): Path<String>) -> Response {
 
 fn asset_response(path: &str) -> Response {
     let Some((_, kind, body)) = ASSETS.iter().find(|(p, _, _)| *p == path) else {
-        return crate::http::problem(
+        return crate::http::problem::problem(
             StatusCode::NOT_FOUND,
             "about:blank",
             "Not Found",
@@ -147,7 +157,7 @@ async fn live_data(State(state): State<Arc<AppState>>, headers: http::HeaderMap)
         return refused;
     }
     let Some(live) = &state.ui else {
-        return crate::http::problem(
+        return crate::http::problem::problem(
             StatusCode::NOT_FOUND,
             "about:blank",
             "Not Found",
@@ -172,7 +182,7 @@ async fn live_data(State(state): State<Arc<AppState>>, headers: http::HeaderMap)
         })
         .collect();
     let mut doc = live.to_json(&rules);
-    let mut store = crate::http::store_state(state.store()).await;
+    let mut store = crate::http::ops::store_state(state.store()).await;
     if let Some(memory) = state.store().memory() {
         let stats = memory.stats();
         store["keys"] = stats.keys.into();

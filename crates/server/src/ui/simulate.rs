@@ -47,7 +47,8 @@ use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::http::{invalid, MAX_KEY_BYTES};
+use crate::http::bounds::MAX_KEY_BYTES;
+use crate::http::problem::invalid;
 use crate::state::AppState;
 
 /// Most requests one `/v1/simulate` generates or replays with one algorithm (`max_requests`
@@ -132,7 +133,7 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
     let Ok(permit) = IN_FLIGHT.try_acquire() else {
         return busy();
     };
-    let in_flight = Slot::new(permit);
+    let in_flight = RunPermit::new(permit);
     // A body sent slowly would hold the slot as long as its sender likes.
     let body = tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(request, &state)).await;
     let Ok(body) = body else {
@@ -197,7 +198,7 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
         }
         Err(e) => {
             tracing::error!(error = %e, "simulation task failed");
-            crate::http::problem(
+            crate::http::problem::problem(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "about:blank",
                 "Internal Server Error",
@@ -228,20 +229,20 @@ const ANSWER_CHUNK_BYTES: usize = 64 * 1024;
 /// the last chunk is taken or the connection is gone (the body is dropped either way).
 struct Answer {
     rest: Bytes,
-    _slot: Slot,
+    _slot: RunPermit,
 }
 
 /// An in-flight slot, counted in the gauge `floodgate_simulations_in_flight` while held.
-struct Slot(#[allow(dead_code)] SemaphorePermit<'static>);
+struct RunPermit(#[allow(dead_code)] SemaphorePermit<'static>);
 
-impl Slot {
+impl RunPermit {
     fn new(permit: SemaphorePermit<'static>) -> Self {
         metrics::gauge!("floodgate_simulations_in_flight").increment(1.0);
         Self(permit)
     }
 }
 
-impl Drop for Slot {
+impl Drop for RunPermit {
     fn drop(&mut self) {
         metrics::gauge!("floodgate_simulations_in_flight").decrement(1.0);
     }
@@ -274,7 +275,7 @@ impl http_body::Body for Answer {
 
 /// The 503 of a request arriving while [`MAX_IN_FLIGHT`] simulations are in flight.
 fn busy() -> Response {
-    let mut response = crate::http::problem(
+    let mut response = crate::http::problem::problem(
         StatusCode::SERVICE_UNAVAILABLE,
         "urn:floodgate:problem:simulator-busy",
         "Service Unavailable",

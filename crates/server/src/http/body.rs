@@ -1,0 +1,108 @@
+//! Reading a JSON request body: the size bound, strict parsing (unknown and repeated members
+//! refused), whole numbers, and the store key of a client-supplied key.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::response::Response;
+use http::StatusCode;
+use serde::Deserialize;
+
+use super::bounds::MAX_BODY_BYTES;
+use super::problem::invalid;
+
+/// An optional member that, when present, must hold a value: `null` is a 400 naming the
+/// member (as any other wrong type), never the same as leaving it out.
+pub(crate) fn not_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
+/// A JSON number that must be a whole number from 0 to `max` (`what`: "whole number", or with
+/// its unit); the error says why, for a 400 naming the member.
+pub(crate) fn whole_number(n: &serde_json::Number, max: u64, what: &str) -> Result<u64, String> {
+    match n.as_u64() {
+        Some(v) if v <= max => Ok(v),
+        _ => {
+            // `1.0` and `1e2` are numbers with a fraction or an exponent in JSON: say so.
+            let hint = if n.is_f64() {
+                " written without a fraction or exponent"
+            } else {
+                ""
+            };
+            Err(format!(
+                "must be a {what} between 0 and {max}{hint}, got {n}"
+            ))
+        }
+    }
+}
+
+/// Reads a JSON body of at most [`MAX_BODY_BYTES`]; errors name the field at fault.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, Response> {
+    let bytes = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            invalid(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body",
+                format!("must be at most {MAX_BODY_BYTES} bytes"),
+            )
+        } else {
+            invalid(rejection.status(), "body", rejection.body_text())
+        }
+    })?;
+    if bytes.len() > MAX_BODY_BYTES {
+        return Err(invalid(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body",
+            format!("must be at most {MAX_BODY_BYTES} bytes"),
+        ));
+    }
+    parse_json(&bytes)
+}
+
+/// Parses a JSON object into `T`, refusing what the typed request refuses: unknown and
+/// repeated members (`{"rule": "a", "rule": "b"}` is an error, never "the last one wins"), a
+/// body that is not an object, trailing data. Errors are 400 problems naming the field at fault
+/// (`body` for the syntax).
+pub(crate) fn parse_json<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, Response> {
+    let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        // Valid JSON of another shape, or not JSON at all.
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                Ok(_) => bad("body", "invalid JSON: expected an object".into()),
+                Err(e) => bad("body", format!("invalid JSON: {e}")),
+            },
+        );
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let message = inner.to_string();
+        // A missing or repeated member is reported at its object; name the member itself.
+        let member = ["missing field `", "duplicate field `"]
+            .iter()
+            .find_map(|p| message.strip_prefix(p)?.split('`').next());
+        let field = match (member, path.as_str()) {
+            _ if inner.is_syntax() || inner.is_eof() => "body".to_string(),
+            (Some(m), ".") => m.to_string(),
+            (Some(m), at) => format!("{at}.{m}"),
+            (None, ".") => "body".to_string(),
+            (None, at) => at.to_string(),
+        };
+        bad(&field, format!("invalid JSON: {inner}"))
+    })?;
+    de.end()
+        .map_err(|e| bad("body", format!("invalid JSON: {e}")))?;
+    Ok(value)
+}
+
+/// The store key of a client-supplied key (`key=<value>`, escaped by floodgate-tower's encoder).
+pub(crate) fn client_key(raw: &str) -> String {
+    floodgate_tower::encode_key([("key", raw.as_bytes())])
+}
