@@ -18,7 +18,8 @@ pub struct MemoryStoreConfig {
     /// `retry_after` (microseconds) reported to a request rejected because the store is full.
     /// Default 1 second.
     pub full_retry_after: Micros,
-    /// Most live reservation claims held at once ([`Store::claim`](crate::Store::claim)), apart from `max_keys`:
+    /// Most live reservation claims held at once ([`Store::claim`](crate::Store::claim)), apart
+    /// from `max_keys`:
     /// claims outlive the keys they settle. Default 1,000,000 (about 100 bytes each).
     pub max_claims: usize,
 }
@@ -35,7 +36,8 @@ impl Default for MemoryStoreConfig {
     }
 }
 
-/// A snapshot of a [`MemoryStore`](super::MemoryStore)'s size and counters (counters are totals since creation).
+/// A snapshot of a [`MemoryStore`](super::MemoryStore)'s size and counters (counters are totals
+/// since creation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StoreStats {
     /// Keys held now (all rules), expired ones not yet dropped included.

@@ -8,9 +8,38 @@ use super::shared::Shared;
 use super::table::AnyTable;
 use crate::StoreError;
 
-/// A handle on one rule's keys in a [`MemoryStore`], from [`MemoryStore::limiter`]: the
-/// allocation-free hot path. `Clone`, `Send` and `Sync`: share it between threads (clones are
-/// two reference-count increments and share the same state).
+/// A handle on one rule's keys in a [`MemoryStore`](super::MemoryStore), from
+/// [`MemoryStore::limiter`](super::MemoryStore::limiter): the allocation-free hot path.
+/// `Clone`, `Send` and `Sync`: share it between threads (clones are two reference-count
+/// increments and share the same state).
+///
+/// # Examples
+/// Four threads share one handle; of their 20 checks of one key, exactly the limit is
+/// admitted.
+///
+/// ```
+/// use std::sync::Arc;
+/// use floodgate_core::{AlgorithmKind, ManualClock, Policy};
+/// use floodgate_store::MemoryStore;
+///
+/// let t0 = 1_700_000_000_000_000;
+/// let store = MemoryStore::with_clock(Arc::new(ManualClock::new(t0)));
+/// let policy = Policy::new(AlgorithmKind::FixedWindow, "10/s".parse().unwrap()).unwrap();
+/// let per_key = store.limiter("per-api-key", &policy);
+/// let workers: Vec<_> = (0..4)
+///     .map(|_| {
+///         let limiter = per_key.clone();
+///         std::thread::spawn(move || {
+///             (0..5).filter(|_| limiter.check("key=k1", 1).unwrap().allowed).count()
+///         })
+///     })
+///     .collect();
+/// let admitted: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+/// assert_eq!(admitted, 10);
+/// assert_eq!(per_key.peek_at("key=k1", 0, t0).unwrap().remaining, 0);
+/// assert!(per_key.reset("key=k1")); // a fresh key again
+/// assert!(per_key.check("key=k1", 1).unwrap().allowed);
+/// ```
 #[derive(Debug, Clone)]
 pub struct KeyedLimiter {
     pub(super) shared: Arc<Shared>,
@@ -23,9 +52,9 @@ pub struct KeyedLimiter {
 impl KeyedLimiter {
     /// Checks `cost` units for client `key` at the store clock's current time and consumes
     /// them if admitted. Cost 0 reports the remaining allowance and consumes nothing. Same
-    /// decision and state change as [`MemoryStore::check_one`] on this rule and policy,
-    /// including the store's full denial for a new key when the store holds `max_keys` live
-    /// keys (with [`OnFull::Reject`]).
+    /// decision and state change as [`MemoryStore::check_one`](super::MemoryStore::check_one)
+    /// on this rule and policy, including the store's full denial for a new key when the store
+    /// holds `max_keys` live keys (with [`OnFull::Reject`](crate::OnFull::Reject)).
     ///
     /// # Errors
     /// [`StoreError::InsufficientCapacity`] when `cost` exceeds the policy's capacity.

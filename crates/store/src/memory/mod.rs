@@ -56,7 +56,7 @@
 //! and a new key needs room. **Nothing else is ever dropped**: a live key (one that still
 //! counts consumption, limited or not) is never evicted, because eviction would forgive it
 //! ("evict-to-reset"). When the store is full of live keys, a new key is handled by
-//! [`OnFull`].
+//! [`OnFull`](crate::OnFull).
 //!
 //! `max_keys` is an exact hard cap on the keys held by the whole store (every rule's table
 //! together), counted with one atomic that changes only when a key is added or dropped (never
@@ -111,6 +111,34 @@ pub use until_ready::Jitter;
 /// Time comes from the injected [`Clock`]; the `*_at` methods take `now` from the caller instead
 /// (for simulations). All methods are synchronous and quick; the [`Store`] impl wraps them in
 /// ready futures.
+///
+/// # Examples
+/// A request checked against two rules at once: both are charged, or neither.
+///
+/// ```
+/// use std::sync::Arc;
+/// use floodgate_core::{AlgorithmKind, ManualClock, Policy};
+/// use floodgate_store::{CheckItem, MemoryStore};
+///
+/// let t0 = 1_700_000_000_000_000;
+/// let clock = ManualClock::new(t0);
+/// let store = MemoryStore::with_clock(Arc::new(clock.clone()));
+/// let per_user = Policy::new(AlgorithmKind::Gcra, "2/s".parse().unwrap()).unwrap();
+/// let global = Policy::new(AlgorithmKind::FixedWindow, "100/min".parse().unwrap()).unwrap();
+/// let request = [
+///     CheckItem { rule: "per-user", policy: &per_user, key: "user=alice", cost: 1 },
+///     CheckItem { rule: "global", policy: &global, key: "all", cost: 1 },
+/// ];
+/// assert!(store.check_now(&request).unwrap().allowed);
+/// assert!(store.check_now(&request).unwrap().allowed);
+/// // The third within the second: the per-user rule denies, and the global rule is not charged.
+/// let denied = store.check_now(&request).unwrap();
+/// assert!(!denied.allowed);
+/// assert_eq!(denied.decisions[0].retry_after, Some(500_000));
+/// assert_eq!(store.inspect_at("global", &global, "all", t0).remaining, 98);
+/// clock.advance(500_000);
+/// assert!(store.check_now(&request).unwrap().allowed);
+/// ```
 #[derive(Debug)]
 pub struct MemoryStore {
     shared: Arc<Shared>,

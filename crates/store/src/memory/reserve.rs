@@ -13,9 +13,10 @@ impl MemoryStore {
     ///
     /// Two passes on working copies under the batch's locks: the first finds each item's
     /// shortest wait (in order, each seeing the earlier items' tentative reservations); the
-    /// second reserves every item for the longest of them ([`Policy::reserve_at`]); an item
-    /// that does not fit then denies the batch. A granted
-    /// batch is written as a check is (new keys need room in the store).
+    /// second reserves every item for the longest of them
+    /// ([`Policy::reserve_at`](floodgate_core::Policy::reserve_at)); an item that does not fit
+    /// then denies the batch. A granted batch is written as a check is (new keys need room in
+    /// the store).
     ///
     /// # Errors
     /// As [`MemoryStore::check_at`].

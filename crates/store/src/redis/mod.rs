@@ -32,7 +32,7 @@
 //! # Time
 //! By default ([`TimeSource::Server`]) the script reads Redis' own clock (`TIME`), so processes
 //! with skewed clocks still agree on every window and refill. [`TimeSource::Caller`] passes the
-//! store's [`Clock`] instead (tests, `simulate`); [`RedisStore::check_at`] passes any time.
+//! store's [`Clock`](floodgate_core::Clock) instead (tests, `simulate`); [`RedisStore::check_at`] passes any time.
 //!
 //! # Failures
 //! Every call is bounded by [`RedisStoreConfig::timeout`] ([`StoreError::Timeout`]); other

@@ -17,6 +17,28 @@ use super::{deny_cache, evictions, health, instances, keys};
 use crate::{BatchDecision, CheckItem, StoreError};
 
 /// The Redis / Redis Cluster [`Store`](crate::Store). See the [module docs](super).
+///
+/// # Examples
+/// Needs a Redis server (so not run here).
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use floodgate_core::{AlgorithmKind, Policy, SystemClock};
+/// use floodgate_store::redis::{RedisStore, RedisStoreConfig};
+/// use floodgate_store::{CheckItem, Store, StoreError};
+///
+/// # async fn example() -> Result<(), StoreError> {
+/// let config = RedisStoreConfig::standalone("redis://127.0.0.1:6379/0");
+/// let store = RedisStore::new(config, Arc::new(SystemClock))?;
+/// // Optional: logs a warning when Redis may evict limiter keys, and loads the scripts.
+/// store.startup_check().await?;
+/// let policy = Policy::new(AlgorithmKind::Gcra, "100/min".parse().unwrap()).unwrap();
+/// let item = CheckItem { rule: "per-user", policy: &policy, key: "user=alice", cost: 1 };
+/// let batch = store.check(&[item]).await?;
+/// println!("allowed: {}, retry after: {:?} us", batch.allowed, batch.decisions[0].retry_after);
+/// # Ok(())
+/// # }
+/// ```
 pub struct RedisStore {
     pub(super) conn: Conn,
     /// Standalone Redis: the client, for the startup check's own connection attempt.
