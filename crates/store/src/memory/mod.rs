@@ -543,6 +543,17 @@ impl Store for MemoryStore {
     ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send {
         std::future::ready(self.claims.claim(id, self.shared.clock.now(), ttl))
     }
+
+    /// [`MemoryStore::set_rule_max_keys`]: this store keeps them.
+    fn set_rule_max_keys(&self, rule: &str, max_keys: Option<usize>) -> bool {
+        MemoryStore::set_rule_max_keys(self, rule, max_keys);
+        true
+    }
+
+    /// [`MemoryStore::stats`].
+    fn stats(&self) -> Option<StoreStats> {
+        Some(MemoryStore::stats(self))
+    }
 }
 
 #[cfg(test)]
