@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use floodgate_core::{Clock, ManualClock};
 use floodgate_limiter::{RateLimiter, RuleSet};
-use floodgate_store::AnyStore;
+use floodgate_store::{AnyStore, Store};
 use http::Uri;
 use metrics_exporter_prometheus::PrometheusHandle;
 use parking_lot::Mutex;
@@ -228,11 +228,24 @@ impl AppState {
     }
 }
 
-/// Gives the memory store each rule's own key cap (`[[rules]] max_keys`), and takes it off the
-/// rules of `old` that no longer have one. A store other than the memory store has no key cap:
-/// caps given anyway (a memory configuration run with `--store redis://...`) are logged.
+/// Gives the store each rule's own key cap (`[[rules]] max_keys`), and takes it off the rules
+/// of `old` that no longer have one ([`Store::set_rule_max_keys`]). A store without caps per
+/// rule (Redis) ignores them: caps given anyway (a memory configuration run with
+/// `--store redis://...`) are logged.
 fn apply_key_caps(store: &AnyStore, old: Option<&Config>, new: &Config) {
-    let Some(memory) = store.memory() else {
+    let mut kept = true;
+    for rule in old.iter().flat_map(|c| &c.rules) {
+        if !new.rules.iter().any(|r| r.name == rule.name) {
+            kept &= store.set_rule_max_keys(&rule.name, None);
+        }
+    }
+    for rule in &new.rules {
+        let cap = rule
+            .max_keys
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        kept &= store.set_rule_max_keys(&rule.name, cap);
+    }
+    if !kept {
         if let Some(rule) = new.rules.iter().find(|r| r.max_keys.is_some()) {
             tracing::warn!(
                 rule = %rule.name,
@@ -240,18 +253,6 @@ fn apply_key_caps(store: &AnyStore, old: Option<&Config>, new: &Config) {
                 "rules' max_keys apply to the memory store only; this store ignores them"
             );
         }
-        return;
-    };
-    for rule in old.iter().flat_map(|c| &c.rules) {
-        if !new.rules.iter().any(|r| r.name == rule.name) {
-            memory.set_rule_max_keys(&rule.name, None);
-        }
-    }
-    for rule in &new.rules {
-        let cap = rule
-            .max_keys
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-        memory.set_rule_max_keys(&rule.name, cap);
     }
 }
 

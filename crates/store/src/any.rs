@@ -132,6 +132,22 @@ impl Store for AnyStore {
             AnyStore::RedisWithFallback(s) => s.claim(id, ttl).await,
         }
     }
+
+    fn set_rule_max_keys(&self, rule: &str, max_keys: Option<usize>) -> bool {
+        match self {
+            AnyStore::Memory(s) => Store::set_rule_max_keys(s, rule, max_keys),
+            AnyStore::Redis(s) => s.set_rule_max_keys(rule, max_keys),
+            AnyStore::RedisWithFallback(s) => s.set_rule_max_keys(rule, max_keys),
+        }
+    }
+
+    fn stats(&self) -> Option<crate::StoreStats> {
+        match self {
+            AnyStore::Memory(s) => Store::stats(s),
+            AnyStore::Redis(s) => s.stats(),
+            AnyStore::RedisWithFallback(s) => s.stats(),
+        }
+    }
 }
 
 #[cfg(test)]

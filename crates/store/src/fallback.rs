@@ -218,6 +218,11 @@ impl<S: Store> Store for FallbackStore<S> {
         self.primary.claim(id, ttl).await
     }
 
+    /// The primary's (the local fallback's store keeps no caps per rule).
+    fn set_rule_max_keys(&self, rule: &str, max_keys: Option<usize>) -> bool {
+        self.primary.set_rule_max_keys(rule, max_keys)
+    }
+
     /// What the shared store holds: the local fallback's state is not the key's.
     fn holds(
         &self,

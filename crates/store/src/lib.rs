@@ -367,6 +367,23 @@ pub trait Store: Send + Sync + 'static {
         let _ = (id, ttl);
         std::future::ready(Err(StoreError::Unsupported { operation: "claim" }))
     }
+
+    /// Gives rule `rule` a cap of its own on the keys it holds (all its policies together),
+    /// inside the store's own cap; `None` removes it. Returns whether this store keeps such
+    /// caps: `false` (the default) for a store without them, which ignores the call, so a
+    /// caller can say that the caps it was given do not apply. [`MemoryStore`] keeps them
+    /// ([`MemoryStore::set_rule_max_keys`] says when a new cap applies).
+    fn set_rule_max_keys(&self, rule: &str, max_keys: Option<usize>) -> bool {
+        let _ = (rule, max_keys);
+        false
+    }
+
+    /// The store's size and counters ([`MemoryStore::stats`], which also publishes the
+    /// `floodgate_store_keys` gauge), for metrics and status pages; `None` (the default) for a
+    /// store that does not count its keys (Redis expires them on its own).
+    fn stats(&self) -> Option<StoreStats> {
+        None
+    }
 }
 
 /// Rejects settle items whose `reserved` exceeds their policy's capacity (no reservation was
@@ -451,6 +468,14 @@ impl<S: Store> Store for Arc<S> {
         ttl: Micros,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).claim(id, ttl)
+    }
+
+    fn set_rule_max_keys(&self, rule: &str, max_keys: Option<usize>) -> bool {
+        (**self).set_rule_max_keys(rule, max_keys)
+    }
+
+    fn stats(&self) -> Option<StoreStats> {
+        (**self).stats()
     }
 }
 

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use floodgate_core::Clock;
-use floodgate_store::AnyStore;
+use floodgate_store::{AnyStore, Store};
 use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
@@ -21,9 +21,7 @@ use crate::state::AppState;
 /// `GET /metrics`: Prometheus text exposition.
 pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     // Refresh the key gauge so a scrape sees the current size.
-    if let Some(memory) = state.store().memory() {
-        let _ = memory.stats();
-    }
+    let _ = state.store().stats();
     let mut response = state.prometheus.render().into_response();
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,

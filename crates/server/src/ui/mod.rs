@@ -28,6 +28,7 @@ use axum::{Json, Router};
 use floodgate_core::AlgorithmKind;
 use floodgate_simulate::setup::{Balance, CounterMode};
 use floodgate_simulate::{Choice, ScenarioName};
+use floodgate_store::Store;
 use http::{header, HeaderValue, StatusCode};
 use serde_json::json;
 
@@ -183,8 +184,7 @@ async fn live_data(State(state): State<Arc<AppState>>, headers: http::HeaderMap)
         .collect();
     let mut doc = live.to_json(&rules);
     let mut store = crate::http::ops::store_state(state.store()).await;
-    if let Some(memory) = state.store().memory() {
-        let stats = memory.stats();
+    if let Some(stats) = state.store().stats() {
         store["keys"] = stats.keys.into();
         store["max_keys"] = stats.max_keys.into();
     }

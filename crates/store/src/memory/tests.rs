@@ -1,4 +1,6 @@
+use super::table::Kind;
 use super::*;
+use crate::OnFull;
 use floodgate_core::{
     Algorithm, AlgorithmKind, FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket,
     LeakyBucketState, ManualClock, Quota, SlidingLog, SlidingWindow, SlidingWindowState,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use floodgate_core::{Decision, Micros};
 
-use super::KeyedLimiter;
+use super::keyed::KeyedLimiter;
 use crate::StoreError;
 
 /// A random addition to each wait, so that tasks waiting on the same key do not all wake and

@@ -29,7 +29,8 @@ use parking_lot::Mutex;
 use redis::RedisError;
 use tokio::sync::oneshot;
 
-use super::{scripts, Conn, ScriptCall};
+use super::connection::{Conn, ScriptCall};
+use super::scripts;
 
 /// Most batches one coalesced call carries.
 pub(crate) const MAX_BATCHES: usize = 256;
@@ -319,7 +320,7 @@ mod tests {
             key,
             cost: 1,
         };
-        super::super::push_item_args(&mut item_args, 1, &item);
+        super::super::reply::push_item_args(&mut item_args, 1, &item);
         let (tx, rx) = oneshot::channel();
         let p = Pending {
             keys: vec![key.to_string()],

@@ -15,7 +15,10 @@
 use floodgate_core::{Decision, Micros, Timestamp};
 use redis::RedisError;
 
-use super::{push_item_args, scripts, Group, RedisStore, ScriptCall};
+use super::connection::{duration_ms, ScriptCall};
+use super::reply::{push_item_args, Group};
+use super::scripts;
+use super::store::RedisStore;
 use crate::{BatchDecision, BatchReservation, CheckItem, SettleItem, StoreError};
 
 /// One slot group's answer from `reserve.lua`.
@@ -209,7 +212,7 @@ impl RedisStore {
         let mut args = Vec::with_capacity(4 + 8 * group.items.len());
         args.extend([
             max_wait,
-            super::duration_ms(self.config.ttl_extra),
+            duration_ms(self.config.ttl_extra),
             target,
             u64::from(commit),
         ]);
@@ -311,7 +314,7 @@ impl RedisStore {
         now: Option<Timestamp>,
     ) -> Result<Vec<Decision>, RedisError> {
         let mut args = Vec::with_capacity(1 + 10 * group.items.len());
-        args.push(super::duration_ms(self.config.ttl_extra));
+        args.push(duration_ms(self.config.ttl_extra));
         for (&i, &k) in group.items.iter().zip(&group.key_index) {
             let s = &items[i];
             let check = CheckItem {

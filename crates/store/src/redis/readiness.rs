@@ -1,0 +1,220 @@
+//! What Redis is like now: `PING`, the readiness probe (`INFO stats`) and the startup check
+//! (`maxmemory-policy`, loading the scripts).
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::connection::{duration_ms, to_store_error};
+use super::store::RedisStore;
+use super::{health, scripts};
+use crate::StoreError;
+
+/// Most often a readiness probe ([`RedisStore::readiness`]) asks Redis (`INFO stats`): once a
+/// second.
+pub const READINESS_PING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What [`RedisStore::startup_check`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerCheck {
+    /// `maxmemory-policy` of each node that answered (one for standalone Redis).
+    pub maxmemory_policies: Vec<String>,
+    /// `true` when some node may evict limiter keys (see [`policy_may_evict`]).
+    pub may_evict: bool,
+}
+
+/// Whether Redis' `maxmemory-policy` may evict limiter keys when memory runs out.
+///
+/// Only `noeviction` is safe: then a full Redis refuses writes (an error, handled by the failure
+/// mode) instead of silently deleting a counter, which would reset a limited key
+/// (over-admission with no error). `allkeys-*` evict any key. `volatile-*` evict keys that
+/// have a TTL, and every Floodgate key has one, so they evict ours too.
+pub fn policy_may_evict(policy: &str) -> bool {
+    !policy.eq_ignore_ascii_case("noeviction")
+}
+
+impl RedisStore {
+    /// `PING`, bounded by the timeout (readiness probes).
+    ///
+    /// # Errors
+    /// [`StoreError::Timeout`] / [`StoreError::Unavailable`].
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.guarded(async {
+            let _: String = self.conn.query(&redis::cmd("PING")).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Whether Redis can decide now, for a readiness probe: `Err` while the circuit breaker is
+    /// open, while at least [`health::MAX_FAILED_PERCENT`] % of the calls of the last
+    /// [`health::WINDOW_SECONDS`] s failed (of at least [`health::MIN_CALLS`]: a partial
+    /// outage, e.g. one cluster master dead, that neither opens the breaker nor fails the
+    /// probe), or when the last readiness probe failed. The probe is `INFO stats` (on every
+    /// master of a cluster): it answers like a `PING`, and its `evicted_keys` show whether
+    /// Redis evicted keys since the last probe (counted and logged, see
+    /// [`evictions`](super::evictions)). At most one probe (bounded by the timeout) per
+    /// [`READINESS_PING_INTERVAL`] of the store's clock, however often this is called;
+    /// concurrent callers in between get the cached answer. The
+    /// probe goes around the breaker and the error counters: it neither opens the breaker nor
+    /// shows up in `floodgate_store_redis_errors_total` (which counts decision calls only, see
+    /// `docs/redis.md`).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] (breaker open, or the probe failed or timed out), naming
+    /// the cause.
+    pub async fn readiness(&self) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        if self.breaker.is_open() {
+            return Err(StoreError::Unavailable {
+                reason: "redis circuit breaker open: calls fail fast".into(),
+            });
+        }
+        let now = self.clock.now();
+        if let Some((failed, calls)) = self.health.failing(now) {
+            return Err(StoreError::Unavailable {
+                reason: format!(
+                    "redis: {failed} of the {calls} calls of the last {} s failed (not ready \
+                     from {} %)",
+                    health::WINDOW_SECONDS,
+                    health::MAX_FAILED_PERCENT
+                ),
+            });
+        }
+        let last = self.ping_at.load(Ordering::Acquire);
+        let interval = u64::try_from(READINESS_PING_INTERVAL.as_micros()).unwrap_or(u64::MAX);
+        let due = last == 0 || now.saturating_sub(last) >= interval;
+        if due
+            && self
+                .ping_at
+                .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            let mut info = redis::cmd("INFO");
+            info.arg("stats");
+            let probe = self.conn.query_all_masters(&info);
+            let failed = match tokio::time::timeout(self.config.timeout, probe).await {
+                Ok(Ok(info)) => {
+                    self.evictions.observe(&info, now);
+                    None
+                }
+                Ok(Err(e)) => Some(to_store_error(e, self.config.timeout).to_string()),
+                Err(_) => Some(format!(
+                    "timed out after {} ms",
+                    duration_ms(self.config.timeout)
+                )),
+            };
+            self.ping_failed.store(failed.is_some(), Ordering::Release);
+            return match failed {
+                None => Ok(()),
+                Some(reason) => Err(StoreError::Unavailable {
+                    reason: format!("redis readiness probe (INFO stats) failed: {reason}"),
+                }),
+            };
+        }
+        if self.ping_failed.load(Ordering::Acquire) {
+            return Err(StoreError::Unavailable {
+                reason: "redis readiness probe (INFO stats) failed within the last second".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks the server once at startup: reads `maxmemory-policy` (every master in a cluster)
+    /// and logs a warning when it may evict limiter keys (see [`policy_may_evict`]), and loads
+    /// the scripts (`SCRIPT LOAD`). Waits up to `connect_timeout + timeout` per command, not
+    /// only `timeout`.
+    ///
+    /// # Errors
+    /// [`StoreError::Timeout`] / [`StoreError::Unavailable`] when Redis cannot be asked.
+    pub async fn startup_check(&self) -> Result<ServerCheck, StoreError> {
+        let wait = self.config.connect_timeout + self.config.timeout;
+        if let Some(client) = &self.client {
+            // A connection of its own, dropped at once: a connection error (refused, a TLS
+            // certificate not trusted, a client certificate missing) is reported as itself,
+            // where the shared connection, which retries in the background, only times out.
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(self.config.connect_timeout))
+                .set_response_timeout(Some(wait));
+            let attempt = async {
+                let mut con = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                redis::cmd("PING").query_async::<String>(&mut con).await
+            };
+            tokio::time::timeout(wait, attempt)
+                .await
+                .map_err(|_| StoreError::Timeout {
+                    after_ms: duration_ms(wait),
+                })?
+                .map_err(|e| to_store_error(e, wait))?;
+        }
+        let reply: Value = tokio::time::timeout(
+            wait,
+            self.conn
+                .query_all_masters(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy")),
+        )
+        .await
+        .map_err(|_| StoreError::Timeout {
+            after_ms: duration_ms(wait),
+        })?
+        .map_err(|e| to_store_error(e, wait))?;
+        // Load every script now, so that the first burst of checks does not all meet NOSCRIPT
+        // and fall back to sending the full source at once.
+        let sources = scripts::BATCH_SINGLE_SOURCES
+            .iter()
+            .chain(&scripts::MULTI_SINGLE_SOURCES)
+            .chain([
+                &scripts::BATCH_SOURCE,
+                &scripts::MULTI_SOURCE,
+                &scripts::REFUND_SOURCE,
+                &scripts::RESERVE_SOURCE,
+                &scripts::SETTLE_SOURCE,
+                &scripts::PEEK_OOM_SOURCE,
+            ]);
+        for source in sources {
+            let _: Value = tokio::time::timeout(
+                wait,
+                self.conn
+                    .query_all_masters(redis::cmd("SCRIPT").arg("LOAD").arg(*source)),
+            )
+            .await
+            .map_err(|_| StoreError::Timeout {
+                after_ms: duration_ms(wait),
+            })?
+            .map_err(|e| to_store_error(e, wait))?;
+        }
+        let mut maxmemory_policies = Vec::new();
+        collect_policies(&reply, &mut maxmemory_policies);
+        let may_evict = maxmemory_policies.iter().any(|p| policy_may_evict(p));
+        if may_evict {
+            tracing::warn!(
+                policies = ?maxmemory_policies,
+                "redis maxmemory-policy may evict rate-limit keys when memory is full: an evicted \
+                 counter silently resets a limited key. Use a dedicated Redis with \
+                 maxmemory-policy noeviction"
+            );
+        }
+        Ok(ServerCheck {
+            maxmemory_policies,
+            may_evict,
+        })
+    }
+}
+
+pub(super) fn collect_policies(v: &Value, out: &mut Vec<String>) {
+    // CONFIG GET answers [name, value] (RESP2) or {name: value} (RESP3); a cluster may answer
+    // per node. Collect every value that is not the parameter's own name.
+    match v {
+        Value::BulkString(b) => {
+            let s = String::from_utf8_lossy(b).into_owned();
+            if s != "maxmemory-policy" {
+                out.push(s);
+            }
+        }
+        Value::SimpleString(s) if s != "maxmemory-policy" => out.push(s.clone()),
+        Value::Array(vs) | Value::Set(vs) => vs.iter().for_each(|v| collect_policies(v, out)),
+        Value::Map(kvs) => kvs.iter().for_each(|(_, v)| collect_policies(v, out)),
+        _ => {}
+    }
+}

@@ -1,0 +1,84 @@
+//! [`RedisSentinel`]: a `redis-server --sentinel` watching one master.
+
+use std::io;
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::atomic::Ordering;
+
+use super::process::{cli, free_port, raw_command, wait_until, watchdog, DIR_COUNTER};
+
+/// A `redis-server --sentinel` process monitoring one master as `mymaster` (quorum 2,
+/// `down-after-milliseconds` 1000, `failover-timeout` 10000), owned by the test; killed on drop.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl RedisSentinel {
+    /// The name the sentinels monitor the master under.
+    pub const MASTER_NAME: &'static str = "mymaster";
+
+    /// Starts a sentinel on a free port watching the master at `127.0.0.1:<master_port>`,
+    /// and waits until it answers `PING`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn start(master_port: u16) -> io::Result<Self> {
+        let port = free_port(false)?;
+        let dir = std::env::temp_dir().join(format!(
+            "floodgate-sentinel-{}-{}-{port}",
+            std::process::id(),
+            DIR_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 10000\n\
+                 sentinel parallel-syncs {name} 1\n",
+                dir.display(),
+                name = Self::MASTER_NAME,
+            ),
+        )?;
+        let conf = conf.to_string_lossy().into_owned();
+        let child = watchdog("redis-server", &[&conf, "--sentinel"])?;
+        let sentinel = Self {
+            port,
+            dir,
+            child: Some(child),
+        };
+        wait_until(&format!("redis-sentinel on port {port}"), || {
+            raw_command(port, "PING").is_ok_and(|r| r.starts_with("+PONG"))
+        })?;
+        Ok(sentinel)
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Runs `redis-cli` against this sentinel.
+    ///
+    /// # Errors
+    /// As [`RedisServer::cli`].
+    pub fn cli(&self, args: &[&str]) -> io::Result<String> {
+        cli(self.port, args)
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            drop(child.stdin.take());
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
