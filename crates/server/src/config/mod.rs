@@ -32,6 +32,7 @@ pub(crate) mod describe;
 pub(crate) mod descriptors;
 pub(crate) mod envoy;
 pub(crate) mod error;
+pub(crate) mod grpc_tls;
 pub(crate) mod listen;
 mod raw;
 
@@ -115,6 +116,8 @@ pub(crate) struct ServerConfig {
     /// Address of the gRPC listener (Envoy's rate limit service); `--grpc-listen` overrides
     /// it. `None`: no gRPC listener.
     pub(crate) grpc_listen: Option<SocketAddr>,
+    /// `[server.grpc_tls]`: TLS (and mutual TLS) on the gRPC listener; `None`: plain HTTP/2.
+    pub(crate) grpc_tls: Option<crate::grpc::tls::GrpcTlsSettings>,
     /// Bearer token that guards the admin API; `None` disables it.
     pub(crate) admin_token: Option<String>,
     /// `api_token`: when set, `/v1/check` and `/v1/peek` need `Authorization: Bearer <it>`
@@ -186,6 +189,7 @@ impl Default for ServerConfig {
         Self {
             listen: None,
             grpc_listen: None,
+            grpc_tls: None,
             admin_token: None,
             api_token: None,
             trusted_proxies: Vec::new(),
@@ -643,6 +647,7 @@ impl Validator<'_> {
                 ),
             }
         }
+        out.grpc_tls = self.grpc_tls(s.grpc_tls.as_ref());
         if let Some(token) = &s.admin_token {
             match check_admin_token(token.get_ref()) {
                 Ok(()) => out.admin_token = Some(token.get_ref().clone()),

@@ -33,6 +33,7 @@ pub(crate) struct RawServer {
     pub(crate) ui: Option<bool>,
     pub(crate) ui_denied_keys: Option<Spanned<i64>>,
     pub(crate) grpc_listen: Option<Spanned<String>>,
+    pub(crate) grpc_tls: Option<Spanned<super::grpc_tls::RawGrpcTls>>,
     pub(crate) max_delayed: Option<Spanned<i64>>,
     pub(crate) reservation_secret: Option<Spanned<String>>,
     pub(crate) reservation_ttl: Option<Spanned<String>>,

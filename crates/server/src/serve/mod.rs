@@ -421,7 +421,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             Arc::clone(&state),
             Arc::clone(&connections),
             shutdown_rx.clone(),
-        ));
+        )?);
     }
     tracing::info!(
         rules = state.config().rules.len(),
