@@ -58,10 +58,12 @@ impl Ca {
 
     /// A server certificate for `localhost` and `127.0.0.1`.
     pub fn server(&self) -> Pair {
-        self.issue(
-            &["localhost", "127.0.0.1"],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        )
+        self.server_named(&["localhost", "127.0.0.1"])
+    }
+
+    /// A server certificate for `names` (DNS names or IP addresses).
+    pub fn server_named(&self, names: &[&str]) -> Pair {
+        self.issue(names, ExtendedKeyUsagePurpose::ServerAuth)
     }
 
     /// A client certificate with the DNS SAN `san`.
