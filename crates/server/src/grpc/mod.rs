@@ -25,6 +25,7 @@
 //! `floodgate_decisions_total{rule, outcome}` as on every other path.
 
 mod incoming;
+mod reset;
 mod rls;
 pub(crate) mod tls;
 
