@@ -33,6 +33,7 @@ pub(crate) struct RawServer {
     pub(crate) ui: Option<bool>,
     pub(crate) ui_denied_keys: Option<Spanned<i64>>,
     pub(crate) grpc_listen: Option<Spanned<String>>,
+    pub(crate) grpc_tls: Option<Spanned<RawGrpcTls>>,
     pub(crate) max_delayed: Option<Spanned<i64>>,
     pub(crate) reservation_secret: Option<Spanned<String>>,
     pub(crate) reservation_ttl: Option<Spanned<String>>,
@@ -142,4 +143,14 @@ pub(crate) struct RawRouteCost {
     pub(crate) path_prefix: Spanned<String>,
     pub(crate) method: Option<Spanned<String>>,
     pub(crate) cost: Spanned<i64>,
+}
+
+/// `[server.grpc_tls]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGrpcTls {
+    pub(crate) cert_file: Option<Spanned<String>>,
+    pub(crate) key_file: Option<Spanned<String>>,
+    pub(crate) client_ca_file: Option<Spanned<String>>,
+    pub(crate) client_san: Option<Spanned<String>>,
 }

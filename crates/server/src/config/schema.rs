@@ -57,6 +57,8 @@ pub(crate) struct ServerConfig {
     /// Address of the gRPC listener (Envoy's rate limit service); `--grpc-listen` overrides
     /// it. `None`: no gRPC listener.
     pub(crate) grpc_listen: Option<SocketAddr>,
+    /// `[server.grpc_tls]`: TLS (and mutual TLS) on the gRPC listener; `None`: plain HTTP/2.
+    pub(crate) grpc_tls: Option<crate::grpc::tls::GrpcTlsSettings>,
     /// Bearer token that guards the admin API; `None` disables it.
     pub(crate) admin_token: Option<String>,
     /// `api_token`: when set, `/v1/check` and `/v1/peek` need `Authorization: Bearer <it>`
@@ -128,6 +130,7 @@ impl Default for ServerConfig {
         Self {
             listen: None,
             grpc_listen: None,
+            grpc_tls: None,
             admin_token: None,
             api_token: None,
             trusted_proxies: Vec::new(),

@@ -1,6 +1,7 @@
 //! The gRPC listener's accepted connections: each takes a slot of the process's connection
 //! budget (accepting waits at the cap, as on the HTTP listeners) and must send its first bytes
-//! (the HTTP/2 preface) within `header_read_timeout`, or it is closed.
+//! (the HTTP/2 preface) within `header_read_timeout`, or it is closed. With TLS the handshake
+//! comes first, within the same time ([`super::tls`]).
 
 use std::future::Future as _;
 use std::pin::Pin;
@@ -10,10 +11,11 @@ use std::time::Duration;
 
 use futures_util::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
+use super::tls::{Acceptors, Transport};
 use crate::serve::connections::{Connections, Slot};
 use crate::serve::listener::{accept_failed, stopped};
 
@@ -22,11 +24,12 @@ pub(super) fn accept(
     listener: TcpListener,
     connections: Arc<Connections>,
     first_bytes: Duration,
+    tls: Option<Arc<Acceptors>>,
     shutdown: watch::Receiver<bool>,
 ) -> impl Stream<Item = Result<GrpcIo, std::io::Error>> {
     futures_util::stream::unfold(
-        (listener, connections, shutdown),
-        move |(listener, connections, mut shutdown)| async move {
+        (listener, connections, tls, shutdown),
+        move |(listener, connections, tls, mut shutdown)| async move {
             let stream = loop {
                 tokio::select! {
                     accepted = listener.accept() => match accepted {
@@ -43,21 +46,27 @@ pub(super) fn accept(
             };
             slot.accepted();
             let _ = stream.set_nodelay(true);
+            let info = stream.connect_info();
             let io = GrpcIo {
-                inner: stream,
+                inner: match &tls {
+                    None => Transport::Plain(stream),
+                    Some(tls) => tls.accept(stream, first_bytes),
+                },
+                info,
                 _slot: slot,
                 first_bytes: Some(Box::pin(tokio::time::sleep(first_bytes))),
             };
-            Some((Ok(io), (listener, connections, shutdown)))
+            Some((Ok(io), (listener, connections, tls, shutdown)))
         },
     )
 }
 
-/// An accepted gRPC connection: its socket, its budget slot, and the deadline of its first
-/// bytes.
+/// An accepted gRPC connection: its socket (plain or TLS), its addresses, its budget slot, and
+/// the deadline of its first bytes.
 #[derive(Debug)]
 pub(super) struct GrpcIo {
-    inner: TcpStream,
+    inner: Transport,
+    info: TcpConnectInfo,
     _slot: Slot,
     /// Until the first bytes arrive.
     first_bytes: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -67,7 +76,7 @@ impl Connected for GrpcIo {
     type ConnectInfo = TcpConnectInfo;
 
     fn connect_info(&self) -> TcpConnectInfo {
-        self.inner.connect_info()
+        self.info.clone()
     }
 }
 

@@ -16,7 +16,8 @@
 //!   by one descriptor consumes nothing under the others (envoyproxy/ratelimit increments each
 //!   independently);
 //! - **answer**: `overall_code`, one `statuses[i]` per descriptor (`code`, `current_limit`
-//!   with the rule's name, `limit_remaining`, `duration_until_reset`), and
+//!   with the rule's name, `limit_remaining`, `duration_until_reset` in whole seconds, see
+//!   [`super::reset`]), and
 //!   `response_headers_to_add` with `RateLimit-Policy` / `RateLimit` (and `Retry-After` when
 //!   over the limit), written by the same function as the HTTP front ends' headers;
 //! - **store failure**: each rule's failure mode: `open` answers `OK`, `closed` answers gRPC
@@ -39,7 +40,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{
     rate_limit_service_server, RateLimitRequest, RateLimitResponse,
 };
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use floodgate_core::{Micros, Quota};
 use floodgate_tower::{Action, Mode, Plan, RuleOutcome, RuleSet, Verdict};
 use tonic::{Request, Response, Status};
@@ -136,7 +136,13 @@ async fn should_rate_limit(
     let (slots, plan) = plan(config, rules, request)?;
     // A plan with block list entries consumes nothing and is counted by the limiter.
     let verdict = state.limiter.evaluate(&plan, Mode::Check).await;
-    answer(rules, &slots, &verdict, plan.is_blocked())
+    answer(
+        rules,
+        &slots,
+        &verdict,
+        plan.is_blocked(),
+        state.clock.now(),
+    )
 }
 
 fn invalid(field: &str, detail: impl std::fmt::Display) -> Status {
@@ -369,13 +375,6 @@ fn saturating_u32(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-fn duration(micros: Micros) -> PbDuration {
-    PbDuration {
-        seconds: i64::try_from(micros / 1_000_000).unwrap_or(i64::MAX),
-        nanos: i32::try_from((micros % 1_000_000) * 1_000).unwrap_or(0),
-    }
-}
-
 fn current_limit(name: &str, quota: &Quota) -> RateLimit {
     RateLimit {
         name: name.to_string(),
@@ -389,6 +388,7 @@ fn answer(
     slots: &[Selected],
     verdict: &Verdict,
     blocked: bool,
+    now: floodgate_core::Timestamp,
 ) -> Result<RateLimitResponse, Status> {
     match &verdict.action {
         Action::Admit | Action::Deny => {}
@@ -468,7 +468,7 @@ fn answer(
                 ..DescriptorStatus::default()
             },
             Selected::Item { rule, item, .. } => match outcome_of(*item) {
-                Some(o) => status(o),
+                Some(o) => status(o, rules.rules[*rule].policy.kind(), now),
                 // The store failed and the rule fails open: no decision was computed.
                 None => DescriptorStatus {
                     code: Code::Ok as i32,
@@ -502,7 +502,11 @@ fn answer(
     })
 }
 
-fn status(o: &RuleOutcome) -> DescriptorStatus {
+fn status(
+    o: &RuleOutcome,
+    algorithm: floodgate_core::AlgorithmKind,
+    now: floodgate_core::Timestamp,
+) -> DescriptorStatus {
     let d = &o.decision;
     DescriptorStatus {
         // A shadow rule never enforces: OK whatever it decided (counted as shadow_denied).
@@ -513,7 +517,12 @@ fn status(o: &RuleOutcome) -> DescriptorStatus {
         } as i32,
         current_limit: Some(current_limit(&o.rule, &o.quota)),
         limit_remaining: saturating_u32(d.remaining),
-        duration_until_reset: Some(duration(d.reset_after)),
+        duration_until_reset: Some(super::reset::duration_until_reset(
+            algorithm,
+            o.quota.period(),
+            d.reset_after,
+            now,
+        )),
         ..DescriptorStatus::default()
     }
 }
@@ -529,11 +538,5 @@ mod tests {
         assert_eq!(unit_of(86_400_000_000), Unit::Day);
         assert_eq!(unit_of(10_000_000), Unit::Unknown);
         assert_eq!(unit_of(1_500_000), Unit::Unknown);
-    }
-
-    #[test]
-    fn durations_keep_fractions() {
-        let d = duration(1_250_000);
-        assert_eq!((d.seconds, d.nanos), (1, 250_000_000));
     }
 }

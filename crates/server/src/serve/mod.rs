@@ -468,7 +468,7 @@ impl Listening<'_> {
                 Arc::clone(self.state),
                 Arc::clone(self.connections),
                 self.shutdown.clone(),
-            ));
+            )?);
         }
         Ok(servers)
     }

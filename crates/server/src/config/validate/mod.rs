@@ -5,6 +5,7 @@
 //! methods to the [`Validator`] (in [`validator`]) and uses no other section's file.
 
 mod descriptor;
+mod grpc_tls;
 mod limits;
 mod rule;
 mod server;

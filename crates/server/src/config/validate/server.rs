@@ -53,6 +53,7 @@ impl Validator<'_> {
                 ),
             }
         }
+        out.grpc_tls = self.grpc_tls(s.grpc_tls.as_ref());
         if let Some(token) = &s.admin_token {
             match check_admin_token(token.get_ref()) {
                 Ok(()) => out.admin_token = Some(token.get_ref().clone()),
