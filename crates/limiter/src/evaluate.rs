@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use floodgate_core::Timestamp;
-use floodgate_store::{CheckItem, OnFull, Store, StoreError};
+use floodgate_store::{BatchDecision, CheckItem, OnFull, Store, StoreError};
 
 use crate::metrics::Outcome;
 use crate::plan::{CostRefusal, Plan, PlannedCheck, Refusal};
@@ -23,10 +23,10 @@ pub trait DenialObserver: Send + Sync + std::fmt::Debug {
 
 /// [`RateLimiter::evaluate`](crate::RateLimiter::evaluate) with the store.
 ///
-/// Longer than 120 lines on purpose: the enforcing batch and the shadow items share the
-/// counters and the outcome list, and the enforcing batch's store future is awaited in place;
-/// an async helper per step would add its own state machine (holding a store future) to every
-/// request's future.
+/// The store futures are awaited here, in place (the enforcing batch) or boxed (the rarer
+/// paths), and what their answers mean is worked out by the synchronous [`Tally`] methods:
+/// an async helper per step would add its own state machine (holding a store future) to
+/// every request's future.
 pub(crate) async fn evaluate<S: Store>(
     store: &S,
     observer: Option<&dyn DenialObserver>,
@@ -39,31 +39,27 @@ pub(crate) async fn evaluate<S: Store>(
     // A blocked plan is decided without consuming: its items are only peeked.
     let decides = mode != Mode::Peek;
     let mode = if plan.is_blocked() { Mode::Peek } else { mode };
-    let consume = mode != Mode::Peek;
-    // Decisions are counted only when they are made: a peek decides nothing.
-    let count = |rule: usize, outcome: Outcome| {
-        if consume {
-            set.count(rule, outcome);
-        }
-    };
     let is_shadow = |c: &&PlannedCheck| rules[c.rule].shadow;
     let enforcing = || checks.iter().enumerate().filter(|(_, c)| !is_shadow(c));
-    let mut outcomes = Vec::with_capacity(checks.len());
-    let mut action = Action::Admit;
-    let mut store_error = None;
-    let mut store_full = None;
-    let mut wait = None;
+    let mut tally = Tally {
+        set,
+        observer,
+        // Decisions are counted only when they are made: a peek decides nothing.
+        consume: mode != Mode::Peek,
+        verdict: Verdict {
+            action: Action::Admit,
+            outcomes: Vec::with_capacity(checks.len()),
+            store_error: None,
+            store_full: None,
+            wait: None,
+        },
+    };
 
     // A cost that cannot be read, or that the rule can never admit, refuses the request
     // before any rule is charged.
     if let Some(refusal) = &plan.refusal {
-        return Verdict {
-            action: refused(set, refusal, consume),
-            outcomes,
-            store_error,
-            store_full,
-            wait: None,
-        };
+        tally.verdict.action = refused(set, refusal, tally.consume);
+        return tally.verdict;
     }
 
     if let Some((_, first)) = enforcing().next() {
@@ -94,7 +90,7 @@ pub(crate) async fn evaluate<S: Store>(
                 Box::pin(store.reserve(items, max_wait))
                     .await
                     .map(|reservation| {
-                        wait = reservation.wait;
+                        tally.verdict.wait = reservation.wait;
                         scheduled = reservation.scheduled_at;
                         reservation.batch
                     })
@@ -102,103 +98,17 @@ pub(crate) async fn evaluate<S: Store>(
         };
         set.record_decision_duration(started.elapsed());
         match result {
-            Ok(batch) => {
-                if !batch.allowed {
-                    // A denied reservation consumed nothing and waits for nothing.
-                    wait = None;
-                    scheduled.clear();
-                }
-                if !batch.allowed {
-                    action = Action::Deny;
-                }
-                store_full = batch.store_full;
-                // A batch refused because the store is full of live keys is not the keys' own
-                // doing: its denials are counted apart, so dashboards do not read them as
-                // clients over their limits.
-                let refused_full = store_full == Some(OnFull::Reject);
-                for (position, ((index, c), decision)) in
-                    enforcing().zip(batch.decisions).enumerate()
-                {
-                    let rule = &rules[c.rule];
-                    count(
-                        c.rule,
-                        match (decision.allowed, batch.allowed, refused_full) {
-                            (true, true, _) => Outcome::Allowed,
-                            // Another rule refused the request: nothing was charged here.
-                            (true, false, _) => Outcome::NotCharged,
-                            (false, _, true) => Outcome::StoreFull,
-                            (false, _, false) => {
-                                if let (true, Some(observer)) = (consume, observer) {
-                                    observer.denied(&rule.name, &c.key);
-                                }
-                                Outcome::Denied
-                            }
-                        },
-                    );
-                    // A decision of a local fallback describes its own, smaller quota.
-                    let (quota, policy_item) = match enforced_quota(&rule.policy, &decision) {
-                        None => (*rule.policy.quota(), Some(set.policy_item(c.rule))),
-                        Some(quota) => (quota, None),
-                    };
-                    outcomes.push(RuleOutcome {
-                        rule: Arc::clone(&rule.name),
-                        quota,
-                        decision,
-                        shadow: false,
-                        policy_item,
-                        item: index,
-                        scheduled_at: scheduled.get(position).copied(),
-                    });
-                }
-            }
-            Err(StoreError::InsufficientCapacity {
-                rule,
-                cost,
-                capacity,
-            }) => {
-                // The store names the rule it refused; count it under that enforcing rule.
-                if let Some((_, c)) = enforcing().find(|(_, c)| *rules[c.rule].name == *rule) {
-                    count(c.rule, Outcome::CostExceedsCapacity);
-                }
-                action = Action::CostExceedsCapacity {
-                    rule,
-                    cost,
-                    capacity,
-                    item: None,
-                };
-            }
-            Err(error) => {
-                count_store_error(&error);
-                let closed =
-                    enforcing().any(|(_, c)| rules[c.rule].failure_mode == FailureMode::Closed);
-                // Each rule is counted by its own mode, so `error_open` of a rule always means
-                // "this rule would have admitted": the request's fate (503 when any rule fails
-                // closed) is the batch's, the label is the rule's.
-                for (_, c) in enforcing() {
-                    count(
-                        c.rule,
-                        match rules[c.rule].failure_mode {
-                            FailureMode::Closed => Outcome::ErrorClosed,
-                            FailureMode::Open => Outcome::ErrorOpen,
-                        },
-                    );
-                }
-                log_store_failure(&error, closed);
-                if closed {
-                    action = Action::Unavailable;
-                }
-                store_error = Some(error);
-            }
+            Ok(batch) => tally.enforced(enforcing(), batch, &mut scheduled),
+            Err(error) => tally.enforcing_failed(enforcing(), error),
         }
     }
 
     // Shadow rules: charged only when the request really goes through, so that their
     // counters show what enforcing them would have done.
-    let charge_shadow = consume && action == Action::Admit;
+    let charge_shadow = tally.consume && tally.verdict.action == Action::Admit;
     let mut any_shadow = false;
     for (index, c) in checks.iter().enumerate().filter(|(_, c)| is_shadow(c)) {
         any_shadow = true;
-        let rule = &rules[c.rule];
         let one = [check_item(rules, c)];
         // Boxed: a store's future can be kilobytes (a remote store's state machine), and every
         // await point of this future would otherwise hold its own copy of one, making every
@@ -209,10 +119,142 @@ pub(crate) async fn evaluate<S: Store>(
         } else {
             Box::pin(store.peek(&one))
         };
-        match pending.await {
+        tally.shadowed(index, c, pending.await);
+    }
+    if any_shadow {
+        // Outcomes in plan order (enforcing and shadow items interleave in it).
+        tally.verdict.outcomes.sort_by_key(|o| o.item);
+    }
+    tally.finish(plan, mode, decides, enforcing().next().is_none())
+}
+
+/// What one evaluation has decided so far, and where it counts it.
+struct Tally<'a> {
+    set: &'a RuleSet,
+    observer: Option<&'a dyn DenialObserver>,
+    /// The store is charged (not a peek): decisions are counted.
+    consume: bool,
+    verdict: Verdict,
+}
+
+impl Tally<'_> {
+    fn count(&self, rule: usize, outcome: Outcome) {
+        if self.consume {
+            self.set.count(rule, outcome);
+        }
+    }
+
+    /// The enforcing batch's answer: each rule's outcome, counted.
+    fn enforced<'c>(
+        &mut self,
+        enforcing: impl Iterator<Item = (usize, &'c PlannedCheck)>,
+        batch: BatchDecision,
+        scheduled: &mut Vec<Timestamp>,
+    ) {
+        let rules = &self.set.rules;
+        if !batch.allowed {
+            // A denied reservation consumed nothing and waits for nothing.
+            self.verdict.wait = None;
+            scheduled.clear();
+            self.verdict.action = Action::Deny;
+        }
+        self.verdict.store_full = batch.store_full;
+        // A batch refused because the store is full of live keys is not the keys' own
+        // doing: its denials are counted apart, so dashboards do not read them as
+        // clients over their limits.
+        let refused_full = batch.store_full == Some(OnFull::Reject);
+        for (position, ((index, c), decision)) in enforcing.zip(batch.decisions).enumerate() {
+            let rule = &rules[c.rule];
+            let outcome = match (decision.allowed, batch.allowed, refused_full) {
+                (true, true, _) => Outcome::Allowed,
+                // Another rule refused the request: nothing was charged here.
+                (true, false, _) => Outcome::NotCharged,
+                (false, _, true) => Outcome::StoreFull,
+                (false, _, false) => {
+                    if let (true, Some(observer)) = (self.consume, self.observer) {
+                        observer.denied(&rule.name, &c.key);
+                    }
+                    Outcome::Denied
+                }
+            };
+            self.count(c.rule, outcome);
+            // A decision of a local fallback describes its own, smaller quota.
+            let (quota, policy_item) = match enforced_quota(&rule.policy, &decision) {
+                None => (*rule.policy.quota(), Some(self.set.policy_item(c.rule))),
+                Some(quota) => (quota, None),
+            };
+            self.verdict.outcomes.push(RuleOutcome {
+                rule: Arc::clone(&rule.name),
+                quota,
+                decision,
+                shadow: false,
+                policy_item,
+                item: index,
+                scheduled_at: scheduled.get(position).copied(),
+            });
+        }
+    }
+
+    /// The enforcing batch failed: a cost the store refuses, or the store itself.
+    fn enforcing_failed<'c>(
+        &mut self,
+        mut enforcing: impl Iterator<Item = (usize, &'c PlannedCheck)> + Clone,
+        error: StoreError,
+    ) {
+        let rules = &self.set.rules;
+        if let StoreError::InsufficientCapacity {
+            rule,
+            cost,
+            capacity,
+        } = error
+        {
+            // The store names the rule it refused; count it under that enforcing rule.
+            if let Some((_, c)) = enforcing.find(|(_, c)| *rules[c.rule].name == *rule) {
+                self.count(c.rule, Outcome::CostExceedsCapacity);
+            }
+            self.verdict.action = Action::CostExceedsCapacity {
+                rule,
+                cost,
+                capacity,
+                item: None,
+            };
+            return;
+        }
+        count_store_error(&error);
+        let closed = enforcing
+            .clone()
+            .any(|(_, c)| rules[c.rule].failure_mode == FailureMode::Closed);
+        // Each rule is counted by its own mode, so `error_open` of a rule always means
+        // "this rule would have admitted": the request's fate (503 when any rule fails
+        // closed) is the batch's, the label is the rule's.
+        for (_, c) in enforcing {
+            self.count(
+                c.rule,
+                match rules[c.rule].failure_mode {
+                    FailureMode::Closed => Outcome::ErrorClosed,
+                    FailureMode::Open => Outcome::ErrorOpen,
+                },
+            );
+        }
+        log_store_failure(&error, closed);
+        if closed {
+            self.verdict.action = Action::Unavailable;
+        }
+        self.verdict.store_error = Some(error);
+    }
+
+    /// A shadow rule's answer, counted; it never enforces, so a failure fails open.
+    fn shadowed(
+        &mut self,
+        index: usize,
+        c: &PlannedCheck,
+        result: Result<BatchDecision, StoreError>,
+    ) {
+        let rule = &self.set.rules[c.rule];
+        match result {
             Ok(batch) => {
                 let decision = batch.decisions[0];
-                count(
+                self.count(
                     c.rule,
                     if decision.allowed {
                         Outcome::ShadowAllowed
@@ -220,7 +262,7 @@ pub(crate) async fn evaluate<S: Store>(
                         Outcome::ShadowDenied
                     },
                 );
-                outcomes.push(RuleOutcome {
+                self.verdict.outcomes.push(RuleOutcome {
                     rule: Arc::clone(&rule.name),
                     quota: *rule.policy.quota(),
                     decision,
@@ -231,44 +273,37 @@ pub(crate) async fn evaluate<S: Store>(
                 });
             }
             Err(StoreError::InsufficientCapacity { .. }) => {
-                count(c.rule, Outcome::CostExceedsCapacity);
+                self.count(c.rule, Outcome::CostExceedsCapacity);
             }
             Err(error) => {
-                // Counted and logged as every store failure; a shadow rule never enforces, so
-                // it fails open.
+                // Counted and logged as every store failure.
                 count_store_error(&error);
                 log_store_failure(&error, false);
-                count(c.rule, Outcome::ErrorOpen);
+                self.count(c.rule, Outcome::ErrorOpen);
             }
         }
-    }
-    if any_shadow {
-        // Outcomes in plan order (enforcing and shadow items interleave in it).
-        outcomes.sort_by_key(|o| o.item);
     }
 
-    // A reservation with nothing to enforce (no rule applied, or only shadow rules) is
-    // admitted at once.
-    if matches!(mode, Mode::Reserve { .. })
-        && action == Action::Admit
-        && enforcing().next().is_none()
-    {
-        wait = Some(0);
-    }
-    if plan.is_blocked() && matches!(action, Action::Admit | Action::Deny) {
-        action = Action::Deny;
-        if decides {
-            for name in plan.blocked() {
-                crate::metrics::counter(name, Outcome::Denied).increment(1);
+    /// The verdict, once every item is decided: a reservation with nothing to enforce waits
+    /// for nothing, and a blocked plan is denied (its block-list entries counted).
+    fn finish(mut self, plan: &Plan, mode: Mode, decides: bool, nothing_enforced: bool) -> Verdict {
+        // A reservation with nothing to enforce (no rule applied, or only shadow rules) is
+        // admitted at once.
+        if matches!(mode, Mode::Reserve { .. })
+            && self.verdict.action == Action::Admit
+            && nothing_enforced
+        {
+            self.verdict.wait = Some(0);
+        }
+        if plan.is_blocked() && matches!(self.verdict.action, Action::Admit | Action::Deny) {
+            self.verdict.action = Action::Deny;
+            if decides {
+                for name in plan.blocked() {
+                    crate::metrics::counter(name, Outcome::Denied).increment(1);
+                }
             }
         }
-    }
-    Verdict {
-        action,
-        outcomes,
-        store_error,
-        store_full,
-        wait,
+        self.verdict
     }
 }
 
