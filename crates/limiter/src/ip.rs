@@ -12,7 +12,8 @@
 //!    walk stops at the first entry that is not a trusted address: that entry is the client.
 //!    What stands to its left was written by the client and never matters. If every entry is
 //!    trusted the leftmost one is the client; at most [`ClientIpConfig::max_entries`] entries
-//!    are examined (the last one examined is then the client).
+//!    are examined: when more follow, all trusted so far, the client is
+//!    [`Client::TOO_MANY_HOPS`] (`ip=?too-many-hops`, one key for all such requests).
 //! 3. An entry at the client's position that is no address (junk, `unknown`, an obfuscated
 //!    identifier, an empty element) is still the client: [`Client::Unparsed`], counted under a
 //!    key of its own (`ip=?junk`), never as the proxy that sent it. Never an error.
@@ -53,7 +54,8 @@ pub struct ClientIpConfig {
     /// IPv4 clients are counted per prefix of this length (0..=32). Default 32.
     pub ipv4_prefix: u8,
     /// At most this many header entries are examined, from the right; when all of them are
-    /// trusted the last one examined is the client. Default 32.
+    /// trusted and more follow, the client is [`Client::TOO_MANY_HOPS`] (a key of its own,
+    /// never the proxy's). Default 32.
     pub max_entries: usize,
 }
 
@@ -108,7 +110,9 @@ impl ClientIpConfig {
             // must not hide the address the proxy wrote.
             for element in line.as_bytes().rsplit(|b| *b == b',') {
                 if examined == self.max_entries {
-                    return client;
+                    // More entries than may be examined, all trusted so far: the client
+                    // stands beyond reach. A key of its own, never the last proxy's.
+                    return client.map(|_| Client::Unparsed(Client::TOO_MANY_HOPS.to_owned()));
                 }
                 examined += 1;
                 let Ok(element) = std::str::from_utf8(element) else {
@@ -148,6 +152,12 @@ pub enum Client {
 impl Client {
     /// The longest [`Client::Unparsed`] text kept; a longer entry is cut there.
     pub const MAX_UNPARSED: usize = 64;
+
+    /// The [`Client::Unparsed`] text of a forwarding header with more entries than
+    /// [`ClientIpConfig::max_entries`], all of those examined trusted: one key
+    /// (`ip=?too-many-hops`) for every such request, never the proxy's, and not one a client
+    /// can vary by writing more entries.
+    pub const TOO_MANY_HOPS: &'static str = "too-many-hops";
 
     fn unparsed(text: &str) -> Self {
         let text = text.trim();
@@ -413,11 +423,28 @@ mod tests {
     #[test]
     fn at_most_max_entries_are_examined_from_the_right() {
         let cfg = trusting(&["10.0.0.0/8"]);
-        // 40 trusted hops: the 32nd from the right is the client, never the peer.
+        // 40 trusted hops: the client is beyond reach, a key of its own, never a proxy's
+        // (it was the 32nd from the right, 10.0.0.9).
         let hops: Vec<String> = (1..=40).map(|i| format!("10.0.0.{i}")).collect();
         assert_eq!(
             cfg.client(ip("10.0.0.200"), &xff(&[&hops.join(",")])),
-            addr("10.0.0.9")
+            unparsed(Client::TOO_MANY_HOPS)
+        );
+        // The same over several field lines, and with junk written beyond reach.
+        let lines: Vec<&str> = hops.iter().map(String::as_str).collect();
+        assert_eq!(
+            cfg.client(ip("10.0.0.200"), &xff(&lines)),
+            unparsed(Client::TOO_MANY_HOPS)
+        );
+        let junk_led = format!("junk,{}", hops[..32].join(","));
+        assert_eq!(
+            cfg.client(ip("10.0.0.200"), &xff(&[&junk_led])),
+            unparsed(Client::TOO_MANY_HOPS)
+        );
+        // Exactly 32, all trusted: the leftmost, as documented.
+        assert_eq!(
+            cfg.client(ip("10.0.0.200"), &xff(&[&hops[..32].join(",")])),
+            addr("10.0.0.1")
         );
         // An untrusted client within reach is found however long the list is to its left.
         let mut long: Vec<String> = (0..1000).map(|_| "junk".to_owned()).collect();

@@ -30,10 +30,62 @@ impl fmt::Display for ConfigError {
             write!(f, ":{}", self.line)?;
         }
         if !self.field.is_empty() {
-            write!(f, ": {}", self.field)?;
+            write!(f, ": {}", shorten(&self.field))?;
         }
-        write!(f, ": {}", self.message)
+        write!(f, ": {}", shorten(&self.message))
     }
+}
+
+/// The most characters of a quoted value an error shows; the rest is left out and counted.
+pub(crate) const MAX_QUOTED: usize = 120;
+
+/// The most characters of a message (or field) an error shows, whatever it quotes.
+pub(crate) const MAX_MESSAGE: usize = 2_000;
+
+/// `text` with every quoted value (`"..."`, as `{:?}` writes it) longer than [`MAX_QUOTED`]
+/// characters cut there (`"aaa…" (4000000 characters)`), and the whole cut at
+/// [`MAX_MESSAGE`]: a 4 MB value in a file is not echoed into one log line.
+fn shorten(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MAX_QUOTED {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len().min(MAX_MESSAGE + 64));
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '"' {
+            continue;
+        }
+        // A quoted value: up to the closing quote that is not escaped.
+        let (mut shown, mut count, mut escaped, mut closed) = (0usize, 0usize, false, false);
+        for c in chars.by_ref() {
+            if c == '"' && !escaped {
+                closed = true;
+                break;
+            }
+            escaped = c == '\\' && !escaped;
+            count += 1;
+            if shown < MAX_QUOTED {
+                out.push(c);
+                shown += 1;
+            }
+        }
+        if count > MAX_QUOTED {
+            out.push('…');
+        }
+        if closed {
+            out.push('"');
+        }
+        if count > MAX_QUOTED {
+            out.push_str(&format!(" ({count} characters)"));
+        }
+    }
+    let total = out.chars().count();
+    if total > MAX_MESSAGE {
+        let cut: String = out.chars().take(MAX_MESSAGE).collect();
+        return format!("{cut}… ({total} characters in all)").into();
+    }
+    out.into()
 }
 
 impl std::error::Error for ConfigError {}
@@ -100,6 +152,43 @@ impl<'a> Source<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_quoted_values_are_cut_with_their_length() {
+        let e = ConfigError {
+            file: "f.toml".into(),
+            line: 2,
+            field: "server.listen".into(),
+            message: format!("invalid address {:?}: not host:port", "a".repeat(4_000_000)),
+        };
+        let shown = e.to_string();
+        assert_eq!(
+            shown,
+            format!(
+                "f.toml:2: server.listen: invalid address \"{}…\" (4000000 characters): not host:port",
+                "a".repeat(MAX_QUOTED)
+            )
+        );
+        // Short values and escaped quotes are left as they are.
+        let short = format!("{:?} and {:?}", "x\"y", "b".repeat(MAX_QUOTED));
+        let e = ConfigError {
+            message: format!("{short} {}", "c".repeat(200)),
+            ..e
+        };
+        assert_eq!(e.message, shorten(&e.message));
+        // An unquoted giant (a parser's snippet) is cut as a whole.
+        let e = ConfigError {
+            message: "z".repeat(10_000),
+            ..e
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "f.toml:2: server.listen: {}… (10000 characters in all)",
+                "z".repeat(MAX_MESSAGE)
+            )
+        );
+    }
 
     #[test]
     fn lines_are_one_based_and_count_newlines_before_the_offset() {

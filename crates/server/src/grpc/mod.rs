@@ -14,7 +14,9 @@
 //! for the answer); at most `grpc_max_concurrent_streams` calls at once per connection; after
 //! `grpc_max_connection_age` a connection gets GOAWAY (its calls in flight finish; clients
 //! reconnect, which also spreads them over new instances). No forced close follows: tonic
-//! 0.14 would then skip the GOAWAY, and rate limit calls are short.
+//! 0.14 would then skip the GOAWAY, and rate limit calls are short. A call's request message
+//! is at most 64 KiB, must be complete within `header_read_timeout` of the call's start, and
+//! all calls together hold at most 16 MiB of request messages (see [`guard`]).
 //!
 //! TLS and mutual TLS: `[server.grpc_tls]` (see [`tls`]); certificates are reloaded when their
 //! files change, without closing open connections.
@@ -24,6 +26,7 @@
 //! `floodgate_grpc_request_duration_seconds{method}`; decisions are counted by the limiter in
 //! `floodgate_decisions_total{rule, outcome}` as on every other path.
 
+mod guard;
 mod incoming;
 mod reset;
 mod rls;
@@ -101,14 +104,24 @@ pub(crate) fn spawn(
                 }
             })
         };
-        let service = RateLimitServiceServer::new(rls::RateLimitService::new(state));
+        let service = RateLimitServiceServer::new(rls::RateLimitService::new(state))
+            .max_decoding_message_size(guard::MAX_MESSAGE);
         let streams = limits.grpc_max_concurrent_streams;
+        let budget = guard::Budget::new(guard::BUDGET);
+        let deadline = limits.header_read_timeout;
+        let bodies =
+            tower::util::MapRequestLayer::new(move |request: http::Request<tonic::body::Body>| {
+                let budget = Arc::clone(&budget);
+                request
+                    .map(|body| tonic::body::Body::new(guard::Guarded::new(body, budget, deadline)))
+            });
         let result = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(GRPC_KEEPALIVE.0))
             .http2_keepalive_timeout(Some(GRPC_KEEPALIVE.1))
             .max_concurrent_streams(streams)
             .concurrency_limit_per_connection(usize::try_from(streams).unwrap_or(usize::MAX))
             .max_connection_age(limits.grpc_max_connection_age)
+            .layer(bodies)
             .add_service(health)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)

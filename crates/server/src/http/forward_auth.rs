@@ -175,22 +175,45 @@ fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
 /// the original host so host matchers see it.
 ///
 /// # Errors
-/// A 400 problem naming the URI header when it is sent twice or cannot be read
-/// ([`super::forwarded_uri::read`]).
+/// A 400 problem naming the header: `Host`, a method, host or URI header sent twice; a
+/// method or host header that is empty or not visible ASCII, or no method or host; a URI
+/// header that cannot be read ([`super::forwarded_uri::read`]).
 fn original_request(
     own_method: &Method,
     headers: &mut HeaderMap,
     suffix: Option<Uri>,
 ) -> Result<(Method, Uri), Response> {
+    // Two `Host` lines could name two hosts, whichever endpoint is called.
+    if headers.get_all(http::header::HOST).iter().nth(1).is_some() {
+        return Err(super::invalid(
+            StatusCode::BAD_REQUEST,
+            "host",
+            "sent more than once",
+        ));
+    }
     if let Some(uri) = suffix {
         return Ok((own_method.clone(), uri));
     }
-    let text = |h: &HeaderMap, name: &str| {
-        h.get(name)
-            .and_then(|v| v.to_str().ok())
+    // A header that is present must be read: one that is not visible ASCII (`\xff`, an IDN in
+    // UTF-8), empty or blank is refused, never skipped for the sub-request's own value (which
+    // would walk around host and method rules).
+    let text = |h: &HeaderMap, name: &str| -> Result<Option<String>, Response> {
+        let Some(value) = h.get(name) else {
+            return Ok(None);
+        };
+        value
+            .to_str()
+            .ok()
             .map(str::trim)
             .filter(|v| !v.is_empty())
-            .map(str::to_string)
+            .map(|v| Some(v.to_string()))
+            .ok_or_else(|| {
+                super::invalid(
+                    StatusCode::BAD_REQUEST,
+                    name,
+                    "is empty or not visible ASCII",
+                )
+            })
     };
     // Two values of a header that says what the original request was could name two requests:
     // refused, as a repeated URI header is.
@@ -207,12 +230,17 @@ fn original_request(
             ));
         }
     }
-    let method = text(headers, "x-forwarded-method")
-        .or_else(|| text(headers, "x-original-method"))
-        .and_then(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
-        .unwrap_or_else(|| own_method.clone());
+    let (name, method) = match text(headers, "x-forwarded-method")? {
+        Some(m) => ("x-forwarded-method", Some(m)),
+        None => ("x-original-method", text(headers, "x-original-method")?),
+    };
+    let method = match method {
+        Some(m) => Method::from_bytes(m.to_ascii_uppercase().as_bytes())
+            .map_err(|_| super::invalid(StatusCode::BAD_REQUEST, name, "is not an HTTP method"))?,
+        None => own_method.clone(),
+    };
     let uri = original_uri(headers)?;
-    if let Some(host) = text(headers, "x-forwarded-host") {
+    if let Some(host) = text(headers, "x-forwarded-host")? {
         // The spelling host rules compare (floodgate_tower::normalize_authority); what cannot
         // be a host is refused rather than matched against no host rule.
         let host = floodgate_tower::normalize_authority(host.as_bytes()).map_err(|why| {

@@ -148,6 +148,7 @@ async fn forward(
     // Not held across the upstream call.
     drop(config);
     add_forwarded(&mut parts.headers, peer, trusted);
+    rewrite::append_via(&mut parts.headers, parts.version);
     // The upstream speaks HTTP/1.1 (or h2c through ALPN-less prior knowledge, not used here).
     parts.version = http::Version::HTTP_11;
     // A client body that fails to read (malformed chunking) fails the upstream request too:
@@ -168,6 +169,7 @@ async fn forward(
                 return upstream::bad_gateway(why);
             }
             remove_hop_by_hop(&mut parts.headers);
+            rewrite::append_via(&mut parts.headers, parts.version);
             // Answer in our own protocol version (an HTTP/1.0 upstream must not downgrade the
             // client's connection); hyper adapts it to the client's request.
             parts.version = http::Version::HTTP_11;

@@ -22,7 +22,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 /// `[server] keep_client_headers`. A header whose name equals one of these or of the
 /// forwarding headers once `_` is read as `-` (`X_Forwarded_For`, which CGI and WSGI servers
 /// read as `X-Forwarded-For`) is dropped too, and cannot be kept.
-pub(crate) const CLIENT_ADDRESS_HEADERS: [&str; 16] = [
+pub(crate) const CLIENT_ADDRESS_HEADERS: [&str; 23] = [
     "true-client-ip",
     "cf-connecting-ip",
     "cf-connecting-ipv6",
@@ -39,7 +39,37 @@ pub(crate) const CLIENT_ADDRESS_HEADERS: [&str; 16] = [
     "x-original-url",
     "x-rewrite-url",
     "x-original-host",
+    "x-forwarded-scheme",
+    "x-forwarded-ssl",
+    "x-host",
+    "x-original-uri",
+    "x-forwarded-uri",
+    "x-envoy-external-address",
+    "x-proxyuser-ip",
 ];
+
+/// Appends this proxy to `Via` (RFC 9110 7.6.3: a proxy sends one in each message it
+/// forwards, after the earlier ones, which it keeps): `1.1 floodgate` for a message received
+/// over HTTP/1.1, `2 floodgate` over HTTP/2.
+pub(super) fn append_via(headers: &mut HeaderMap, received: http::Version) {
+    let protocol = match received {
+        http::Version::HTTP_09 => "0.9",
+        http::Version::HTTP_10 => "1.0",
+        http::Version::HTTP_2 => "2",
+        http::Version::HTTP_3 => "3",
+        _ => "1.1",
+    };
+    let mut values: Vec<&[u8]> = headers
+        .get_all(http::header::VIA)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect();
+    let own = format!("{protocol} floodgate");
+    values.push(own.as_bytes());
+    if let Ok(v) = HeaderValue::from_bytes(&values.join(&b", "[..])) {
+        headers.insert(http::header::VIA, v);
+    }
+}
 
 /// `name` as a [`CLIENT_ADDRESS_HEADERS`] entry, for `[server] keep_client_headers`.
 ///
