@@ -31,6 +31,7 @@ pub(crate) mod depth;
 pub(crate) mod describe;
 pub(crate) mod descriptors;
 pub(crate) mod envoy;
+pub(crate) mod envoy_env;
 pub(crate) mod error;
 pub(crate) mod listen;
 mod raw;
@@ -367,6 +368,7 @@ pub(crate) fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigE
             .map_err(|e| fail(&display, format!("cannot read: {e}")))?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
             .filter(|p| p.is_file() && envoy::is_yaml(&p.display().to_string()))
+            .filter(|p| !envoy_env::ignored(p))
             .collect();
         files.sort();
         if files.is_empty() {

@@ -22,7 +22,7 @@
 //! `floodgate_decisions_total{rule, outcome}` as on every other path.
 
 mod incoming;
-mod rls;
+pub(crate) mod rls;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -28,6 +28,7 @@ mod admin;
 mod api;
 pub(crate) mod auth;
 pub(crate) mod bare;
+pub(crate) mod envoy_json;
 mod forward_auth;
 mod forwarded_uri;
 #[cfg(test)]
