@@ -42,7 +42,7 @@ pub(super) fn apply(args: &mut ServeArgs) -> anyhow::Result<()> {
     }
     args.log_filter = Some(env.log_filter.clone());
     envoy_env::set_ignore_dot_files(env.ignore_dot_files);
-    args.envoy = Some(env);
+    args.envoy = Some(Box::new(env));
     Ok(())
 }
 
@@ -96,7 +96,7 @@ pub(super) async fn spawn_listeners(
     };
     let EnvoyEnv {
         debug, prometheus, ..
-    } = env;
+    } = &**env;
     let mut servers = Vec::new();
     let mut serve = |listener: tokio::net::TcpListener, router: axum::Router| {
         servers.push(listener::spawn_http(

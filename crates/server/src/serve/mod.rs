@@ -166,7 +166,7 @@ pub(crate) struct ServeArgs {
 
     /// What `--envoy-ratelimit-env` read (see [`envoy_env`]).
     #[arg(skip)]
-    envoy: Option<crate::config::envoy_env::EnvoyEnv>,
+    envoy: Option<Box<crate::config::envoy_env::EnvoyEnv>>,
 
     /// The log filter when `RUST_LOG` is unset [default: info] (`LOG_LEVEL` in that mode).
     #[arg(skip)]
