@@ -257,6 +257,15 @@ async fn the_runtime_directory_is_served_over_grpc_json_and_healthcheck_from_red
     let (status, answer) = post_json(http, &json!({"domian": "edge"})).await;
     assert_eq!((status, answer["field"].as_str()), (400, Some("domian")));
 
+    // The body bound: 1 MiB (docs/security.md).
+    let r = client()
+        .post(format!("{http}/json"))
+        .body(vec![b' '; 1024 * 1024 + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+
     // /healthcheck on PORT.
     let r = client()
         .get(format!("{http}/healthcheck"))

@@ -489,6 +489,10 @@ mod tests {
                 "responseHeadersToAdd": [{"key": "retry-after", "value": "48"}]
             })
         );
+        // As docs/envoy.md shows it: keys in name order.
+        assert!(render_response(&response)
+            .to_string()
+            .starts_with(r#"{"overallCode":"OVER_LIMIT","responseHeadersToAdd":[{"key""#));
     }
 
     #[test]
