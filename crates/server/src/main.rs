@@ -42,7 +42,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Called as envoyproxy/ratelimit's binary (`/bin/ratelimit`, which takes no arguments):
+    // `floodgate serve --envoy-ratelimit-env`, so its manifests run unchanged.
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv
+        .first()
+        .is_some_and(|a| serve::envoy_env::called_as_ratelimit(a))
+    {
+        argv.splice(1..1, ["serve".into(), "--envoy-ratelimit-env".into()]);
+    }
+    let cli = Cli::parse_from(argv);
     let result = match cli.command {
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Serve(args) => serve::run(args),

@@ -57,6 +57,7 @@ pub(crate) fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigE
             .map_err(|e| fail(&display, format!("cannot read: {e}")))?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
             .filter(|p| p.is_file() && envoy::is_yaml(&p.display().to_string()))
+            .filter(|p| !super::envoy_env::ignored(p))
             .collect();
         files.sort();
         if files.is_empty() {

@@ -33,6 +33,7 @@ pub(crate) mod depth;
 pub(crate) mod describe;
 pub(crate) mod descriptors;
 pub(crate) mod envoy;
+pub(crate) mod envoy_env;
 pub(crate) mod error;
 mod key;
 pub(crate) mod listen;

@@ -29,7 +29,7 @@
 mod guard;
 mod incoming;
 mod reset;
-mod rls;
+pub(crate) mod rls;
 pub(crate) mod tls;
 
 use std::sync::atomic::Ordering;

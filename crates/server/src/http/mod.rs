@@ -30,6 +30,7 @@ pub(crate) mod auth;
 pub(crate) mod bare;
 pub(crate) mod body;
 pub(crate) mod bounds;
+pub(crate) mod envoy_json;
 mod forward_auth;
 mod forwarded_uri;
 #[cfg(test)]

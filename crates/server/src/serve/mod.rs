@@ -17,6 +17,7 @@
 //! notice; then in-flight requests finish (up to `--drain-timeout`).
 
 pub(crate) mod connections;
+pub(crate) mod envoy_env;
 pub(crate) mod listener;
 mod recorder;
 mod reload;
@@ -150,6 +151,24 @@ pub(crate) struct ServeArgs {
     /// server stack (see [`crate::http::bare`]): the baseline of `floodgate bench --what http`.
     #[arg(long, hide = true)]
     pub(crate) bench_baseline: bool,
+
+    /// Run as envoyproxy/ratelimit: read its environment variables (RUNTIME_ROOT, PORT,
+    /// GRPC_PORT, REDIS_URL, ...; docs/envoy.md) instead of --config, --listen, --grpc-listen
+    /// and --store. Also on when the binary is called `ratelimit`.
+    #[arg(
+        long,
+        env = "FLOODGATE_ENVOY_RATELIMIT_ENV",
+        conflicts_with_all = ["config", "listen", "grpc_listen", "store", "upstream", "admin_listen"]
+    )]
+    pub(crate) envoy_ratelimit_env: bool,
+
+    /// What `--envoy-ratelimit-env` read (see [`envoy_env`]).
+    #[arg(skip)]
+    envoy: Option<Box<crate::config::envoy_env::EnvoyEnv>>,
+
+    /// The log filter when `RUST_LOG` is unset [default: info] (`LOG_LEVEL` in that mode).
+    #[arg(skip)]
+    log_filter: Option<String>,
 }
 
 /// Parses a command-line duration: a bare number of seconds (`10`) or a count with a unit as
@@ -184,8 +203,13 @@ enum LogFormat {
 /// # Errors
 /// An invalid configuration (every problem, with file, line and field), an address that cannot
 /// be bound, or a failure to install the metrics recorder or signal handlers.
-pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    init_logging(args.log_format);
+pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
+    envoy_env::apply(&mut args)?;
+    init_logging(
+        args.log_format,
+        args.log_filter.as_deref().unwrap_or("info"),
+    );
+    envoy_env::log_start(&args);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -193,9 +217,9 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(serve(args))
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, default: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -222,7 +246,8 @@ fn initial_config(args: &ServeArgs) -> anyhow::Result<(Config, Option<String>)> 
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let (config, text) = initial_config(&args)?;
+    let (mut config, text) = initial_config(&args)?;
+    envoy_env::adjust_config(&args, &mut config);
     // Signal handlers go in before anything listens: a SIGTERM or SIGHUP that arrives once we
     // are reachable must be handled, not kill the process with the default action.
     let signals = Signals::install()?;
@@ -436,7 +461,8 @@ impl Listening<'_> {
             None => {
                 let listener = bind(listen).await?;
                 println!("floodgate: listening on {} (API)", listener.local_addr()?);
-                servers.push(self.http(listener, crate::http::router(Arc::clone(self.state))));
+                let api = crate::http::router(Arc::clone(self.state));
+                servers.push(self.http(listener, envoy_env::router(args, self.state, api)));
             }
             Some(up) => {
                 let listener = bind(listen).await?;
@@ -470,6 +496,16 @@ impl Listening<'_> {
                 self.shutdown.clone(),
             )?);
         }
+        servers.extend(
+            envoy_env::spawn_listeners(
+                args,
+                self.state,
+                self.connections,
+                self.timeouts,
+                self.shutdown,
+            )
+            .await?,
+        );
         Ok(servers)
     }
 

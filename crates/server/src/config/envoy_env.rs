@@ -1,0 +1,731 @@
+//! envoyproxy/ratelimit's environment variables (its `src/settings/settings.go`), read by
+//! `floodgate serve --envoy-ratelimit-env`: where to listen, where the runtime directory is,
+//! which Redis, how to log.
+//!
+//! Every variable of `settings.go` is known here. A variable Floodgate maps is mapped; one that
+//! has no equivalent is accepted only with upstream's default value (or where upstream itself
+//! ignores it: the memcache variables without `BACKEND_TYPE=memcache`, the per-second Redis
+//! variables without `REDIS_PERSECOND=true`, ...) and otherwise refused at start with an error
+//! naming the variable and its value. Nothing is silently ignored. The table is in
+//! `docs/envoy.md`, "envoyproxy/ratelimit's environment".
+//!
+//! [`from_vars`] is a pure function of the variables (tests give it a map), and collects every
+//! problem at once.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use floodgate_store::redis::{RedisTarget, RedisTls};
+
+use super::RedisConfig;
+
+/// What envoyproxy/ratelimit's environment asks of `floodgate serve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EnvoyEnv {
+    /// `HOST:PORT`: the HTTP listener (`/json`, `/healthcheck`, and Floodgate's API).
+    pub(crate) http: SocketAddr,
+    /// `GRPC_HOST:GRPC_PORT`: the rate limit service.
+    pub(crate) grpc: SocketAddr,
+    /// `DEBUG_HOST:DEBUG_PORT`: the debug listener (`/metrics`, and `/` listing it).
+    pub(crate) debug: SocketAddr,
+    /// `USE_PROMETHEUS=true`: `PROMETHEUS_ADDR` and `PROMETHEUS_PATH`.
+    pub(crate) prometheus: Option<(SocketAddr, String)>,
+    /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`: the YAML files.
+    pub(crate) config_dir: PathBuf,
+    /// `RUNTIME_IGNOREDOTFILES`: skip files whose name starts with a dot.
+    pub(crate) ignore_dot_files: bool,
+    /// The Redis store (`REDIS_*`, `CACHE_KEY_PREFIX`).
+    pub(crate) redis: RedisConfig,
+    /// `LOG_LEVEL` as a `tracing` filter (`RUST_LOG`, when set, wins).
+    pub(crate) log_filter: String,
+    /// `LOG_FORMAT=json`.
+    pub(crate) log_json: bool,
+    /// `GRPC_MAX_CONNECTION_AGE` (upstream's default 24h).
+    pub(crate) grpc_max_connection_age: Duration,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: `/healthcheck` fails while no rule is loaded.
+    pub(crate) healthy_needs_config: bool,
+    /// Variables accepted with a value that changes nothing in Floodgate (tuning of
+    /// upstream's connection pool), each `NAME=value: why`, logged at start.
+    pub(crate) notes: Vec<String>,
+}
+
+/// The problems found, one line each, every one naming its variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EnvErrors(pub(crate) Vec<String>);
+
+impl std::fmt::Display for EnvErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "envoyproxy/ratelimit environment (--envoy-ratelimit-env):"
+        )?;
+        for line in &self.0 {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for EnvErrors {}
+
+/// Longest `REDIS_TIMEOUT` Floodgate waits per call (the `[store] timeout_ms` bound).
+const MAX_REDIS_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Floodgate's own default per-call Redis timeout, kept when `REDIS_TIMEOUT` is unset
+/// (upstream's 10 s default would hold Envoy's calls far beyond its filter timeout).
+const DEFAULT_REDIS_TIMEOUT_MS: u64 = 50;
+
+/// Floodgate's default circuit breaker window (`[store] breaker_window_ms`).
+const DEFAULT_BREAKER_WINDOW_MS: u64 = 250;
+
+/// Set once at start by `--envoy-ratelimit-env` from `RUNTIME_IGNOREDOTFILES`: the runtime
+/// directory's reader then skips dot files, on every reload too.
+static IGNORE_DOT_FILES: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`ignored`] skip dot files (`RUNTIME_IGNOREDOTFILES=true`).
+pub(crate) fn set_ignore_dot_files(on: bool) {
+    IGNORE_DOT_FILES.store(on, Ordering::Relaxed);
+}
+
+/// `true` for a file of a configuration directory that `RUNTIME_IGNOREDOTFILES` leaves out.
+pub(crate) fn ignored(path: &Path) -> bool {
+    IGNORE_DOT_FILES.load(Ordering::Relaxed) && is_dot_file(path)
+}
+
+/// `true` when the file's name starts with a dot (goruntime's `IgnoreDotFiles`).
+fn is_dot_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.'))
+}
+
+/// Variables accepted only when they hold upstream's default, with what Floodgate does
+/// instead (the error's explanation).
+const DEFAULT_ONLY: &[(&str, &str, &str)] = &[
+    ("GRPC_UDS", "", "Floodgate's gRPC listener is TCP only (GRPC_HOST, GRPC_PORT)"),
+    ("GRPC_MAX_CONNECTION_AGE_GRACE", "1h", "Floodgate lets a connection's calls finish after GOAWAY without a separate grace period"),
+    ("GRPC_SERVER_USE_TLS", "false", "TLS on the gRPC listener is not available in this mode yet"),
+    ("GRPC_SERVER_TLS_CERT", "", "TLS on the gRPC listener is not available in this mode yet"),
+    ("GRPC_SERVER_TLS_KEY", "", "TLS on the gRPC listener is not available in this mode yet"),
+    ("GRPC_CLIENT_TLS_CACERT", "", "TLS on the gRPC listener is not available in this mode yet"),
+    ("GRPC_CLIENT_TLS_SAN", "", "TLS on the gRPC listener is not available in this mode yet"),
+    ("CONFIG_TYPE", "FILE", "Floodgate reads the runtime directory; xDS (GRPC_XDS_SOTW) is not supported"),
+    ("FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "Floodgate needs a valid configuration to start"),
+    ("USE_DOG_STATSD", "false", "Floodgate exports Prometheus metrics only (USE_PROMETHEUS)"),
+    ("USE_DOG_STATSD_MOGRIFIERS", "", "Floodgate exports Prometheus metrics only (USE_PROMETHEUS)"),
+    ("EXTRA_TAGS", "", "Floodgate's metrics carry no extra tags"),
+    ("STATS_FLUSH_INTERVAL", "10s", "Prometheus is scraped; nothing is flushed"),
+    ("DISABLE_STATS", "false", "Floodgate always keeps its metrics (/metrics)"),
+    ("PROMETHEUS_MAPPER_YAML", "", "Floodgate's series have their own names (docs/metrics.md); no statsd mapping"),
+    ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", "floodgate_grpc_request_duration_seconds is in seconds"),
+    ("EXPIRATION_JITTER_MAX_SECONDS", "300", "Floodgate's keys expire exactly when forgetting them changes nothing (docs/redis.md); there is no jitter"),
+    ("LOCAL_CACHE_SIZE_IN_BYTES", "0", "the local over-limit cache is not available in this mode"),
+    ("NEAR_LIMIT_RATIO", "0.8", "Floodgate has no near-limit statistic"),
+    ("LIMIT_RESPONSE_HEADERS_ENABLED", "false", "Floodgate sends the IETF RateLimit-Policy and RateLimit headers (docs/envoy.md); the draft X-RateLimit-* headers are not available"),
+    ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false", "Floodgate always verifies the Redis server's name"),
+    ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", "Floodgate's health does not follow Redis (the rules' failure modes apply; /readyz reports the store)"),
+    ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", "Floodgate multiplexes calls on one connection per node; it has no pool to run empty"),
+    ("REDIS_STARTUP_MAX_ELAPSED_TIME", "0", "Floodgate starts without waiting for Redis (the failure modes apply until it answers)"),
+    ("REDIS_STARTUP_INITIAL_INTERVAL", "1s", "Floodgate starts without waiting for Redis (the failure modes apply until it answers)"),
+    ("REDIS_STARTUP_MAX_INTERVAL", "30s", "Floodgate starts without waiting for Redis (the failure modes apply until it answers)"),
+    ("REDIS_PERSECOND", "false", "a second Redis for per-second limits is not available yet; one Redis holds every limit"),
+    ("SHADOW_MODE", "false", "the global shadow mode is not available yet; use shadow_mode per descriptor"),
+    ("QUOTA_MODE", "false", "the global quota mode is not available yet"),
+    ("RESPONSE_DYNAMIC_METADATA", "false", "Floodgate sends no dynamic metadata yet"),
+    ("MERGE_DOMAIN_CONFIG", "false", "two files with one domain are not merged yet (one domain per file)"),
+    ("TRACING_ENABLED", "false", "Floodgate exports no OpenTelemetry traces"),
+];
+
+/// Variables that tune upstream's Redis pool and pipelining: any valid value is accepted,
+/// since Floodgate multiplexes its calls on one connection per node (coalescing them) and
+/// the value cannot change a decision; each one given is logged.
+const POOL_TUNING: &[&str] = &[
+    "REDIS_POOL_SIZE",
+    "REDIS_PIPELINE_WINDOW",
+    "REDIS_PIPELINE_LIMIT",
+    "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+];
+
+/// The variables this module maps (the rest of `settings.go` is in [`DEFAULT_ONLY`],
+/// [`POOL_TUNING`] and [`INERT_WITHOUT_THEIR_MODE`]).
+#[cfg(test)]
+const MAPPED: &[&str] = &[
+    "HOST",
+    "PORT",
+    "DEBUG_HOST",
+    "DEBUG_PORT",
+    "GRPC_HOST",
+    "GRPC_PORT",
+    "GRPC_MAX_CONNECTION_AGE",
+    "LOG_LEVEL",
+    "LOG_FORMAT",
+    "USE_STATSD",
+    "USE_PROMETHEUS",
+    "PROMETHEUS_ADDR",
+    "PROMETHEUS_PATH",
+    "RUNTIME_ROOT",
+    "RUNTIME_SUBDIRECTORY",
+    "RUNTIME_APPDIRECTORY",
+    "RUNTIME_IGNOREDOTFILES",
+    "RUNTIME_WATCH_ROOT",
+    "CACHE_KEY_PREFIX",
+    "BACKEND_TYPE",
+    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+    "REDIS_SOCKET_TYPE",
+    "REDIS_TYPE",
+    "REDIS_URL",
+    "REDIS_AUTH",
+    "REDIS_TLS",
+    "REDIS_TLS_CLIENT_CERT",
+    "REDIS_TLS_CLIENT_KEY",
+    "REDIS_TLS_CACERT",
+    "REDIS_SENTINEL_AUTH",
+    "REDIS_TIMEOUT",
+];
+
+/// Variables upstream reads only in a mode Floodgate refuses above (memcache, per-second Redis,
+/// xDS, statsd, tracing, response headers): without that mode upstream ignores them too, so
+/// they are accepted whatever they hold.
+#[cfg(test)]
+const INERT_WITHOUT_THEIR_MODE: &[&str] = &[
+    "CONFIG_GRPC_XDS_NODE_ID",
+    "CONFIG_GRPC_XDS_NODE_METADATA",
+    "CONFIG_GRPC_XDS_SERVER_URL",
+    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+    "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+    "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+    "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+    "XDS_CLIENT_BACKOFF_JITTER",
+    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+    "STATSD_HOST",
+    "STATSD_PORT",
+    "LIMIT_LIMIT_HEADER",
+    "LIMIT_REMAINING_HEADER",
+    "LIMIT_RESET_HEADER",
+    "MEMCACHE_HOST_PORT",
+    "MEMCACHE_MAX_IDLE_CONNS",
+    "MEMCACHE_SRV",
+    "MEMCACHE_SRV_REFRESH",
+    "MEMCACHE_TLS",
+    "MEMCACHE_TLS_CLIENT_CERT",
+    "MEMCACHE_TLS_CLIENT_KEY",
+    "MEMCACHE_TLS_CACERT",
+    "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+    "REDIS_PERSECOND_SOCKET_TYPE",
+    "REDIS_PERSECOND_TYPE",
+    "REDIS_PERSECOND_URL",
+    "REDIS_PERSECOND_POOL_SIZE",
+    "REDIS_PERSECOND_AUTH",
+    "REDIS_PERSECOND_TLS",
+    "REDIS_PERSECOND_SENTINEL_AUTH",
+    "REDIS_PERSECOND_PIPELINE_WINDOW",
+    "REDIS_PERSECOND_PIPELINE_LIMIT",
+    "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+    "REDIS_PERSECOND_TIMEOUT",
+    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+    "TRACING_SERVICE_NAME",
+    "TRACING_SERVICE_NAMESPACE",
+    "TRACING_SERVICE_INSTANCE_ID",
+    "TRACING_EXPORTER_PROTOCOL",
+    "TRACING_SAMPLING_RATE",
+];
+
+/// Reads the process environment (see [`from_vars`]).
+///
+/// # Errors
+/// As [`from_vars`].
+pub(crate) fn from_process_env() -> Result<EnvoyEnv, EnvErrors> {
+    from_vars(
+        &std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect(),
+    )
+}
+
+/// The variables read so far and the problems found.
+struct Reader<'a> {
+    vars: &'a BTreeMap<String, String>,
+    errors: Vec<String>,
+}
+
+impl Reader<'_> {
+    /// The variable's value, else `default` (upstream's).
+    fn text(&self, name: &str, default: &str) -> String {
+        self.vars
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| default.to_string())
+    }
+
+    fn fail(&mut self, name: &str, value: &str, why: impl std::fmt::Display) {
+        self.errors.push(format!("{name}={value:?}: {why}"));
+    }
+
+    /// A Go `strconv.ParseBool` value.
+    fn bool(&mut self, name: &str, default: bool) -> bool {
+        let Some(v) = self.vars.get(name) else {
+            return default;
+        };
+        match v.as_str() {
+            "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
+            "0" | "f" | "F" | "FALSE" | "false" | "False" => false,
+            _ => {
+                let v = v.clone();
+                self.fail(name, &v, "expected true or false");
+                default
+            }
+        }
+    }
+
+    fn port(&mut self, name: &str, default: u16) -> u16 {
+        let v = self.text(name, &default.to_string());
+        v.trim().parse().unwrap_or_else(|_| {
+            self.fail(name, &v, "expected a port number, 0 to 65535");
+            default
+        })
+    }
+
+    /// `host` and `port` resolved (an IP address or a name such as `localhost`).
+    fn addr(&mut self, host_var: &str, host: &str, port: u16) -> Option<SocketAddr> {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        match (host, port).to_socket_addrs() {
+            Ok(mut addrs) => addrs.next(),
+            Err(e) => {
+                self.fail(host_var, host, format!("cannot resolve this host: {e}"));
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, name: &str, default: &str) -> Duration {
+        let v = self.text(name, default);
+        go_duration(&v).unwrap_or_else(|why| {
+            self.fail(name, &v, why);
+            go_duration(default).unwrap_or_default()
+        })
+    }
+
+    fn positive(&mut self, name: &str, default: &str) {
+        let v = self.text(name, default);
+        if v.trim().parse::<u64>().is_err() {
+            self.fail(name, &v, "expected a whole number, 0 or more");
+        }
+    }
+}
+
+/// Maps envoyproxy/ratelimit's environment `vars` onto Floodgate's settings.
+///
+/// # Errors
+/// [`EnvErrors`]: every variable whose value Floodgate cannot honour, each naming the variable
+/// and the value, with why and what to do instead.
+pub(crate) fn from_vars(vars: &BTreeMap<String, String>) -> Result<EnvoyEnv, EnvErrors> {
+    let mut r = Reader {
+        vars,
+        errors: Vec::new(),
+    };
+    // Listeners.
+    let (host, port) = (r.text("HOST", "0.0.0.0"), r.port("PORT", 8080));
+    let http = r.addr("HOST", &host, port);
+    let (grpc_host, grpc_port) = (r.text("GRPC_HOST", "0.0.0.0"), r.port("GRPC_PORT", 8081));
+    let grpc = r.addr("GRPC_HOST", &grpc_host, grpc_port);
+    let (debug_host, debug_port) = (r.text("DEBUG_HOST", "0.0.0.0"), r.port("DEBUG_PORT", 6070));
+    let debug = r.addr("DEBUG_HOST", &debug_host, debug_port);
+    let grpc_max_connection_age = r.duration("GRPC_MAX_CONNECTION_AGE", "24h");
+    // The bounds of `[server] grpc_max_connection_age`.
+    if !(Duration::from_secs(1)..=Duration::from_secs(7 * 86_400))
+        .contains(&grpc_max_connection_age)
+    {
+        let v = r.text("GRPC_MAX_CONNECTION_AGE", "24h");
+        r.fail(
+            "GRPC_MAX_CONNECTION_AGE",
+            &v,
+            "must be between 1s and 168h (7 days)",
+        );
+    }
+
+    // Metrics.
+    let use_statsd = r.bool("USE_STATSD", true);
+    if use_statsd && vars.contains_key("USE_STATSD") {
+        r.fail(
+            "USE_STATSD",
+            "true",
+            "Floodgate sends no statsd; set USE_STATSD=false (and USE_PROMETHEUS=true for \
+             Prometheus on PROMETHEUS_ADDR)",
+        );
+    }
+    let prometheus = if r.bool("USE_PROMETHEUS", false) {
+        let addr_text = r.text("PROMETHEUS_ADDR", ":9090");
+        let path = r.text("PROMETHEUS_PATH", "/metrics");
+        if !path.starts_with('/') {
+            r.fail("PROMETHEUS_PATH", &path, "must start with /");
+        }
+        match addr_text.rsplit_once(':') {
+            Some((h, p)) => {
+                let host = if h.is_empty() { "0.0.0.0" } else { h };
+                match p.parse::<u16>() {
+                    Ok(p) => r.addr("PROMETHEUS_ADDR", host, p).map(|a| (a, path)),
+                    Err(_) => {
+                        r.fail("PROMETHEUS_ADDR", &addr_text, "expected [HOST]:PORT");
+                        None
+                    }
+                }
+            }
+            None => {
+                r.fail("PROMETHEUS_ADDR", &addr_text, "expected [HOST]:PORT");
+                None
+            }
+        }
+    } else {
+        None
+    };
+
+    // Logs.
+    let level = r.text("LOG_LEVEL", "WARN");
+    let log_filter = match level.to_ascii_lowercase().as_str() {
+        "trace" => "trace",
+        "debug" => "debug",
+        "info" => "info",
+        "warn" | "warning" => "warn",
+        "error" | "fatal" | "panic" => "error",
+        _ => {
+            r.fail(
+                "LOG_LEVEL",
+                &level,
+                "expected trace, debug, info, warn, error, fatal or panic",
+            );
+            "warn"
+        }
+    }
+    .to_string();
+    let format = r.text("LOG_FORMAT", "text");
+    let log_json = match format.to_ascii_lowercase().as_str() {
+        "text" => false,
+        "json" => true,
+        _ => {
+            r.fail("LOG_FORMAT", &format, "expected text or json");
+            false
+        }
+    };
+
+    // The runtime directory, as upstream's file provider finds it: with RUNTIME_WATCH_ROOT
+    // the keys under `<root>/<subdirectory>` that start with `<appdirectory>.`, without it
+    // the files of `<root>/<subdirectory>/<appdirectory>`: the same folder either way.
+    let root = r.text("RUNTIME_ROOT", "/srv/runtime_data/current");
+    let sub = r.text("RUNTIME_SUBDIRECTORY", "");
+    let app = r.text("RUNTIME_APPDIRECTORY", "config");
+    let _watch_root = r.bool("RUNTIME_WATCH_ROOT", true);
+    let ignore_dot_files = r.bool("RUNTIME_IGNOREDOTFILES", false);
+    let config_dir = Path::new(&root).join(&sub).join(&app);
+
+    // Backend.
+    let backend = r.text("BACKEND_TYPE", "redis");
+    if !backend.eq_ignore_ascii_case("redis") {
+        r.fail(
+            "BACKEND_TYPE",
+            &backend,
+            "Floodgate keeps shared limits in Redis only (memcache is not supported); \
+             use BACKEND_TYPE=redis",
+        );
+    }
+    let redis = redis_config(&mut r);
+    let _stop_increment = r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false);
+    let healthy_needs_config = r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false);
+
+    for (name, default, why) in DEFAULT_ONLY {
+        let Some(v) = vars.get(*name) else { continue };
+        let same = if matches!(*default, "true" | "false") {
+            let parsed = r.bool(name, *default == "true");
+            parsed == (*default == "true")
+        } else if name.ends_with("INTERVAL") || name.ends_with("TIME") || name.ends_with("GRACE") {
+            go_duration(v).ok() == go_duration(default).ok()
+        } else if *name == "NEAR_LIMIT_RATIO" {
+            v.trim().parse::<f64>().ok() == Some(0.8)
+        } else {
+            v.trim().eq_ignore_ascii_case(default)
+        };
+        if !same {
+            let v = v.clone();
+            r.fail(
+                name,
+                &v,
+                format!("{why} (only {default:?}, upstream's default, is accepted)"),
+            );
+        }
+    }
+    let mut notes = Vec::new();
+    for name in POOL_TUNING {
+        if let Some(v) = vars.get(*name) {
+            if name.ends_with("WINDOW") {
+                let v = v.clone();
+                if let Err(why) = go_duration(&v) {
+                    r.fail(name, &v, why);
+                }
+            } else {
+                r.positive(name, "0");
+            }
+            notes.push(format!(
+                "{name}={v}: accepted; Floodgate multiplexes its Redis calls on one connection \
+                 per node, so there is no pool or pipeline window to size"
+            ));
+        }
+    }
+    let errors = r.errors;
+    match (http, grpc, debug) {
+        (Some(http), Some(grpc), Some(debug)) if errors.is_empty() => Ok(EnvoyEnv {
+            http,
+            grpc,
+            debug,
+            prometheus,
+            config_dir,
+            ignore_dot_files,
+            redis,
+            log_filter,
+            log_json,
+            grpc_max_connection_age,
+            healthy_needs_config,
+            notes,
+        }),
+        _ => Err(EnvErrors(errors)),
+    }
+}
+
+/// `REDIS_SOCKET_TYPE`, `REDIS_TYPE`, `REDIS_URL`, `REDIS_AUTH`, `REDIS_SENTINEL_AUTH`,
+/// `REDIS_TLS*`, `REDIS_TIMEOUT` and `CACHE_KEY_PREFIX` as a Redis store.
+fn redis_config(r: &mut Reader<'_>) -> RedisConfig {
+    let socket = r.text("REDIS_SOCKET_TYPE", "unix");
+    let kind = r.text("REDIS_TYPE", "SINGLE");
+    let url = r.text("REDIS_URL", "/var/run/nutcracker/ratelimit.sock");
+    let auth = r.text("REDIS_AUTH", "");
+    let sentinel_auth = r.text("REDIS_SENTINEL_AUTH", "");
+    let tls = r.bool("REDIS_TLS", false);
+    let unix = match socket.to_ascii_lowercase().as_str() {
+        "unix" => true,
+        "tcp" => false,
+        _ => {
+            r.fail("REDIS_SOCKET_TYPE", &socket, "expected unix or tcp");
+            false
+        }
+    };
+    let scheme = if tls { "rediss" } else { "redis" };
+    let userinfo = |auth: &str| -> String {
+        if auth.is_empty() {
+            return String::new();
+        }
+        // `user:password`, or a password alone (upstream's REDIS_AUTH forms).
+        match auth.split_once(':') {
+            Some((user, pass)) => format!("{}:{}@", percent(user), percent(pass)),
+            None => format!(":{}@", percent(auth)),
+        }
+    };
+    let node = |addr: &str, auth: &str| -> String {
+        if unix {
+            let query = match auth.split_once(':') {
+                _ if auth.is_empty() => String::new(),
+                Some((user, pass)) => format!("?user={}&pass={}", percent(user), percent(pass)),
+                None => format!("?pass={}", percent(auth)),
+            };
+            format!("redis+unix://{addr}{query}")
+        } else {
+            format!("{scheme}://{}{addr}", userinfo(auth))
+        }
+    };
+    let list: Vec<String> = url
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let target = match kind.to_ascii_lowercase().as_str() {
+        "single" => {
+            if list.len() != 1 {
+                r.fail("REDIS_URL", &url, "REDIS_TYPE=single takes one address");
+            }
+            RedisTarget::Standalone(node(list.first().map_or("", String::as_str), &auth))
+        }
+        "cluster" => {
+            if unix {
+                r.fail(
+                    "REDIS_SOCKET_TYPE",
+                    &socket,
+                    "a Redis Cluster is reached over tcp (REDIS_SOCKET_TYPE=tcp)",
+                );
+            }
+            RedisTarget::Cluster(list.iter().map(|a| node(a, &auth)).collect())
+        }
+        "sentinel" => {
+            if list.len() < 2 {
+                r.fail(
+                    "REDIS_URL",
+                    &url,
+                    "REDIS_TYPE=sentinel expects <master name>,<sentinel1>,...,<sentinelN>",
+                );
+            }
+            if unix {
+                r.fail(
+                    "REDIS_SOCKET_TYPE",
+                    &socket,
+                    "sentinels are reached over tcp (REDIS_SOCKET_TYPE=tcp)",
+                );
+            }
+            if tls {
+                r.fail(
+                    "REDIS_TLS",
+                    "true",
+                    "Floodgate's Sentinel store has no TLS (docs/redis.md)",
+                );
+            }
+            if !auth.is_empty() {
+                r.fail(
+                    "REDIS_AUTH",
+                    "<set>",
+                    "Floodgate's Sentinel store cannot authenticate to the master yet \
+                     (REDIS_SENTINEL_AUTH, for the sentinels, is supported)",
+                );
+            }
+            RedisTarget::Sentinel {
+                master_name: list.first().cloned().unwrap_or_default(),
+                sentinels: list
+                    .iter()
+                    .skip(1)
+                    .map(|a| format!("redis://{}{a}", userinfo(&sentinel_auth)))
+                    .collect(),
+            }
+        }
+        _ => {
+            r.fail("REDIS_TYPE", &kind, "expected single, cluster or sentinel");
+            RedisTarget::Standalone(String::new())
+        }
+    };
+    if unix && tls {
+        r.fail(
+            "REDIS_TLS",
+            "true",
+            "TLS needs REDIS_SOCKET_TYPE=tcp (a unix socket is local)",
+        );
+    }
+    let mut read = |name: &str| -> Option<Vec<u8>> {
+        let path = r.text(name, "");
+        if path.is_empty() {
+            return None;
+        }
+        if !tls {
+            r.fail(name, &path, "needs REDIS_TLS=true");
+            return None;
+        }
+        match std::fs::read(&path) {
+            Ok(bytes) => Some(bytes),
+            Err(e) => {
+                r.fail(name, &path, format!("cannot read: {e}"));
+                None
+            }
+        }
+    };
+    let tls_files = RedisTls {
+        ca_pem: read("REDIS_TLS_CACERT"),
+        client_cert_pem: read("REDIS_TLS_CLIENT_CERT"),
+        client_key_pem: read("REDIS_TLS_CLIENT_KEY"),
+    };
+    if tls_files.client_cert_pem.is_some() != tls_files.client_key_pem.is_some() {
+        r.fail(
+            "REDIS_TLS_CLIENT_CERT",
+            &r.text("REDIS_TLS_CLIENT_CERT", ""),
+            "a client certificate needs its key (REDIS_TLS_CLIENT_KEY) and the reverse",
+        );
+    }
+    let timeout_ms = if r.vars.contains_key("REDIS_TIMEOUT") {
+        let t = r.duration("REDIS_TIMEOUT", "10s");
+        if t.is_zero() || t > MAX_REDIS_TIMEOUT {
+            let v = r.text("REDIS_TIMEOUT", "");
+            r.fail("REDIS_TIMEOUT", &v, "must be between 1ms and 60s");
+        }
+        u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)
+    } else {
+        DEFAULT_REDIS_TIMEOUT_MS
+    };
+    let prefix = match r.vars.get("CACHE_KEY_PREFIX") {
+        Some(p) if !p.is_empty() => {
+            if p.contains(['{', '}']) || p.len() > 64 {
+                let p = p.clone();
+                r.fail(
+                    "CACHE_KEY_PREFIX",
+                    &p,
+                    "at most 64 bytes and no braces (a hash tag would put every key in one \
+                     cluster slot)",
+                );
+            }
+            p.clone()
+        }
+        _ => "fg:".to_string(),
+    };
+    RedisConfig {
+        target,
+        timeout_ms,
+        breaker_window_ms: DEFAULT_BREAKER_WINDOW_MS,
+        prefix,
+        local_fallback: false,
+        local_fallback_instances: None,
+        tls: tls_files,
+    }
+}
+
+/// Percent-encodes what a URL's userinfo cannot hold as it is.
+fn percent(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A Go `time.ParseDuration` text: `0`, or numbers with units (`ns`, `us`, `µs`, `ms`, `s`,
+/// `m`, `h`), e.g. `24h`, `1m30s`, `500ms`, `1.5s`; no sign.
+fn go_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("expected a duration such as 10s, 500ms, 1m30s or 24h, got {text:?}");
+    let t = text.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if t.is_empty() {
+        return Err(bad());
+    }
+    let mut rest = t;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let value: f64 = rest[..n].parse().map_err(|_| bad())?;
+        rest = &rest[n..];
+        let u = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..u] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        rest = &rest[u..];
+        total += value * scale;
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests;

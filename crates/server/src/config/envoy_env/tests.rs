@@ -1,0 +1,299 @@
+//! Unit tests of the mapping of envoyproxy/ratelimit's environment.
+
+use super::*;
+
+fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+#[test]
+fn upstreams_defaults_map_to_its_listeners_runtime_folder_and_unix_socket_redis() {
+    let env = from_vars(&BTreeMap::new()).unwrap();
+    assert_eq!(env.http, "0.0.0.0:8080".parse().unwrap());
+    assert_eq!(env.grpc, "0.0.0.0:8081".parse().unwrap());
+    assert_eq!(env.debug, "0.0.0.0:6070".parse().unwrap());
+    assert_eq!(env.prometheus, None);
+    assert_eq!(
+        env.config_dir,
+        PathBuf::from("/srv/runtime_data/current/config")
+    );
+    assert_eq!(
+        env.redis.target,
+        RedisTarget::Standalone("redis+unix:///var/run/nutcracker/ratelimit.sock".into())
+    );
+    assert_eq!(env.redis.prefix, "fg:");
+    assert_eq!(env.redis.timeout_ms, 50);
+    assert_eq!(env.log_filter, "warn");
+    assert!(!env.log_json);
+    assert_eq!(env.grpc_max_connection_age, Duration::from_secs(24 * 3600));
+    assert!(env.notes.is_empty());
+}
+
+#[test]
+fn the_docker_compose_example_maps_to_tcp_redis_and_the_runtime_subdirectory() {
+    let env = from_vars(&vars(&[
+        ("USE_STATSD", "false"),
+        ("LOG_LEVEL", "debug"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "redis:6379"),
+        ("RUNTIME_ROOT", "/data"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("RUNTIME_WATCH_ROOT", "false"),
+        ("RUNTIME_IGNOREDOTFILES", "true"),
+        ("PORT", "0"),
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "9000"),
+        ("LOG_FORMAT", "json"),
+        ("CACHE_KEY_PREFIX", "rl_"),
+        ("REDIS_AUTH", "user:p@ss"),
+        ("REDIS_TIMEOUT", "250ms"),
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", "127.0.0.1:9191"),
+        ("PROMETHEUS_PATH", "/prom"),
+        ("GRPC_MAX_CONNECTION_AGE", "1h30m"),
+        ("REDIS_POOL_SIZE", "50"),
+    ]))
+    .unwrap();
+    assert_eq!(env.config_dir, PathBuf::from("/data/ratelimit/config"));
+    assert!(env.ignore_dot_files);
+    assert_eq!(
+        env.redis.target,
+        RedisTarget::Standalone("redis://user:p%40ss@redis:6379".into())
+    );
+    assert_eq!(env.redis.prefix, "rl_");
+    assert_eq!(env.redis.timeout_ms, 250);
+    assert_eq!(env.log_filter, "debug");
+    assert!(env.log_json);
+    assert_eq!(env.http.port(), 0);
+    assert_eq!(env.grpc, "127.0.0.1:9000".parse().unwrap());
+    assert_eq!(
+        env.prometheus,
+        Some(("127.0.0.1:9191".parse().unwrap(), "/prom".to_string()))
+    );
+    assert_eq!(env.grpc_max_connection_age, Duration::from_secs(5400));
+    assert_eq!(env.notes.len(), 1);
+    assert!(env.notes[0].starts_with("REDIS_POOL_SIZE=50: accepted"));
+}
+
+#[test]
+fn cluster_and_sentinel_take_upstreams_url_lists() {
+    let env = from_vars(&vars(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_TYPE", "cluster"),
+        ("REDIS_URL", "10.0.0.1:7000, 10.0.0.2:7000"),
+        ("REDIS_TLS", "true"),
+        ("REDIS_AUTH", "secret"),
+    ]))
+    .unwrap();
+    assert_eq!(
+        env.redis.target,
+        RedisTarget::Cluster(vec![
+            "rediss://:secret@10.0.0.1:7000".into(),
+            "rediss://:secret@10.0.0.2:7000".into()
+        ])
+    );
+    let env = from_vars(&vars(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_TYPE", "SENTINEL"),
+        ("REDIS_URL", "mymaster,10.0.0.1:26379,10.0.0.2:26379"),
+        ("REDIS_SENTINEL_AUTH", "s3"),
+    ]))
+    .unwrap();
+    assert_eq!(
+        env.redis.target,
+        RedisTarget::Sentinel {
+            master_name: "mymaster".into(),
+            sentinels: vec![
+                "redis://:s3@10.0.0.1:26379".into(),
+                "redis://:s3@10.0.0.2:26379".into()
+            ],
+        }
+    );
+}
+
+#[test]
+fn a_unix_socket_carries_its_password_in_the_query() {
+    let env = from_vars(&vars(&[
+        ("REDIS_URL", "/run/redis.sock"),
+        ("REDIS_AUTH", "pw"),
+    ]))
+    .unwrap();
+    assert_eq!(
+        env.redis.target,
+        RedisTarget::Standalone("redis+unix:///run/redis.sock?pass=pw".into())
+    );
+}
+
+#[test]
+fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
+    let err = from_vars(&vars(&[
+        ("BACKEND_TYPE", "memcache"),
+        ("SHADOW_MODE", "true"),
+        ("QUOTA_MODE", "1"),
+        ("MERGE_DOMAIN_CONFIG", "true"),
+        ("RESPONSE_DYNAMIC_METADATA", "true"),
+        ("REDIS_PERSECOND", "true"),
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
+        ("USE_STATSD", "true"),
+        ("PORT", "http"),
+        ("LOG_LEVEL", "loud"),
+        ("REDIS_TYPE", "ring"),
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("GRPC_UDS", "/tmp/rl.sock"),
+        ("NEAR_LIMIT_RATIO", "0.9"),
+    ]))
+    .unwrap_err();
+    let text = err.to_string();
+    for needle in [
+        "BACKEND_TYPE=\"memcache\": Floodgate keeps shared limits in Redis only",
+        "SHADOW_MODE=\"true\": the global shadow mode",
+        "QUOTA_MODE=\"1\"",
+        "MERGE_DOMAIN_CONFIG=\"true\"",
+        "RESPONSE_DYNAMIC_METADATA=\"true\"",
+        "REDIS_PERSECOND=\"true\": a second Redis for per-second limits",
+        "GRPC_SERVER_USE_TLS=\"true\": TLS on the gRPC listener",
+        "LIMIT_RESPONSE_HEADERS_ENABLED=\"true\"",
+        "LOCAL_CACHE_SIZE_IN_BYTES=\"1048576\"",
+        "USE_STATSD=\"true\": Floodgate sends no statsd",
+        "PORT=\"http\": expected a port number",
+        "LOG_LEVEL=\"loud\"",
+        "REDIS_TYPE=\"ring\": expected single, cluster or sentinel",
+        "CONFIG_TYPE=\"GRPC_XDS_SOTW\"",
+        "GRPC_UDS=\"/tmp/rl.sock\"",
+        "NEAR_LIMIT_RATIO=\"0.9\"",
+    ] {
+        assert!(text.contains(needle), "{needle} in\n{text}");
+    }
+    assert_eq!(err.0.len(), 16, "{text}");
+}
+
+#[test]
+fn upstreams_defaults_given_explicitly_are_accepted() {
+    let env = from_vars(&vars(&[
+        ("SHADOW_MODE", "false"),
+        ("REDIS_PERSECOND", "False"),
+        ("NEAR_LIMIT_RATIO", "0.8"),
+        ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
+        ("GRPC_MAX_CONNECTION_AGE_GRACE", "60m"),
+        ("CONFIG_TYPE", "file"),
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+        ("MEMCACHE_HOST_PORT", "memcached:11211"),
+        ("REDIS_PERSECOND_URL", "redis-ps:6379"),
+        ("LIMIT_REMAINING_HEADER", "X-Left"),
+    ]));
+    assert!(env.is_ok(), "{env:?}");
+}
+
+#[test]
+fn sentinel_limits_are_explained() {
+    let err = from_vars(&vars(&[
+        ("REDIS_TYPE", "sentinel"),
+        ("REDIS_URL", "mymaster"),
+        ("REDIS_AUTH", "pw"),
+    ]))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("<master name>,<sentinel1>"), "{err}");
+    assert!(err.contains("REDIS_SOCKET_TYPE=\"unix\": sentinels are reached over tcp"));
+    assert!(
+        err.contains("REDIS_AUTH=\"<set>\""),
+        "the password is not shown: {err}"
+    );
+    assert!(!err.contains("pw\""), "{err}");
+}
+
+#[test]
+fn tls_files_need_tls_and_are_read() {
+    let err = from_vars(&vars(&[("REDIS_TLS_CACERT", "/nonexistent/ca.pem")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("REDIS_TLS_CACERT=\"/nonexistent/ca.pem\": needs REDIS_TLS=true"));
+    let err = from_vars(&vars(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "r:6379"),
+        ("REDIS_TLS", "true"),
+        ("REDIS_TLS_CACERT", "/nonexistent/ca.pem"),
+    ]))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("REDIS_TLS_CACERT=\"/nonexistent/ca.pem\": cannot read"));
+}
+
+#[test]
+fn go_durations() {
+    assert_eq!(go_duration("0"), Ok(Duration::ZERO));
+    assert_eq!(go_duration("24h"), Ok(Duration::from_secs(86_400)));
+    assert_eq!(go_duration("1m30s"), Ok(Duration::from_secs(90)));
+    assert_eq!(go_duration("500ms"), Ok(Duration::from_millis(500)));
+    assert_eq!(go_duration("1.5s"), Ok(Duration::from_millis(1500)));
+    assert!(go_duration("10").is_err());
+    assert!(go_duration("-1s").is_err());
+    assert!(go_duration("1d").is_err());
+    assert!(go_duration("").is_err());
+}
+
+#[test]
+fn every_variable_of_upstreams_settings_is_known_once() {
+    // `envconfig:"..."` of envoyproxy/ratelimit's src/settings/settings.go (commit
+    // f2fb15770f7fd1c88ca6c3a1b58ee513917ace96).
+    let upstream = "HOST PORT DEBUG_HOST DEBUG_PORT GRPC_UDS GRPC_HOST GRPC_PORT \
+        GRPC_MAX_CONNECTION_AGE GRPC_MAX_CONNECTION_AGE_GRACE GRPC_SERVER_USE_TLS \
+        GRPC_SERVER_TLS_CERT GRPC_SERVER_TLS_KEY GRPC_CLIENT_TLS_CACERT GRPC_CLIENT_TLS_SAN \
+        LOG_LEVEL LOG_FORMAT CONFIG_TYPE FORCE_START_WITHOUT_INITIAL_CONFIG \
+        CONFIG_GRPC_XDS_NODE_ID CONFIG_GRPC_XDS_NODE_METADATA CONFIG_GRPC_XDS_SERVER_URL \
+        CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS \
+        CONFIG_GRPC_XDS_SERVER_USE_TLS CONFIG_GRPC_XDS_CLIENT_TLS_CERT \
+        CONFIG_GRPC_XDS_CLIENT_TLS_KEY CONFIG_GRPC_XDS_SERVER_TLS_CACERT \
+        CONFIG_GRPC_XDS_SERVER_TLS_SAN XDS_CLIENT_BACKOFF_INITIAL_INTERVAL \
+        XDS_CLIENT_BACKOFF_MAX_INTERVAL XDS_CLIENT_BACKOFF_RANDOM_FACTOR \
+        XDS_CLIENT_BACKOFF_JITTER XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES USE_DOG_STATSD \
+        USE_DOG_STATSD_MOGRIFIERS USE_STATSD STATSD_HOST STATSD_PORT EXTRA_TAGS \
+        STATS_FLUSH_INTERVAL DISABLE_STATS USE_PROMETHEUS PROMETHEUS_ADDR PROMETHEUS_PATH \
+        PROMETHEUS_MAPPER_YAML PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS RUNTIME_ROOT \
+        RUNTIME_SUBDIRECTORY RUNTIME_APPDIRECTORY RUNTIME_IGNOREDOTFILES RUNTIME_WATCH_ROOT \
+        EXPIRATION_JITTER_MAX_SECONDS LOCAL_CACHE_SIZE_IN_BYTES NEAR_LIMIT_RATIO \
+        CACHE_KEY_PREFIX BACKEND_TYPE STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT \
+        LIMIT_RESPONSE_HEADERS_ENABLED LIMIT_LIMIT_HEADER LIMIT_REMAINING_HEADER \
+        LIMIT_RESET_HEADER HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED REDIS_SOCKET_TYPE \
+        REDIS_TYPE REDIS_URL REDIS_POOL_SIZE REDIS_AUTH REDIS_TLS REDIS_TLS_CLIENT_CERT \
+        REDIS_TLS_CLIENT_KEY REDIS_TLS_CACERT REDIS_TLS_SKIP_HOSTNAME_VERIFICATION \
+        REDIS_PIPELINE_WINDOW REDIS_PIPELINE_LIMIT REDIS_CLUSTER_PIPELINE_PARALLELISM \
+        REDIS_PERSECOND REDIS_PERSECOND_SOCKET_TYPE REDIS_PERSECOND_TYPE REDIS_PERSECOND_URL \
+        REDIS_PERSECOND_POOL_SIZE REDIS_PERSECOND_AUTH REDIS_PERSECOND_TLS \
+        REDIS_SENTINEL_AUTH REDIS_PERSECOND_SENTINEL_AUTH REDIS_PERSECOND_PIPELINE_WINDOW \
+        REDIS_PERSECOND_PIPELINE_LIMIT REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM \
+        REDIS_HEALTH_CHECK_ACTIVE_CONNECTION REDIS_TIMEOUT REDIS_PERSECOND_TIMEOUT \
+        REDIS_POOL_ON_EMPTY_BEHAVIOR REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR \
+        REDIS_STARTUP_INITIAL_INTERVAL REDIS_STARTUP_MAX_INTERVAL \
+        REDIS_STARTUP_MAX_ELAPSED_TIME MEMCACHE_HOST_PORT MEMCACHE_MAX_IDLE_CONNS \
+        MEMCACHE_SRV MEMCACHE_SRV_REFRESH MEMCACHE_TLS MEMCACHE_TLS_CLIENT_CERT \
+        MEMCACHE_TLS_CLIENT_KEY MEMCACHE_TLS_CACERT MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION \
+        SHADOW_MODE QUOTA_MODE RESPONSE_DYNAMIC_METADATA MERGE_DOMAIN_CONFIG \
+        TRACING_ENABLED TRACING_SERVICE_NAME TRACING_SERVICE_NAMESPACE \
+        TRACING_SERVICE_INSTANCE_ID TRACING_EXPORTER_PROTOCOL TRACING_SAMPLING_RATE";
+    let known: Vec<&str> = MAPPED
+        .iter()
+        .copied()
+        .chain(DEFAULT_ONLY.iter().map(|(n, _, _)| *n))
+        .chain(POOL_TUNING.iter().copied())
+        .chain(INERT_WITHOUT_THEIR_MODE.iter().copied())
+        .collect();
+    for name in upstream.split_whitespace() {
+        let n = known.iter().filter(|k| **k == name).count();
+        assert_eq!(n, 1, "{name} is known {n} times");
+    }
+    assert_eq!(known.len(), upstream.split_whitespace().count());
+}
+
+#[test]
+fn dot_files_are_left_out_only_when_asked() {
+    assert!(is_dot_file(Path::new("/x/.hidden.yaml")));
+    assert!(!is_dot_file(Path::new("/x.d/visible.yaml")));
+    // Off unless RUNTIME_IGNOREDOTFILES turned it on (never in this test process).
+    assert!(!ignored(Path::new("/x/.hidden.yaml")));
+}

@@ -1,0 +1,140 @@
+//! `floodgate serve --envoy-ratelimit-env` (also when the binary is called as `ratelimit`,
+//! the name of envoyproxy/ratelimit's binary, `/bin/ratelimit` in its image): envoyproxy/
+//! ratelimit's environment ([`crate::config::envoy_env`]) turned into what `serve` runs:
+//! the runtime directory as `--config` (watched like any configuration), the HTTP listener on
+//! `HOST:PORT` with `/json` and `/healthcheck` beside Floodgate's API, gRPC on
+//! `GRPC_HOST:GRPC_PORT`, the debug listener on `DEBUG_HOST:DEBUG_PORT`, Prometheus on
+//! `PROMETHEUS_ADDR` when `USE_PROMETHEUS`, and the Redis store of `REDIS_*`.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::sync::watch;
+
+use super::connections::Connections;
+use super::listener::{self, HttpTimeouts};
+use super::{LogFormat, ServeArgs};
+use crate::config::envoy_env::{self, EnvoyEnv};
+use crate::config::Config;
+use crate::state::AppState;
+
+/// `true` when the program was started under envoyproxy/ratelimit's binary name.
+pub(crate) fn called_as_ratelimit(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == "ratelimit")
+}
+
+/// Reads the environment into `args` (with `--envoy-ratelimit-env`; a no-op without).
+///
+/// # Errors
+/// Every variable Floodgate cannot honour, named with its value.
+pub(super) fn apply(args: &mut ServeArgs) -> anyhow::Result<()> {
+    if !args.envoy_ratelimit_env {
+        return Ok(());
+    }
+    let env = envoy_env::from_process_env()?;
+    args.config = Some(env.config_dir.clone());
+    args.listen = Some(env.http);
+    args.grpc_listen = Some(env.grpc);
+    if env.log_json {
+        args.log_format = LogFormat::Json;
+    }
+    args.log_filter = Some(env.log_filter.clone());
+    envoy_env::set_ignore_dot_files(env.ignore_dot_files);
+    args.envoy = Some(Box::new(env));
+    Ok(())
+}
+
+/// Logs what the environment asked for, once logging is set up.
+pub(super) fn log_start(args: &ServeArgs) {
+    let Some(env) = &args.envoy else { return };
+    tracing::info!(
+        config_dir = %env.config_dir.display(),
+        http = %env.http,
+        grpc = %env.grpc,
+        debug = %env.debug,
+        prometheus = ?env.prometheus,
+        redis = ?env.redis.target,
+        "envoyproxy/ratelimit environment mode"
+    );
+    for note in &env.notes {
+        tracing::info!("{note}");
+    }
+}
+
+/// The settings of the environment that live in the configuration: the store and the gRPC
+/// connection age, read once at start (as `[store]` and `[server]` are).
+pub(super) fn adjust_config(args: &ServeArgs, config: &mut Config) {
+    let Some(env) = &args.envoy else { return };
+    config.store.redis = Some(env.redis.clone());
+    config.server.limits.grpc_max_connection_age = env.grpc_max_connection_age;
+}
+
+/// The HTTP listener's router: `base` with `/json` and `/healthcheck` in this mode.
+pub(super) fn router(args: &ServeArgs, state: &Arc<AppState>, base: axum::Router) -> axum::Router {
+    if args.envoy.is_some() {
+        base.merge(crate::http::envoy_json::routes(Arc::clone(state)))
+    } else {
+        base
+    }
+}
+
+/// The debug and Prometheus listeners of this mode (none without it).
+///
+/// # Errors
+/// An address that cannot be bound.
+pub(super) async fn spawn_listeners(
+    args: &ServeArgs,
+    state: &Arc<AppState>,
+    connections: &Arc<Connections>,
+    timeouts: HttpTimeouts,
+    shutdown: &watch::Receiver<bool>,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<std::io::Result<()>>>> {
+    let Some(env) = &args.envoy else {
+        return Ok(Vec::new());
+    };
+    let EnvoyEnv {
+        debug, prometheus, ..
+    } = &**env;
+    let mut servers = Vec::new();
+    let mut serve = |listener: tokio::net::TcpListener, router: axum::Router| {
+        servers.push(listener::spawn_http(
+            listener,
+            router,
+            Arc::clone(connections),
+            timeouts,
+            shutdown.clone(),
+        ));
+    };
+    let debug_listener = bind(*debug, "DEBUG_HOST:DEBUG_PORT").await?;
+    println!(
+        "floodgate: listening on {} (debug)",
+        debug_listener.local_addr()?
+    );
+    serve(
+        debug_listener,
+        crate::http::envoy_json::debug(Arc::clone(state)),
+    );
+    if let Some((addr, path)) = prometheus {
+        let listener = bind(*addr, "PROMETHEUS_ADDR").await?;
+        println!(
+            "floodgate: listening on {} (Prometheus {path})",
+            listener.local_addr()?
+        );
+        serve(
+            listener,
+            crate::http::envoy_json::prometheus(Arc::clone(state), path),
+        );
+    }
+    Ok(servers)
+}
+
+async fn bind(
+    addr: std::net::SocketAddr,
+    variables: &str,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({variables})"))
+}
