@@ -31,6 +31,8 @@ fn field(info: &str, name: &str) -> Option<String> {
         .map(|v| v.trim().to_string())
 }
 
+// Over 120 lines: one scenario (master, replica, sentinels, load, failover, counts) whose steps
+// share the processes and the clients' tallies.
 #[test]
 fn the_store_follows_a_sentinel_failover_under_load() {
     let mut master = RedisServer::start().unwrap();
