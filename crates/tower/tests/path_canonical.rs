@@ -38,6 +38,7 @@ async fn path_prefix_bypass_spellings_are_limited() {
         "//api/data.txt",
         "/./api/data.txt",
         "/api%2Fdata.txt",
+        "/api/..%2Fdata.txt",
     ];
     for spelling in spellings {
         // A fresh minute for each spelling: two admitted, the third denied.
@@ -92,11 +93,13 @@ async fn path_and_route_keys_count_every_spelling_together() {
         h.status("//a/./x/../%62", "203.0.113.7:1").await,
         StatusCode::OK
     );
-    let denied = h.send(request("/a%2Fb", "203.0.113.7:1", &[])).await;
+    let denied = h.send(request("/%61/b", "203.0.113.7:1", &[])).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(denied.json()["rule"], "per-path");
-    // Another path has its own counter.
+    // Another path has its own counter, and so has `/a%2Fb`: one segment to an upstream that
+    // keeps `%2F`, not `/a/b`.
     assert_eq!(h.status("/a/c", "203.0.113.7:1").await, StatusCode::OK);
+    assert_eq!(h.status("/a%2Fb", "203.0.113.7:1").await, StatusCode::OK);
 }
 
 #[test]
@@ -111,7 +114,7 @@ fn configured_prefixes_are_canonicalised_too() {
 }
 
 /// A path spelled differently: dot segments and doubled slashes inserted between segments,
-/// then some bytes percent-encoded (after the insertion, so `%2E%2E` and `%2F` occur too).
+/// then some bytes other than `/` percent-encoded (after the insertion, so `%2E%2E` occurs too).
 #[derive(Debug, Clone)]
 struct Variant {
     /// Per gap between segments: what extra to insert (`0` nothing, `1` `./`, `2` `x/../`,
@@ -138,10 +141,10 @@ fn spell(segments: &[String], v: &Variant) -> String {
     }
     let mut out = String::new();
     for (i, b) in raw.bytes().enumerate() {
-        // Never encode the first '/', so the result is still an origin-form path.
+        // Never encode a '/': `%2F` is part of a segment, not a separator.
         match v.encode.get(i).copied().unwrap_or(0) % 4 {
-            1 if i > 0 => out.push_str(&format!("%{b:02X}")),
-            2 if i > 0 => out.push_str(&format!("%{b:02x}")),
+            1 if b != b'/' => out.push_str(&format!("%{b:02X}")),
+            2 if b != b'/' => out.push_str(&format!("%{b:02x}")),
             _ => out.push(b as char),
         }
     }
