@@ -201,6 +201,10 @@ fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
     Ok(Some(ms.saturating_mul(900)))
 }
 
+/// The detail of a forwarded method that is no RFC 9110 token.
+const NOT_A_METHOD: &str =
+    "is not an HTTP method: one RFC 9110 token (letters, digits, !#$%&'*+-.^_`|~), case-sensitive";
+
 /// The original method and URI: with a `suffix` (Envoy), the sub-request's own method and the
 /// suffix, its `Host` left as it is; else from the forwarding headers, also pointing `Host` at
 /// the original host so host matchers see it.
@@ -238,10 +242,15 @@ fn original_request(
             ));
         }
     }
-    let method = text(headers, "x-forwarded-method")
-        .or_else(|| text(headers, "x-original-method"))
-        .and_then(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
-        .unwrap_or_else(|| own_method.clone());
+    // An RFC 9110 token, case-sensitive as methods are (`post` is not `POST`): never guessed.
+    let method = match ["x-forwarded-method", "x-original-method"]
+        .into_iter()
+        .find_map(|name| Some((name, headers.get(name)?)))
+    {
+        Some((name, value)) => Method::from_bytes(value.as_bytes().trim_ascii())
+            .map_err(|_| super::invalid(StatusCode::BAD_REQUEST, name, NOT_A_METHOD))?,
+        None => own_method.clone(),
+    };
     let uri = original_uri(headers)?;
     if let Some(host) = text(headers, "x-forwarded-host") {
         // The spelling host rules compare (floodgate_tower::normalize_authority); what cannot
