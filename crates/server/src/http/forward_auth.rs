@@ -300,7 +300,7 @@ mod tests {
     #[test]
     fn traefik_and_caddy_headers() {
         let mut h = headers(&[
-            ("x-forwarded-method", "post"),
+            ("x-forwarded-method", "POST"),
             ("x-forwarded-uri", "/api/search?q=1"),
             ("x-forwarded-host", "api.example.com"),
             ("host", "floodgate:8080"),
@@ -309,6 +309,12 @@ mod tests {
         assert_eq!(m, Method::POST);
         assert_eq!(u, "/api/search?q=1");
         assert_eq!(h["host"], "api.example.com");
+        // Methods are case-sensitive tokens: `post` is its own method, `P OST` none.
+        let mut h = headers(&[("x-forwarded-method", "post")]);
+        let (m, _) = original_request(&Method::GET, &mut h, None).unwrap();
+        assert_eq!(m.as_str(), "post");
+        let mut h = headers(&[("x-forwarded-method", "P OST")]);
+        assert!(original_request(&Method::GET, &mut h, None).is_err());
     }
 
     #[test]
