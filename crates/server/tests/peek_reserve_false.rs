@@ -21,5 +21,9 @@ async fn reserve_false_on_a_peek_is_leaving_it_out() {
     assert!(with_false.get("reservation").is_none(), "{with_false}");
     let body = json!({"rule": "r", "key": "alice", "reserve": true});
     let (status, _, refused) = post_json(&c, &url, &body).await;
-    assert_eq!((status, &refused["field"]), (400, &json!("reserve")), "{refused}");
+    assert_eq!(
+        (status, &refused["field"]),
+        (400, &json!("reserve")),
+        "{refused}"
+    );
 }
