@@ -47,12 +47,14 @@ pub type HostError = &'static str;
 /// Reads `raw` as `host[:port]` (RFC 9110 7.2, RFC 3986 3.2.2): a reg-name of letters, digits,
 /// `-`, `_` and `.` in labels of 1 to 63 bytes (at most [`MAX_HOST_LEN`] bytes; one trailing
 /// dot is dropped), or an IPv6 literal in brackets, optionally followed by `:` and a decimal
-/// port up to 65535 (leading zeros dropped; an empty port is no port). ASCII case is folded.
+/// port from 1 to 65535 in at most 5 digits (leading zeros dropped: `00080` is `80`; an empty
+/// port, which RFC 3986 allows, is no port). ASCII case is folded.
 ///
 /// # Errors
 /// [`HostError`] for an empty value, user information (`user@host`), any other byte (a space,
 /// a comma, `%`, ...), an empty label, an over-long name or label, an IPv6 literal that does not
-/// parse (zone identifiers are refused), or a port that is not a number up to 65535.
+/// parse (zone identifiers are refused), or a port that is not a number from 1 to 65535 in at
+/// most 5 digits (`0`, `000080`, `65536`).
 pub fn normalize_authority(raw: &[u8]) -> Result<Authority, HostError> {
     if raw.is_empty() {
         return Err("is empty: a request names exactly one host");
@@ -89,20 +91,13 @@ pub fn normalize_authority(raw: &[u8]) -> Result<Authority, HostError> {
         if !port.iter().all(u8::is_ascii_digit) {
             return Err("has a port that is not a decimal number");
         }
-        let digits = port.iter().skip_while(|&&b| b == b'0').count();
-        let value = std::str::from_utf8(&port[port.len() - digits..])
+        // At most 5 digits (leading zeros included), so a port costs no more than it says.
+        let value = std::str::from_utf8(port)
             .ok()
             .filter(|d| d.len() <= 5)
-            .map(|d| {
-                if d.is_empty() {
-                    Ok(0)
-                } else {
-                    d.parse::<u32>()
-                }
-            })
-            .and_then(Result::ok)
-            .filter(|&p| p <= u32::from(u16::MAX))
-            .ok_or("has a port above 65535")?;
+            .and_then(|d| d.parse::<u16>().ok())
+            .filter(|&p| p != 0)
+            .ok_or("has a port that is not 1 to 65535 in at most 5 digits")?;
         // Writing to a String cannot fail.
         let _ = write!(text, ":{value}");
     }
@@ -176,9 +171,10 @@ mod tests {
         assert_eq!(a.as_str(), "[::1]:8080");
         assert_eq!(a.host(), "[::1]");
         assert_eq!(
-            normalize_authority(b"127.0.0.1:0").unwrap().as_str(),
-            "127.0.0.1:0"
+            normalize_authority(b"127.0.0.1:65535").unwrap().as_str(),
+            "127.0.0.1:65535"
         );
+        assert_eq!(normalize_authority(b"x:00001").unwrap().as_str(), "x:1");
         assert_eq!(normalize_authority(b"my_host").unwrap().as_str(), "my_host");
     }
 
@@ -193,6 +189,11 @@ mod tests {
             "api.example.com:65536",
             "api.example.com:99999999999999999999",
             "api.example.com:-1",
+            "x:0",
+            "x:00000",
+            "x:000080",
+            "[::1]:000080",
+            "[::1]:0",
             "a, b",
             "a b",
             "user@api.example.com",
@@ -211,6 +212,8 @@ mod tests {
             assert!(normalize_authority(raw.as_bytes()).is_err(), "{raw:?}");
         }
         assert!(normalize_authority("bücher.example".as_bytes()).is_err());
+        let zeros = format!("x:{}80", "0".repeat(1000));
+        assert!(normalize_authority(zeros.as_bytes()).is_err());
     }
 
     #[test]

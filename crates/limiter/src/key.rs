@@ -49,8 +49,10 @@ pub enum KeySource {
     /// The request method. Tag `method`.
     Method,
     /// The request path, without the query, in canonical form
-    /// ([`canonical_path`](crate::canonical_path): percent-decoded once, repeated `/` collapsed, `.` and
-    /// `..` resolved), so every spelling of one path shares one counter. Tag `path`.
+    /// ([`canonical_path`](crate::canonical_path): split on literal `/` only, unreserved escapes
+    /// decoded and other escapes in upper case, repeated `/` collapsed, `.` and `..` resolved),
+    /// so every spelling of one path shares one counter (`/api%2Fx` is not `/api/x`). Tag
+    /// `path`.
     Path,
     /// The method and canonical path together (`GET /v1/items`). Tag `route`.
     Route,

@@ -16,7 +16,8 @@
 //!   once the actual cost is known ([`RateLimiter::settle`]).
 //! - Client IPs come from the socket peer ([`PeerAddr`]) unless it is a trusted proxy
 //!   ([`ClientIpConfig`]); keys are encoded injectively and safely ([`encode_key`]). Path
-//!   prefixes and path/route keys use the canonical path ([`canonical_path`]).
+//!   prefixes and path/route keys use the canonical path ([`canonical_path`],
+//!   [`prefix_matches`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -67,7 +68,7 @@ pub use ip::{canonical as canonical_ip, Client, ClientIpConfig, ForwardedHeader,
 pub use key::{encode_key, KeyContext, KeySource, MAX_COMPONENT_LEN};
 pub use limiter::RateLimiter;
 pub use metrics::Outcome;
-pub use path::canonical_path;
+pub use path::{canonical_path, prefix_matches};
 pub use plan::Plan;
 pub use reservation::{Claim, Reservation, ReservedItem, SettleError, SettledItem};
 pub use rule::{

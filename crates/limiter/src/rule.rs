@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use crate::ip::ClientIpConfig;
 use crate::key::KeySource;
 use crate::metrics::{MetricCache, Outcome};
-use crate::path::canonical_path;
+use crate::path::prefix_matches;
 
 /// One rate-limit rule.
 #[derive(Debug, Clone)]
@@ -105,9 +105,11 @@ pub struct Matcher {
     /// `/apix`; a prefix ending in `/` matches anything below it.
     ///
     /// Both the request path and the prefix are compared in their canonical form
-    /// ([`canonical_path`]: percent-decoded once, repeated `/` collapsed, `.` and
-    /// `..` resolved), so `/x/../api/a`, `/%61pi/a`, `//api/a` and `/api%2Fa` all match `/api`.
-    /// The canonical form is only used for matching; the request is passed on unchanged.
+    /// ([`canonical_path`](crate::canonical_path): split on literal `/` only, unreserved
+    /// escapes decoded, repeated `/` collapsed, `.` and `..` resolved), and again with `%2F`
+    /// read as `/` ([`prefix_matches`](crate::prefix_matches)), so `/x/../api/a`, `/%61pi/a`,
+    /// `//api/a`, `/api/..%2Fa` and `/api%2Fa` all match `/api`, while `/x/..%2Fapi/a` does
+    /// not. The canonical form is only used for matching; the request is passed on unchanged.
     pub path_prefix: Option<String>,
     /// Methods; empty = any.
     pub methods: Vec<Method>,
@@ -140,8 +142,7 @@ impl Matcher {
             return false;
         }
         if let Some(prefix) = &self.path_prefix {
-            let path = canonical_path(uri.path());
-            if !path_matches(&canonical_path(prefix), &path) {
+            if !prefix_matches(prefix, uri.path()) {
                 return false;
             }
         }
@@ -160,15 +161,6 @@ impl Matcher {
             HeaderMatch::Present(name) => headers.contains_key(name),
             HeaderMatch::Equals(name, value) => headers.get_all(name).iter().any(|v| v == value),
         })
-    }
-}
-
-/// Whole-segment prefix comparison of two canonical paths (bytes, since decoding may produce
-/// any octet).
-fn path_matches(prefix: &[u8], path: &[u8]) -> bool {
-    match path.strip_prefix(prefix) {
-        Some(rest) => prefix.ends_with(b"/") || rest.is_empty() || rest.starts_with(b"/"),
-        None => false,
     }
 }
 
@@ -419,12 +411,12 @@ mod tests {
 
     #[test]
     fn path_prefix_matches_whole_segments() {
-        assert!(path_matches(b"/api", b"/api"));
-        assert!(path_matches(b"/api", b"/api/items"));
-        assert!(!path_matches(b"/api", b"/apix"));
-        assert!(path_matches(b"/api/", b"/api/x"));
-        assert!(path_matches(b"/", b"/anything"));
-        assert!(!path_matches(b"/api", b"/"));
+        assert!(prefix_matches("/api", "/api"));
+        assert!(prefix_matches("/api", "/api/items"));
+        assert!(!prefix_matches("/api", "/apix"));
+        assert!(prefix_matches("/api/", "/api/x"));
+        assert!(prefix_matches("/", "/anything"));
+        assert!(!prefix_matches("/api", "/"));
     }
 
     #[test]

@@ -42,7 +42,7 @@ fn configured_prefixes_are_canonicalised_too() {
 }
 
 /// A path spelled differently: dot segments and doubled slashes inserted between segments,
-/// then some bytes percent-encoded (after the insertion, so `%2E%2E` and `%2F` occur too).
+/// then some bytes other than `/` percent-encoded (after the insertion, so `%2E%2E` occurs too).
 #[derive(Debug, Clone)]
 struct Variant {
     /// Per gap between segments: what extra to insert (`0` nothing, `1` `./`, `2` `x/../`,
@@ -69,10 +69,10 @@ fn spell(segments: &[String], v: &Variant) -> String {
     }
     let mut out = String::new();
     for (i, b) in raw.bytes().enumerate() {
-        // Never encode the first '/', so the result is still an origin-form path.
+        // Never encode a '/': `%2F` is part of a segment, not a separator.
         match v.encode.get(i).copied().unwrap_or(0) % 4 {
-            1 if i > 0 => out.push_str(&format!("%{b:02X}")),
-            2 if i > 0 => out.push_str(&format!("%{b:02x}")),
+            1 if b != b'/' => out.push_str(&format!("%{b:02X}")),
+            2 if b != b'/' => out.push_str(&format!("%{b:02x}")),
             _ => out.push(b as char),
         }
     }

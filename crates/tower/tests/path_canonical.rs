@@ -37,6 +37,7 @@ async fn path_prefix_bypass_spellings_are_limited() {
         "//api/data.txt",
         "/./api/data.txt",
         "/api%2Fdata.txt",
+        "/api/..%2Fdata.txt",
     ];
     for spelling in spellings {
         // A fresh minute for each spelling: two admitted, the third denied.
@@ -79,9 +80,11 @@ async fn path_and_route_keys_count_every_spelling_together() {
         h.status("//a/./x/../%62", "203.0.113.7:1").await,
         StatusCode::OK
     );
-    let denied = h.send(request("/a%2Fb", "203.0.113.7:1", &[])).await;
+    let denied = h.send(request("/%61/b", "203.0.113.7:1", &[])).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(denied.json()["rule"], "per-path");
-    // Another path has its own counter.
+    // Another path has its own counter, and so has `/a%2Fb`: one segment to an upstream that
+    // keeps `%2F`, not `/a/b`.
     assert_eq!(h.status("/a/c", "203.0.113.7:1").await, StatusCode::OK);
+    assert_eq!(h.status("/a%2Fb", "203.0.113.7:1").await, StatusCode::OK);
 }

@@ -46,6 +46,9 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             if config.rules.is_empty() {
                 eprintln!("{}: warning: 0 rules: nothing is limited", config.file);
             }
+            if let Some(why) = connection_cap_warning(&config) {
+                eprintln!("{}: warning: {why}; serve refuses to start so", config.file);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
@@ -53,6 +56,23 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// Why `serve` would refuse this `[server] max_connections` under this process's open-file
+/// limit (the hard one, to which `serve` raises the soft one), or `None`.
+fn connection_cap_warning(config: &super::Config) -> Option<String> {
+    use crate::serve::connections::{connection_cap, FdLimit};
+    let limits = &config.server.limits;
+    let configured = limits.max_connections?;
+    let hard = rlimit::Resource::NOFILE
+        .get()
+        .map_or(u64::MAX, |(_, hard)| hard);
+    let upstream = if config.server.upstream.is_some() {
+        limits.upstream_max_connections
+    } else {
+        0
+    };
+    connection_cap(Some(configured), FdLimit { soft: hard }, upstream).err()
 }
 
 /// One line saying which store the configuration selects, e.g. `store memory (max_keys

@@ -61,7 +61,8 @@ pub(crate) struct ServerConfig {
     pub(crate) grpc_tls: Option<crate::grpc::tls::GrpcTlsSettings>,
     /// Bearer token that guards the admin API; `None` disables it.
     pub(crate) admin_token: Option<String>,
-    /// `api_token`: when set, `/v1/check` and `/v1/peek` need `Authorization: Bearer <it>`
+    /// `api_token`: when set, `/v1/check`, `/v1/peek`, `/v1/settle`, `/v1/simulate` and
+    /// `/v1/ui/live` need `Authorization: Bearer <it>`
     /// (`--api-token` / `FLOODGATE_API_TOKEN` override it); the same rule as `admin_token`.
     pub(crate) api_token: Option<String>,
     /// TCP peers whose `X-Forwarded-For` is believed (counted from the right).

@@ -165,8 +165,8 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
         Some(w) if reserve => Some(w.min(state.reservations.ttl())),
         other => other,
     };
-    // On a peek, `reserve` is refused whatever its value (as `max_wait_ms` is).
-    if request.reserve.is_some() && !consume {
+    // On a peek, `"reserve": true` is refused (as `max_wait_ms` is); false is leaving it out.
+    if reserve && !consume {
         return invalid(
             StatusCode::BAD_REQUEST,
             "reserve",

@@ -170,6 +170,10 @@ fn caller_patience(headers: &HeaderMap) -> Result<Option<u64>, Response> {
     Ok(Some(ms.saturating_mul(900)))
 }
 
+/// The detail of a forwarded method that is no RFC 9110 token.
+const NOT_A_METHOD: &str =
+    "is not an HTTP method: one RFC 9110 token (letters, digits, !#$%&'*+-.^_`|~), case-sensitive";
+
 /// The original method and URI: with a `suffix` (Envoy), the sub-request's own method and the
 /// suffix, its `Host` left as it is; else from the forwarding headers, also pointing `Host` at
 /// the original host so host matchers see it.
@@ -230,14 +234,15 @@ fn original_request(
             ));
         }
     }
+    // Present but unreadable is a 400 (`text`); an RFC 9110 token, case-sensitive as methods
+    // are (`post` is not `POST`): never guessed.
     let (name, method) = match text(headers, "x-forwarded-method")? {
         Some(m) => ("x-forwarded-method", Some(m)),
         None => ("x-original-method", text(headers, "x-original-method")?),
     };
     let method = match method {
-        Some(m) => Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
-            super::problem::invalid(StatusCode::BAD_REQUEST, name, "is not an HTTP method")
-        })?,
+        Some(m) => Method::from_bytes(m.trim_ascii().as_bytes())
+            .map_err(|_| super::problem::invalid(StatusCode::BAD_REQUEST, name, NOT_A_METHOD))?,
         None => own_method.clone(),
     };
     let uri = original_uri(headers)?;
@@ -290,7 +295,7 @@ mod tests {
     #[test]
     fn traefik_and_caddy_headers() {
         let mut h = headers(&[
-            ("x-forwarded-method", "post"),
+            ("x-forwarded-method", "POST"),
             ("x-forwarded-uri", "/api/search?q=1"),
             ("x-forwarded-host", "api.example.com"),
             ("host", "floodgate:8080"),
@@ -299,6 +304,12 @@ mod tests {
         assert_eq!(m, Method::POST);
         assert_eq!(u, "/api/search?q=1");
         assert_eq!(h["host"], "api.example.com");
+        // Methods are case-sensitive tokens: `post` is its own method, `P OST` none.
+        let mut h = headers(&[("x-forwarded-method", "post")]);
+        let (m, _) = original_request(&Method::GET, &mut h, None).unwrap();
+        assert_eq!(m.as_str(), "post");
+        let mut h = headers(&[("x-forwarded-method", "P OST")]);
+        assert!(original_request(&Method::GET, &mut h, None).is_err());
     }
 
     #[test]

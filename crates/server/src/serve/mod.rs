@@ -87,9 +87,9 @@ pub(crate) struct ServeArgs {
     )]
     pub(crate) admin_token: Option<String>,
 
-    /// Bearer token the decision API (`/v1/check`, `/v1/peek`) then requires; overrides
-    /// `[server] api_token`. The same rule as the admin token; empty counts as none. Without
-    /// any, whoever reaches the API listener may decide (and create keys).
+    /// Bearer token `/v1/check`, `/v1/peek`, `/v1/settle`, `/v1/simulate` and `/v1/ui/live`
+    /// then require; overrides `[server] api_token`. The same rule as the admin token; empty
+    /// counts as none. Without any, whoever reaches the API listener may decide (and create keys).
     #[arg(
         long,
         env = "FLOODGATE_API_TOKEN",

@@ -194,7 +194,15 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
         ),
         Ok((Err(e), _)) => {
             let field = e.field().unwrap_or("body");
-            invalid(StatusCode::BAD_REQUEST, field, api_words(&e.to_string()))
+            // The engine's advice names no cap; the API has one.
+            let detail = api_words(&e.to_string()).replace(
+                "or raise max_requests",
+                &format!(
+                    "or raise max_requests (the API takes at most {MAX_SIMULATE_REQUESTS}, \
+                     {MAX_SIMULATE_REQUESTS_ALL} with algorithm all; `floodgate simulate` more)"
+                ),
+            );
+            invalid(StatusCode::BAD_REQUEST, field, detail)
         }
         Err(e) => {
             tracing::error!(error = %e, "simulation task failed");
