@@ -342,3 +342,52 @@ pub fn run_calendar_dir(
     }
     Ok(report)
 }
+
+/// The memory store's calendar table ([`floodgate_store::calendar::MemoryCalendar`]).
+#[derive(Debug)]
+pub struct MemoryCalendarBackend {
+    store: floodgate_store::calendar::MemoryCalendar,
+}
+
+impl Default for MemoryCalendarBackend {
+    fn default() -> Self {
+        let clock = std::sync::Arc::new(floodgate_core::ManualClock::new(0));
+        Self {
+            store: floodgate_store::calendar::MemoryCalendar::new(clock, 10_000),
+        }
+    }
+}
+
+impl CalendarBackend for MemoryCalendarBackend {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    fn reset(&mut self) -> Result<(), BackendFailure> {
+        self.store.clear();
+        Ok(())
+    }
+
+    fn check(
+        &mut self,
+        quota: &CalendarQuota,
+        key: &str,
+        now_us: Timestamp,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Result<Decision, CheckError>, BackendFailure> {
+        let item = floodgate_store::calendar::CalendarItem {
+            rule: "conformance",
+            quota,
+            key,
+            cost,
+        };
+        match self.store.check_at(&[item], now_us, !peek) {
+            Ok(batch) => Ok(Ok(batch.decisions[0])),
+            Err(floodgate_store::StoreError::InsufficientCapacity { cost, capacity, .. }) => {
+                Ok(Err(CheckError::InsufficientCapacity { cost, capacity }))
+            }
+            Err(e) => Err(Box::new(e)),
+        }
+    }
+}

@@ -3,13 +3,24 @@
 
 use floodgate_conformance::calendar::{
     calendar_vectors_dir, load_calendar_dir, parse_instant, run_calendar_dir, run_calendar_vector,
-    CalendarVector, CoreCalendarBackend,
+    CalendarVector, CoreCalendarBackend, MemoryCalendarBackend,
 };
 
 #[test]
 fn every_calendar_vector_passes_on_the_core() {
     let report =
         run_calendar_dir(&mut CoreCalendarBackend::default(), &calendar_vectors_dir()).unwrap();
+    assert!(report.is_ok(), "{report}");
+    assert!(report.steps >= 25, "only {} steps", report.steps);
+}
+
+#[test]
+fn every_calendar_vector_passes_on_the_memory_store() {
+    let report = run_calendar_dir(
+        &mut MemoryCalendarBackend::default(),
+        &calendar_vectors_dir(),
+    )
+    .unwrap();
     assert!(report.is_ok(), "{report}");
     assert!(report.steps >= 25, "only {} steps", report.steps);
 }
