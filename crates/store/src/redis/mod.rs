@@ -63,6 +63,8 @@ use crate::{BatchDecision, CheckItem, Store, StoreError};
 
 mod asking;
 mod breaker;
+mod calendar;
+pub use calendar::calendar_key;
 mod coalesce;
 pub mod deny_cache;
 pub mod evictions;
