@@ -348,6 +348,55 @@ impl Calendar {
     }
 }
 
+impl Calendar {
+    /// The calendar in words, with the irregular periods of the year from `now`, for
+    /// `check-config`: `"resets at 00:00 America/Los_Angeles; 23 h on 2027-03-14, 25 h on
+    /// 2027-11-07"` (weeks: `"resets at 00:00 on sunday ..."`, months `"... on the 1st ..."`;
+    /// an irregular week or month is named by its first local date).
+    pub fn describe(&self, now: Timestamp) -> String {
+        let when = match self.unit {
+            CalendarUnit::Day => String::new(),
+            CalendarUnit::Week => format!(" on {}", weekday_name(self.week_start)),
+            CalendarUnit::Month => " on the 1st".to_string(),
+        };
+        let mut text = format!("resets at 00:00{when} {}", self.name);
+        let mut irregular = Vec::new();
+        let horizon = now.saturating_add(366 * DAY);
+        let mut t = now;
+        while t < horizon {
+            let Some((start, end)) = self.period_at(t) else {
+                break;
+            };
+            if let (Some(len), Some(date)) = (self.irregular_len(t), self.local_date(start)) {
+                irregular.push(format!("{} on {date}", human_len(len)));
+            }
+            t = end;
+        }
+        if !irregular.is_empty() {
+            text.push_str("; ");
+            text.push_str(&irregular.join(", "));
+        }
+        text
+    }
+}
+
+/// `23 h`, `6 d 23 h`, `24 h 30 min`: a period length in words.
+fn human_len(len: Micros) -> String {
+    const MINUTE: Micros = 60_000_000;
+    let (days, hours, minutes) = (len / DAY, len % DAY / HOUR, len % HOUR / MINUTE);
+    let mut parts = Vec::new();
+    if days > 1 {
+        parts.push(format!("{days} d"));
+        parts.push(format!("{hours} h"));
+    } else {
+        parts.push(format!("{} h", days * 24 + hours));
+    }
+    if minutes > 0 {
+        parts.push(format!("{minutes} min"));
+    }
+    parts.join(" ")
+}
+
 impl Periods for Calendar {
     fn window_at(&self, t: Timestamp) -> Option<CalendarWindow> {
         let (start, end) = self.period_at(t)?;

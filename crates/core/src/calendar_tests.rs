@@ -224,3 +224,27 @@ fn the_last_microsecond_of_a_day_and_the_first_of_the_next() {
         ))
     ));
 }
+
+#[test]
+fn check_config_describes_a_calendar_in_words() {
+    let new_year = at(1_798_790_400); // 2027-01-01T00:00:00-08:00
+    let la = cal("America/Los_Angeles", CalendarUnit::Day);
+    assert_eq!(
+        la.describe(new_year),
+        "resets at 00:00 America/Los_Angeles; 23 h on 2027-03-14, 25 h on 2027-11-07"
+    );
+    let berlin_weeks = Calendar::new(
+        "Europe/Berlin",
+        CalendarUnit::Week,
+        Some(parse_weekday("sunday").unwrap()),
+    )
+    .unwrap();
+    assert_eq!(
+        berlin_weeks.describe(new_year),
+        "resets at 00:00 on sunday Europe/Berlin; 6 d 23 h on 2027-03-28, 7 d 1 h on 2027-10-31"
+    );
+    assert_eq!(
+        cal("UTC", CalendarUnit::Month).describe(new_year),
+        "resets at 00:00 on the 1st UTC"
+    );
+}
