@@ -3,7 +3,7 @@
 //!
 //! A case names its algorithm (`fixed_window` or `sliding_window`), `limit`, `unit` (`day`,
 //! `week`, `month`), IANA `zone` and optional `week_start`; a step's `at` is an RFC 3339 instant
-//! (`"2027-03-14T23:59:59.999999-07:00"`). The other step fields are those of [`Step`].
+//! (`"2027-03-14T23:59:59.999999-07:00"`). The other step fields are those of [`crate::Step`].
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
