@@ -94,3 +94,27 @@ async fn a_denied_calendar_batch_consumes_nothing_on_redis() {
     let again = store.calendar_check_at(&[a], now, true).await.unwrap();
     assert_eq!(again.decisions[0].remaining, 1);
 }
+
+#[tokio::test]
+async fn two_items_on_one_calendar_key_are_refused_rather_than_undercounted() {
+    let server = RedisServer::start().unwrap();
+    let clock = Arc::new(ManualClock::new(1_805_011_200_000_000));
+    let store = store(&server, clock.clone());
+    let quota = daily(5);
+    let item = CalendarItem {
+        rule: "a",
+        quota: &quota,
+        key: "k",
+        cost: 1,
+    };
+    let err = store
+        .calendar_check_at(&[item, item], Some(clock.now()), true)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Unsupported { .. }), "{err:?}");
+    let standing = store
+        .calendar_check_at(&[item], Some(clock.now()), false)
+        .await
+        .unwrap();
+    assert_eq!(standing.decisions[0].remaining, 5, "nothing was written");
+}

@@ -46,7 +46,8 @@ impl RedisStore {
     ///
     /// # Errors
     /// [`StoreError::InsufficientCapacity`] before anything is sent;
-    /// [`StoreError::Unsupported`] for a batch whose keys fall in several cluster slots;
+    /// [`StoreError::Unsupported`] for a batch whose keys fall in several cluster slots or
+    /// that names one `(rule, quota, key)` twice;
     /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] from Redis, and when Redis' time
     /// is more than a period away from the service's (`calendar_out_of_range`).
     pub async fn calendar_check_at(
@@ -67,6 +68,17 @@ impl RedisStore {
             .iter()
             .map(|i| calendar_key(&self.config.prefix, i))
             .collect();
+        // The script decides each item from the stored state; two items on one key would both
+        // read it and the second write would drop the first's units.
+        if names
+            .iter()
+            .enumerate()
+            .any(|(i, n)| names[..i].contains(n))
+        {
+            return Err(StoreError::Unsupported {
+                operation: "two items on one calendar key in a batch",
+            });
+        }
         if self.is_cluster() {
             let first = keys::slot(names[0].as_bytes());
             if names.iter().any(|n| keys::slot(n.as_bytes()) != first) {
