@@ -57,6 +57,7 @@ use floodgate_core::{AlgorithmKind, CheckError, Decision, Policy, Quota, Timesta
 use serde::Deserialize;
 
 mod backend;
+pub mod calendar;
 #[cfg(feature = "redis")]
 pub mod redis;
 

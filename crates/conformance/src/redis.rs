@@ -137,3 +137,39 @@ impl Backend for RedisBackend {
         settle_reply(self.runtime.block_on(self.store.settle_at(&[item], now_us)))
     }
 }
+
+impl crate::calendar::CalendarBackend for RedisBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn reset(&mut self) -> Result<(), BackendFailure> {
+        Backend::reset(self)
+    }
+
+    fn check(
+        &mut self,
+        quota: &floodgate_core::calendar::CalendarQuota,
+        key: &str,
+        now_us: Timestamp,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Result<floodgate_core::Decision, CheckError>, BackendFailure> {
+        let item = floodgate_store::calendar::CalendarItem {
+            rule: &self.rule,
+            quota,
+            key,
+            cost,
+        };
+        let result =
+            self.runtime
+                .block_on(self.store.calendar_check_at(&[item], Some(now_us), !peek));
+        match result {
+            Ok(batch) => Ok(Ok(batch.decisions[0])),
+            Err(StoreError::InsufficientCapacity { cost, capacity, .. }) => {
+                Ok(Err(CheckError::InsufficientCapacity { cost, capacity }))
+            }
+            Err(e) => Err(Box::new(e)),
+        }
+    }
+}

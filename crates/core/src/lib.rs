@@ -34,6 +34,7 @@
 //! `docs/spec/` of the repository.
 
 pub mod algorithm;
+pub mod calendar;
 pub mod decision;
 mod div;
 pub mod error;

@@ -35,6 +35,7 @@ use std::path::PathBuf;
 use floodgate_core::{AlgorithmKind, Micros, Quota, MICROS_PER_SECOND};
 
 mod build;
+pub mod calendar;
 pub mod engine;
 pub mod json;
 #[cfg(feature = "redis")]

@@ -37,6 +37,7 @@ use floodgate_core::{Decision, Micros, Policy, Timestamp};
 
 #[cfg(feature = "redis")]
 mod any;
+pub mod calendar;
 pub mod error;
 pub mod fallback;
 pub mod memory;

@@ -558,7 +558,7 @@ pub(crate) fn still_ahead(latest: Timestamp, now: Timestamp) -> Timestamp {
 
 /// `Ok(())` when `cost <= capacity`, else [`CheckError::InsufficientCapacity`].
 #[inline]
-fn validate_cost(cost: u64, capacity: u64) -> Result<(), CheckError> {
+pub(crate) fn validate_cost(cost: u64, capacity: u64) -> Result<(), CheckError> {
     if cost > capacity {
         Err(CheckError::InsufficientCapacity { cost, capacity })
     } else {

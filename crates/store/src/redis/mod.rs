@@ -62,6 +62,8 @@ mod announce;
 mod asking;
 mod batch;
 mod breaker;
+mod calendar;
+pub use calendar::calendar_key;
 mod coalesce;
 mod config;
 mod connection;

@@ -1,0 +1,147 @@
+//! Calendar quotas on Redis: `lua/calendar.lua`, one script call per batch.
+//!
+//! The boundary follows Redis' clock. The service cannot know Redis' time, so for each item it
+//! computes six consecutive period starts around its own now
+//! ([`Calendar::boundaries_around`](floodgate_core::calendar::Calendar::boundaries_around)) and
+//! the script places Redis' `TIME` in them (the previous, current or next period of the
+//! service's view): instances whose clocks differ by less than a period decide every request in
+//! the period Redis' clock says, so they agree exactly. Further off, the script answers
+//! `calendar_out_of_range` and writes nothing (a store failure, counted and handled by the
+//! failure mode). State: one string key `"window_start count previous_count"` with a TTL of
+//! `ceil(reset_after / 1000)` ms, named by a hash of the rule, the calendar quota and the key (plus
+//! `RedisStoreConfig::ttl_extra`).
+
+use std::sync::LazyLock;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use floodgate_core::calendar::CalendarError;
+use floodgate_core::{AlgorithmKind, Decision, Timestamp};
+use sha2::{Digest, Sha256};
+
+use super::{keys, RedisStore, ScriptCall};
+use crate::calendar::{identity, validate_calendar_batch, CalendarBatch, CalendarItem};
+use crate::StoreError;
+
+/// The script's source.
+pub const CALENDAR_SOURCE: &str = include_str!("../../lua/calendar.lua");
+
+static CALENDAR: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CALENDAR_SOURCE));
+
+/// The Redis key of a calendar item: `<prefix>c` and 11 base64url characters of SHA-256 over
+/// its identity (rule, algorithm, limit, unit, zone, first weekday, key).
+pub fn calendar_key(prefix: &str, item: &CalendarItem<'_>) -> String {
+    let digest = Sha256::digest(identity(item).as_bytes());
+    let mut name = String::with_capacity(prefix.len() + 12);
+    name.push_str(prefix);
+    name.push('c');
+    name.push_str(&URL_SAFE_NO_PAD.encode(&digest[..9])[..11]);
+    name
+}
+
+impl RedisStore {
+    /// Decides calendar `items` all-or-nothing in one script call: at Redis' own time when
+    /// `now` is `None`, else at `now` (tests); `commit = false` is a peek. The boundaries sent
+    /// are computed around `now` or this store's clock.
+    ///
+    /// # Errors
+    /// [`StoreError::InsufficientCapacity`] before anything is sent;
+    /// [`StoreError::Unsupported`] for a batch whose keys fall in several cluster slots or
+    /// that names one `(rule, quota, key)` twice;
+    /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] from Redis, and when Redis' time
+    /// is more than a period away from the service's (`calendar_out_of_range`).
+    pub async fn calendar_check_at(
+        &self,
+        items: &[CalendarItem<'_>],
+        now: Option<Timestamp>,
+        commit: bool,
+    ) -> Result<CalendarBatch, StoreError> {
+        validate_calendar_batch(items)?;
+        if items.is_empty() {
+            return Ok(CalendarBatch {
+                allowed: true,
+                decisions: Vec::new(),
+            });
+        }
+        let service_now = now.unwrap_or_else(|| self.clock.now());
+        let names: Vec<String> = items
+            .iter()
+            .map(|i| calendar_key(&self.config.prefix, i))
+            .collect();
+        // The script decides each item from the stored state; two items on one key would both
+        // read it and the second write would drop the first's units.
+        if names
+            .iter()
+            .enumerate()
+            .any(|(i, n)| names[..i].contains(n))
+        {
+            return Err(StoreError::Unsupported {
+                operation: "two items on one calendar key in a batch",
+            });
+        }
+        if self.is_cluster() {
+            let first = keys::slot(names[0].as_bytes());
+            if names.iter().any(|n| keys::slot(n.as_bytes()) != first) {
+                return Err(StoreError::Unsupported {
+                    operation: "a calendar batch across Redis Cluster slots",
+                });
+            }
+        }
+        let mut args = Vec::with_capacity(2 + 9 * items.len());
+        args.push(u64::from(commit));
+        args.push(super::duration_ms(self.config.ttl_extra));
+        for item in items {
+            let q = item.quota;
+            let bounds = q.calendar().boundaries_around(service_now).ok_or_else(|| {
+                StoreError::Unavailable {
+                    reason: CalendarError::OutOfRange(service_now).to_string(),
+                }
+            })?;
+            args.push(if q.kind() == AlgorithmKind::FixedWindow {
+                1
+            } else {
+                3
+            });
+            args.push(q.limit());
+            args.push(item.cost);
+            args.extend_from_slice(&bounds.0);
+        }
+        let call = ScriptCall {
+            script: &CALENDAR,
+            source: CALENDAR_SOURCE,
+            keys: &names,
+            args,
+            now,
+        };
+        let reply: Vec<i64> = self.guarded(self.conn.invoke(&call)).await?;
+        parse_reply(&reply, items)
+    }
+}
+
+fn parse_reply(reply: &[i64], items: &[CalendarItem<'_>]) -> Result<CalendarBatch, StoreError> {
+    let bad = || StoreError::Unavailable {
+        reason: format!("calendar script replied {reply:?}"),
+    };
+    if reply.len() != 1 + 4 * items.len() {
+        return Err(bad());
+    }
+    let number = |v: i64| u64::try_from(v).map_err(|_| bad());
+    let decisions = reply[1..]
+        .chunks_exact(4)
+        .zip(items)
+        .map(|(r, item)| {
+            Ok(Decision {
+                allowed: r[0] == 1,
+                limit: item.quota.limit(),
+                remaining: number(r[1])?,
+                reset_after: number(r[2])?,
+                // -1: none (a denial always has a retry_after >= 1)
+                retry_after: if r[3] < 0 { None } else { Some(number(r[3])?) },
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(CalendarBatch {
+        allowed: reply[0] == 1,
+        decisions,
+    })
+}
