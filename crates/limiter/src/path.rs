@@ -27,7 +27,7 @@ use std::borrow::Cow;
 /// 2. in each segment, decode the escapes of unreserved characters (`%41` is `A`, `%2E` is
 ///    `.`, `%7E` is `~`), write every other escape in upper case (`%2f` is `%2F`), and escape
 ///    every byte that may not stand in a path as it is (`\` is `%5C`, `é` is `%C3%A9`); a `%`
-///    not followed by two hex digits stays as it is, and `%252F` stays `%252F`;
+///    not followed by two hex digits is written `%25`, and `%252F` stays `%252F`;
 /// 3. collapse runs of `/` into one;
 /// 4. remove the segments that are exactly `.` or `..` after step 2, as RFC 3986 section 5.2.4
 ///    (`remove_dot_segments`) does, never climbing above the root (`/../a` is `/a`): `..%2Fx`
@@ -194,7 +194,10 @@ fn normalize_escapes(bytes: &[u8]) -> Vec<u8> {
                     i += 3;
                 }
                 None => {
-                    out.push(b'%');
+                    // A `%` that starts no escape is written as one (`%25`), so that the
+                    // canonical form is its own canonical form (`%%61` is `%25a`, not `%a`,
+                    // which would read as an escape the second time).
+                    escape(&mut out, b'%');
                     i += 1;
                 }
             }
@@ -326,11 +329,11 @@ mod tests {
     }
 
     #[test]
-    fn only_unreserved_escapes_are_decoded_and_invalid_escapes_stay() {
+    fn only_unreserved_escapes_are_decoded_and_a_stray_percent_is_escaped() {
         assert_eq!(canon("/api%252Fdata"), "/api%252Fdata");
-        assert_eq!(canon("/a%zz/b%4"), "/a%zz/b%4");
-        assert_eq!(canon("/a%"), "/a%");
-        assert_eq!(canon("/a%4"), "/a%4");
+        assert_eq!(canon("/a%zz/b%4"), "/a%25zz/b%254");
+        assert_eq!(canon("/a%"), "/a%25");
+        assert_eq!(canon("/a%4"), "/a%254");
         assert_eq!(canon("/a%41%7e%2D%5f"), "/aA~-_");
         assert_eq!(canon("/%ff%00%3b%3F%23"), "/%FF%00%3B%3F%23");
         // Bytes that may not stand in a path as they are get their one escaped spelling.
@@ -340,7 +343,7 @@ mod tests {
         );
         assert_eq!(canon("/a%5cb"), canon("/a\\b"));
         // Idempotent.
-        for path in ["/a%zz%5C", "/%4%5C", "/%%41", "/x/..%2f/y"] {
+        for path in ["/a%zz%5C", "/%4%5C", "/%%41", "/%%61api", "/x/..%2f/y"] {
             let once = canon(path);
             assert_eq!(canon(&once), once, "{path}");
         }
