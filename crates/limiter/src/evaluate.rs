@@ -22,11 +22,9 @@ pub trait DenialObserver: Send + Sync + std::fmt::Debug {
 }
 
 /// [`RateLimiter::evaluate`](crate::RateLimiter::evaluate) with the store.
-///
-/// Longer than 120 lines on purpose: the enforcing batch and the shadow items share the
-/// counters and the outcome list, and the enforcing batch's store future is awaited in place;
-/// an async helper per step would add its own state machine (holding a store future) to every
-/// request's future.
+// Over 120 lines: the enforcing batch and the shadow items share the counters and the outcome
+// list, and the enforcing batch's store future is awaited in place; an async helper per step
+// would add its own state machine (holding a store future) to every request's future.
 pub(crate) async fn evaluate<S: Store>(
     store: &S,
     observer: Option<&dyn DenialObserver>,

@@ -31,6 +31,8 @@ fn field(info: &str, name: &str) -> Option<String> {
         .map(|v| v.trim().to_string())
 }
 
+// Over 120 lines: one failover in order (master, replica, three sentinels, load, the kill,
+// the promotion, decisions resuming) on the same processes.
 #[test]
 fn the_store_follows_a_sentinel_failover_under_load() {
     let mut master = RedisServer::start().unwrap();
