@@ -27,8 +27,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use axum::extract::{FromRequest as _, Request, State};
 use axum::response::{IntoResponse, Response};
 use floodgate_tower::{SettleError, SettledItem};
 use http::StatusCode;
@@ -45,6 +44,11 @@ use crate::state::AppState;
 /// Problem type of a settle of a reservation that was settled before (409).
 pub(crate) const PROBLEM_RESERVATION_SETTLED: &str = "urn:floodgate:problem:reservation-settled";
 
+/// Problem type of a settle of a reservation made by another process or a previous run, on a
+/// store whose claims live in one process (409).
+pub(crate) const PROBLEM_RESERVATION_ELSEWHERE: &str =
+    "urn:floodgate:problem:reservation-elsewhere";
+
 /// Problem type of a settle of an expired reservation (410).
 pub(crate) const PROBLEM_RESERVATION_EXPIRED: &str = "urn:floodgate:problem:reservation-expired";
 
@@ -59,14 +63,13 @@ pub(super) struct SettleRequest {
 }
 
 /// `POST /v1/settle`.
-pub(super) async fn settle(
-    State(state): State<Arc<AppState>>,
-    headers: http::HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    if let Err(refused) = authorize_api(&state, &headers) {
+pub(super) async fn settle(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    // The token before any byte of the body is read: an unauthenticated client holds no body
+    // buffer (the body is not an extractor, which axum would read before this runs).
+    if let Err(refused) = authorize_api(&state, request.headers()) {
         return refused;
     }
+    let body = Bytes::from_request(request, &state).await;
     let request: SettleRequest = match read_json(body) {
         Ok(request) => request,
         Err(response) => return response,
@@ -154,6 +157,16 @@ fn token_refused(state: &AppState, error: TokenError) -> Response {
                  every instance of a Redis store (they then share one through it)"
         )),
         TokenError::NotReady => secret_not_ready(),
+        TokenError::OtherInstance => rejected(
+            StatusCode::CONFLICT,
+            "reservation_elsewhere",
+            PROBLEM_RESERVATION_ELSEWHERE,
+            "reservation held elsewhere",
+            "reservation",
+            "made by another instance or a previous run of this one: with the memory store \
+             a reservation is held by the process that made it and settles only there; \
+             nothing was settled",
+        ),
         TokenError::Expired { ago } => rejected(
             StatusCode::GONE,
             "reservation_expired",
