@@ -205,6 +205,8 @@ fn cost_of(request: &RateLimitRequest, i: usize, d: &RateLimitDescriptor) -> (u6
 
 /// The plan of a request: one slot per descriptor, and the plan of its items and block list
 /// entries ([`Plan::block`]: then the limiter only peeks the items).
+// Over 120 lines: three passes over the same descriptors (look up and override, the limits
+// they replace, the slots) that share the leaves and the errors naming `descriptors[i]`.
 fn plan(
     config: &Config,
     rules: &Arc<RuleSet>,

@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -197,15 +196,16 @@ pub(super) struct Advance {
 /// API or admin token when one is configured ([`super::auth`]).
 pub(super) async fn advance_clock(
     State(state): State<Arc<AppState>>,
-    headers: http::HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: axum::extract::Request,
 ) -> Response {
     let Some(clock) = &state.manual_clock else {
         return not_found().await;
     };
-    if let Err(refused) = super::auth::authorize_costly(&state, &headers) {
+    // The token before the body is read.
+    if let Err(refused) = super::auth::authorize_costly(&state, request.headers()) {
         return refused;
     }
+    let body = <Bytes as axum::extract::FromRequest<_>>::from_request(request, &state).await;
     let advance: Advance = match super::body::read_json(body) {
         Ok(a) => a,
         Err(response) => return response,

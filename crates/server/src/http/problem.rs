@@ -25,6 +25,7 @@ pub(crate) const REJECTION_REASONS: &[&str] = &[
     "method_not_allowed",
     "reservation_invalid",
     "reservation_expired",
+    "reservation_elsewhere",
 ];
 
 /// A problem+json response. `extra` fields (e.g. `field`) are merged into the body.

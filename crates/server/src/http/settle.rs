@@ -27,8 +27,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use axum::extract::{FromRequest as _, Request, State};
 use axum::response::{IntoResponse, Response};
 use floodgate_tower::{SettleError, SettledItem};
 use http::StatusCode;
@@ -45,6 +44,11 @@ use crate::state::AppState;
 /// Problem type of a settle of a reservation that was settled before (409).
 pub(crate) const PROBLEM_RESERVATION_SETTLED: &str = "urn:floodgate:problem:reservation-settled";
 
+/// Problem type of a settle of a reservation made by another process or a previous run, on a
+/// store whose claims live in one process (409).
+pub(crate) const PROBLEM_RESERVATION_ELSEWHERE: &str =
+    "urn:floodgate:problem:reservation-elsewhere";
+
 /// Problem type of a settle of an expired reservation (410).
 pub(crate) const PROBLEM_RESERVATION_EXPIRED: &str = "urn:floodgate:problem:reservation-expired";
 
@@ -59,82 +63,29 @@ pub(super) struct SettleRequest {
 }
 
 /// `POST /v1/settle`.
-pub(super) async fn settle(
-    State(state): State<Arc<AppState>>,
-    headers: http::HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    if let Err(refused) = authorize_api(&state, &headers) {
+pub(super) async fn settle(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    // The token before any byte of the body is read: an unauthenticated client holds no body
+    // buffer (the body is not an extractor, which axum would read before this runs).
+    if let Err(refused) = authorize_api(&state, request.headers()) {
         return refused;
     }
+    let body = Bytes::from_request(request, &state).await;
     let request: SettleRequest = match read_json(body) {
         Ok(request) => request,
         Err(response) => return response,
     };
     let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
     // The shape of the costs first (what the client wrote), then the token.
-    let given: Vec<(String, &serde_json::Number)> = match (&request.cost, &request.costs) {
-        (Some(_), Some(_)) => {
-            return bad(
-                "costs",
-                "give either cost (one reserved item) or costs (one per item), not both".into(),
-            )
-        }
-        (None, None) => {
-            return bad(
-                "cost",
-                "missing: give cost (one reserved item) or costs (one per item, in order)".into(),
-            )
-        }
-        (Some(cost), None) => vec![("cost".to_string(), cost)],
-        (None, Some(costs)) => costs
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (format!("costs[{i}]"), c))
-            .collect(),
+    let actual = match given_costs(&request) {
+        Ok(actual) => actual,
+        Err(response) => return response,
     };
-    let mut actual = Vec::with_capacity(given.len());
-    for (field, n) in &given {
-        match whole_number(n, MAX_COST, "whole number") {
-            Ok(c) => actual.push(c),
-            Err(e) => return bad(field, e),
-        }
-    }
     let opened = match state
         .reservations
         .open(&request.reservation, state.clock.now())
     {
         Ok(opened) => opened,
-        Err(TokenError::Malformed(why)) => return invalid_reservation(&why),
-        Err(TokenError::Forged) => {
-            return invalid_reservation(
-                "forged or edited: its key id is this service's but its MAC does not match",
-            )
-        }
-        Err(TokenError::OtherSecret { theirs, ours }) => {
-            return invalid_reservation(&format!(
-                "signed with another secret (key id {theirs}; this instance signs with \
-                 {ours}): another instance's or a former one; instances sharing a store \
-                 must share one secret: the same [server] reservation_secret, or none on \
-                 every instance of a Redis store (they then share one through it)"
-            ))
-        }
-        Err(TokenError::NotReady) => return secret_not_ready(),
-        Err(TokenError::Expired { ago }) => {
-            return rejected(
-                StatusCode::GONE,
-                "reservation_expired",
-                PROBLEM_RESERVATION_EXPIRED,
-                "reservation expired",
-                "reservation",
-                format!(
-                    "expired {} ms ago ([server] reservation_ttl is {} ms after the check): \
-                     its units were spent as reserved",
-                    ago.div_ceil(1_000),
-                    state.reservations.ttl() / 1_000
-                ),
-            )
-        }
+        Err(error) => return token_refused(&state, error),
     };
     let n = opened.reservation.len();
     if request.cost.is_some() && n != 1 {
@@ -155,21 +106,102 @@ pub(super) async fn settle(
     }
     match Box::pin(state.limiter.settle(&opened.reservation, &actual)).await {
         Ok(settled) => answer(&settled, &opened.keys),
-        Err(SettleError::AlreadySettled) => problem(
+        Err(error) => settle_refused(error, opened.expires_in),
+    }
+}
+
+/// The actual costs the request gives (`cost` or `costs`), each a whole number within bounds.
+fn given_costs(request: &SettleRequest) -> Result<Vec<u64>, Response> {
+    let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
+    let given: Vec<(String, &serde_json::Number)> = match (&request.cost, &request.costs) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                "costs",
+                "give either cost (one reserved item) or costs (one per item), not both".into(),
+            ))
+        }
+        (None, None) => {
+            return Err(bad(
+                "cost",
+                "missing: give cost (one reserved item) or costs (one per item, in order)".into(),
+            ))
+        }
+        (Some(cost), None) => vec![("cost".to_string(), cost)],
+        (None, Some(costs)) => costs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (format!("costs[{i}]"), c))
+            .collect(),
+    };
+    let mut actual = Vec::with_capacity(given.len());
+    for (field, n) in &given {
+        match whole_number(n, MAX_COST, "whole number") {
+            Ok(c) => actual.push(c),
+            Err(e) => return Err(bad(field, e)),
+        }
+    }
+    Ok(actual)
+}
+
+/// The answer to a token that does not open.
+fn token_refused(state: &AppState, error: TokenError) -> Response {
+    match error {
+        TokenError::Malformed(why) => invalid_reservation(&why),
+        TokenError::Forged => invalid_reservation(
+            "forged or edited: its key id is this service's but its MAC does not match",
+        ),
+        TokenError::OtherSecret { theirs, ours } => invalid_reservation(&format!(
+            "signed with another secret (key id {theirs}; this instance signs with \
+                 {ours}): another instance's or a former one; instances sharing a store \
+                 must share one secret: the same [server] reservation_secret, or none on \
+                 every instance of a Redis store (they then share one through it)"
+        )),
+        TokenError::NotReady => secret_not_ready(),
+        TokenError::OtherInstance => rejected(
+            StatusCode::CONFLICT,
+            "reservation_elsewhere",
+            PROBLEM_RESERVATION_ELSEWHERE,
+            "reservation held elsewhere",
+            "reservation",
+            "made by another instance or a previous run of this one: with the memory store \
+             a reservation is held by the process that made it and settles only there; \
+             nothing was settled",
+        ),
+        TokenError::Expired { ago } => rejected(
+            StatusCode::GONE,
+            "reservation_expired",
+            PROBLEM_RESERVATION_EXPIRED,
+            "reservation expired",
+            "reservation",
+            format!(
+                "expired {} ms ago ([server] reservation_ttl is {} ms after the check): \
+                     its units were spent as reserved",
+                ago.div_ceil(1_000),
+                state.reservations.ttl() / 1_000
+            ),
+        ),
+    }
+}
+
+/// The answer to a settle the limiter refused.
+fn settle_refused(error: SettleError, expires_in: u64) -> Response {
+    let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
+    match error {
+        SettleError::AlreadySettled => problem(
             StatusCode::CONFLICT,
             PROBLEM_RESERVATION_SETTLED,
             "reservation already settled",
             "reservation: this reservation was settled before; nothing was changed",
             Some(("field", "reservation".into())),
         ),
-        Err(SettleError::CostCount { expected, got }) => bad(
+        SettleError::CostCount { expected, got } => bad(
             "costs",
             format!("the reservation holds {expected} items, got {got} costs"),
         ),
-        Err(SettleError::Store(floodgate_store::StoreError::InsufficientCapacity { .. })) => {
+        SettleError::Store(floodgate_store::StoreError::InsufficientCapacity { .. }) => {
             invalid_reservation("reserves more than its policy's capacity")
         }
-        Err(SettleError::Store(floodgate_store::StoreError::ClaimsFull { max, retry_after })) => {
+        SettleError::Store(floodgate_store::StoreError::ClaimsFull { max, retry_after }) => {
             // The claim was not made, so nothing was settled: the same token settles once a
             // claim ends (refunds are not lost, only delayed).
             let seconds = retry_after.div_ceil(1_000_000).max(1);
@@ -181,7 +213,7 @@ pub(super) async fn settle(
                     "the store holds {max} live reservation claims ([store] max_claims): \
                      nothing was settled; settle this reservation again in {seconds} s, while \
                      it is valid ({} s left)",
-                    opened.expires_in.div_ceil(1_000_000)
+                    expires_in.div_ceil(1_000_000)
                 ),
                 Some(("field", "reservation".into())),
             );
@@ -190,7 +222,7 @@ pub(super) async fn settle(
                 .insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
             response
         }
-        Err(SettleError::Store(error)) => {
+        SettleError::Store(error) => {
             let mut response = problem(
                 StatusCode::SERVICE_UNAVAILABLE,
                 floodgate_tower::response::PROBLEM_STORE_UNAVAILABLE,

@@ -34,6 +34,9 @@
 //! `SET NX` and read by every process at start), so a token made by one instance settles on
 //! any other; on the memory store each process signs with a random secret made at start
 //! (logged at info level): its tokens settle only on that process and not after a restart.
+//! Whatever the secret, on the memory store (whose claims live in the process) a token
+//! carries the making process's random instance id (`inst`) and settles only there
+//! ([`TokenError::OtherInstance`], 409).
 
 use std::sync::Arc;
 
@@ -70,6 +73,12 @@ pub(crate) struct Signer {
     key: Arc<std::sync::OnceLock<Key>>,
     ttl: Micros,
     source: SecretSource,
+    /// With a store whose claims live in this process (the memory store): a random id of this
+    /// process, signed into every token and required of every token it settles, so that a
+    /// token made by another process or a previous run (which may share the secret) settles
+    /// nothing here: its claim is not in this process's table, and settling it would give back
+    /// units this process never reserved.
+    instance: Option<Arc<str>>,
 }
 
 /// Where the signing secret comes from.
@@ -124,6 +133,10 @@ struct Payload {
     id: String,
     /// Expiry, microseconds since the Unix epoch (server clock).
     exp: Timestamp,
+    /// The process that made the token, when its claims live in that process (see
+    /// `Signer::instance`); absent with a shared store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    inst: Option<String>,
     items: Vec<PayloadItem>,
 }
 
@@ -195,6 +208,10 @@ pub(crate) enum TokenError {
     },
     /// The secret shared through the store has not been read yet (the store did not answer).
     NotReady,
+    /// Made by another process or a previous run of this one, whose claims this process does
+    /// not hold (the memory store): settling it could give back what this process never
+    /// reserved.
+    OtherInstance,
     /// Past its expiry.
     Expired {
         /// How long ago, in microseconds.
@@ -214,6 +231,7 @@ impl Signer {
             key: Arc::new(std::sync::OnceLock::from(key)),
             ttl,
             source,
+            instance: None,
         }
     }
 
@@ -224,7 +242,18 @@ impl Signer {
             key: Arc::new(std::sync::OnceLock::new()),
             ttl,
             source: SecretSource::Store,
+            instance: None,
         }
+    }
+
+    /// This signer bound to this process: its tokens carry a random id of the process, and
+    /// only tokens carrying it are opened ([`TokenError::OtherInstance`] otherwise). For a
+    /// store whose claims live in the process (the memory store), whatever the secret.
+    pub(crate) fn bound_to_this_process(mut self) -> Self {
+        let mut id = [0u8; 12];
+        fill_random(&mut id);
+        self.instance = Some(Arc::from(URL_SAFE_NO_PAD.encode(id)));
+        self
     }
 
     /// Sets the secret read from the store (the first one set stays); its key id.
@@ -272,6 +301,7 @@ impl Signer {
         let payload = Payload {
             id: URL_SAFE_NO_PAD.encode(id),
             exp,
+            inst: self.instance.as_deref().map(str::to_string),
             items,
         };
         // Serializing numbers and strings into a Vec cannot fail.
@@ -341,6 +371,11 @@ impl Signer {
             return Err(TokenError::Expired {
                 ago: now - payload.exp,
             });
+        }
+        if let Some(ours) = &self.instance {
+            if payload.inst.as_deref() != Some(&**ours) {
+                return Err(TokenError::OtherInstance);
+            }
         }
         let mut items = Vec::with_capacity(payload.items.len());
         let mut keys = Vec::with_capacity(payload.items.len());

@@ -394,6 +394,10 @@ async fn configure(
             crate::http::settle::Signer::new(Some(secret), state.reservations.ttl());
     }
     let mut share_secret_later = false;
+    if state.store().redis().is_none() {
+        // The memory store's claims are this process's: its tokens settle only here.
+        state.reservations = state.reservations.clone().bound_to_this_process();
+    }
     if state.reservations.source() == crate::http::settle::SecretSource::Process {
         if state.store().redis().is_some() {
             // Every process on one store signs with one secret, shared through it.

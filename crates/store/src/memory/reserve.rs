@@ -8,7 +8,7 @@ use super::MemoryStore;
 use crate::{BatchDecision, BatchReservation, CheckItem, SettleItem, StoreError};
 
 impl MemoryStore {
-    /// [`Store::reserve`] at a caller-supplied `now`, synchronously: every item reserved for
+    /// [`Store::reserve`](crate::Store::reserve) at a caller-supplied `now`, synchronously: every item reserved for
     /// the shortest wait after which all of them fit, when it is at most `max_wait`.
     ///
     /// Two passes on working copies under the batch's locks: the first finds each item's
@@ -136,7 +136,7 @@ impl MemoryStore {
         })
     }
 
-    /// [`Store::settle`] at a caller-supplied `now`, synchronously: each item under its shard's
+    /// [`Store::settle`](crate::Store::settle) at a caller-supplied `now`, synchronously: each item under its shard's
     /// lock. A key that expired (or was never stored) gets nothing back; a charge on it starts
     /// it from a fresh state (if the store has room: a full store drops the charge, counted as
     /// a full-store event).

@@ -19,7 +19,8 @@ use floodgate_core::calendar::CalendarError;
 use floodgate_core::{AlgorithmKind, Decision, Timestamp};
 use sha2::{Digest, Sha256};
 
-use super::{keys, RedisStore, ScriptCall};
+use super::connection::{duration_ms, ScriptCall};
+use super::{keys, RedisStore};
 use crate::calendar::{identity, validate_calendar_batch, CalendarBatch, CalendarItem};
 use crate::StoreError;
 
@@ -89,7 +90,7 @@ impl RedisStore {
         }
         let mut args = Vec::with_capacity(2 + 9 * items.len());
         args.push(u64::from(commit));
-        args.push(super::duration_ms(self.config.ttl_extra));
+        args.push(duration_ms(self.config.ttl_extra));
         for item in items {
             let q = item.quota;
             let bounds = q.calendar().boundaries_around(service_now).ok_or_else(|| {
