@@ -14,6 +14,7 @@ mod paths;
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
+use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
@@ -41,8 +42,7 @@ pub(crate) use answers::Cost;
         paths::reset_key,
         paths::forward_auth_get,
         paths::forward_auth_post,
-        paths::forward_auth_envoy_get,
-        paths::forward_auth_envoy_post,
+        paths::forward_auth_envoy,
         paths::simulate,
         paths::ui_live,
         paths::ui_choices,
@@ -53,8 +53,8 @@ pub(crate) use answers::Cost;
         paths::metrics,
         paths::openapi,
     ),
-    components(schemas(answers::Problem)),
-    modifiers(&Security, &Problems),
+    components(schemas(answers::Problem, paths::DenyStatus)),
+    modifiers(&Security, &Problems, &Links),
     tags(
         (name = "decisions", description = "Decide, peek and settle explicit (rule, key, cost) items."),
         (name = "forward-auth", description = "The rules applied to a request a reverse proxy asks about."),
@@ -67,12 +67,43 @@ pub(crate) struct ApiDoc;
 
 /// The document as pretty JSON (what `docs/openapi.json` holds, with a final newline).
 pub(crate) fn document() -> String {
-    let mut text = ApiDoc::openapi()
-        .to_pretty_json()
-        // Serializing a tree of maps, strings and numbers does not fail.
-        .unwrap_or_default();
+    // Serializing a tree of maps, strings and numbers does not fail.
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    camel_case_links(&mut doc);
+    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
     text.push('\n');
     text
+}
+
+/// utoipa 5 writes a link's members in snake case (`operation_id`, `request_body`); OpenAPI
+/// names them in camel case (`operationId`, `requestBody`), which is what clients and fuzzers
+/// read.
+fn camel_case_links(doc: &mut serde_json::Value) {
+    let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else {
+        return;
+    };
+    let responses = paths
+        .values_mut()
+        .filter_map(|item| item.as_object_mut())
+        .flat_map(|item| item.values_mut())
+        .filter_map(|operation| operation.get_mut("responses")?.as_object_mut())
+        .flat_map(|responses| responses.values_mut());
+    for response in responses {
+        let Some(links) = response.get_mut("links").and_then(|l| l.as_object_mut()) else {
+            continue;
+        };
+        for link in links.values_mut().filter_map(|l| l.as_object_mut()) {
+            for (snake, camel) in [
+                ("operation_id", "operationId"),
+                ("operation_ref", "operationRef"),
+                ("request_body", "requestBody"),
+            ] {
+                if let Some(value) = link.remove(snake) {
+                    link.insert(camel.into(), value);
+                }
+            }
+        }
+    }
 }
 
 /// `GET /v1/openapi.json`.
@@ -135,6 +166,9 @@ impl Modify for Problems {
                 &mut item.put,
                 &mut item.delete,
                 &mut item.patch,
+                &mut item.head,
+                &mut item.options,
+                &mut item.trace,
             ];
             for operation in operations.into_iter().flatten() {
                 add_problems(path, operation);
@@ -167,6 +201,35 @@ fn add_problems(path: &str, operation: &mut Operation) {
             .responses
             .responses
             .insert(code, RefOr::T(response));
+    }
+}
+
+/// The link of a granted reservation to its settle (`reservation` of the check's answer), for
+/// generated clients and stateful fuzzing.
+struct Links;
+
+impl Modify for Links {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let Some(check) = openapi
+            .paths
+            .paths
+            .get_mut("/v1/check")
+            .and_then(|item| item.post.as_mut())
+        else {
+            return;
+        };
+        let Some(RefOr::T(granted)) = check.responses.responses.get_mut("200") else {
+            return;
+        };
+        let link = LinkBuilder::new()
+            .operation_id("settle")
+            .description("Settle the reservation with its actual cost.")
+            .request_body(Some(serde_json::json!({
+                "reservation": "$response.body#/reservation",
+                "cost": 0,
+            })))
+            .build();
+        granted.links.insert("settle".into(), RefOr::T(link));
     }
 }
 

@@ -9,6 +9,10 @@
 use super::answers::{
     CheckAnswer, Choices, KeyReset, KeyStanding, Live, Problem, Readiness, SettleAnswer,
 };
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
+
 use crate::http::api::CheckRequest;
 use crate::http::settle::SettleRequest;
 use crate::ui::simulate::SimulateRequest;
@@ -35,6 +39,20 @@ pub(crate) const PROBLEMS: &[(&str, &[u16])] = &[
     ("/metrics", &[405]),
     ("/v1/openapi.json", &[405]),
 ];
+
+/// `deny_status` of forward-auth: 429 or 403 (`forward_auth::forward_auth` refuses others).
+pub(crate) struct DenyStatus;
+
+impl PartialSchema for DenyStatus {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .enum_values(Some([429, 403]))
+            .into()
+    }
+}
+
+impl ToSchema for DenyStatus {}
 
 /// The description of a problem answer of `status`.
 pub(crate) fn problem_description(status: u16) -> &'static str {
@@ -148,7 +166,7 @@ pub(crate) fn reset_key() {}
     path = "/v1/forward-auth",
     tag = "forward-auth",
     params(
-        ("deny_status" = Option<u16>, Query, description = "The status of a denial: 429 (default) or 403 (for nginx `auth_request`)."),
+        ("deny_status" = Option<DenyStatus>, Query, description = "The status of a denial: 429 (default) or 403 (for nginx `auth_request`)."),
         ("X-Forwarded-Method" = Option<String>, Header, description = "The original request's method."),
         ("X-Forwarded-Host" = Option<String>, Header, description = "The original request's host."),
         ("X-Forwarded-Uri" = Option<String>, Header, description = "The original request's URI (also `X-Original-URI`)."),
@@ -174,7 +192,7 @@ pub(crate) fn forward_auth_get() {}
     path = "/v1/forward-auth",
     tag = "forward-auth",
     params(
-        ("deny_status" = Option<u16>, Query, description = "The status of a denial: 429 (default) or 403."),
+        ("deny_status" = Option<DenyStatus>, Query, description = "The status of a denial: 429 (default) or 403."),
     ),
     responses(
         (status = 200, description = "Admitted (empty body)."),
@@ -184,32 +202,20 @@ pub(crate) fn forward_auth_get() {}
 )]
 pub(crate) fn forward_auth_post() {}
 
-/// `/v1/forward-auth/{original}` (Envoy `ext_authz`, any method): the suffix is the original
-/// path; `GET` stands for every method.
+/// `/v1/forward-auth/{original}` (Envoy `ext_authz`): the suffix is the original path, the
+/// method the original request's, whatever it is.
 #[utoipa::path(
-    get,
+    method(get, post, put, delete, patch, head, options, trace),
     path = "/v1/forward-auth/{original}",
     tag = "forward-auth",
-    params(("original" = String, Path, description = "The original request's path and query (Envoy appends them); every method is taken.")),
+    params(("original" = String, Path, description = "The original request's path and query (Envoy appends them).")),
     responses(
         (status = 200, description = "Admitted (empty body)."),
-        (status = 429, description = "Denied.", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Denied.", body = Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Whole seconds, rounded up, at least 1."))),
     ),
 )]
-pub(crate) fn forward_auth_envoy_get() {}
-
-/// `/v1/forward-auth/{original}` with `POST`.
-#[utoipa::path(
-    post,
-    path = "/v1/forward-auth/{original}",
-    tag = "forward-auth",
-    params(("original" = String, Path, description = "The original request's path and query.")),
-    responses(
-        (status = 200, description = "Admitted (empty body)."),
-        (status = 429, description = "Denied.", body = Problem, content_type = "application/problem+json"),
-    ),
-)]
-pub(crate) fn forward_auth_envoy_post() {}
+pub(crate) fn forward_auth_envoy() {}
 
 /// `POST /v1/simulate`.
 #[utoipa::path(
