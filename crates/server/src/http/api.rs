@@ -65,11 +65,11 @@ use crate::state::AppState;
 pub(super) struct CheckRequest<'a> {
     /// The rule's name, as configured (`[[rules]] name`); or give `descriptors`.
     #[serde(borrow)]
-    #[schema(nullable = false, value_type = Option<String>, min_length = 1)]
+    #[schema(nullable = false, value_type = Option<String>, min_length = 1, example = "per-second")]
     rule: Option<Cow<'a, str>>,
     /// The client's key: what is counted (a user, an API key, a job). 1 to 256 bytes.
     #[serde(borrow)]
-    #[schema(nullable = false, value_type = Option<String>, min_length = 1, max_length = 256)]
+    #[schema(nullable = false, value_type = Option<String>, min_length = 1, max_length = 256, example = "alice")]
     key: Option<Cow<'a, str>>,
     /// Units this request consumes: a whole number from 0 to 1,000,000 (default 1; 0 reads).
     #[serde(default, deserialize_with = "not_null")]
@@ -96,11 +96,11 @@ pub(super) struct CheckRequest<'a> {
 pub(super) struct Descriptor<'a> {
     /// The rule's name, as configured.
     #[serde(borrow)]
-    #[schema(value_type = String, min_length = 1)]
+    #[schema(value_type = String, min_length = 1, example = "per-second")]
     rule: Cow<'a, str>,
     /// The client's key, 1 to 256 bytes.
     #[serde(borrow)]
-    #[schema(value_type = String, min_length = 1, max_length = 256)]
+    #[schema(value_type = String, min_length = 1, max_length = 256, example = "alice")]
     key: Cow<'a, str>,
     /// Units: a whole number from 0 to 1,000,000 (default 1).
     #[serde(default, deserialize_with = "not_null")]
