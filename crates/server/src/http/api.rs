@@ -76,7 +76,9 @@ pub(super) struct CheckRequest<'a> {
     #[schema(nullable = false, value_type = Option<u64>, minimum = 0, maximum = 1_000_000)]
     cost: Option<serde_json::Number>,
     /// 1 to 16 items decided all-or-nothing, instead of `rule`/`key`/`cost`.
-    #[serde(borrow)]
+    // `null` is a 400 naming the member, as for every optional member (it was taken for an
+    // absent list: `descriptors_null_is_refused_naming_it`).
+    #[serde(borrow, default, deserialize_with = "not_null")]
     #[schema(nullable = false, min_items = 1, max_items = 16)]
     descriptors: Option<Vec<Descriptor<'a>>>,
     /// `/v1/check` only: wait up to this many milliseconds for a slot (a reservation), a whole
