@@ -100,7 +100,10 @@ async fn docs_openapi_json_is_what_the_binary_prints_and_serves() {
 /// Runs schemathesis (all its default checks but `positive_data_acceptance`, every phase,
 /// stateful links included) against `fg` with `token` as the bearer token.
 fn fuzz(fg: &Floodgate, token: &str, what: &str) {
+    // Its cache of found failures goes into its working directory: a temporary one.
+    let cwd = tempfile::tempdir().unwrap();
     let out = Command::new(venv("schemathesis"))
+        .current_dir(cwd.path())
         .arg("--config-file")
         .arg(root().join("crates/server/tests/schemathesis.toml"))
         .arg("run")
@@ -185,5 +188,31 @@ fn a_generated_python_client_checks_reserves_settles_and_reads_a_429() {
          reserve: 200 remaining 5 expires in 300000000 us\n\
          settle: 200 reserved 5 actual 2 remaining 8\n\
          denied: 429 allowed False retry_after_us 30000000 Retry-After 30\n"
+    );
+}
+
+/// Found by schemathesis: `"descriptors": null` was taken for an absent list (the top-level
+/// item was decided and consumed) while every other optional member refuses `null`.
+#[tokio::test]
+async fn descriptors_null_is_refused_naming_it() {
+    let fg = Floodgate::with_config(&config("", false), &[]);
+    let c = client();
+    for path in ["/v1/check", "/v1/peek"] {
+        let r = c
+            .post(fg.url(path))
+            .header("content-type", "application/json")
+            .body(r#"{"rule": "per-minute", "key": "carol", "descriptors": null}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        assert_eq!(r.headers()["content-type"], "application/problem+json");
+        let problem: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(problem["field"], "descriptors", "{path}: {problem}");
+    }
+    // Nothing was consumed: both units of the minute are still there.
+    assert_eq!(
+        serve_support::remaining(&c, &fg, "per-minute", "carol").await,
+        2
     );
 }

@@ -161,17 +161,32 @@ impl Modify for Problems {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         for (path, item) in openapi.paths.paths.iter_mut() {
             let operations = [
-                &mut item.get,
-                &mut item.post,
-                &mut item.put,
-                &mut item.delete,
-                &mut item.patch,
-                &mut item.head,
-                &mut item.options,
-                &mut item.trace,
+                ("get", &mut item.get),
+                ("post", &mut item.post),
+                ("put", &mut item.put),
+                ("delete", &mut item.delete),
+                ("patch", &mut item.patch),
+                ("head", &mut item.head),
+                ("options", &mut item.options),
+                ("trace", &mut item.trace),
             ];
-            for operation in operations.into_iter().flatten() {
+            let ids: Vec<&String> = operations
+                .iter()
+                .filter_map(|(_, o)| o.as_ref()?.operation_id.as_ref())
+                .collect();
+            let shared = (1..ids.len()).any(|i| ids[..i].contains(&ids[i]));
+            for (method, operation) in operations {
+                let Some(operation) = operation else {
+                    continue;
+                };
                 add_problems(path, operation);
+                // One function for several methods (the Envoy path) gives them one id: an
+                // operation id must be unique, so each gets its method appended.
+                if shared {
+                    if let Some(id) = operation.operation_id.as_mut() {
+                        *id = format!("{id}_{method}");
+                    }
+                }
             }
         }
     }
@@ -252,8 +267,14 @@ mod tests {
         let max = |v: &Value| v["maximum"].as_u64();
         let cost = crate::config::MAX_COST;
         assert_eq!(max(&check["cost"]), Some(cost));
-        assert_eq!(max(&schemas["Descriptor"]["properties"]["cost"]), Some(cost));
-        assert_eq!(max(&schemas["SettleRequest"]["properties"]["cost"]), Some(cost));
+        assert_eq!(
+            max(&schemas["Descriptor"]["properties"]["cost"]),
+            Some(cost)
+        );
+        assert_eq!(
+            max(&schemas["SettleRequest"]["properties"]["cost"]),
+            Some(cost)
+        );
         assert_eq!(max(&schemas["Cost"]), Some(cost));
         assert_eq!(max(&check["max_wait_ms"]), Some(86_400_000));
         let key_bytes = super::super::bounds::MAX_KEY_BYTES as u64;

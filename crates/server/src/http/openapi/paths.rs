@@ -26,7 +26,10 @@ pub(crate) const PROBLEMS: &[(&str, &[u16])] = &[
     ("/v1/check", &[400, 401, 403, 405, 413, 503]),
     ("/v1/peek", &[400, 401, 403, 405, 413, 503]),
     ("/v1/settle", &[400, 401, 403, 405, 409, 410, 413, 503]),
-    ("/v1/keys/{rule}/{key}", &[400, 401, 403, 404, 405, 409, 503]),
+    (
+        "/v1/keys/{rule}/{key}",
+        &[400, 401, 403, 404, 405, 409, 503],
+    ),
     ("/v1/forward-auth", &[400, 405, 503]),
     ("/v1/forward-auth/{original}", &[400, 503]),
     ("/v1/simulate", &[400, 401, 403, 405, 408, 413, 503]),
@@ -66,8 +69,10 @@ pub(crate) fn problem_description(status: u16) -> &'static str {
         409 => "The reservation was settled before, or a shown key names several keys.",
         410 => "The reservation expired: its units were spent as reserved.",
         413 => "The body is above its bound (64 KiB; 1 MiB for `/v1/simulate`).",
-        503 => "The store failed and a rule fails closed, the reservation secret is not known yet, \
-                or the server is busy or shutting down (`Retry-After` in seconds).",
+        503 => {
+            "The store failed and a rule fails closed, the reservation secret is not known yet, \
+                or the server is busy or shutting down (`Retry-After` in seconds)."
+        }
         _ => "A problem.",
     }
 }
