@@ -39,6 +39,9 @@ enum Command {
     /// Probe a live rate limiter over HTTP, or audit the rate-limit keys of a Redis; exit
     /// status 1 when a danger is found.
     Audit(audit_cli::Args),
+    /// Print the OpenAPI 3.1 document of the HTTP API (what `GET /v1/openapi.json` answers;
+    /// `docs/openapi.json` holds it).
+    Openapi,
 }
 
 fn main() -> ExitCode {
@@ -58,6 +61,10 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => config::check::run(args),
         Command::Bench(args) => cli::bench::run(args),
         Command::Audit(args) => audit_cli::run(args),
+        Command::Openapi => {
+            print!("{}", http::openapi::document());
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

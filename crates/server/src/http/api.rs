@@ -59,33 +59,54 @@ use crate::state::AppState;
 
 // Strings borrow from the body when they hold no escape (`Cow`), so parsing allocates only the
 // descriptor list.
-#[derive(Debug, Deserialize)]
+/// A decision request: one item (`rule`, `key`, `cost`) or several (`descriptors`), not both.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct CheckRequest<'a> {
+    /// The rule's name, as configured (`[[rules]] name`); or give `descriptors`.
     #[serde(borrow)]
+    #[schema(nullable = false, value_type = Option<String>, min_length = 1, example = "per-second")]
     rule: Option<Cow<'a, str>>,
+    /// The client's key: what is counted (a user, an API key, a job). 1 to 256 bytes.
     #[serde(borrow)]
+    #[schema(nullable = false, value_type = Option<String>, min_length = 1, max_length = 256, example = "alice")]
     key: Option<Cow<'a, str>>,
+    /// Units this request consumes: a whole number from 0 to 1,000,000 (default 1; 0 reads).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false, value_type = Option<u64>, minimum = 0, maximum = 1_000_000)]
     cost: Option<serde_json::Number>,
-    #[serde(borrow)]
+    /// 1 to 16 items decided all-or-nothing, instead of `rule`/`key`/`cost`.
+    // `null` is a 400 naming the member, as for every optional member (it was taken for an
+    // absent list: `descriptors_null_is_refused_naming_it`).
+    #[serde(borrow, default, deserialize_with = "not_null")]
+    #[schema(nullable = false, min_items = 1, max_items = 16)]
     descriptors: Option<Vec<Descriptor<'a>>>,
-    /// `/v1/check` only: wait up to this many milliseconds for a slot (a reservation).
+    /// `/v1/check` only: wait up to this many milliseconds for a slot (a reservation), a whole
+    /// number from 0 to 86,400,000 (one day).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false, value_type = Option<u64>, minimum = 0, maximum = 86_400_000)]
     max_wait_ms: Option<serde_json::Number>,
     /// `/v1/check` only: answer a granted reservation with a token for `/v1/settle`.
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false)]
     reserve: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+/// One item of `descriptors`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Descriptor<'a> {
+pub(super) struct Descriptor<'a> {
+    /// The rule's name, as configured.
     #[serde(borrow)]
+    #[schema(value_type = String, min_length = 1, example = "per-second")]
     rule: Cow<'a, str>,
+    /// The client's key, 1 to 256 bytes.
     #[serde(borrow)]
+    #[schema(value_type = String, min_length = 1, max_length = 256, example = "alice")]
     key: Cow<'a, str>,
+    /// Units: a whole number from 0 to 1,000,000 (default 1).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false, value_type = Option<u64>, minimum = 0, maximum = 1_000_000)]
     cost: Option<serde_json::Number>,
 }
 
@@ -440,15 +461,23 @@ impl Serialize for Decisions<'_> {
 }
 
 /// One entry of `decisions` (fields in sorted key order, as the answers have always had them).
-#[derive(Serialize)]
-struct DecisionEntry<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct DecisionEntry<'a> {
+    /// Whether this rule admits the request.
     allowed: bool,
+    /// The client's key, as given.
     key: &'a str,
+    /// The rule's limit: units per period (its burst capacity).
     limit: u64,
+    /// Units left after this decision.
     remaining: u64,
+    /// Microseconds until the key is back to its full quota.
     reset_after_us: u64,
+    /// Microseconds until a retry of the same cost can be admitted; `null` when admitted.
     retry_after_us: Option<u64>,
+    /// The rule's name.
     rule: &'a str,
+    /// A shadow rule decides and counts but never denies.
     shadow: bool,
 }
 

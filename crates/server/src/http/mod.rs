@@ -12,6 +12,7 @@
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz`, `GET /readyz` | liveness; readiness (503 while shutting down) |
 //! | `POST /v1/simulate`, `GET /ui/`, `GET /v1/ui/live` | the simulator and the web page (see `crate::ui`); `/v1/simulate` and `/v1/ui/live` need a token when one is configured (see [`auth`]) |
+//! | `GET /v1/openapi.json` | the OpenAPI 3.1 document of this API (see [`openapi`]) |
 //! | `POST /v1/debug/clock/advance` | TEST ONLY, with `--manual-clock`: move time (a token when one is configured) |
 //!
 //! Every error is `application/problem+json` (RFC 9457) with `type`, `title`, `status`,
@@ -35,6 +36,7 @@ mod forward_auth;
 mod forwarded_uri;
 #[cfg(test)]
 mod fuzz;
+pub(crate) mod openapi;
 pub(crate) mod ops;
 pub(crate) mod problem;
 pub(crate) mod query;
@@ -79,7 +81,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         )
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz));
+        .route("/readyz", get(ops::readyz))
+        .route("/v1/openapi.json", get(openapi::serve));
     // The web page and `/v1/simulate` (see `crate::ui`).
     router = crate::ui::routes(router, &state);
     if state.manual_clock.is_some() {

@@ -52,13 +52,20 @@ pub(crate) const PROBLEM_RESERVATION_ELSEWHERE: &str =
 /// Problem type of a settle of an expired reservation (410).
 pub(crate) const PROBLEM_RESERVATION_EXPIRED: &str = "urn:floodgate:problem:reservation-expired";
 
-#[derive(Debug, Deserialize)]
+/// A settle: the reservation token and the actual cost (one reserved item) or costs (one per
+/// reserved item, in the order of the check's descriptors), not both.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SettleRequest {
+    /// The token `/v1/check` answered in `reservation`.
     reservation: String,
+    /// The actual cost of a one-item reservation: a whole number from 0 to 1,000,000.
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false, value_type = Option<u64>, minimum = 0, maximum = 1_000_000)]
     cost: Option<serde_json::Number>,
+    /// The actual costs, one per reserved item in order, each from 0 to 1,000,000.
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false, value_type = Option<Vec<crate::http::openapi::Cost>>, min_items = 1, max_items = 16)]
     costs: Option<Vec<serde_json::Number>>,
 }
 
@@ -255,15 +262,25 @@ fn invalid_reservation(detail: &str) -> Response {
 }
 
 /// One entry of the answer's `decisions` (fields in sorted order).
-#[derive(Serialize)]
-struct SettledEntry<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct SettledEntry<'a> {
+    /// The actual cost settled.
     actual: u64,
+    /// `false` when the rules in force no longer have this rule with the reservation's
+    /// algorithm and quota (a reload changed it): the difference was still settled, on state
+    /// that no longer limits anyone.
     current: bool,
+    /// The client's key.
     key: &'a str,
+    /// The rule's limit.
     limit: u64,
+    /// Units left after the settle.
     remaining: u64,
+    /// The units reserved by the check.
     reserved: u64,
+    /// Microseconds until the key is back to its full quota.
     reset_after_us: u64,
+    /// The rule's name.
     rule: &'a str,
 }
 

@@ -92,31 +92,60 @@ const MAX_RUNNING: usize = 2;
 pub(crate) const MAX_IN_FLIGHT: usize = 4;
 
 /// The request body: the [`Spec`] fields, as text where the command line takes text.
-#[derive(Debug, Default, Deserialize)]
+/// (In the OpenAPI document as `SimulateRequest`; the words are `floodgate simulate --help`'s.)
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SimulateRequest {
+pub(crate) struct SimulateRequest {
+    /// A scenario name (`GET /ui/choices.json`: `scenario`), e.g. `burst`, `steady`.
     scenario: Option<String>,
+    /// A preset of the scenario.
     preset: Option<String>,
+    /// A trace instead of a scenario: one request time per line.
     trace: Option<String>,
+    /// An algorithm (`GET /ui/choices.json`: `algorithm`) or `all`.
     algorithm: Option<String>,
+    /// The quota, e.g. `10/s`, `100/min`.
     limit: Option<String>,
+    /// Burst capacity in units (default: the limit).
     burst: Option<u64>,
+    /// Instances of the service sharing the traffic, 1 to 1,000.
+    #[schema(maximum = 1_000)]
     instances: Option<u64>,
+    /// How instances count (`GET /ui/choices.json`: `counter`).
     counter: Option<String>,
+    /// How traffic is spread across instances (`GET /ui/choices.json`: `balance`).
     balance: Option<String>,
+    /// The store: `memory` only on this endpoint.
     store: Option<String>,
+    /// Requests of the scenario (at most 50,000; 12,000 with every algorithm).
+    #[schema(maximum = 50_000)]
     requests: Option<u64>,
+    /// A duration the scenario spreads its requests over, e.g. `10s`.
     spread: Option<String>,
+    /// A duration before the scenario's burst.
     before: Option<String>,
+    /// A duration after it.
     after: Option<String>,
+    /// When the burst happens, a duration.
     at: Option<String>,
+    /// The interval of a steady scenario, a duration.
     every: Option<String>,
+    /// A rate of arrivals, e.g. `20/s`.
     rate: Option<String>,
+    /// The run's duration, at most 366 days.
     duration: Option<String>,
+    /// Lowers the bound on requests (never raises it).
+    #[schema(maximum = 50_000)]
     max_requests: Option<u64>,
+    /// The simulated client's key, 1 to 256 bytes.
+    #[schema(max_length = 256)]
     key: Option<String>,
+    /// A trace's column holding the times.
     column: Option<String>,
+    /// The longest wait of a waiting client, a duration of at most one day.
     max_wait: Option<String>,
+    /// Concurrent runners of a waiting client, 1 to 1,000.
+    #[schema(maximum = 1_000)]
     runners: Option<u64>,
 }
 
