@@ -41,9 +41,12 @@ pub(crate) async fn evaluate<S: Store>(
     let mode = if plan.is_blocked() { Mode::Peek } else { mode };
     let consume = mode != Mode::Peek;
     // Decisions are counted only when they are made: a peek decides nothing.
-    let count = |rule: usize, outcome: Outcome| {
+    let count = |c: &PlannedCheck, outcome: Outcome| {
         if consume {
-            set.count(rule, outcome);
+            set.count(c.rule, outcome);
+            if let Some(label) = &c.label {
+                crate::metrics::count_labelled(&rules[c.rule].name, label, outcome);
+            }
         }
     };
     let is_shadow = |c: &&PlannedCheck| rules[c.rule].shadow;
@@ -121,7 +124,7 @@ pub(crate) async fn evaluate<S: Store>(
                 {
                     let rule = &rules[c.rule];
                     count(
-                        c.rule,
+                        c,
                         match (decision.allowed, batch.allowed, refused_full) {
                             (true, true, _) => Outcome::Allowed,
                             // Another rule refused the request: nothing was charged here.
@@ -136,10 +139,15 @@ pub(crate) async fn evaluate<S: Store>(
                         },
                     );
                     // A decision of a local fallback describes its own, smaller quota.
-                    let (quota, policy_item) = match enforced_quota(&rule.policy, &decision) {
-                        None => (*rule.policy.quota(), Some(set.policy_item(c.rule))),
-                        Some(quota) => (quota, None),
-                    };
+                    let (quota, policy_item) =
+                        match (enforced_quota(policy_of(rules, c), &decision), &c.policy) {
+                            (None, None) => (*rule.policy.quota(), Some(set.policy_item(c.rule))),
+                            (None, Some(own)) => {
+                                let quota = *own.quota();
+                                (quota, Some(crate::header::policy_item(&rule.name, &quota)))
+                            }
+                            (Some(quota), _) => (quota, None),
+                        };
                     outcomes.push(RuleOutcome {
                         rule: Arc::clone(&rule.name),
                         quota,
@@ -158,7 +166,7 @@ pub(crate) async fn evaluate<S: Store>(
             }) => {
                 // The store names the rule it refused; count it under that enforcing rule.
                 if let Some((_, c)) = enforcing().find(|(_, c)| *rules[c.rule].name == *rule) {
-                    count(c.rule, Outcome::CostExceedsCapacity);
+                    count(c, Outcome::CostExceedsCapacity);
                 }
                 action = Action::CostExceedsCapacity {
                     rule,
@@ -176,7 +184,7 @@ pub(crate) async fn evaluate<S: Store>(
                 // closed) is the batch's, the label is the rule's.
                 for (_, c) in enforcing() {
                     count(
-                        c.rule,
+                        c,
                         match rules[c.rule].failure_mode {
                             FailureMode::Closed => Outcome::ErrorClosed,
                             FailureMode::Open => Outcome::ErrorOpen,
@@ -213,7 +221,7 @@ pub(crate) async fn evaluate<S: Store>(
             Ok(batch) => {
                 let decision = batch.decisions[0];
                 count(
-                    c.rule,
+                    c,
                     if decision.allowed {
                         Outcome::ShadowAllowed
                     } else {
@@ -222,7 +230,7 @@ pub(crate) async fn evaluate<S: Store>(
                 );
                 outcomes.push(RuleOutcome {
                     rule: Arc::clone(&rule.name),
-                    quota: *rule.policy.quota(),
+                    quota: *policy_of(rules, c).quota(),
                     decision,
                     shadow: true,
                     policy_item: None,
@@ -231,14 +239,14 @@ pub(crate) async fn evaluate<S: Store>(
                 });
             }
             Err(StoreError::InsufficientCapacity { .. }) => {
-                count(c.rule, Outcome::CostExceedsCapacity);
+                count(c, Outcome::CostExceedsCapacity);
             }
             Err(error) => {
                 // Counted and logged as every store failure; a shadow rule never enforces, so
                 // it fails open.
                 count_store_error(&error);
                 log_store_failure(&error, false);
-                count(c.rule, Outcome::ErrorOpen);
+                count(c, Outcome::ErrorOpen);
             }
         }
     }
@@ -320,10 +328,15 @@ fn check_item<'a>(rules: &'a [crate::Rule], c: &'a PlannedCheck) -> CheckItem<'a
     let rule = &rules[c.rule];
     CheckItem {
         rule: &rule.name,
-        policy: &rule.policy,
+        policy: policy_of(rules, c),
         key: &c.key,
         cost: c.cost,
     }
+}
+
+/// The policy deciding `c`: its own (a request's limit override), else its rule's.
+fn policy_of<'a>(rules: &'a [crate::Rule], c: &'a PlannedCheck) -> &'a floodgate_core::Policy {
+    c.policy.as_deref().unwrap_or(&rules[c.rule].policy)
 }
 
 /// Counts a store failure in `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`,

@@ -67,7 +67,7 @@ pub use key::{encode_key, KeyContext, KeySource, MAX_COMPONENT_LEN};
 pub use limiter::RateLimiter;
 pub use metrics::Outcome;
 pub use path::canonical_path;
-pub use plan::Plan;
+pub use plan::{ItemOptions, Plan};
 pub use reservation::{Claim, Reservation, ReservedItem, SettleError, SettledItem};
 pub use rule::{
     parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,
