@@ -21,7 +21,9 @@
 //! `floodgate_grpc_request_duration_seconds{method}`; decisions are counted by the limiter in
 //! `floodgate_decisions_total{rule, outcome}` as on every other path.
 
+mod descriptor;
 mod incoming;
+pub(crate) mod labels;
 mod rls;
 
 use std::sync::atomic::Ordering;
