@@ -7,16 +7,19 @@
 //! - **cost**: a descriptor's `hits_addend` (a wrapper: 0 is a report-only check, cost 0),
 //!   else the request's `hits_addend` (a plain `uint32`: 0 means unset, i.e. 1). A cost above
 //!   the rule's capacity is an `INVALID_ARGUMENT` error, never `OK`;
-//! - **limit override** (`descriptor.limit`): only on a rule that allows that exact override
-//!   (`overrides` in YAML, `limit_overrides` in TOML); it is decided by the override's own rule
-//!   (`<rule>@<limit>/<period>`). Any other override is `INVALID_ARGUMENT`;
+//! - **limit override** (`descriptor.limit`): one a rule lists (`overrides` in YAML,
+//!   `limit_overrides` in TOML) is decided by the override's own rule
+//!   (`<rule>@<limit>/<period>`); any other on a descriptor selecting a rule is decided by a
+//!   policy of its own (`[envoy] request_limit_overrides`, default true, as
+//!   envoyproxy/ratelimit), its counters keyed by the override; with that setting off it is
+//!   `INVALID_ARGUMENT`;
 //! - **replaces**: a limit whose name another matched limit replaces is not applied (status
 //!   `OK` without a limit), as in envoyproxy/ratelimit;
 //! - **all or nothing**: the descriptors' rules are decided as one batch, so a request denied
 //!   by one descriptor consumes nothing under the others (envoyproxy/ratelimit increments each
 //!   independently);
 //! - **answer**: `overall_code`, one `statuses[i]` per descriptor (`code`, `current_limit`
-//!   with the rule's name, `limit_remaining`, `duration_until_reset`), and
+//!   with the YAML's name or none, `limit_remaining`, `duration_until_reset`), and
 //!   `response_headers_to_add` with `RateLimit-Policy` / `RateLimit` (and `Retry-After` when
 //!   over the limit), written by the same function as the HTTP front ends' headers;
 //! - **store failure**: each rule's failure mode: `open` answers `OK`, `closed` answers gRPC

@@ -35,8 +35,8 @@ pub(crate) struct EnvoySettings {
     pub(crate) request_limit_overrides: bool,
     /// `metric_values_per_rule`: distinct `descriptor` labels (`detailed_metric`,
     /// `value_to_metric`) one rule may have in `floodgate_descriptor_decisions_total`; the
-    /// decisions of any further value are counted under `other`. Default 100, at most
-    /// [`MAX_METRIC_VALUES_PER_RULE`].
+    /// decisions of any further value are counted under `other`. Default 100; a larger value
+    /// than [`MAX_METRIC_VALUES_PER_RULE`] is read as that.
     pub(crate) metric_values_per_rule: usize,
 }
 
