@@ -72,6 +72,10 @@ pub(crate) struct EnvoyArgs {
     /// request_limit_overrides`, else honoured].
     #[arg(long)]
     pub(crate) envoy_no_request_limit_overrides: bool,
+    /// Distinct `descriptor` metric labels per rule, the rest counted as `other` (at most
+    /// 10000) [default: `[envoy] metric_values_per_rule`, else 100].
+    #[arg(long, value_name = "N")]
+    pub(crate) envoy_metric_values_per_rule: Option<usize>,
 }
 
 impl EnvoyArgs {
@@ -81,6 +85,9 @@ impl EnvoyArgs {
         settings.shadow_mode |= self.envoy_shadow_mode;
         settings.response_dynamic_metadata |= self.envoy_response_dynamic_metadata;
         settings.request_limit_overrides &= !self.envoy_no_request_limit_overrides;
+        if let Some(n) = self.envoy_metric_values_per_rule {
+            settings.metric_values_per_rule = n.min(MAX_METRIC_VALUES_PER_RULE);
+        }
         settings
     }
 }
