@@ -138,9 +138,12 @@ struct Tally<'a> {
 }
 
 impl Tally<'_> {
-    fn count(&self, rule: usize, outcome: Outcome) {
+    fn count(&self, c: &PlannedCheck, outcome: Outcome) {
         if self.consume {
-            self.set.count(rule, outcome);
+            self.set.count(c.rule, outcome);
+            if let Some(label) = &c.label {
+                crate::metrics::count_labelled(&self.set.rules[c.rule].name, label, outcome);
+            }
         }
     }
 
@@ -177,12 +180,17 @@ impl Tally<'_> {
                     Outcome::Denied
                 }
             };
-            self.count(c.rule, outcome);
+            self.count(c, outcome);
             // A decision of a local fallback describes its own, smaller quota.
-            let (quota, policy_item) = match enforced_quota(&rule.policy, &decision) {
-                None => (*rule.policy.quota(), Some(self.set.policy_item(c.rule))),
-                Some(quota) => (quota, None),
-            };
+            let (quota, policy_item) =
+                match (enforced_quota(policy_of(rules, c), &decision), &c.policy) {
+                    (None, None) => (*rule.policy.quota(), Some(self.set.policy_item(c.rule))),
+                    (None, Some(own)) => {
+                        let quota = *own.quota();
+                        (quota, Some(crate::header::policy_item(&rule.name, &quota)))
+                    }
+                    (Some(quota), _) => (quota, None),
+                };
             self.verdict.outcomes.push(RuleOutcome {
                 rule: Arc::clone(&rule.name),
                 quota,
@@ -210,7 +218,7 @@ impl Tally<'_> {
         {
             // The store names the rule it refused; count it under that enforcing rule.
             if let Some((_, c)) = enforcing.find(|(_, c)| *rules[c.rule].name == *rule) {
-                self.count(c.rule, Outcome::CostExceedsCapacity);
+                self.count(c, Outcome::CostExceedsCapacity);
             }
             self.verdict.action = Action::CostExceedsCapacity {
                 rule,
@@ -229,7 +237,7 @@ impl Tally<'_> {
         // closed) is the batch's, the label is the rule's.
         for (_, c) in enforcing {
             self.count(
-                c.rule,
+                c,
                 match rules[c.rule].failure_mode {
                     FailureMode::Closed => Outcome::ErrorClosed,
                     FailureMode::Open => Outcome::ErrorOpen,
@@ -255,7 +263,7 @@ impl Tally<'_> {
             Ok(batch) => {
                 let decision = batch.decisions[0];
                 self.count(
-                    c.rule,
+                    c,
                     if decision.allowed {
                         Outcome::ShadowAllowed
                     } else {
@@ -264,7 +272,7 @@ impl Tally<'_> {
                 );
                 self.verdict.outcomes.push(RuleOutcome {
                     rule: Arc::clone(&rule.name),
-                    quota: *rule.policy.quota(),
+                    quota: *policy_of(&self.set.rules, c).quota(),
                     decision,
                     shadow: true,
                     policy_item: None,
@@ -273,13 +281,13 @@ impl Tally<'_> {
                 });
             }
             Err(StoreError::InsufficientCapacity { .. }) => {
-                self.count(c.rule, Outcome::CostExceedsCapacity);
+                self.count(c, Outcome::CostExceedsCapacity);
             }
             Err(error) => {
                 // Counted and logged as every store failure.
                 count_store_error(&error);
                 log_store_failure(&error, false);
-                self.count(c.rule, Outcome::ErrorOpen);
+                self.count(c, Outcome::ErrorOpen);
             }
         }
     }
@@ -355,10 +363,15 @@ fn check_item<'a>(rules: &'a [crate::Rule], c: &'a PlannedCheck) -> CheckItem<'a
     let rule = &rules[c.rule];
     CheckItem {
         rule: &rule.name,
-        policy: &rule.policy,
+        policy: policy_of(rules, c),
         key: &c.key,
         cost: c.cost,
     }
+}
+
+/// The policy deciding `c`: its own (a request's limit override), else its rule's.
+fn policy_of<'a>(rules: &'a [crate::Rule], c: &'a PlannedCheck) -> &'a floodgate_core::Policy {
+    c.policy.as_deref().unwrap_or(&rules[c.rule].policy)
 }
 
 /// Counts a store failure in `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`,

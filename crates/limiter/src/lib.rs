@@ -69,7 +69,7 @@ pub use key::{encode_key, KeyContext, KeySource, MAX_COMPONENT_LEN};
 pub use limiter::RateLimiter;
 pub use metrics::Outcome;
 pub use path::{canonical_path, prefix_matches};
-pub use plan::Plan;
+pub use plan::{ItemOptions, Plan};
 pub use reservation::{Claim, Reservation, ReservedItem, SettleError, SettledItem};
 pub use rule::{
     parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,

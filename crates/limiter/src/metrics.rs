@@ -155,3 +155,16 @@ pub(crate) fn counter(rule: &Arc<str>, outcome: Outcome) -> Counter {
         "outcome" => outcome.as_str()
     )
 }
+
+/// Adds 1 to `floodgate_descriptor_decisions_total{rule, descriptor, outcome}`: a decision
+/// also counted under the label its item carries ([`crate::ItemOptions::label`]; the caller
+/// bounds the labels).
+pub(crate) fn count_labelled(rule: &Arc<str>, label: &Arc<str>, outcome: Outcome) {
+    ::metrics::counter!(
+        "floodgate_descriptor_decisions_total",
+        "rule" => Arc::clone(rule),
+        "descriptor" => Arc::clone(label),
+        "outcome" => outcome.as_str()
+    )
+    .increment(1);
+}

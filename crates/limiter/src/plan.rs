@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use floodgate_core::Micros;
+use floodgate_core::{Micros, Policy};
 use http::HeaderMap;
 
 use crate::key::KeyContext;
@@ -56,6 +56,22 @@ pub(crate) struct PlannedCheck {
     pub(crate) rule: usize,
     pub(crate) key: String,
     pub(crate) cost: u64,
+    /// A policy deciding this item instead of the rule's ([`Plan::push_item`]); boxed, as
+    /// it is rare and large.
+    pub(crate) policy: Option<Box<Policy>>,
+    /// The `descriptor` label its decision is also counted under ([`Plan::push_item`]).
+    pub(crate) label: Option<Arc<str>>,
+}
+
+/// What [`Plan::push_item`] adds beside the rule, key and cost.
+#[derive(Debug, Clone, Default)]
+pub struct ItemOptions {
+    /// Decide the item by this policy instead of the rule's (a request's own limit, such as
+    /// Envoy's `RateLimitDescriptor.limit`); the store keeps its state apart from the rule's.
+    pub policy: Option<Policy>,
+    /// Also count the decision in `floodgate_descriptor_decisions_total{rule, descriptor,
+    /// outcome}` under this label (bounded by the caller).
+    pub label: Option<Arc<str>>,
 }
 
 impl Plan {
@@ -80,11 +96,22 @@ impl Plan {
     /// ([`Action::CostExceedsCapacity`](crate::Action::CostExceedsCapacity) naming this item) before anything is charged.
     ///
     /// # Panics
-    /// When `rule_index` is not a position in the plan's rules.
-    pub fn push(&mut self, rule_index: usize, key: String, cost: u64) {
-        let rule = rule_index;
+    /// When `rule` is not a position in the plan's rules.
+    pub fn push(&mut self, rule: usize, key: String, cost: u64) {
+        self.push_item(rule, key, cost, ItemOptions::default());
+    }
+
+    /// [`Plan::push`] with [`ItemOptions`]: a policy of the item's own, a metric label.
+    ///
+    /// # Panics
+    /// When `rule` is not a position in the plan's rules.
+    pub fn push_item(&mut self, rule: usize, key: String, cost: u64, options: ItemOptions) {
         assert!(rule < self.rules.rules.len(), "no rule at position {rule}");
-        let capacity = self.rules.rules[rule].policy.capacity();
+        let capacity = options
+            .policy
+            .as_ref()
+            .unwrap_or(&self.rules.rules[rule].policy)
+            .capacity();
         if cost > capacity && self.refusal.is_none() {
             self.refusal = Some(Refusal {
                 rule,
@@ -92,7 +119,13 @@ impl Plan {
                 error: CostRefusal::ExceedsCapacity { cost, capacity },
             });
         }
-        self.checks.push(PlannedCheck { rule, key, cost });
+        self.checks.push(PlannedCheck {
+            rule,
+            key,
+            cost,
+            policy: options.policy.map(Box::new),
+            label: options.label,
+        });
     }
 
     /// Whether item `item` together with the earlier items of the same rule and key costs
@@ -220,6 +253,8 @@ impl Plan {
                         rule: index,
                         key,
                         cost,
+                        policy: None,
+                        label: None,
                     }),
                     Err(error) => {
                         refusal.get_or_insert(Refusal {

@@ -78,6 +78,11 @@ pub(crate) struct AppState {
     admin_token_override: Option<String>,
     /// `--api-token` / `FLOODGATE_API_TOKEN` (see [`AppState::api_token`]); set after `new`.
     pub(crate) api_token_override: Option<String>,
+    /// `--envoy-*` flags (see [`config::parse_sources`]): applied on every reload too.
+    pub(crate) envoy_flags: config::envoy::EnvoyArgs,
+    /// The descriptor labels each rule has used (bounded per rule; see
+    /// [`crate::grpc::labels`]).
+    pub(crate) descriptor_labels: crate::grpc::labels::Labels,
     generation: AtomicU64,
 }
 
@@ -119,6 +124,8 @@ impl AppState {
             config_path,
             admin_token_override: admin_token_override.filter(|t| !t.is_empty()),
             api_token_override: None,
+            envoy_flags: config::envoy::EnvoyArgs::default(),
+            descriptor_labels: crate::grpc::labels::Labels::default(),
             generation: AtomicU64::new(1),
         }
     }
@@ -191,7 +198,7 @@ impl AppState {
         file: &str,
         sources: &[(String, String)],
     ) -> Result<(), ConfigErrors> {
-        match config::parse_sources(file, sources) {
+        match config::parse_sources(file, sources, &self.envoy_flags) {
             Ok(new) => {
                 let guard = self.reload_lock.lock();
                 let old = self.config();

@@ -27,8 +27,8 @@ async fn codes_statuses_and_headers_of_a_five_per_minute_descriptor() {
         let limit = s.current_limit.as_ref().unwrap();
         assert_eq!(
             (limit.name.as_str(), limit.requests_per_unit, limit.unit),
-            ("rl.generic_key_five", 5, 2),
-            "named by its path (no name given), unit MINUTE"
+            ("", 5, 2),
+            "no name given: empty, as envoyproxy/ratelimit; unit MINUTE"
         );
         let reset = s.duration_until_reset.unwrap();
         assert!(reset.seconds > 0 && reset.seconds <= 60, "{reset:?}");
@@ -188,7 +188,14 @@ descriptors:
         assert_eq!(remaining(s), expected);
         let limit = s.current_limit.as_ref().unwrap();
         assert_eq!((limit.requests_per_unit, limit.unit), (3, HOUR));
-        assert_eq!(limit.name, "rl.user@3/h");
+        assert_eq!(
+            limit.name, "",
+            "an override has no name, as envoyproxy/ratelimit's"
+        );
+        assert_eq!(
+            header(&r, "ratelimit-policy"),
+            Some("\"rl.user@3/h\";q=3;w=3600")
+        );
     }
     let r = call(
         &mut c,
@@ -199,7 +206,47 @@ descriptors:
     // The configured quota's counters are its own.
     let r = one(&mut c, "rl", &[("user", "u")]).await;
     assert_eq!((code(&r), remaining(&r.statuses[0])), (Code::Ok, 1));
-    // An override the configuration does not allow is an error naming the field.
+    // Any other override is honoured by default (as envoyproxy/ratelimit), with counters of
+    // its own; one on a descriptor that selects nothing selects nothing.
+    let r = call(
+        &mut c,
+        request("rl", vec![over(desc(&[("user", "u")]), 4, HOUR)], 0),
+    )
+    .await;
+    assert_eq!((code(&r), remaining(&r.statuses[0])), (Code::Ok, 3));
+    let r = call(
+        &mut c,
+        request("rl", vec![over(desc(&[("plain", "p")]), 3, HOUR)], 0),
+    )
+    .await;
+    assert_eq!((code(&r), remaining(&r.statuses[0])), (Code::Ok, 2));
+    let r = call(
+        &mut c,
+        request("rl", vec![over(desc(&[("nothing", "x")]), 3, HOUR)], 0),
+    )
+    .await;
+    assert_eq!(
+        (code(&r), r.statuses[0].current_limit.clone()),
+        (Code::Ok, None)
+    );
+    // With --envoy-no-request-limit-overrides, an override the configuration does not allow
+    // is an error naming the field.
+    let (_fg, mut c) = start(
+        &[("ratelimit.yaml", "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2, overrides: [{requests_per_unit: 3, unit: hour}]}\n  - key: plain\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")],
+        "ratelimit.yaml",
+        &["--envoy-no-request-limit-overrides"],
+    )
+    .await;
+    let r = call(
+        &mut c,
+        request("rl", vec![over(desc(&[("user", "u")]), 3, HOUR)], 0),
+    )
+    .await;
+    assert_eq!(
+        (code(&r), remaining(&r.statuses[0])),
+        (Code::Ok, 2),
+        "a listed one"
+    );
     for d in [
         over(desc(&[("user", "u")]), 4, HOUR),
         over(desc(&[("plain", "p")]), 3, HOUR),
@@ -331,9 +378,11 @@ descriptors:
     for path in ["/api/a", "/api/b"] {
         let r = one(&mut c, "rl", &[("path", path)]).await;
         assert_eq!(code(&r), Code::Ok, "{path}");
+        assert_eq!(r.statuses[0].current_limit.as_ref().unwrap().name, "");
         assert_eq!(
-            r.statuses[0].current_limit.as_ref().unwrap().name,
-            "rl.path_/api/*"
+            header(&r, "ratelimit-policy"),
+            Some("\"rl.path_/api/*\";q=1;w=60"),
+            "the rule is named by its pattern"
         );
         assert_eq!(
             code(&one(&mut c, "rl", &[("path", path)]).await),
@@ -429,7 +478,10 @@ async fn invalid_requests_are_errors_naming_the_field() {
     for (r, field) in [
         (request("", vec![desc(&[("k", "v")])], 0), "domain"),
         (request("rl", vec![], 0), "descriptors"),
-        (request("rl", vec![desc(&[])], 0), "descriptors[0].entries"),
+        (
+            request("rl", vec![desc(&[("k", "v"); 33])], 0),
+            "descriptors[0].entries",
+        ),
         (
             request(
                 "rl",
@@ -446,6 +498,12 @@ async fn invalid_requests_are_errors_naming_the_field() {
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
         assert!(e.message().starts_with(field), "{field}: {}", e.message());
     }
+    // An empty descriptor selects nothing: OK without a limit (as envoyproxy/ratelimit).
+    let r = one(&mut c, "rl", &[]).await;
+    assert_eq!(
+        (code(&r), r.statuses[0].current_limit.clone()),
+        (Code::Ok, None)
+    );
 }
 
 /// A fixed window (the YAML's default) resets at the wall-clock window edge, as

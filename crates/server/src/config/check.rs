@@ -9,6 +9,8 @@ pub(crate) struct CheckArgs {
     /// The configuration to validate: a TOML file, or envoyproxy/ratelimit YAML (a
     /// `.yaml`/`.yml` file or a directory of them).
     pub(crate) file: PathBuf,
+    #[command(flatten)]
+    pub(crate) envoy: super::envoy::EnvoyArgs,
 }
 
 /// Validates the file: prints a summary of the rules and exits 0, or prints every error as
@@ -17,7 +19,7 @@ pub(crate) struct CheckArgs {
 /// # Errors
 /// A failure to write the summary to standard output (a closed pipe is not one).
 pub(crate) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    match super::load::load(&args.file) {
+    match super::load::load_with(&args.file, &args.envoy) {
         Ok(config) => {
             use std::fmt::Write as _;
             let mut out = format!(

@@ -418,7 +418,9 @@ mod tests {
             ));
         }
         assert!(yaml_ok(&text));
-        let e = super::super::envoy::parse("d", &[("f.yaml".to_string(), text)]).unwrap_err();
+        let e =
+            super::super::envoy::parse("d", &[("f.yaml".to_string(), text)], &Default::default())
+                .unwrap_err();
         assert!(e.to_string().contains("alias expansion"), "{e}");
     }
 
@@ -495,7 +497,7 @@ mod tests {
             ".{0,400}",
             mutated(YAML),
         ]) {
-            let _ = super::super::envoy::parse("d", &[("f.yaml".to_string(), text)]);
+            let _ = super::super::envoy::parse("d", &[("f.yaml".to_string(), text)], &Default::default());
         }
     }
 }

@@ -105,6 +105,35 @@ pub(crate) struct DescriptorRule {
     /// Limit overrides a request may ask for on this rule's descriptors (Envoy's
     /// `RateLimitDescriptor.limit`): each is a rule of its own (see [`Overrides`]).
     pub(crate) overrides: Vec<Quota>,
+    /// envoyproxy/ratelimit's per-descriptor keys (`share_threshold`, `value_to_metric`,
+    /// `detailed_metric`, `metadata`); all off for a TOML rule.
+    pub(crate) extras: DescriptorExtras,
+}
+
+/// envoyproxy/ratelimit's per-descriptor keys along a rule's path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct DescriptorExtras {
+    /// `share_threshold` of each entry (`entries[i]`): all values matching that entry's
+    /// wildcard share one counter.
+    pub(crate) share: Vec<bool>,
+    /// `value_to_metric` of each entry: the request's value goes into the metric label.
+    pub(crate) value_to_metric: Vec<bool>,
+    /// `detailed_metric` of the last entry: every request value goes into the metric label.
+    pub(crate) detailed_metric: bool,
+    /// `metadata`, as JSON: merged into the response's dynamic metadata when admitted.
+    pub(crate) metadata: Option<serde_json::Value>,
+}
+
+impl DescriptorExtras {
+    /// Whether entry `i` shares one counter for every value its wildcard matches.
+    pub(crate) fn shares(&self, i: usize) -> bool {
+        self.share.get(i).copied().unwrap_or(false)
+    }
+
+    /// Whether the decisions carry a descriptor label built from request values.
+    pub(crate) fn labels_values(&self) -> bool {
+        self.detailed_metric || self.value_to_metric.iter().any(|v| *v)
+    }
 }
 
 /// What a descriptor selects.

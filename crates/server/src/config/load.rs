@@ -33,7 +33,15 @@ const EMBEDDED_DEFAULT_NAME: &str = "<embedded default>";
 /// # Errors
 /// [`ConfigErrors`] with every problem found (one with line 0 when the file cannot be read).
 pub(crate) fn load(path: &Path) -> Result<Config, ConfigErrors> {
-    parse_sources(&path.display().to_string(), &read_sources(path)?)
+    load_with(path, &envoy::EnvoyArgs::default())
+}
+
+/// [`load`] with the `--envoy-*` flags given (see [`parse_sources`]).
+///
+/// # Errors
+/// As [`load`].
+pub(crate) fn load_with(path: &Path, flags: &envoy::EnvoyArgs) -> Result<Config, ConfigErrors> {
+    parse_sources(&path.display().to_string(), &read_sources(path)?, flags)
 }
 
 /// The text of the configuration at `path`, as `(file name, text)`: the file itself (TOML, or
@@ -113,17 +121,23 @@ fn read_bounded(path: &Path) -> Result<String, String> {
 
 /// Parses what [`read_sources`] read: YAML files as envoyproxy/ratelimit's format
 /// ([`envoy::parse`]), one other file as Floodgate's TOML ([`parse`]). `display` names the
-/// configuration (the path given).
+/// configuration (the path given); `flags` override the `[envoy]` settings (a YAML
+/// configuration has only them).
 ///
 /// # Errors
 /// [`ConfigErrors`] as [`parse`] and [`envoy::parse`] give them.
 pub(crate) fn parse_sources(
     display: &str,
     sources: &[(String, String)],
+    flags: &envoy::EnvoyArgs,
 ) -> Result<Config, ConfigErrors> {
     match sources {
-        [(file, text)] if !envoy::is_yaml(file) => parse(file, text),
-        _ => envoy::parse(display, sources),
+        [(file, text)] if !envoy::is_yaml(file) => {
+            let mut config = parse(file, text)?;
+            config.envoy = flags.apply(config.envoy);
+            Ok(config)
+        }
+        _ => envoy::parse(display, sources, &flags.apply(Default::default())),
     }
 }
 

@@ -14,6 +14,8 @@ pub(crate) struct RawConfig {
     pub(crate) store: RawStore,
     #[serde(default)]
     pub(crate) rules: Vec<RawRule>,
+    #[serde(default)]
+    pub(crate) envoy: super::envoy::EnvoySettings,
 }
 
 /// `[server]`.

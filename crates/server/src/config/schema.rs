@@ -46,6 +46,9 @@ pub(crate) struct Config {
     pub(crate) rules: Vec<RuleConfig>,
     /// Which rule an Envoy rate limit descriptor selects (rules with a `domain`).
     pub(crate) descriptors: descriptors::DescriptorIndex,
+    /// `[envoy]`: envoyproxy/ratelimit's service-wide settings (flags for a YAML
+    /// configuration).
+    pub(crate) envoy: super::envoy::EnvoySettings,
 }
 
 /// `[server]`: settings read once at start (a reload that changes them is logged and ignored,

@@ -26,8 +26,10 @@
 //! `floodgate_grpc_request_duration_seconds{method}`; decisions are counted by the limiter in
 //! `floodgate_decisions_total{rule, outcome}` as on every other path.
 
+mod descriptor;
 mod guard;
 mod incoming;
+pub(crate) mod labels;
 mod reset;
 pub(crate) mod rls;
 pub(crate) mod tls;

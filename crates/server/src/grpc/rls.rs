@@ -7,17 +7,20 @@
 //! - **cost**: a descriptor's `hits_addend` (a wrapper: 0 is a report-only check, cost 0),
 //!   else the request's `hits_addend` (a plain `uint32`: 0 means unset, i.e. 1). A cost above
 //!   the rule's capacity is an `INVALID_ARGUMENT` error, never `OK`;
-//! - **limit override** (`descriptor.limit`): only on a rule that allows that exact override
-//!   (`overrides` in YAML, `limit_overrides` in TOML); it is decided by the override's own rule
-//!   (`<rule>@<limit>/<period>`). Any other override is `INVALID_ARGUMENT`;
+//! - **limit override** (`descriptor.limit`): one a rule lists (`overrides` in YAML,
+//!   `limit_overrides` in TOML) is decided by the override's own rule
+//!   (`<rule>@<limit>/<period>`); any other on a descriptor selecting a rule is decided by a
+//!   policy of its own (`[envoy] request_limit_overrides`, default true, as
+//!   envoyproxy/ratelimit), its counters keyed by the override; with that setting off it is
+//!   `INVALID_ARGUMENT`;
 //! - **replaces**: a limit whose name another matched limit replaces is not applied (status
 //!   `OK` without a limit), as in envoyproxy/ratelimit;
 //! - **all or nothing**: the descriptors' rules are decided as one batch, so a request denied
 //!   by one descriptor consumes nothing under the others (envoyproxy/ratelimit increments each
 //!   independently);
 //! - **answer**: `overall_code`, one `statuses[i]` per descriptor (`code`, `current_limit`
-//!   with the rule's name, `limit_remaining`, `duration_until_reset` in whole seconds, see
-//!   [`super::reset`]), and
+//!   with the YAML's name or none, `limit_remaining`, `duration_until_reset` in whole seconds,
+//!   see [`super::reset`]), and
 //!   `response_headers_to_add` with `RateLimit-Policy` / `RateLimit` (and `Retry-After` when
 //!   over the limit), written by the same function as the HTTP front ends' headers;
 //! - **store failure**: each rule's failure mode: `open` answers `OK`, `closed` answers gRPC
@@ -33,6 +36,7 @@
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit, Code, DescriptorStatus, RateLimit,
@@ -40,10 +44,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{
     rate_limit_service_server, RateLimitRequest, RateLimitResponse,
 };
-use floodgate_core::{Micros, Quota};
+use floodgate_core::{Micros, Policy, Quota};
+use floodgate_limiter::ItemOptions;
 use floodgate_tower::{Action, Mode, Plan, RuleOutcome, RuleSet, Verdict};
 use tonic::{Request, Response, Status};
 
+use super::descriptor;
 use crate::config::descriptors::{Leaf, Lookup};
 use crate::config::{envoy::unit_period, Config, MAX_COST};
 use crate::state::AppState;
@@ -104,18 +110,21 @@ fn status_label(code: tonic::Code) -> &'static str {
 
 /// What one descriptor selected.
 #[derive(Debug, Clone)]
-enum Selected {
+enum Slot {
     /// Nothing (unknown domain, no match, or replaced): `OK` without a limit.
     Free,
     /// `unlimited: true`.
     Unlimited,
     /// A block list entry.
     Blocked { name: String, period: Micros },
-    /// Item `item` of the plan, for rule `rule`; `field` names its cost in the request.
+    /// Item `item` of the plan, for rule `rule`; `field` names its cost in the request, `name`
+    /// is its `current_limit.name` (the YAML's `name`, empty when none is given or for a limit
+    /// override).
     Item {
         rule: usize,
         item: usize,
         field: CostField,
+        name: String,
     },
 }
 
@@ -133,16 +142,34 @@ async fn should_rate_limit(
     // generation, read once.
     let snapshot = state.snapshot();
     let (config, rules) = (&snapshot.config, &snapshot.rules);
-    let (slots, plan) = plan(config, rules, request)?;
+    let (slots, plan) = plan(state, config, rules, request)?;
     // A plan with block list entries consumes nothing and is counted by the limiter.
     let verdict = state.limiter.evaluate(&plan, Mode::Check).await;
-    answer(
+    let mut response = answer(
         rules,
         &slots,
         &verdict,
         plan.is_blocked(),
         state.clock.now(),
-    )
+    )?;
+    if config.envoy.response_dynamic_metadata {
+        let mut passed = serde_json::Map::new();
+        for (slot, status) in slots.iter().zip(&response.statuses) {
+            if let (Slot::Item { rule, .. }, true) = (slot, status.code == Code::Ok as i32) {
+                let extras = config.rules[*rule].descriptor.as_ref().map(|d| &d.extras);
+                if let Some(meta) = extras.and_then(|e| e.metadata.as_ref()) {
+                    descriptor::merge_json(&mut passed, meta);
+                }
+            }
+        }
+        response.dynamic_metadata = Some(descriptor::dynamic_metadata(request, &passed));
+    }
+    if config.envoy.shadow_mode && response.overall_code == Code::OverLimit as i32 {
+        // SHADOW_MODE: decided and counted as ever, answered OK.
+        response.overall_code = Code::Ok as i32;
+        metrics::counter!("floodgate_grpc_global_shadow_mode_total").increment(1);
+    }
+    Ok(response)
 }
 
 fn invalid(field: &str, detail: impl std::fmt::Display) -> Status {
@@ -160,10 +187,11 @@ fn validate(request: &RateLimitRequest) -> Result<(), Status> {
         ));
     }
     for (i, d) in request.descriptors.iter().enumerate() {
-        if d.entries.is_empty() || d.entries.len() > MAX_ENTRIES {
+        // An empty descriptor selects nothing: OK without a limit, as envoyproxy/ratelimit.
+        if d.entries.len() > MAX_ENTRIES {
             return Err(invalid(
                 &format!("descriptors[{i}].entries"),
-                format!("must hold between 1 and {MAX_ENTRIES} entries"),
+                format!("must hold at most {MAX_ENTRIES} entries"),
             ));
         }
         if d.is_negative_hits {
@@ -203,18 +231,71 @@ fn cost_of(request: &RateLimitRequest, i: usize, d: &RateLimitDescriptor) -> (u6
     }
 }
 
-/// The plan of a request: one slot per descriptor, and the plan of its items and block list
-/// entries ([`Plan::block`]: then the limiter only peeks the items).
-// Over 120 lines: three passes over the same descriptors (look up and override, the limits
-// they replace, the slots) that share the leaves and the errors naming `descriptors[i]`.
-fn plan(
+/// What one descriptor selected, before `replaces` is applied.
+struct Selected {
+    leaf: Leaf,
+    cost: u64,
+    field: CostField,
+    /// A request's own limit override that no rule lists: the item's own policy.
+    policy: Option<Policy>,
+}
+
+/// The rule and the override policy of descriptor `i` with limit override `o` that selected
+/// `found` (see the [module docs](self)).
+fn with_override(
     config: &Config,
-    rules: &Arc<RuleSet>,
-    request: &RateLimitRequest,
-) -> Result<(Vec<Selected>, Plan), Status> {
+    i: usize,
+    o: &RateLimitOverride,
+    found: Option<Leaf>,
+) -> Result<Option<(Leaf, Option<Policy>)>, Status> {
+    let field = format!("descriptors[{i}].limit");
+    let base = match found {
+        Some(Leaf::Rule(base)) => base,
+        // Unlimited, blocked and unmatched descriptors keep what the configuration says.
+        other if config.envoy.request_limit_overrides => return Ok(other.map(|l| (l, None))),
+        _ => {
+            return Err(invalid(
+                &field,
+                "a limit override applies only to a descriptor that selects a rule allowing \
+                 it, and this one selects none",
+            ))
+        }
+    };
+    let unit = Unit::try_from(o.unit).unwrap_or(Unit::Unknown);
+    let period = unit_period(unit.as_str_name());
+    let requests = u64::from(o.requests_per_unit);
+    if let Some(rule) = period.and_then(|p| config.descriptors.override_rule(base, requests, p)) {
+        return Ok(Some((Leaf::Rule(rule), None)));
+    }
+    if !config.envoy.request_limit_overrides {
+        return Err(invalid(
+            &field,
+            format!(
+                "rule {:?} does not allow the limit override {} per {}; allowed: {}",
+                config.rules[base].name,
+                o.requests_per_unit,
+                unit.as_str_name().to_ascii_lowercase(),
+                allowed_overrides(config, base)
+            ),
+        ));
+    }
+    let Some(period) = period else {
+        return Err(invalid(
+            &field,
+            "the override's unit must be second, minute, hour, day, month or year",
+        ));
+    };
+    let kind = config.rules[base].policy.kind();
+    let policy = Quota::new(requests, period)
+        .and_then(|q| Policy::new(kind, q))
+        .map_err(|e| invalid(&format!("{field}.requests_per_unit"), e))?;
+    Ok(Some((Leaf::Rule(base), Some(policy))))
+}
+
+/// What each descriptor of `request` selects (`None`: nothing), with its cost.
+fn select(config: &Config, request: &RateLimitRequest) -> Result<Vec<Option<Selected>>, Status> {
     let index = &config.descriptors;
-    let mut leaves: Vec<Option<(Leaf, u64, CostField)>> =
-        Vec::with_capacity(request.descriptors.len());
+    let mut selected = Vec::with_capacity(request.descriptors.len());
     let mut unknown_domain = false;
     for (i, d) in request.descriptors.iter().enumerate() {
         let entries = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
@@ -226,37 +307,10 @@ fn plan(
             Lookup::NoMatch => None,
             Lookup::Found(leaf) => Some(leaf.clone()),
         };
-        let found =
-            match (&d.limit, found) {
-                (None, found) => found,
-                (Some(o), Some(Leaf::Rule(base))) => {
-                    let unit = Unit::try_from(o.unit).unwrap_or(Unit::Unknown);
-                    let period = unit_period(unit.as_str_name());
-                    match period
-                        .and_then(|p| index.override_rule(base, u64::from(o.requests_per_unit), p))
-                    {
-                        Some(rule) => Some(Leaf::Rule(rule)),
-                        None => {
-                            return Err(invalid(
-                                &format!("descriptors[{i}].limit"),
-                                format!(
-                                "rule {:?} does not allow the limit override {} per {}; allowed: \
-                                 {}",
-                                config.rules[base].name,
-                                o.requests_per_unit,
-                                unit.as_str_name().to_ascii_lowercase(),
-                                allowed_overrides(config, base)
-                            ),
-                            ))
-                        }
-                    }
-                }
-                (Some(_), _) => return Err(invalid(
-                    &format!("descriptors[{i}].limit"),
-                    "a limit override applies only to a descriptor that selects a rule allowing \
-                     it, and this one selects none",
-                )),
-            };
+        let found = match &d.limit {
+            None => found.map(|l| (l, None)),
+            Some(o) => with_override(config, i, o, found)?,
+        };
         let (cost, field) = cost_of(request, i, d);
         if cost > MAX_COST {
             return Err(invalid(
@@ -264,65 +318,104 @@ fn plan(
                 format!("must be at most {MAX_COST}, got {cost}"),
             ));
         }
-        leaves.push(found.map(|leaf| (leaf, cost, field)));
+        selected.push(found.map(|(leaf, policy)| Selected {
+            leaf,
+            cost,
+            field,
+            policy,
+        }));
     }
     if unknown_domain {
         metrics::counter!("floodgate_grpc_unknown_domain_total").increment(1);
     }
+    Ok(selected)
+}
+
+/// The plan of a request: one slot per descriptor, and the plan of its items and block list
+/// entries ([`Plan::block`]: then the limiter only peeks the items).
+fn plan(
+    state: &AppState,
+    config: &Config,
+    rules: &Arc<RuleSet>,
+    request: &RateLimitRequest,
+) -> Result<(Vec<Slot>, Plan), Status> {
+    let selected = select(config, request)?;
     // Limits replaced by another matched limit are not applied.
-    let mut replaced: Vec<&str> = Vec::new();
-    for (leaf, _, _) in leaves.iter().flatten() {
-        match leaf {
+    let mut replaced: Vec<String> = Vec::new();
+    for s in selected.iter().flatten() {
+        match &s.leaf {
             Leaf::Rule(r) => {
                 if let Some(d) = &config.rules[*r].descriptor {
-                    replaced.extend(d.replaces.iter().map(String::as_str));
+                    replaced.extend(d.replaces.iter().cloned());
                 }
             }
             Leaf::Unlimited { replaces } | Leaf::Blocked { replaces, .. } => {
-                replaced.extend(replaces.iter().map(String::as_str));
+                replaced.extend(replaces.iter().cloned());
             }
         }
     }
-    let is_replaced = |name: Option<&String>| name.is_some_and(|n| replaced.contains(&n.as_str()));
+    let is_replaced = |name: Option<&String>| name.is_some_and(|n| replaced.contains(n));
     let mut plan = Plan::new(Arc::clone(rules));
-    let mut slots = Vec::with_capacity(leaves.len());
-    for (d, leaf) in request.descriptors.iter().zip(&leaves) {
-        let slot = match leaf {
-            None => Selected::Free,
-            Some((Leaf::Unlimited { .. }, _, _)) => Selected::Unlimited,
-            Some((
-                Leaf::Blocked {
-                    name,
-                    period,
-                    limit_name,
-                    ..
-                },
-                _,
-                _,
-            )) => {
+    let mut slots = Vec::with_capacity(selected.len());
+    for (d, s) in request.descriptors.iter().zip(selected) {
+        let slot = match s {
+            None => Slot::Free,
+            Some(Selected {
+                leaf: Leaf::Unlimited { .. },
+                ..
+            }) => Slot::Unlimited,
+            Some(Selected {
+                leaf:
+                    Leaf::Blocked {
+                        name,
+                        period,
+                        limit_name,
+                        ..
+                    },
+                ..
+            }) => {
                 if is_replaced(limit_name.as_ref()) {
-                    Selected::Free
+                    Slot::Free
                 } else {
                     plan.block(Arc::from(name.as_str()));
-                    Selected::Blocked {
-                        name: name.clone(),
-                        period: *period,
-                    }
+                    Slot::Blocked { name, period }
                 }
             }
-            Some((Leaf::Rule(r), cost, field)) => {
-                let rule = &config.rules[*r];
-                let name = rule.descriptor.as_ref().and_then(|d| d.limit_name.as_ref());
-                if is_replaced(name) {
-                    Selected::Free
+            Some(Selected {
+                leaf: Leaf::Rule(r),
+                cost,
+                field,
+                policy,
+            }) => {
+                let rule = &config.rules[r];
+                let descriptor = rule.descriptor.as_ref();
+                let limit_name = descriptor.and_then(|d| d.limit_name.as_ref());
+                if is_replaced(limit_name) {
+                    Slot::Free
                 } else {
+                    let overridden = policy.is_some() || rule.override_of.is_some();
+                    let label = descriptor
+                        .filter(|x| x.extras.labels_values() && !overridden)
+                        .map(|x| {
+                            state.descriptor_labels.label(
+                                &rules.rules[r].name,
+                                descriptor::stats_key(&request.domain, d, x),
+                                config.envoy.metric_values_per_rule,
+                            )
+                        });
                     // A cost above the capacity is refused (and counted) by the limiter.
                     let item = plan.len();
-                    plan.push(*r, descriptor_key(&request.domain, d), *cost);
-                    Selected::Item {
-                        rule: *r,
+                    let key = descriptor::counter_key(&request.domain, d, descriptor);
+                    plan.push_item(r, key, cost, ItemOptions { policy, label });
+                    let name = match (overridden, limit_name) {
+                        (false, Some(n)) => n.clone(),
+                        _ => String::new(),
+                    };
+                    Slot::Item {
+                        rule: r,
                         item,
-                        field: *field,
+                        field,
+                        name,
                     }
                 }
             }
@@ -344,18 +437,6 @@ fn allowed_overrides(config: &Config, base: usize) -> String {
     } else {
         list.join(", ")
     }
-}
-
-/// The partition key of a descriptor: its domain and entries, each escaped, so every distinct
-/// list of values has its own counter (`domain=edge|remote_address=203.0.113.7`).
-fn descriptor_key(domain: &str, d: &RateLimitDescriptor) -> String {
-    floodgate_tower::encode_key(
-        std::iter::once(("domain", domain.as_bytes())).chain(
-            d.entries
-                .iter()
-                .map(|e| (e.key.as_str(), e.value.as_bytes())),
-        ),
-    )
 }
 
 /// The Envoy unit of a period, or `UNKNOWN` when it is not one unit.
@@ -387,7 +468,7 @@ fn current_limit(name: &str, quota: &Quota) -> RateLimit {
 
 fn answer(
     rules: &RuleSet,
-    slots: &[Selected],
+    slots: &[Slot],
     verdict: &Verdict,
     blocked: bool,
     now: floodgate_core::Timestamp,
@@ -409,9 +490,7 @@ fn answer(
                 .iter()
                 .enumerate()
                 .find_map(|(i, s)| match s {
-                    Selected::Item { item, field, .. } if item == check => {
-                        Some((i, field.to_string()))
-                    }
+                    Slot::Item { item, field, .. } if item == check => Some((i, field.to_string())),
                     _ => None,
                 })
                 .unwrap_or((0, "descriptors".to_string()));
@@ -451,16 +530,16 @@ fn answer(
     let statuses = slots
         .iter()
         .map(|slot| match slot {
-            Selected::Free => DescriptorStatus {
+            Slot::Free => DescriptorStatus {
                 code: Code::Ok as i32,
                 ..DescriptorStatus::default()
             },
-            Selected::Unlimited => DescriptorStatus {
+            Slot::Unlimited => DescriptorStatus {
                 code: Code::Ok as i32,
                 limit_remaining: u32::MAX,
                 ..DescriptorStatus::default()
             },
-            Selected::Blocked { name, period } => DescriptorStatus {
+            Slot::Blocked { name, period } => DescriptorStatus {
                 code: Code::OverLimit as i32,
                 current_limit: Some(RateLimit {
                     name: name.clone(),
@@ -469,15 +548,14 @@ fn answer(
                 }),
                 ..DescriptorStatus::default()
             },
-            Selected::Item { rule, item, .. } => match outcome_of(*item) {
-                Some(o) => status(o, rules.rules[*rule].policy.kind(), now),
+            Slot::Item {
+                rule, item, name, ..
+            } => match outcome_of(*item) {
+                Some(o) => status(o, name, rules.rules[*rule].policy.kind(), now),
                 // The store failed and the rule fails open: no decision was computed.
                 None => DescriptorStatus {
                     code: Code::Ok as i32,
-                    current_limit: Some(current_limit(
-                        &rules.rules[*rule].name,
-                        rules.rules[*rule].policy.quota(),
-                    )),
+                    current_limit: Some(current_limit(name, rules.rules[*rule].policy.quota())),
                     ..DescriptorStatus::default()
                 },
             },
@@ -504,8 +582,10 @@ fn answer(
     })
 }
 
+/// The status of a decided descriptor; `name` is its `current_limit.name`.
 fn status(
     o: &RuleOutcome,
+    name: &str,
     algorithm: floodgate_core::AlgorithmKind,
     now: floodgate_core::Timestamp,
 ) -> DescriptorStatus {
@@ -517,7 +597,7 @@ fn status(
         } else {
             Code::OverLimit
         } as i32,
-        current_limit: Some(current_limit(&o.rule, &o.quota)),
+        current_limit: Some(current_limit(name, &o.quota)),
         limit_remaining: saturating_u32(d.remaining),
         duration_until_reset: Some(super::reset::duration_until_reset(
             algorithm,

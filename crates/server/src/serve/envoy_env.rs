@@ -42,13 +42,13 @@ pub(super) fn apply(args: &mut ServeArgs) -> anyhow::Result<()> {
     }
     args.log_filter = Some(env.log_filter.clone());
     envoy_env::set_ignore_dot_files(env.ignore_dot_files);
-    args.envoy = Some(Box::new(env));
+    args.envoy_env = Some(Box::new(env));
     Ok(())
 }
 
 /// Logs what the environment asked for, once logging is set up.
 pub(super) fn log_start(args: &ServeArgs) {
-    let Some(env) = &args.envoy else { return };
+    let Some(env) = &args.envoy_env else { return };
     tracing::info!(
         config_dir = %env.config_dir.display(),
         http = %env.http,
@@ -66,14 +66,14 @@ pub(super) fn log_start(args: &ServeArgs) {
 /// The settings of the environment that live in the configuration: the store and the gRPC
 /// connection age, read once at start (as `[store]` and `[server]` are).
 pub(super) fn adjust_config(args: &ServeArgs, config: &mut Config) {
-    let Some(env) = &args.envoy else { return };
+    let Some(env) = &args.envoy_env else { return };
     config.store.redis = Some(env.redis.clone());
     config.server.limits.grpc_max_connection_age = env.grpc_max_connection_age;
 }
 
 /// The HTTP listener's router: `base` with `/json` and `/healthcheck` in this mode.
 pub(super) fn router(args: &ServeArgs, state: &Arc<AppState>, base: axum::Router) -> axum::Router {
-    if args.envoy.is_some() {
+    if args.envoy_env.is_some() {
         base.merge(crate::http::envoy_json::routes(Arc::clone(state)))
     } else {
         base
@@ -91,7 +91,7 @@ pub(super) async fn spawn_listeners(
     timeouts: HttpTimeouts,
     shutdown: &watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<std::io::Result<()>>>> {
-    let Some(env) = &args.envoy else {
+    let Some(env) = &args.envoy_env else {
         return Ok(Vec::new());
     };
     let EnvoyEnv {

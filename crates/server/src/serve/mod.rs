@@ -65,6 +65,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub(crate) grpc_listen: Option<SocketAddr>,
 
+    #[command(flatten)]
+    pub(crate) envoy: config::envoy::EnvoyArgs,
+
     /// Reverse-proxy mode: forward every request on --listen to this `http://host:port` after
     /// applying the rules [default: `[server] upstream`].
     #[arg(long, value_name = "URL")]
@@ -164,7 +167,7 @@ pub(crate) struct ServeArgs {
 
     /// What `--envoy-ratelimit-env` read (see [`envoy_env`]).
     #[arg(skip)]
-    envoy: Option<Box<crate::config::envoy_env::EnvoyEnv>>,
+    envoy_env: Option<Box<crate::config::envoy_env::EnvoyEnv>>,
 
     /// The log filter when `RUST_LOG` is unset [default: info] (`LOG_LEVEL` in that mode).
     #[arg(skip)]
@@ -238,8 +241,8 @@ fn initial_config(args: &ServeArgs) -> anyhow::Result<(Config, Option<String>)> 
         Some(path) => {
             let file = path.display().to_string();
             let sources = config::read_sources(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let config =
-                config::parse_sources(&file, &sources).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let config = config::parse_sources(&file, &sources, &args.envoy)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             Ok((config, Some(fingerprint(&sources))))
         }
     }
@@ -389,6 +392,7 @@ async fn configure(
 ) -> Arc<AppState> {
     state.bench_baseline = args.bench_baseline;
     state.api_token_override = args.api_token.clone().filter(|t| !t.is_empty());
+    state.envoy_flags = args.envoy.clone();
     if let Some(secret) = args.reservation_secret.as_deref().filter(|s| !s.is_empty()) {
         state.reservations =
             crate::http::settle::Signer::new(Some(secret), state.reservations.ttl());

@@ -29,6 +29,7 @@
 //! Floodgate does not support is an error, never ignored.
 
 mod rate_limit;
+mod settings;
 mod walker;
 mod yaml;
 
@@ -42,6 +43,7 @@ use super::descriptors::{path_name, DescriptorIndex, DescriptorRule, Leaf};
 use super::error::ConfigErrors;
 use super::schema::{override_rule, Config, RuleConfig, ServerConfig, StoreConfig};
 pub(crate) use rate_limit::unit_period;
+pub(crate) use settings::{EnvoyArgs, EnvoySettings, MAX_METRIC_VALUES_PER_RULE};
 use walker::{Found, FoundKind, Walker};
 
 /// Longest rule name made from a YAML file, in bytes (a `name`, or a descriptor path).
@@ -55,15 +57,21 @@ pub(crate) fn is_yaml(file: &str) -> bool {
 
 /// Parses envoyproxy/ratelimit YAML files (`(file name, text)`, one domain each) into one
 /// configuration; `display` is the name the configuration is known by (the file, or the
-/// directory holding the files).
+/// directory holding the files), `settings` the service-wide settings (which say whether
+/// files may share a domain).
 ///
 /// # Errors
 /// Every problem found, each naming its file, line and field.
-pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config, ConfigErrors> {
+pub(crate) fn parse(
+    display: &str,
+    files: &[(String, String)],
+    settings: &EnvoySettings,
+) -> Result<Config, ConfigErrors> {
     let mut w = Walker {
         errors: Vec::new(),
         found: Vec::new(),
         files,
+        merge_domains: settings.merge_domain_config,
     };
     let mut domains: HashMap<String, usize> = HashMap::new();
     let mut index = DescriptorIndex::default();
@@ -103,16 +111,8 @@ pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config,
                 }
                 // Unique regardless of case, as in the TOML format.
                 if let Some(&(file, line)) = names.get(&name.to_ascii_lowercase()) {
-                    w.error(
-                        f.file,
-                        f.line,
-                        &f.field,
-                        format!(
-                            "rule name {name:?} is also (regardless of case) the name of the \
-                             rate_limit at {}:{line}; names must be unique regardless of case",
-                            files[file].0
-                        ),
-                    );
+                    let message = name_taken(&name, &path, &files[file].0, line);
+                    w.error(f.file, f.line, &f.field, message);
                     continue;
                 }
                 names.insert(name.to_ascii_lowercase(), (f.file, f.line));
@@ -132,6 +132,7 @@ pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config,
                         limit_name: f.limit_name.clone(),
                         replaces: f.replaces.clone(),
                         overrides: overrides.clone(),
+                        extras: f.extras.clone(),
                     }),
                     override_of: None,
                     max_keys: None,
@@ -168,11 +169,25 @@ pub(crate) fn parse(display: &str, files: &[(String, String)]) -> Result<Config,
             store: StoreConfig::default(),
             rules,
             descriptors: index,
+            envoy: settings.clone(),
         })
     } else {
         w.errors
             .sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
         Err(ConfigErrors(w.errors))
+    }
+}
+
+/// The error of a rule name already given to the rate_limit at `file`:`line`: a duplicate
+/// descriptor when both are named by the same path (two files of one merged domain).
+fn name_taken(name: &str, path: &str, file: &str, line: usize) -> String {
+    if name == path {
+        format!("duplicate descriptor composite key {path:?} (also at {file}:{line})")
+    } else {
+        format!(
+            "rule name {name:?} is also (regardless of case) the name of the rate_limit at \
+             {file}:{line}; names must be unique regardless of case"
+        )
     }
 }
 

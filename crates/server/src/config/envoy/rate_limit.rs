@@ -7,7 +7,7 @@ use floodgate_tower::FailureMode;
 use saphyr::{MarkedYaml, YamlData};
 
 use super::walker::{line, type_name, Found, FoundKind, Walker};
-use crate::config::descriptors::EntryMatch;
+use crate::config::descriptors::{DescriptorExtras, EntryMatch};
 use crate::config::schema::{MAX_COST, MAX_SLIDING_LOG_LIMIT};
 
 /// The period of an envoyproxy/ratelimit `unit` (case-insensitive), as its service computes
@@ -49,7 +49,7 @@ impl Walker<'_> {
         node: &MarkedYaml<'_>,
         at: &str,
         entries: &[EntryMatch],
-        shadow: bool,
+        (shadow, extras): (bool, DescriptorExtras),
     ) {
         let Some(fields) = self.mapping(file, node, at) else {
             return;
@@ -98,6 +98,7 @@ impl Walker<'_> {
             kind,
             limit_name: name.clone(),
             replaces: replaces.clone(),
+            extras: extras.clone(),
         };
         if unlimited {
             self.found.push(found(FoundKind::Unlimited));

@@ -5,7 +5,11 @@ use super::*;
 use crate::config::descriptors::Lookup;
 
 fn load(text: &str) -> Result<Config, ConfigErrors> {
-    parse("rl.yaml", &[("rl.yaml".to_string(), text.to_string())])
+    parse(
+        "rl.yaml",
+        &[("rl.yaml".to_string(), text.to_string())],
+        &Default::default(),
+    )
 }
 
 fn errors(text: &str) -> Vec<String> {
@@ -61,8 +65,8 @@ fn errors_name_the_file_line_and_field() {
         vec!["rl.yaml:5: descriptors[0].rate_limit.unit: invalid rate limit unit \"fortnight\"; expected second, minute, hour, day, week, month or year"]
     );
     assert_eq!(
-        errors("domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n"),
-        vec!["rl.yaml:4: descriptors[0].quota_mode: quota_mode is not supported by Floodgate (every limit enforces)"]
+        errors("domain: d\ndescriptors:\n  - key: k\n    quota_mode: 5\n"),
+        vec!["rl.yaml:4: descriptors[0].quota_mode: expected true or false, got an integer"]
     );
     assert_eq!(
         errors("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      colour: red\n"),
@@ -108,11 +112,11 @@ fn several_files_are_several_domains_and_a_domain_only_once() {
             ("b.yaml".to_string(), b.to_string()),
         ]
     };
-    let c = parse("dir", &files("domain: two\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")).unwrap();
+    let c = parse("dir", &files("domain: two\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"), &Default::default()).unwrap();
     let mut domains: Vec<&str> = c.descriptors.domains().collect();
     domains.sort_unstable();
     assert_eq!(domains, ["one", "two"]);
-    let e = parse("dir", &files("domain: one\n")).unwrap_err();
+    let e = parse("dir", &files("domain: one\n"), &Default::default()).unwrap_err();
     assert_eq!(
         e.to_string(),
         "b.yaml:1: domain: duplicate domain \"one\" (also in a.yaml): one domain per file"
@@ -138,7 +142,7 @@ mod readme_examples {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/envoy_examples");
         let path = format!("{dir}/{name}");
         let text = std::fs::read_to_string(&path).unwrap();
-        parse(&path, &[(path.clone(), text)]).unwrap()
+        parse(&path, &[(path.clone(), text)], &Default::default()).unwrap()
     }
 
     #[test]
@@ -221,17 +225,21 @@ mod readme_examples {
     }
 }
 
-/// envoyproxy/ratelimit's README examples 10 and 11 use fields Floodgate does not support:
-/// refused with their line, never loaded with a different meaning.
+/// envoyproxy/ratelimit's README examples 10 and 11 (`value_to_metric`, `share_threshold`)
+/// load, with the flags on the rule's path.
 #[test]
-fn value_to_metric_and_share_threshold_are_refused_with_their_line() {
+fn value_to_metric_and_share_threshold_are_read_per_level() {
+    let c = load("domain: example10\ndescriptors:\n  - key: route\n    value_to_metric: true\n    descriptors:\n      - key: subject_id\n        rate_limit: {unit: minute, requests_per_unit: 60}\n").unwrap();
+    let d = c.rules[0].descriptor.as_ref().unwrap();
+    assert_eq!(d.extras.value_to_metric, [true, false]);
+    assert!(d.extras.labels_values());
+    let c = load("domain: example11\ndescriptors:\n  - key: files\n    value: files/*\n    share_threshold: true\n    metadata: {team: {name: a}}\n    rate_limit: {unit: hour, requests_per_unit: 10}\n").unwrap();
+    let d = c.rules[0].descriptor.as_ref().unwrap();
+    assert_eq!(d.extras.share, [true]);
+    assert!(!d.extras.labels_values());
     assert_eq!(
-        errors("domain: example10\ndescriptors:\n  - key: route\n    value_to_metric: true\n    descriptors:\n      - key: subject_id\n        rate_limit: {unit: minute, requests_per_unit: 60}\n"),
-        vec!["rl.yaml:4: descriptors[0].value_to_metric: value_to_metric is not supported: Floodgate never labels metrics with request values (their number is unbounded)"]
-    );
-    assert_eq!(
-        errors("domain: example11\ndescriptors:\n  - key: files\n    value: files/*\n    share_threshold: true\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"),
-        vec!["rl.yaml:5: descriptors[0].share_threshold: share_threshold is not supported: each value matching a wildcard has its own counter"]
+        d.extras.metadata,
+        Some(serde_json::json!({"team": {"name": "a"}}))
     );
 }
 

@@ -6,7 +6,7 @@ use floodgate_core::{Micros, Policy, Quota};
 use floodgate_tower::FailureMode;
 use saphyr::{MarkedYaml, Scalar, YamlData};
 
-use crate::config::descriptors::EntryMatch;
+use crate::config::descriptors::{DescriptorExtras, EntryMatch};
 use crate::config::error::ConfigError;
 
 /// One YAML `rate_limit` (or unlimited / block list entry) found while walking the files,
@@ -20,6 +20,8 @@ pub(super) struct Found {
     pub(super) kind: FoundKind,
     pub(super) limit_name: Option<String>,
     pub(super) replaces: Vec<String>,
+    /// The descriptor keys of envoyproxy/ratelimit Floodgate reads beside the limit.
+    pub(super) extras: DescriptorExtras,
 }
 
 pub(super) enum FoundKind {
@@ -39,6 +41,9 @@ pub(super) struct Walker<'a> {
     pub(super) errors: Vec<ConfigError>,
     pub(super) found: Vec<Found>,
     pub(super) files: &'a [(String, String)],
+    /// Files may share a domain (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`): their
+    /// descriptors are merged, a composite key given twice is still an error.
+    pub(super) merge_domains: bool,
 }
 
 /// The 1-based line of a node.
@@ -197,16 +202,6 @@ impl Walker<'_> {
             format!("{at}.{key}")
         };
         let message = match key {
-            "quota_mode" => "quota_mode is not supported by Floodgate (every limit enforces)",
-            "value_to_metric" => {
-                "value_to_metric is not supported: Floodgate never labels metrics with request \
-                 values (their number is unbounded)"
-            }
-            "share_threshold" => {
-                "share_threshold is not supported: each value matching a wildcard has its own \
-                 counter"
-            }
-            "metadata" => "metadata is not supported (Floodgate sends no dynamic metadata)",
             "delay" => {
                 "delay is not supported: the rate limit service answers OK or OVER_LIMIT and \
                  cannot hold a request (to hold requests behind Envoy, give a TOML rule a \

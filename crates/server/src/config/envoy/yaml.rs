@@ -8,7 +8,9 @@ use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 
 use super::walker::{line, type_name, Walker};
 use crate::config::depth;
-use crate::config::descriptors::{path_name, DescriptorIndex, EntryMatch, ValueMatch};
+use crate::config::descriptors::{
+    path_name, DescriptorExtras, DescriptorIndex, EntryMatch, ValueMatch,
+};
 
 impl Walker<'_> {
     pub(super) fn file(
@@ -64,7 +66,7 @@ impl Walker<'_> {
             self.error(file, line(root), "domain", "a non-empty domain is required");
             return;
         };
-        if let Some(&first) = domains.get(&domain) {
+        if let Some(&first) = domains.get(&domain).filter(|_| !self.merge_domains) {
             self.error(
                 file,
                 domain_line,
@@ -76,11 +78,11 @@ impl Walker<'_> {
             );
             return;
         }
-        domains.insert(domain.clone(), file);
+        domains.entry(domain.clone()).or_insert(file);
         index.add_domain(&domain);
         let _ = name;
         if let Some(list) = descriptors {
-            self.descriptors(file, &domain, list, "descriptors", &[], index);
+            self.descriptors(file, &domain, list, "descriptors", (&[], &[]), index);
         }
     }
 
@@ -113,7 +115,7 @@ impl Walker<'_> {
         domain: &str,
         list: &MarkedYaml<'_>,
         at: &str,
-        parent: &[EntryMatch],
+        (parent, parent_flags): (&[EntryMatch], &[(bool, bool)]),
         index: &mut DescriptorIndex,
     ) {
         let Some(items) = self.descriptor_list(file, list, at) else {
@@ -125,40 +127,8 @@ impl Walker<'_> {
             let Some(fields) = self.mapping(file, item, &here) else {
                 continue;
             };
-            let mut key = None;
-            let mut value = None;
-            let mut rate_limit = None;
-            let mut children = None;
-            let mut shadow = false;
-            for (name, key_line, v) in fields {
-                let field = format!("{here}.{name}");
-                match name.as_str() {
-                    "key" => key = self.text(file, v, &field).map(|k| (k, line(v))),
-                    "value" => value = self.text(file, v, &field),
-                    "rate_limit" => rate_limit = Some(v),
-                    "descriptors" => children = Some(v),
-                    "shadow_mode" => shadow = self.boolean(file, v, &field).unwrap_or(false),
-                    // Accepted: labels stay bounded whatever it says (see docs/envoy.md).
-                    "detailed_metric" => {
-                        let _ = self.boolean(file, v, &field);
-                    }
-                    other => self.unknown(
-                        file,
-                        key_line,
-                        &here,
-                        other,
-                        &[
-                            "key",
-                            "value",
-                            "rate_limit",
-                            "descriptors",
-                            "shadow_mode",
-                            "detailed_metric",
-                        ],
-                    ),
-                }
-            }
-            let Some((key, key_line)) = key.filter(|(k, _)| !k.is_empty()) else {
+            let d = self.descriptor_fields(file, fields, &here);
+            let Some((key, key_line)) = d.key.filter(|(k, _)| !k.is_empty()) else {
                 self.error(
                     file,
                     line(item),
@@ -167,58 +137,170 @@ impl Walker<'_> {
                 );
                 continue;
             };
-            let value = value.filter(|v| !v.is_empty());
+            let value = d.value.filter(|v| !v.is_empty());
+            let entry = EntryMatch {
+                key: key.clone(),
+                value: ValueMatch::parse(value.as_deref()),
+            };
             if let Some(&first) = siblings.get(&(key.clone(), value.clone())) {
+                let path = path_name(domain, &[parent, &[entry]].concat());
                 self.error(
                     file,
                     key_line,
                     &format!("{here}.key"),
-                    format!(
-                        "duplicate descriptor composite key {:?} (also {at}[{first}])",
-                        path_name(
-                            domain,
-                            &[
-                                parent,
-                                &[EntryMatch {
-                                    key: key.clone(),
-                                    value: ValueMatch::parse(value.as_deref()),
-                                }]
-                            ]
-                            .concat()
-                        )
-                    ),
+                    format!("duplicate descriptor composite key {path:?} (also {at}[{first}])"),
                 );
                 continue;
             }
-            siblings.insert((key.clone(), value.clone()), i);
+            siblings.insert((key, value), i);
             let mut entries = parent.to_vec();
-            entries.push(EntryMatch {
-                key,
-                value: ValueMatch::parse(value.as_deref()),
-            });
+            entries.push(entry);
+            let mut flags = parent_flags.to_vec();
+            flags.push((d.share_threshold, d.value_to_metric));
             // The node exists even without a limit: the look-up stops at the most specific
             // node, whether or not it limits anything (as envoyproxy/ratelimit's tree does).
             index.touch(domain, &entries);
-            if let Some(rl) = rate_limit {
-                self.rate_limit(
-                    file,
-                    domain,
-                    rl,
-                    &format!("{here}.rate_limit"),
-                    &entries,
-                    shadow,
-                );
+            if let Some(rl) = d.rate_limit {
+                let extras = DescriptorExtras {
+                    share: flags.iter().map(|f| f.0).collect(),
+                    value_to_metric: flags.iter().map(|f| f.1).collect(),
+                    detailed_metric: d.detailed_metric,
+                    metadata: d.metadata,
+                };
+                let at = format!("{here}.rate_limit");
+                self.rate_limit(file, domain, rl, &at, &entries, (d.shadow, extras));
             }
-            if let Some(children) = children {
-                self.descriptors(
-                    file,
-                    domain,
-                    children,
-                    &format!("{here}.descriptors"),
-                    &entries,
-                    index,
-                );
+            if let Some(children) = d.children {
+                let at = format!("{here}.descriptors");
+                self.descriptors(file, domain, children, &at, (&entries, &flags), index);
             }
         }
     }
+
+    /// The fields of one descriptor mapping, each checked on its own (errors pushed).
+    fn descriptor_fields<'n, 'i>(
+        &mut self,
+        file: usize,
+        fields: Vec<(String, usize, &'n MarkedYaml<'i>)>,
+        here: &str,
+    ) -> DescriptorFields<'n, 'i> {
+        let mut d = DescriptorFields::default();
+        for (name, key_line, v) in fields {
+            let field = format!("{here}.{name}");
+            let flag = |w: &mut Self| w.boolean(file, v, &field).unwrap_or(false);
+            match name.as_str() {
+                "key" => d.key = self.text(file, v, &field).map(|k| (k, line(v))),
+                "value" => d.value = self.text(file, v, &field),
+                "rate_limit" => d.rate_limit = Some(v),
+                "descriptors" => d.children = Some(v),
+                "shadow_mode" => d.shadow = flag(self),
+                "detailed_metric" => d.detailed_metric = flag(self),
+                "value_to_metric" => d.value_to_metric = flag(self),
+                "share_threshold" => d.share_threshold = flag(self),
+                "quota_mode" => {
+                    if flag(self) {
+                        self.error(
+                            file,
+                            key_line,
+                            &field,
+                            "quota_mode is not supported by Floodgate yet: the descriptors of a \
+                             request are decided as one batch, so an over-limit quota descriptor \
+                             would refuse the others (remove it, or set false)",
+                        );
+                    }
+                }
+                "metadata" => d.metadata = self.metadata(file, v, &field),
+                other => self.unknown(
+                    file,
+                    key_line,
+                    here,
+                    other,
+                    &[
+                        "key",
+                        "value",
+                        "rate_limit",
+                        "descriptors",
+                        "shadow_mode",
+                        "detailed_metric",
+                        "value_to_metric",
+                        "share_threshold",
+                        "quota_mode",
+                        "metadata",
+                    ],
+                ),
+            }
+        }
+        d
+    }
+
+    /// A descriptor's `metadata`: a mapping, kept as JSON for the response's dynamic metadata.
+    fn metadata(
+        &mut self,
+        file: usize,
+        node: &MarkedYaml<'_>,
+        field: &str,
+    ) -> Option<serde_json::Value> {
+        if !matches!(node.data, YamlData::Mapping(_)) {
+            self.error(
+                file,
+                line(node),
+                field,
+                format!("expected a mapping, got {}", type_name(node)),
+            );
+            return None;
+        }
+        self.json(file, node, field)
+    }
+
+    /// A YAML node as JSON (mappings with string keys, lists, strings, numbers, booleans).
+    fn json(
+        &mut self,
+        file: usize,
+        node: &MarkedYaml<'_>,
+        field: &str,
+    ) -> Option<serde_json::Value> {
+        use serde_json::Value;
+        Some(match &node.data {
+            YamlData::Value(Scalar::Null) => Value::Null,
+            YamlData::Value(Scalar::Boolean(b)) => Value::Bool(*b),
+            YamlData::Value(Scalar::Integer(n)) => Value::from(*n),
+            YamlData::Value(Scalar::FloatingPoint(f)) => {
+                serde_json::Number::from_f64(f.into_inner()).map_or(Value::Null, Value::Number)
+            }
+            YamlData::Value(Scalar::String(s)) => Value::String(s.to_string()),
+            YamlData::Sequence(items) => Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| self.json(file, v, &format!("{field}[{i}]")))
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+            YamlData::Mapping(_) => {
+                let mut map = serde_json::Map::new();
+                for (k, _, v) in self.mapping(file, node, field)? {
+                    let value = self.json(file, v, &format!("{field}.{k}"))?;
+                    map.insert(k, value);
+                }
+                Value::Object(map)
+            }
+            _ => {
+                self.error(file, line(node), field, "expected a plain value");
+                return None;
+            }
+        })
+    }
+}
+
+/// The fields of one descriptor, as read (see [`Walker::descriptor_fields`]).
+#[derive(Default)]
+struct DescriptorFields<'n, 'i> {
+    key: Option<(String, usize)>,
+    value: Option<String>,
+    rate_limit: Option<&'n MarkedYaml<'i>>,
+    children: Option<&'n MarkedYaml<'i>>,
+    shadow: bool,
+    detailed_metric: bool,
+    value_to_metric: bool,
+    share_threshold: bool,
+    metadata: Option<serde_json::Value>,
 }

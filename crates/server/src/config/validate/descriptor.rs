@@ -106,6 +106,7 @@ impl Validator<'_> {
             limit_name: Some(r.name.get_ref().clone()),
             replaces: r.replaces.iter().map(|n| n.get_ref().clone()).collect(),
             overrides,
+            extras: descriptors::DescriptorExtras::default(),
         })
     }
 

@@ -89,6 +89,13 @@ pub(super) fn config(
             store,
             rules,
             descriptors,
+            envoy: super::envoy::EnvoySettings {
+                metric_values_per_rule: raw
+                    .envoy
+                    .metric_values_per_rule
+                    .min(super::envoy::MAX_METRIC_VALUES_PER_RULE),
+                ..raw.envoy.clone()
+            },
         })
     } else {
         // In the order they stand in the file (a stable sort keeps each line's own order).
