@@ -185,7 +185,7 @@ fn original_request(
 ) -> Result<(Method, Uri), Response> {
     // Two `Host` lines could name two hosts, whichever endpoint is called.
     if headers.get_all(http::header::HOST).iter().nth(1).is_some() {
-        return Err(super::invalid(
+        return Err(super::problem::invalid(
             StatusCode::BAD_REQUEST,
             "host",
             "sent more than once",
@@ -208,7 +208,7 @@ fn original_request(
             .filter(|v| !v.is_empty())
             .map(|v| Some(v.to_string()))
             .ok_or_else(|| {
-                super::invalid(
+                super::problem::invalid(
                     StatusCode::BAD_REQUEST,
                     name,
                     "is empty or not visible ASCII",
@@ -235,8 +235,9 @@ fn original_request(
         None => ("x-original-method", text(headers, "x-original-method")?),
     };
     let method = match method {
-        Some(m) => Method::from_bytes(m.to_ascii_uppercase().as_bytes())
-            .map_err(|_| super::invalid(StatusCode::BAD_REQUEST, name, "is not an HTTP method"))?,
+        Some(m) => Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
+            super::problem::invalid(StatusCode::BAD_REQUEST, name, "is not an HTTP method")
+        })?,
         None => own_method.clone(),
     };
     let uri = original_uri(headers)?;
