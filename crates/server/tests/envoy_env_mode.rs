@@ -6,11 +6,15 @@
 //!   live in that Redis under `CACHE_KEY_PREFIX`;
 //! - a change of the YAML in the runtime directory is reloaded;
 //! - a variable with no equivalent stops the start, named with its value;
+//! - `GRPC_SERVER_USE_TLS` with `GRPC_CLIENT_TLS_CACERT` and `GRPC_CLIENT_TLS_SAN`: mutual TLS
+//!   on `GRPC_PORT` (a tonic client with certificates made in the test decides; one without a
+//!   certificate or with another SAN is refused);
 //! - called as `ratelimit` (upstream's binary name), behind the real Envoy (docs/envoy/envoy.yaml
 //!   with its ports replaced, its rate limit filter pointing at `GRPC_PORT`): 20 requests
 //!   admit exactly 5.
 
 mod serve_support;
+mod tls_support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader};
@@ -315,6 +319,114 @@ async fn the_runtime_directory_is_served_over_grpc_json_and_healthcheck_from_red
         assert!(attempt < 200, "not reloaded: {answer}\n{}", fg.logs());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_tls_variables_serve_mutual_tls_on_grpc_port() {
+    use tls_support::{connect, port_of, Ca};
+    let redis = RedisServer::start().unwrap();
+    let runtime = Runtime::new(&[("limits.yaml", LIMITS)]);
+    let (server_ca, clients) = (Ca::new("server CA"), Ca::new("client CA"));
+    let server = server_ca.server();
+    let tls = runtime.dir.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    for (name, text) in [
+        ("server.crt", &server.cert),
+        ("server.key", &server.key),
+        ("clients.crt", &clients.pem),
+    ] {
+        std::fs::write(tls.join(name), text).unwrap();
+    }
+    let mut vars = runtime.vars(&redis);
+    vars.insert("USE_PROMETHEUS", "false".into());
+    vars.insert("GRPC_SERVER_USE_TLS", "true".into());
+    for (var, name) in [
+        ("GRPC_SERVER_TLS_CERT", "server.crt"),
+        ("GRPC_SERVER_TLS_KEY", "server.key"),
+        ("GRPC_CLIENT_TLS_CACERT", "clients.crt"),
+    ] {
+        vars.insert(var, tls.join(name).display().to_string());
+    }
+    vars.insert("GRPC_CLIENT_TLS_SAN", "envoy.test".into());
+    let fg = EnvMode::start(
+        &binary(),
+        &["serve", "--envoy-ratelimit-env"],
+        &vars,
+        runtime.dir.path().join("floodgate.log"),
+    );
+    let port = port_of(fg.url("gRPC"));
+    let envoy = clients.client("envoy.test");
+    let decide = |identity| {
+        let server_ca = &server_ca;
+        async move {
+            let mut c = connect(port, server_ca, identity)
+                .await
+                .map_err(|e| format!("{e:?}"))?;
+            let r = c
+                .should_rate_limit(request("all"))
+                .await
+                .map_err(|e| format!("{e:?}"))?;
+            Ok::<i32, String>(r.into_inner().overall_code)
+        }
+    };
+    assert_eq!(
+        decide(Some(&envoy)).await,
+        Ok(Code::Ok as i32),
+        "{}",
+        fg.logs()
+    );
+    // No client certificate; the right CA with another SAN; another CA with the right SAN.
+    let (other_san, stranger) = (
+        clients.client("other.test"),
+        Ca::new("client CA").client("envoy.test"),
+    );
+    let refused = [
+        decide(None).await,
+        decide(Some(&other_san)).await,
+        decide(Some(&stranger)).await,
+    ];
+    assert!(refused.iter().all(Result::is_err), "{refused:?}");
+    // Plaintext gets no decision from the TLS listener.
+    if let Ok(mut plain) = RateLimitServiceClient::connect(fg.url("gRPC").to_string()).await {
+        assert!(plain.should_rate_limit(request("all")).await.is_err());
+    }
+    // The refused calls charged nothing: 2 per minute, the second admitted, the third over.
+    assert_eq!(decide(Some(&envoy)).await, Ok(Code::Ok as i32));
+    assert_eq!(decide(Some(&envoy)).await, Ok(Code::OverLimit as i32));
+}
+
+#[test]
+fn a_grpc_tls_key_that_does_not_match_stops_the_start_naming_the_variable() {
+    let runtime = Runtime::new(&[("limits.yaml", LIMITS)]);
+    let ca = tls_support::Ca::new("ca");
+    let (server, other) = (ca.server(), ca.server());
+    let (crt, key) = (
+        runtime.dir.path().join("s.crt"),
+        runtime.dir.path().join("s.key"),
+    );
+    std::fs::write(&crt, &server.cert).unwrap();
+    std::fs::write(&key, &other.key).unwrap();
+    let out = Command::new(binary())
+        .args(["serve", "--envoy-ratelimit-env"])
+        .env_clear()
+        .env("RUNTIME_ROOT", runtime.dir.path())
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .env("REDIS_SOCKET_TYPE", "tcp")
+        .env("REDIS_URL", "127.0.0.1:1")
+        .env("GRPC_SERVER_USE_TLS", "true")
+        .env("GRPC_SERVER_TLS_CERT", &crt)
+        .env("GRPC_SERVER_TLS_KEY", &key)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "GRPC_SERVER_TLS_KEY={:?}: ",
+            key.display().to_string()
+        )) && err.contains("does not go with the certificate"),
+        "{err}"
+    );
 }
 
 #[test]

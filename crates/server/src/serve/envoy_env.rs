@@ -53,6 +53,8 @@ pub(super) fn log_start(args: &ServeArgs) {
         config_dir = %env.config_dir.display(),
         http = %env.http,
         grpc = %env.grpc,
+        grpc_tls = env.grpc_tls.is_some(),
+        grpc_mutual_tls = env.grpc_tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
         debug = %env.debug,
         prometheus = ?env.prometheus,
         redis = ?env.redis.target,
@@ -63,12 +65,13 @@ pub(super) fn log_start(args: &ServeArgs) {
     }
 }
 
-/// The settings of the environment that live in the configuration: the store and the gRPC
-/// connection age, read once at start (as `[store]` and `[server]` are).
+/// The settings of the environment that live in the configuration: the store, the gRPC
+/// connection age and TLS, read once at start (as `[store]` and `[server]` are).
 pub(super) fn adjust_config(args: &ServeArgs, config: &mut Config) {
     let Some(env) = &args.envoy else { return };
     config.store.redis = Some(env.redis.clone());
     config.server.limits.grpc_max_connection_age = env.grpc_max_connection_age;
+    config.server.grpc_tls.clone_from(&env.grpc_tls);
 }
 
 /// The HTTP listener's router: `base` with `/json` and `/healthcheck` in this mode.

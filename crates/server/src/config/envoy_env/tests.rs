@@ -156,7 +156,8 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
         "MERGE_DOMAIN_CONFIG=\"true\"",
         "RESPONSE_DYNAMIC_METADATA=\"true\"",
         "REDIS_PERSECOND=\"true\": a second Redis for per-second limits",
-        "GRPC_SERVER_USE_TLS=\"true\": TLS on the gRPC listener",
+        "GRPC_SERVER_TLS_CERT=\"\": GRPC_SERVER_USE_TLS=true needs the server's certificate",
+        "GRPC_SERVER_TLS_KEY=\"\": GRPC_SERVER_USE_TLS=true needs",
         "LIMIT_RESPONSE_HEADERS_ENABLED=\"true\"",
         "LOCAL_CACHE_SIZE_IN_BYTES=\"1048576\"",
         "USE_STATSD=\"true\": Floodgate sends no statsd",
@@ -169,7 +170,7 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
     ] {
         assert!(text.contains(needle), "{needle} in\n{text}");
     }
-    assert_eq!(err.0.len(), 16, "{text}");
+    assert_eq!(err.0.len(), 17, "{text}");
 }
 
 #[test]
@@ -222,6 +223,142 @@ fn tls_files_need_tls_and_are_read() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("REDIS_TLS_CACERT=\"/nonexistent/ca.pem\": cannot read"));
+}
+
+/// A CA's certificate, and a server certificate and key it signed, written into `dir` as
+/// `ca.crt`, `server.crt`, `server.key`; and a key of another certificate, `other.key`.
+fn certificates(dir: &Path) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    std::fs::write(dir.join("ca.crt"), ca_cert.pem()).unwrap();
+    std::fs::write(dir.join("server.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+    let other = rcgen::KeyPair::generate().unwrap();
+    std::fs::write(dir.join("other.key"), other.serialize_pem()).unwrap();
+}
+
+#[test]
+fn grpc_tls_variables_map_onto_the_listeners_tls_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    // Off by default, as upstream.
+    assert_eq!(from_vars(&BTreeMap::new()).unwrap().grpc_tls, None);
+    let env = from_vars(&vars(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &file("server.crt")),
+        ("GRPC_SERVER_TLS_KEY", &file("server.key")),
+    ]))
+    .unwrap();
+    assert_eq!(
+        env.grpc_tls,
+        Some(GrpcTlsSettings {
+            cert_file: dir.path().join("server.crt"),
+            key_file: dir.path().join("server.key"),
+            client_ca_file: None,
+            client_san: None,
+        })
+    );
+    // Mutual TLS: the client CA and the SAN its certificates must carry.
+    let env = from_vars(&vars(&[
+        ("GRPC_SERVER_USE_TLS", "1"),
+        ("GRPC_SERVER_TLS_CERT", &file("server.crt")),
+        ("GRPC_SERVER_TLS_KEY", &file("server.key")),
+        ("GRPC_CLIENT_TLS_CACERT", &file("ca.crt")),
+        ("GRPC_CLIENT_TLS_SAN", "envoy.internal"),
+    ]))
+    .unwrap();
+    let tls = env.grpc_tls.unwrap();
+    assert_eq!(tls.client_ca_file, Some(dir.path().join("ca.crt")));
+    assert_eq!(tls.client_san.as_deref(), Some("envoy.internal"));
+    // GRPC_SERVER_USE_TLS=false given explicitly: plain, as upstream's default.
+    let env = from_vars(&vars(&[("GRPC_SERVER_USE_TLS", "false")])).unwrap();
+    assert_eq!(env.grpc_tls, None);
+}
+
+#[test]
+fn grpc_tls_errors_name_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let err = |pairs: &[(&str, &str)]| from_vars(&vars(pairs)).unwrap_err().to_string();
+
+    // A file without TLS on is refused, not ignored.
+    let e = err(&[("GRPC_SERVER_TLS_CERT", &file("server.crt"))]);
+    assert!(
+        e.contains("GRPC_SERVER_TLS_CERT=") && e.contains("needs GRPC_SERVER_USE_TLS=true"),
+        "{e}"
+    );
+    // TLS on without a key.
+    let e = err(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &file("server.crt")),
+    ]);
+    assert!(
+        e.contains("GRPC_SERVER_TLS_KEY=\"\": GRPC_SERVER_USE_TLS=true needs"),
+        "{e}"
+    );
+    assert!(!e.contains("GRPC_SERVER_TLS_CERT="), "{e}");
+    // An unreadable file, a key of another certificate, a CA file that is no certificate.
+    let base = [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/nonexistent/server.crt"),
+        ("GRPC_SERVER_TLS_KEY", "/nonexistent/server.key"),
+    ];
+    let e = err(&base);
+    assert!(
+        e.contains("GRPC_SERVER_TLS_CERT=\"/nonexistent/server.crt\": ")
+            && e.contains("cannot read"),
+        "{e}"
+    );
+    let (crt, other, key) = (file("server.crt"), file("other.key"), file("server.key"));
+    let e = err(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &crt),
+        ("GRPC_SERVER_TLS_KEY", &other),
+    ]);
+    assert!(
+        e.contains(&format!("GRPC_SERVER_TLS_KEY={other:?}: "))
+            && e.contains("does not go with the certificate"),
+        "{e}"
+    );
+    let e = err(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &crt),
+        ("GRPC_SERVER_TLS_KEY", &key),
+        ("GRPC_CLIENT_TLS_CACERT", &key),
+    ]);
+    assert!(
+        e.contains(&format!("GRPC_CLIENT_TLS_CACERT={key:?}: ")),
+        "{e}"
+    );
+    // A SAN without a client CA, and a SAN that is no name.
+    let e = err(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &crt),
+        ("GRPC_SERVER_TLS_KEY", &key),
+        ("GRPC_CLIENT_TLS_SAN", "envoy.internal"),
+    ]);
+    assert!(
+        e.contains("GRPC_CLIENT_TLS_SAN=\"envoy.internal\": needs GRPC_CLIENT_TLS_CACERT"),
+        "{e}"
+    );
+    let e = err(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &crt),
+        ("GRPC_SERVER_TLS_KEY", &key),
+        ("GRPC_CLIENT_TLS_CACERT", &file("ca.crt")),
+        ("GRPC_CLIENT_TLS_SAN", "not a name!"),
+    ]);
+    assert!(e.contains("GRPC_CLIENT_TLS_SAN=\"not a name!\": "), "{e}");
 }
 
 #[test]
