@@ -434,3 +434,46 @@ fn dot_files_are_left_out_only_when_asked() {
     // Off unless RUNTIME_IGNOREDOTFILES turned it on (never in this test process).
     assert!(!ignored(Path::new("/x/.hidden.yaml")));
 }
+
+#[test]
+fn the_kubernetes_deployment_of_docs_envoy_md_is_accepted_as_it_is() {
+    use saphyr::{LoadableYamlNode as _, Yaml};
+    // docs/envoy.md, "The image, and Kubernetes": the ```yaml block of `kind: Deployment`.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/envoy.md"))
+        .unwrap();
+    let block = doc
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("\n```").map(|(block, _)| block))
+        .find(|block| block.contains("kind: Deployment"))
+        .expect("a Deployment in docs/envoy.md");
+    let yaml = Yaml::load_from_str(block).unwrap();
+    let container = &yaml[0]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["command"][0].as_str(), Some("/bin/ratelimit"));
+    let env: BTreeMap<String, String> = container["env"]
+        .as_sequence()
+        .expect("an env list")
+        .iter()
+        .map(|e| {
+            let text = |k: &str| {
+                let v = &e[k];
+                v.as_str()
+                    .map(str::to_string)
+                    .or_else(|| v.as_integer().map(|n| n.to_string()))
+                    .unwrap_or_else(|| panic!("{k} of {e:?} is a string"))
+            };
+            (text("name"), text("value"))
+        })
+        .collect();
+    assert!(env.len() >= 8, "{env:?}");
+    let mapped = from_vars(&env).unwrap_or_else(|e| panic!("{e}"));
+    let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
+    assert_eq!(
+        mapped.config_dir,
+        PathBuf::from(mount),
+        "the ConfigMap's folder"
+    );
+    assert_eq!(mapped.http.port(), 8080);
+    assert_eq!(mapped.grpc.port(), 8081);
+    assert_eq!(mapped.debug.port(), 6070);
+}
