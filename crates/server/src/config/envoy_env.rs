@@ -123,7 +123,7 @@ const DEFAULT_ONLY: &[(&str, &str, &str)] = &[
     ("PROMETHEUS_MAPPER_YAML", "", "Floodgate's series have their own names (docs/metrics.md); no statsd mapping"),
     ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", "floodgate_grpc_request_duration_seconds is in seconds"),
     ("EXPIRATION_JITTER_MAX_SECONDS", "300", "Floodgate's keys expire exactly when forgetting them changes nothing (docs/redis.md); there is no jitter"),
-    ("LOCAL_CACHE_SIZE_IN_BYTES", "0", "the local over-limit cache is not available in this mode"),
+    ("LOCAL_CACHE_SIZE_IN_BYTES", "0", "Floodgate's local over-limit cache (the Redis store's deny cache) is not offered: it is exact only within one process, since a reset made through another instance is not seen until the cached denial's retry_after ends (docs/redis.md, \"Deny cache\")"),
     ("NEAR_LIMIT_RATIO", "0.8", "Floodgate has no near-limit statistic"),
     ("LIMIT_RESPONSE_HEADERS_ENABLED", "false", "Floodgate sends the IETF RateLimit-Policy and RateLimit headers (docs/envoy.md); the draft X-RateLimit-* headers are not available"),
     ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false", "Floodgate always verifies the Redis server's name"),

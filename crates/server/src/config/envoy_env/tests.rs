@@ -159,7 +159,8 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
         "GRPC_SERVER_TLS_CERT=\"\": GRPC_SERVER_USE_TLS=true needs the server's certificate",
         "GRPC_SERVER_TLS_KEY=\"\": GRPC_SERVER_USE_TLS=true needs",
         "LIMIT_RESPONSE_HEADERS_ENABLED=\"true\"",
-        "LOCAL_CACHE_SIZE_IN_BYTES=\"1048576\"",
+        "LOCAL_CACHE_SIZE_IN_BYTES=\"1048576\": Floodgate's local over-limit cache (the Redis \
+         store's deny cache) is not offered: it is exact only within one process",
         "USE_STATSD=\"true\": Floodgate sends no statsd",
         "PORT=\"http\": expected a port number",
         "LOG_LEVEL=\"loud\"",
