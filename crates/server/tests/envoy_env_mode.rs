@@ -8,7 +8,8 @@
 //! - a variable with no equivalent stops the start, named with its value;
 //! - `GRPC_SERVER_USE_TLS` with `GRPC_CLIENT_TLS_CACERT` and `GRPC_CLIENT_TLS_SAN`: mutual TLS
 //!   on `GRPC_PORT` (a tonic client with certificates made in the test decides; one without a
-//!   certificate or with another SAN is refused);
+//!   certificate or with another SAN is refused), and the real Envoy on
+//!   docs/envoy/envoy-mtls.yaml admits exactly 5 of 20 through it;
 //! - called as `ratelimit` (upstream's binary name), behind the real Envoy (docs/envoy/envoy.yaml
 //!   with its ports replaced, its rate limit filter pointing at `GRPC_PORT`): 20 requests
 //!   admit exactly 5.
@@ -592,4 +593,138 @@ async fn called_as_ratelimit_behind_the_real_envoy_it_admits_exactly_five_of_twe
     // `everyone`'s minute window (per-client's GCRA state of 5 requests at 100/s expires
     // within 50 ms of real time, so it may be gone already).
     assert!(counters(&redis) >= 1, "the counters live in REDIS_URL");
+}
+
+/// Envoy's counters from its admin `/stats` on `admin`.
+async fn envoy_stats(admin: u16) -> BTreeMap<String, u64> {
+    let text = client()
+        .get(format!("http://127.0.0.1:{admin}/stats"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let (name, value) = l.split_once(": ")?;
+            Some((name.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// A process, killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_the_real_envoy_over_mutual_tls_it_admits_exactly_five_of_twenty() {
+    use tls_support::{port_of, Ca};
+    let redis = RedisServer::start().unwrap();
+    let upstream = Upstream::start().await;
+    let runtime = Runtime::new(&[("ratelimit.yaml", &docs("ratelimit.yaml"))]);
+    let ca = Ca::new("mesh CA");
+    let (server, envoy_pair) = (
+        ca.server_named(&["floodgate.internal"]),
+        ca.client("envoy.internal"),
+    );
+    let tls = runtime.dir.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    for (name, text) in [
+        ("floodgate.crt", &server.cert),
+        ("floodgate.key", &server.key),
+        ("ca.crt", &ca.pem),
+        ("envoy.crt", &envoy_pair.cert),
+        ("envoy.key", &envoy_pair.key),
+    ] {
+        std::fs::write(tls.join(name), text).unwrap();
+    }
+    let mut vars = runtime.vars(&redis);
+    vars.insert("USE_PROMETHEUS", "false".into());
+    vars.insert("GRPC_SERVER_USE_TLS", "true".into());
+    vars.insert("GRPC_CLIENT_TLS_SAN", "envoy.internal".into());
+    for (var, name) in [
+        ("GRPC_SERVER_TLS_CERT", "floodgate.crt"),
+        ("GRPC_SERVER_TLS_KEY", "floodgate.key"),
+        ("GRPC_CLIENT_TLS_CACERT", "ca.crt"),
+    ] {
+        vars.insert(var, tls.join(name).display().to_string());
+    }
+    let fg = EnvMode::start(
+        &binary(),
+        &[
+            "serve",
+            "--envoy-ratelimit-env",
+            "--manual-clock",
+            &START_US.to_string(),
+        ],
+        &vars,
+        runtime.dir.path().join("floodgate.log"),
+    );
+    // docs/envoy/envoy-mtls.yaml: the `floodgate` cluster over mutual TLS.
+    let (admin, listener) = (free_port(), free_port());
+    let config = docs("envoy-mtls.yaml")
+        .replace("port_value: 9901", &format!("port_value: {admin}"))
+        .replace("port_value: 10000", &format!("port_value: {listener}"))
+        .replace(
+            "port_value: 3000",
+            &format!("port_value: {}", port_of(&upstream.url)),
+        )
+        .replace(
+            "port_value: 8081",
+            &format!("port_value: {}", port_of(fg.url("gRPC"))),
+        )
+        .replace("/etc/envoy/tls/", &format!("{}/", tls.display()));
+    let path = runtime.dir.path().join("envoy.yaml");
+    std::fs::write(&path, config).unwrap();
+    let envoy_log = runtime.dir.path().join("envoy.log");
+    let _envoy = Killed(
+        Command::new(envoy_binary())
+            .args(["-c", path.to_str().unwrap()])
+            .args(["--disable-hot-restart", "-l", "warning"])
+            .args(["--log-path", envoy_log.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start envoy (scripts/test installs it into .venv-test)"),
+    );
+    let http = client();
+    // Bounded: Envoy is live within a second or two, or it failed (see its log).
+    for attempt in 0.. {
+        let ready = http
+            .get(format!("http://127.0.0.1:{admin}/ready"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready {
+            break;
+        }
+        let log = std::fs::read_to_string(&envoy_log).unwrap_or_default();
+        assert!(attempt < 400, "envoy did not become ready:\n{log}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        let r = http
+            .get(format!("http://127.0.0.1:{listener}/"))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(admitted, 5, "{statuses:?}\n{}", fg.logs());
+    // Over TLS, decided by Floodgate (no call failed open).
+    let stats = envoy_stats(admin).await;
+    let stat = |name: &str| stats.get(name).copied().unwrap_or(0);
+    assert!(stat("cluster.floodgate.ssl.handshake") >= 1, "{stats:?}");
+    assert_eq!(stat("cluster.app.ratelimit.error"), 0);
+    assert_eq!(stat("cluster.app.ratelimit.over_limit"), 15);
 }
