@@ -6,11 +6,16 @@
 //!   live in that Redis under `CACHE_KEY_PREFIX`;
 //! - a change of the YAML in the runtime directory is reloaded;
 //! - a variable with no equivalent stops the start, named with its value;
+//! - `GRPC_SERVER_USE_TLS` with `GRPC_CLIENT_TLS_CACERT` and `GRPC_CLIENT_TLS_SAN`: mutual TLS
+//!   on `GRPC_PORT` (a tonic client with certificates made in the test decides; one without a
+//!   certificate or with another SAN is refused), and the real Envoy on
+//!   docs/envoy/envoy-mtls.yaml admits exactly 5 of 20 through it;
 //! - called as `ratelimit` (upstream's binary name), behind the real Envoy (docs/envoy/envoy.yaml
 //!   with its ports replaced, its rate limit filter pointing at `GRPC_PORT`): 20 requests
 //!   admit exactly 5.
 
 mod serve_support;
+mod tls_support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader};
@@ -317,6 +322,114 @@ async fn the_runtime_directory_is_served_over_grpc_json_and_healthcheck_from_red
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_tls_variables_serve_mutual_tls_on_grpc_port() {
+    use tls_support::{connect, port_of, Ca};
+    let redis = RedisServer::start().unwrap();
+    let runtime = Runtime::new(&[("limits.yaml", LIMITS)]);
+    let (server_ca, clients) = (Ca::new("server CA"), Ca::new("client CA"));
+    let server = server_ca.server();
+    let tls = runtime.dir.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    for (name, text) in [
+        ("server.crt", &server.cert),
+        ("server.key", &server.key),
+        ("clients.crt", &clients.pem),
+    ] {
+        std::fs::write(tls.join(name), text).unwrap();
+    }
+    let mut vars = runtime.vars(&redis);
+    vars.insert("USE_PROMETHEUS", "false".into());
+    vars.insert("GRPC_SERVER_USE_TLS", "true".into());
+    for (var, name) in [
+        ("GRPC_SERVER_TLS_CERT", "server.crt"),
+        ("GRPC_SERVER_TLS_KEY", "server.key"),
+        ("GRPC_CLIENT_TLS_CACERT", "clients.crt"),
+    ] {
+        vars.insert(var, tls.join(name).display().to_string());
+    }
+    vars.insert("GRPC_CLIENT_TLS_SAN", "envoy.test".into());
+    let fg = EnvMode::start(
+        &binary(),
+        &["serve", "--envoy-ratelimit-env"],
+        &vars,
+        runtime.dir.path().join("floodgate.log"),
+    );
+    let port = port_of(fg.url("gRPC"));
+    let envoy = clients.client("envoy.test");
+    let decide = |identity| {
+        let server_ca = &server_ca;
+        async move {
+            let mut c = connect(port, server_ca, identity)
+                .await
+                .map_err(|e| format!("{e:?}"))?;
+            let r = c
+                .should_rate_limit(request("all"))
+                .await
+                .map_err(|e| format!("{e:?}"))?;
+            Ok::<i32, String>(r.into_inner().overall_code)
+        }
+    };
+    assert_eq!(
+        decide(Some(&envoy)).await,
+        Ok(Code::Ok as i32),
+        "{}",
+        fg.logs()
+    );
+    // No client certificate; the right CA with another SAN; another CA with the right SAN.
+    let (other_san, stranger) = (
+        clients.client("other.test"),
+        Ca::new("client CA").client("envoy.test"),
+    );
+    let refused = [
+        decide(None).await,
+        decide(Some(&other_san)).await,
+        decide(Some(&stranger)).await,
+    ];
+    assert!(refused.iter().all(Result::is_err), "{refused:?}");
+    // Plaintext gets no decision from the TLS listener.
+    if let Ok(mut plain) = RateLimitServiceClient::connect(fg.url("gRPC").to_string()).await {
+        assert!(plain.should_rate_limit(request("all")).await.is_err());
+    }
+    // The refused calls charged nothing: 2 per minute, the second admitted, the third over.
+    assert_eq!(decide(Some(&envoy)).await, Ok(Code::Ok as i32));
+    assert_eq!(decide(Some(&envoy)).await, Ok(Code::OverLimit as i32));
+}
+
+#[test]
+fn a_grpc_tls_key_that_does_not_match_stops_the_start_naming_the_variable() {
+    let runtime = Runtime::new(&[("limits.yaml", LIMITS)]);
+    let ca = tls_support::Ca::new("ca");
+    let (server, other) = (ca.server(), ca.server());
+    let (crt, key) = (
+        runtime.dir.path().join("s.crt"),
+        runtime.dir.path().join("s.key"),
+    );
+    std::fs::write(&crt, &server.cert).unwrap();
+    std::fs::write(&key, &other.key).unwrap();
+    let out = Command::new(binary())
+        .args(["serve", "--envoy-ratelimit-env"])
+        .env_clear()
+        .env("RUNTIME_ROOT", runtime.dir.path())
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .env("REDIS_SOCKET_TYPE", "tcp")
+        .env("REDIS_URL", "127.0.0.1:1")
+        .env("GRPC_SERVER_USE_TLS", "true")
+        .env("GRPC_SERVER_TLS_CERT", &crt)
+        .env("GRPC_SERVER_TLS_KEY", &key)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "GRPC_SERVER_TLS_KEY={:?}: ",
+            key.display().to_string()
+        )) && err.contains("does not go with the certificate"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_variable_without_an_equivalent_stops_the_start_naming_it() {
     let runtime = Runtime::new(&[("limits.yaml", LIMITS)]);
@@ -480,4 +593,138 @@ async fn called_as_ratelimit_behind_the_real_envoy_it_admits_exactly_five_of_twe
     // `everyone`'s minute window (per-client's GCRA state of 5 requests at 100/s expires
     // within 50 ms of real time, so it may be gone already).
     assert!(counters(&redis) >= 1, "the counters live in REDIS_URL");
+}
+
+/// Envoy's counters from its admin `/stats` on `admin`.
+async fn envoy_stats(admin: u16) -> BTreeMap<String, u64> {
+    let text = client()
+        .get(format!("http://127.0.0.1:{admin}/stats"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let (name, value) = l.split_once(": ")?;
+            Some((name.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// A process, killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_the_real_envoy_over_mutual_tls_it_admits_exactly_five_of_twenty() {
+    use tls_support::{port_of, Ca};
+    let redis = RedisServer::start().unwrap();
+    let upstream = Upstream::start().await;
+    let runtime = Runtime::new(&[("ratelimit.yaml", &docs("ratelimit.yaml"))]);
+    let ca = Ca::new("mesh CA");
+    let (server, envoy_pair) = (
+        ca.server_named(&["floodgate.internal"]),
+        ca.client("envoy.internal"),
+    );
+    let tls = runtime.dir.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    for (name, text) in [
+        ("floodgate.crt", &server.cert),
+        ("floodgate.key", &server.key),
+        ("ca.crt", &ca.pem),
+        ("envoy.crt", &envoy_pair.cert),
+        ("envoy.key", &envoy_pair.key),
+    ] {
+        std::fs::write(tls.join(name), text).unwrap();
+    }
+    let mut vars = runtime.vars(&redis);
+    vars.insert("USE_PROMETHEUS", "false".into());
+    vars.insert("GRPC_SERVER_USE_TLS", "true".into());
+    vars.insert("GRPC_CLIENT_TLS_SAN", "envoy.internal".into());
+    for (var, name) in [
+        ("GRPC_SERVER_TLS_CERT", "floodgate.crt"),
+        ("GRPC_SERVER_TLS_KEY", "floodgate.key"),
+        ("GRPC_CLIENT_TLS_CACERT", "ca.crt"),
+    ] {
+        vars.insert(var, tls.join(name).display().to_string());
+    }
+    let fg = EnvMode::start(
+        &binary(),
+        &[
+            "serve",
+            "--envoy-ratelimit-env",
+            "--manual-clock",
+            &START_US.to_string(),
+        ],
+        &vars,
+        runtime.dir.path().join("floodgate.log"),
+    );
+    // docs/envoy/envoy-mtls.yaml: the `floodgate` cluster over mutual TLS.
+    let (admin, listener) = (free_port(), free_port());
+    let config = docs("envoy-mtls.yaml")
+        .replace("port_value: 9901", &format!("port_value: {admin}"))
+        .replace("port_value: 10000", &format!("port_value: {listener}"))
+        .replace(
+            "port_value: 3000",
+            &format!("port_value: {}", port_of(&upstream.url)),
+        )
+        .replace(
+            "port_value: 8081",
+            &format!("port_value: {}", port_of(fg.url("gRPC"))),
+        )
+        .replace("/etc/envoy/tls/", &format!("{}/", tls.display()));
+    let path = runtime.dir.path().join("envoy.yaml");
+    std::fs::write(&path, config).unwrap();
+    let envoy_log = runtime.dir.path().join("envoy.log");
+    let _envoy = Killed(
+        Command::new(envoy_binary())
+            .args(["-c", path.to_str().unwrap()])
+            .args(["--disable-hot-restart", "-l", "warning"])
+            .args(["--log-path", envoy_log.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start envoy (scripts/test installs it into .venv-test)"),
+    );
+    let http = client();
+    // Bounded: Envoy is live within a second or two, or it failed (see its log).
+    for attempt in 0.. {
+        let ready = http
+            .get(format!("http://127.0.0.1:{admin}/ready"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready {
+            break;
+        }
+        let log = std::fs::read_to_string(&envoy_log).unwrap_or_default();
+        assert!(attempt < 400, "envoy did not become ready:\n{log}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        let r = http
+            .get(format!("http://127.0.0.1:{listener}/"))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(admitted, 5, "{statuses:?}\n{}", fg.logs());
+    // Over TLS, decided by Floodgate (no call failed open).
+    let stats = envoy_stats(admin).await;
+    let stat = |name: &str| stats.get(name).copied().unwrap_or(0);
+    assert!(stat("cluster.floodgate.ssl.handshake") >= 1, "{stats:?}");
+    assert_eq!(stat("cluster.app.ratelimit.error"), 0);
+    assert_eq!(stat("cluster.app.ratelimit.over_limit"), 15);
 }

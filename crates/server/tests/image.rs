@@ -5,7 +5,11 @@
 //! Containers cannot start on these machines (no cgroup controllers), so the image is mounted
 //! (`podman image mount`) and its entrypoint run in a chroot of it, as the image's user: it
 //! answers `/healthz` (the image's own HEALTHCHECK command, run in the chroot too) and
-//! `ShouldRateLimit` on a YAML configuration added on top as a user's would be.
+//! `ShouldRateLimit` on a YAML configuration added on top as a user's would be. Then
+//! `/bin/ratelimit`, what envoyproxy/ratelimit's manifests run, in the same chroot with
+//! envoyproxy/ratelimit's environment (its runtime directory in the image, a real
+//! redis-server on the host): `/healthcheck`, `/healthz` and `ShouldRateLimit` (OK, then
+//! OVER_LIMIT, counted in that Redis).
 
 mod serve_support;
 
@@ -19,6 +23,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use floodgate_store::redis::testing::RedisServer;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
@@ -111,16 +116,121 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 2 }
 ";
 
-#[tokio::test]
-async fn the_image_serves_healthz_and_should_rate_limit_from_a_chroot() {
-    // How long the image takes is reported, never asserted: a monotonic clock, not the
-    // limiter's.
-    #[allow(clippy::disallowed_methods)]
-    let started = Instant::now();
-    let base = base_image();
-    let based = started.elapsed();
-    let tag = format!("localhost/floodgate-image-test:{}", std::process::id());
+/// The runtime directory's file for `/bin/ratelimit`: 1 a day, so no window ends between two
+/// calls of the test.
+const RUNTIME_YAML: &str = "domain: edge
+descriptors:
+  - key: generic_key
+    value: all
+    rate_limit: { name: daily, unit: day, requests_per_unit: 1 }
+";
 
+fn request() -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "generic_key".into(),
+                value: "all".into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// Reads "floodgate: listening on ADDR (NAME)" lines from `child` until it has every one
+/// of `names`; their addresses in that order (the rest of its output is drained).
+fn listeners(child: &mut Child, names: &[&str]) -> Vec<String> {
+    let stdout = child.stdout.take().unwrap();
+    let mut found = vec![None; names.len()];
+    let mut lines = BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let Some(rest) = line.strip_prefix("floodgate: listening on ") else {
+            continue;
+        };
+        let (addr, name) = rest.split_once(' ').unwrap();
+        if let Some(i) = names.iter().position(|n| name == format!("({n})")) {
+            found[i] = Some(addr.to_string());
+        }
+        if found.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    // The rest read too: a line printed later into a closed pipe would stop the process.
+    std::thread::spawn(move || lines.for_each(drop));
+    found
+        .into_iter()
+        .zip(names)
+        .map(|(a, n)| a.unwrap_or_else(|| panic!("no {n} listener")))
+        .collect()
+}
+
+/// `/bin/ratelimit` in the chroot `root` as `user`, with envoyproxy/ratelimit's environment
+/// only (the runtime directory `/data/ratelimit/config` of the image, `redis` on the host).
+async fn ratelimit_in_the_chroot(root: &str, user: &str, redis: &RedisServer) {
+    let mut child = Command::new("chroot")
+        .arg(format!("--userspec={user}"))
+        .arg(root)
+        .arg("/bin/ratelimit")
+        .env_clear()
+        .envs([
+            // What a container runtime sets when the image sets no PATH.
+            (
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            ),
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_WATCH_ROOT", "false"),
+            ("USE_STATSD", "false"),
+            ("LOG_LEVEL", "warn"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_TIMEOUT", "5s"),
+            ("HOST", "127.0.0.1"),
+            ("PORT", "0"),
+            ("GRPC_HOST", "127.0.0.1"),
+            ("GRPC_PORT", "0"),
+            ("DEBUG_HOST", "127.0.0.1"),
+            ("DEBUG_PORT", "0"),
+        ])
+        .env("REDIS_URL", format!("127.0.0.1:{}", redis.port()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let found = listeners(&mut child, &["API", "gRPC"]);
+    let _running = Running(child);
+    let (api, grpc) = (&found[0], &found[1]);
+    let http = serve_support::client();
+    for path in ["/healthcheck", "/healthz"] {
+        let r = http
+            .get(format!("http://{api}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    let mut c = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    let mut codes = Vec::new();
+    for _ in 0..2 {
+        let r = c.should_rate_limit(request()).await.unwrap().into_inner();
+        codes.push(Code::try_from(r.overall_code).unwrap());
+    }
+    assert_eq!(codes, [Code::Ok, Code::OverLimit]);
+    // Counted in REDIS_URL: one counter under Floodgate's default prefix (its reservation
+    // secret, `fg:secret:reservation`, aside).
+    let keys = redis.cli(&["--scan", "--pattern", "fg:*"]).unwrap();
+    let counters = keys.lines().filter(|k| !k.contains("secret")).count();
+    assert_eq!(counters, 1, "{keys}");
+}
+
+/// Builds the `prebuilt` target as `tag` on `base` with the binary this suite built.
+fn build_prebuilt(base: &str, tag: &str) -> Image {
     // The build context: the binary this suite built, and the files the Containerfile copies.
     let context = tempfile::tempdir().unwrap();
     std::fs::copy(
@@ -135,7 +245,7 @@ async fn the_image_serves_healthz_and_should_rate_limit_from_a_chroot() {
     )
     .unwrap();
     let containerfile = repo().join("Containerfile");
-    let _image = Image(tag.clone());
+    let image = Image(tag.to_string());
     podman(&[
         "build",
         "--format",
@@ -149,9 +259,23 @@ async fn the_image_serves_healthz_and_should_rate_limit_from_a_chroot() {
         "-f",
         containerfile.to_str().unwrap(),
         "-t",
-        &tag,
+        tag,
         context.path().to_str().unwrap(),
     ]);
+    image
+}
+
+#[tokio::test]
+async fn the_image_serves_healthz_and_should_rate_limit_from_a_chroot() {
+    // How long the image takes is reported, never asserted: a monotonic clock, not the
+    // limiter's.
+    #[allow(clippy::disallowed_methods)]
+    let started = Instant::now();
+    let base = base_image();
+    let based = started.elapsed();
+    let tag = format!("localhost/floodgate-image-test:{}", std::process::id());
+
+    let _image = build_prebuilt(&base, &tag);
 
     // What the image declares.
     let inspect: Value = serde_json::from_str(&podman(&["image", "inspect", &tag])).unwrap();
@@ -178,9 +302,13 @@ async fn the_image_serves_healthz_and_should_rate_limit_from_a_chroot() {
     // A user's configuration on top of it (as a ConfigMap would be mounted).
     let layer = tempfile::tempdir().unwrap();
     std::fs::write(layer.path().join("ratelimit.yaml"), YAML).unwrap();
+    std::fs::write(layer.path().join("runtime.yaml"), RUNTIME_YAML).unwrap();
     std::fs::write(
         layer.path().join("Containerfile"),
-        format!("FROM {tag}\nCOPY ratelimit.yaml /etc/floodgate/ratelimit.yaml\n"),
+        format!(
+            "FROM {tag}\nCOPY ratelimit.yaml /etc/floodgate/ratelimit.yaml\n\
+             COPY runtime.yaml /data/ratelimit/config/config.yaml\n"
+        ),
     )
     .unwrap();
     let configured = Image(format!("{tag}-configured"));
@@ -210,28 +338,9 @@ async fn the_image_serves_healthz_and_should_rate_limit_from_a_chroot() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let _running = Running(child);
-    let (mut api, mut grpc) = (None, None);
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        let addr = line
-            .strip_prefix("floodgate: listening on ")
-            .and_then(|rest| rest.split(' ').next())
-            .map(str::to_string);
-        if line.ends_with("(API)") {
-            api = addr;
-        } else if line.ends_with("(gRPC)") {
-            grpc = addr;
-        }
-        if api.is_some() && grpc.is_some() {
-            break;
-        }
-    }
-    let (api, grpc) = (
-        api.expect("the API listener"),
-        grpc.expect("the gRPC listener"),
-    );
+    let found = listeners(&mut child, &["API", "gRPC"]);
+    let running = Running(child);
+    let (api, grpc) = (&found[0], &found[1]);
     let port = api.rsplit(':').next().unwrap();
 
     // The image's own health check, in the chroot, against that port.
@@ -254,27 +363,17 @@ async fn the_image_serves_healthz_and_should_rate_limit_from_a_chroot() {
     let mut c = RateLimitServiceClient::connect(format!("http://{grpc}"))
         .await
         .unwrap();
-    let request = RateLimitRequest {
-        domain: "edge".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "generic_key".into(),
-                value: "all".into(),
-            }],
-            ..RateLimitDescriptor::default()
-        }],
-        hits_addend: 0,
-    };
     let mut codes = Vec::new();
     for _ in 0..3 {
-        let r = c
-            .should_rate_limit(request.clone())
-            .await
-            .unwrap()
-            .into_inner();
+        let r = c.should_rate_limit(request()).await.unwrap().into_inner();
         codes.push(Code::try_from(r.overall_code).unwrap());
     }
     assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    drop(running);
+
+    // envoyproxy/ratelimit's entrypoint and environment, as its Deployment runs it.
+    let redis = RedisServer::start().unwrap();
+    ratelimit_in_the_chroot(&root, &user, &redis).await;
     eprintln!(
         "image test: base ready in {:.1} s, all in {:.1} s",
         based.as_secs_f64(),

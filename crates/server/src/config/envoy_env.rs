@@ -21,6 +21,9 @@ use std::time::Duration;
 use floodgate_store::redis::{RedisTarget, RedisTls};
 
 use super::RedisConfig;
+use crate::grpc::tls::GrpcTlsSettings;
+
+mod grpc_tls;
 
 /// What envoyproxy/ratelimit's environment asks of `floodgate serve`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +48,9 @@ pub(crate) struct EnvoyEnv {
     pub(crate) log_json: bool,
     /// `GRPC_MAX_CONNECTION_AGE` (upstream's default 24h).
     pub(crate) grpc_max_connection_age: Duration,
+    /// `GRPC_SERVER_USE_TLS=true`: TLS (with `GRPC_CLIENT_TLS_CACERT`, mutual TLS) on the
+    /// gRPC listener.
+    pub(crate) grpc_tls: Option<GrpcTlsSettings>,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: `/healthcheck` fails while no rule is loaded.
     pub(crate) healthy_needs_config: bool,
     /// Variables accepted with a value that changes nothing in Floodgate (tuning of
@@ -107,11 +113,6 @@ fn is_dot_file(path: &Path) -> bool {
 const DEFAULT_ONLY: &[(&str, &str, &str)] = &[
     ("GRPC_UDS", "", "Floodgate's gRPC listener is TCP only (GRPC_HOST, GRPC_PORT)"),
     ("GRPC_MAX_CONNECTION_AGE_GRACE", "1h", "Floodgate lets a connection's calls finish after GOAWAY without a separate grace period"),
-    ("GRPC_SERVER_USE_TLS", "false", "TLS on the gRPC listener is not available in this mode yet"),
-    ("GRPC_SERVER_TLS_CERT", "", "TLS on the gRPC listener is not available in this mode yet"),
-    ("GRPC_SERVER_TLS_KEY", "", "TLS on the gRPC listener is not available in this mode yet"),
-    ("GRPC_CLIENT_TLS_CACERT", "", "TLS on the gRPC listener is not available in this mode yet"),
-    ("GRPC_CLIENT_TLS_SAN", "", "TLS on the gRPC listener is not available in this mode yet"),
     ("CONFIG_TYPE", "FILE", "Floodgate reads the runtime directory; xDS (GRPC_XDS_SOTW) is not supported"),
     ("FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "Floodgate needs a valid configuration to start"),
     ("USE_DOG_STATSD", "false", "Floodgate exports Prometheus metrics only (USE_PROMETHEUS)"),
@@ -122,7 +123,7 @@ const DEFAULT_ONLY: &[(&str, &str, &str)] = &[
     ("PROMETHEUS_MAPPER_YAML", "", "Floodgate's series have their own names (docs/metrics.md); no statsd mapping"),
     ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", "floodgate_grpc_request_duration_seconds is in seconds"),
     ("EXPIRATION_JITTER_MAX_SECONDS", "300", "Floodgate's keys expire exactly when forgetting them changes nothing (docs/redis.md); there is no jitter"),
-    ("LOCAL_CACHE_SIZE_IN_BYTES", "0", "the local over-limit cache is not available in this mode"),
+    ("LOCAL_CACHE_SIZE_IN_BYTES", "0", "Floodgate's local over-limit cache (the Redis store's deny cache) is not offered: it is exact only within one process, since a reset made through another instance is not seen until the cached denial's retry_after ends (docs/redis.md, \"Deny cache\")"),
     ("NEAR_LIMIT_RATIO", "0.8", "Floodgate has no near-limit statistic"),
     ("LIMIT_RESPONSE_HEADERS_ENABLED", "false", "Floodgate sends the IETF RateLimit-Policy and RateLimit headers (docs/envoy.md); the draft X-RateLimit-* headers are not available"),
     ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false", "Floodgate always verifies the Redis server's name"),
@@ -160,6 +161,11 @@ const MAPPED: &[&str] = &[
     "GRPC_HOST",
     "GRPC_PORT",
     "GRPC_MAX_CONNECTION_AGE",
+    "GRPC_SERVER_USE_TLS",
+    "GRPC_SERVER_TLS_CERT",
+    "GRPC_SERVER_TLS_KEY",
+    "GRPC_CLIENT_TLS_CACERT",
+    "GRPC_CLIENT_TLS_SAN",
     "LOG_LEVEL",
     "LOG_FORMAT",
     "USE_STATSD",
@@ -340,18 +346,8 @@ pub(crate) fn from_vars(vars: &BTreeMap<String, String>) -> Result<EnvoyEnv, Env
     let grpc = r.addr("GRPC_HOST", &grpc_host, grpc_port);
     let (debug_host, debug_port) = (r.text("DEBUG_HOST", "0.0.0.0"), r.port("DEBUG_PORT", 6070));
     let debug = r.addr("DEBUG_HOST", &debug_host, debug_port);
-    let grpc_max_connection_age = r.duration("GRPC_MAX_CONNECTION_AGE", "24h");
-    // The bounds of `[server] grpc_max_connection_age`.
-    if !(Duration::from_secs(1)..=Duration::from_secs(7 * 86_400))
-        .contains(&grpc_max_connection_age)
-    {
-        let v = r.text("GRPC_MAX_CONNECTION_AGE", "24h");
-        r.fail(
-            "GRPC_MAX_CONNECTION_AGE",
-            &v,
-            "must be between 1s and 168h (7 days)",
-        );
-    }
+    let grpc_max_connection_age = connection_age(&mut r);
+    let grpc_tls = grpc_tls::grpc_tls(&mut r);
 
     // Metrics.
     let use_statsd = r.bool("USE_STATSD", true);
@@ -363,59 +359,10 @@ pub(crate) fn from_vars(vars: &BTreeMap<String, String>) -> Result<EnvoyEnv, Env
              Prometheus on PROMETHEUS_ADDR)",
         );
     }
-    let prometheus = if r.bool("USE_PROMETHEUS", false) {
-        let addr_text = r.text("PROMETHEUS_ADDR", ":9090");
-        let path = r.text("PROMETHEUS_PATH", "/metrics");
-        if !path.starts_with('/') {
-            r.fail("PROMETHEUS_PATH", &path, "must start with /");
-        }
-        match addr_text.rsplit_once(':') {
-            Some((h, p)) => {
-                let host = if h.is_empty() { "0.0.0.0" } else { h };
-                match p.parse::<u16>() {
-                    Ok(p) => r.addr("PROMETHEUS_ADDR", host, p).map(|a| (a, path)),
-                    Err(_) => {
-                        r.fail("PROMETHEUS_ADDR", &addr_text, "expected [HOST]:PORT");
-                        None
-                    }
-                }
-            }
-            None => {
-                r.fail("PROMETHEUS_ADDR", &addr_text, "expected [HOST]:PORT");
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let prometheus = prometheus(&mut r);
 
     // Logs.
-    let level = r.text("LOG_LEVEL", "WARN");
-    let log_filter = match level.to_ascii_lowercase().as_str() {
-        "trace" => "trace",
-        "debug" => "debug",
-        "info" => "info",
-        "warn" | "warning" => "warn",
-        "error" | "fatal" | "panic" => "error",
-        _ => {
-            r.fail(
-                "LOG_LEVEL",
-                &level,
-                "expected trace, debug, info, warn, error, fatal or panic",
-            );
-            "warn"
-        }
-    }
-    .to_string();
-    let format = r.text("LOG_FORMAT", "text");
-    let log_json = match format.to_ascii_lowercase().as_str() {
-        "text" => false,
-        "json" => true,
-        _ => {
-            r.fail("LOG_FORMAT", &format, "expected text or json");
-            false
-        }
-    };
+    let (log_filter, log_json) = logging(&mut r);
 
     // The runtime directory, as upstream's file provider finds it: with RUNTIME_WATCH_ROOT
     // the keys under `<root>/<subdirectory>` that start with `<appdirectory>.`, without it
@@ -492,11 +439,86 @@ pub(crate) fn from_vars(vars: &BTreeMap<String, String>) -> Result<EnvoyEnv, Env
             log_filter,
             log_json,
             grpc_max_connection_age,
+            grpc_tls,
             healthy_needs_config,
             notes,
         }),
         _ => Err(EnvErrors(errors)),
     }
+}
+
+/// `GRPC_MAX_CONNECTION_AGE`, within the bounds of `[server] grpc_max_connection_age`.
+fn connection_age(r: &mut Reader<'_>) -> Duration {
+    let age = r.duration("GRPC_MAX_CONNECTION_AGE", "24h");
+    if !(Duration::from_secs(1)..=Duration::from_secs(7 * 86_400)).contains(&age) {
+        let v = r.text("GRPC_MAX_CONNECTION_AGE", "24h");
+        r.fail(
+            "GRPC_MAX_CONNECTION_AGE",
+            &v,
+            "must be between 1s and 168h (7 days)",
+        );
+    }
+    age
+}
+
+/// `USE_PROMETHEUS`, `PROMETHEUS_ADDR` and `PROMETHEUS_PATH`: the Prometheus listener.
+fn prometheus(r: &mut Reader<'_>) -> Option<(SocketAddr, String)> {
+    if r.bool("USE_PROMETHEUS", false) {
+        let addr_text = r.text("PROMETHEUS_ADDR", ":9090");
+        let path = r.text("PROMETHEUS_PATH", "/metrics");
+        if !path.starts_with('/') {
+            r.fail("PROMETHEUS_PATH", &path, "must start with /");
+        }
+        match addr_text.rsplit_once(':') {
+            Some((h, p)) => {
+                let host = if h.is_empty() { "0.0.0.0" } else { h };
+                match p.parse::<u16>() {
+                    Ok(p) => r.addr("PROMETHEUS_ADDR", host, p).map(|a| (a, path)),
+                    Err(_) => {
+                        r.fail("PROMETHEUS_ADDR", &addr_text, "expected [HOST]:PORT");
+                        None
+                    }
+                }
+            }
+            None => {
+                r.fail("PROMETHEUS_ADDR", &addr_text, "expected [HOST]:PORT");
+                None
+            }
+        }
+    } else {
+        None
+    }
+}
+
+/// `LOG_LEVEL` as a `tracing` filter, and `LOG_FORMAT=json`.
+fn logging(r: &mut Reader<'_>) -> (String, bool) {
+    let level = r.text("LOG_LEVEL", "WARN");
+    let log_filter = match level.to_ascii_lowercase().as_str() {
+        "trace" => "trace",
+        "debug" => "debug",
+        "info" => "info",
+        "warn" | "warning" => "warn",
+        "error" | "fatal" | "panic" => "error",
+        _ => {
+            r.fail(
+                "LOG_LEVEL",
+                &level,
+                "expected trace, debug, info, warn, error, fatal or panic",
+            );
+            "warn"
+        }
+    }
+    .to_string();
+    let format = r.text("LOG_FORMAT", "text");
+    let log_json = match format.to_ascii_lowercase().as_str() {
+        "text" => false,
+        "json" => true,
+        _ => {
+            r.fail("LOG_FORMAT", &format, "expected text or json");
+            false
+        }
+    };
+    (log_filter, log_json)
 }
 
 /// `REDIS_SOCKET_TYPE`, `REDIS_TYPE`, `REDIS_URL`, `REDIS_AUTH`, `REDIS_SENTINEL_AUTH`,
@@ -605,6 +627,25 @@ fn redis_config(r: &mut Reader<'_>) -> RedisConfig {
             RedisTarget::Standalone(String::new())
         }
     };
+    let (tls_files, timeout_ms, prefix) = redis_files_timeout_prefix(r, unix, tls);
+    RedisConfig {
+        target,
+        timeout_ms,
+        breaker_window_ms: DEFAULT_BREAKER_WINDOW_MS,
+        prefix,
+        local_fallback: false,
+        local_fallback_instances: None,
+        tls: tls_files,
+    }
+}
+
+/// `REDIS_TLS_CACERT`, `REDIS_TLS_CLIENT_CERT`, `REDIS_TLS_CLIENT_KEY` (read now),
+/// `REDIS_TIMEOUT` and `CACHE_KEY_PREFIX`.
+fn redis_files_timeout_prefix(
+    r: &mut Reader<'_>,
+    unix: bool,
+    tls: bool,
+) -> (RedisTls, u64, String) {
     if unix && tls {
         r.fail(
             "REDIS_TLS",
@@ -666,15 +707,7 @@ fn redis_config(r: &mut Reader<'_>) -> RedisConfig {
         }
         _ => "fg:".to_string(),
     };
-    RedisConfig {
-        target,
-        timeout_ms,
-        breaker_window_ms: DEFAULT_BREAKER_WINDOW_MS,
-        prefix,
-        local_fallback: false,
-        local_fallback_instances: None,
-        tls: tls_files,
-    }
+    (tls_files, timeout_ms, prefix)
 }
 
 /// Percent-encodes what a URL's userinfo cannot hold as it is.

@@ -96,7 +96,6 @@ impl TlsField {
     }
 
     /// Its name in envoyproxy/ratelimit's environment.
-    #[allow(dead_code)] // for the environment mode
     pub(crate) fn env_var(self) -> &'static str {
         match self {
             Self::Cert => "GRPC_SERVER_TLS_CERT",

@@ -53,9 +53,11 @@ pub(super) fn log_start(args: &ServeArgs) {
         config_dir = %env.config_dir.display(),
         http = %env.http,
         grpc = %env.grpc,
+        grpc_tls = env.grpc_tls.is_some(),
+        grpc_mutual_tls = env.grpc_tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
         debug = %env.debug,
         prometheus = ?env.prometheus,
-        redis = ?env.redis.target,
+        redis = %shown_target(&env.redis.target),
         "envoyproxy/ratelimit environment mode"
     );
     for note in &env.notes {
@@ -63,12 +65,55 @@ pub(super) fn log_start(args: &ServeArgs) {
     }
 }
 
-/// The settings of the environment that live in the configuration: the store and the gRPC
-/// connection age, read once at start (as `[store]` and `[server]` are).
+/// The Redis target for the log, without passwords (`REDIS_AUTH`, `REDIS_SENTINEL_AUTH`
+/// are in its URLs): `redis://user:***@host`, `redis+unix:///path?pass=***`.
+fn shown_target(target: &floodgate_store::redis::RedisTarget) -> String {
+    use floodgate_store::redis::RedisTarget;
+    let hide = |url: &String| -> String {
+        let mut out = url.clone();
+        if let Some((scheme, rest)) = url.split_once("://") {
+            if let Some((userinfo, host)) = rest.split_once('@') {
+                let user = userinfo.split_once(':').map_or("", |(u, _)| u);
+                out = format!("{scheme}://{user}:***@{host}");
+            }
+        }
+        if let Some((path, query)) = out.clone().split_once('?') {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some(("pass", _)) => "pass=***".to_string(),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            out = format!("{path}?{}", query.join("&"));
+        }
+        out
+    };
+    match target {
+        RedisTarget::Standalone(url) => hide(url),
+        RedisTarget::Cluster(nodes) => {
+            format!(
+                "cluster [{}]",
+                nodes.iter().map(hide).collect::<Vec<_>>().join(", ")
+            )
+        }
+        RedisTarget::Sentinel {
+            sentinels,
+            master_name,
+        } => format!(
+            "sentinel {master_name:?} via [{}]",
+            sentinels.iter().map(hide).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// The settings of the environment that live in the configuration: the store, the gRPC
+/// connection age and TLS, read once at start (as `[store]` and `[server]` are).
 pub(super) fn adjust_config(args: &ServeArgs, config: &mut Config) {
     let Some(env) = &args.envoy_env else { return };
     config.store.redis = Some(env.redis.clone());
     config.server.limits.grpc_max_connection_age = env.grpc_max_connection_age;
+    config.server.grpc_tls.clone_from(&env.grpc_tls);
 }
 
 /// The HTTP listener's router: `base` with `/json` and `/healthcheck` in this mode.
@@ -137,4 +182,46 @@ async fn bind(
     tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} ({variables})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use floodgate_store::redis::RedisTarget;
+
+    use super::shown_target;
+
+    #[test]
+    fn the_logged_redis_target_shows_no_password() {
+        let shown = |t| shown_target(&t);
+        assert_eq!(
+            shown(RedisTarget::Standalone(
+                "redis://user:p%40ss@redis:6379".into()
+            )),
+            "redis://user:***@redis:6379"
+        );
+        assert_eq!(
+            shown(RedisTarget::Standalone(
+                "redis+unix:///run/r.sock?user=u&pass=pw".into()
+            )),
+            "redis+unix:///run/r.sock?user=u&pass=***"
+        );
+        assert_eq!(
+            shown(RedisTarget::Cluster(vec![
+                "rediss://:secret@10.0.0.1:7000".into()
+            ])),
+            "cluster [rediss://:***@10.0.0.1:7000]"
+        );
+        let sentinel = shown(RedisTarget::Sentinel {
+            sentinels: vec!["redis://:s3@10.0.0.1:26379".into()],
+            master_name: "mymaster".into(),
+        });
+        assert_eq!(
+            sentinel,
+            "sentinel \"mymaster\" via [redis://:***@10.0.0.1:26379]"
+        );
+        assert_eq!(
+            shown(RedisTarget::Standalone("redis://redis:6379".into())),
+            "redis://redis:6379"
+        );
+    }
 }

@@ -156,9 +156,11 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
         "MERGE_DOMAIN_CONFIG=\"true\"",
         "RESPONSE_DYNAMIC_METADATA=\"true\"",
         "REDIS_PERSECOND=\"true\": a second Redis for per-second limits",
-        "GRPC_SERVER_USE_TLS=\"true\": TLS on the gRPC listener",
+        "GRPC_SERVER_TLS_CERT=\"\": GRPC_SERVER_USE_TLS=true needs the server's certificate",
+        "GRPC_SERVER_TLS_KEY=\"\": GRPC_SERVER_USE_TLS=true needs",
         "LIMIT_RESPONSE_HEADERS_ENABLED=\"true\"",
-        "LOCAL_CACHE_SIZE_IN_BYTES=\"1048576\"",
+        "LOCAL_CACHE_SIZE_IN_BYTES=\"1048576\": Floodgate's local over-limit cache (the Redis \
+         store's deny cache) is not offered: it is exact only within one process",
         "USE_STATSD=\"true\": Floodgate sends no statsd",
         "PORT=\"http\": expected a port number",
         "LOG_LEVEL=\"loud\"",
@@ -169,7 +171,7 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
     ] {
         assert!(text.contains(needle), "{needle} in\n{text}");
     }
-    assert_eq!(err.0.len(), 16, "{text}");
+    assert_eq!(err.0.len(), 17, "{text}");
 }
 
 #[test]
@@ -222,6 +224,142 @@ fn tls_files_need_tls_and_are_read() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("REDIS_TLS_CACERT=\"/nonexistent/ca.pem\": cannot read"));
+}
+
+/// A CA's certificate, and a server certificate and key it signed, written into `dir` as
+/// `ca.crt`, `server.crt`, `server.key`; and a key of another certificate, `other.key`.
+fn certificates(dir: &Path) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    std::fs::write(dir.join("ca.crt"), ca_cert.pem()).unwrap();
+    std::fs::write(dir.join("server.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+    let other = rcgen::KeyPair::generate().unwrap();
+    std::fs::write(dir.join("other.key"), other.serialize_pem()).unwrap();
+}
+
+#[test]
+fn grpc_tls_variables_map_onto_the_listeners_tls_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    // Off by default, as upstream.
+    assert_eq!(from_vars(&BTreeMap::new()).unwrap().grpc_tls, None);
+    let env = from_vars(&vars(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &file("server.crt")),
+        ("GRPC_SERVER_TLS_KEY", &file("server.key")),
+    ]))
+    .unwrap();
+    assert_eq!(
+        env.grpc_tls,
+        Some(GrpcTlsSettings {
+            cert_file: dir.path().join("server.crt"),
+            key_file: dir.path().join("server.key"),
+            client_ca_file: None,
+            client_san: None,
+        })
+    );
+    // Mutual TLS: the client CA and the SAN its certificates must carry.
+    let env = from_vars(&vars(&[
+        ("GRPC_SERVER_USE_TLS", "1"),
+        ("GRPC_SERVER_TLS_CERT", &file("server.crt")),
+        ("GRPC_SERVER_TLS_KEY", &file("server.key")),
+        ("GRPC_CLIENT_TLS_CACERT", &file("ca.crt")),
+        ("GRPC_CLIENT_TLS_SAN", "envoy.internal"),
+    ]))
+    .unwrap();
+    let tls = env.grpc_tls.unwrap();
+    assert_eq!(tls.client_ca_file, Some(dir.path().join("ca.crt")));
+    assert_eq!(tls.client_san.as_deref(), Some("envoy.internal"));
+    // GRPC_SERVER_USE_TLS=false given explicitly: plain, as upstream's default.
+    let env = from_vars(&vars(&[("GRPC_SERVER_USE_TLS", "false")])).unwrap();
+    assert_eq!(env.grpc_tls, None);
+}
+
+#[test]
+fn grpc_tls_errors_name_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let err = |pairs: &[(&str, &str)]| from_vars(&vars(pairs)).unwrap_err().to_string();
+
+    // A file without TLS on is refused, not ignored.
+    let e = err(&[("GRPC_SERVER_TLS_CERT", &file("server.crt"))]);
+    assert!(
+        e.contains("GRPC_SERVER_TLS_CERT=") && e.contains("needs GRPC_SERVER_USE_TLS=true"),
+        "{e}"
+    );
+    // TLS on without a key.
+    let e = err(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &file("server.crt")),
+    ]);
+    assert!(
+        e.contains("GRPC_SERVER_TLS_KEY=\"\": GRPC_SERVER_USE_TLS=true needs"),
+        "{e}"
+    );
+    assert!(!e.contains("GRPC_SERVER_TLS_CERT="), "{e}");
+    // An unreadable file, a key of another certificate, a CA file that is no certificate.
+    let base = [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/nonexistent/server.crt"),
+        ("GRPC_SERVER_TLS_KEY", "/nonexistent/server.key"),
+    ];
+    let e = err(&base);
+    assert!(
+        e.contains("GRPC_SERVER_TLS_CERT=\"/nonexistent/server.crt\": ")
+            && e.contains("cannot read"),
+        "{e}"
+    );
+    let (crt, other, key) = (file("server.crt"), file("other.key"), file("server.key"));
+    let e = err(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &crt),
+        ("GRPC_SERVER_TLS_KEY", &other),
+    ]);
+    assert!(
+        e.contains(&format!("GRPC_SERVER_TLS_KEY={other:?}: "))
+            && e.contains("does not go with the certificate"),
+        "{e}"
+    );
+    let e = err(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &crt),
+        ("GRPC_SERVER_TLS_KEY", &key),
+        ("GRPC_CLIENT_TLS_CACERT", &key),
+    ]);
+    assert!(
+        e.contains(&format!("GRPC_CLIENT_TLS_CACERT={key:?}: ")),
+        "{e}"
+    );
+    // A SAN without a client CA, and a SAN that is no name.
+    let e = err(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &crt),
+        ("GRPC_SERVER_TLS_KEY", &key),
+        ("GRPC_CLIENT_TLS_SAN", "envoy.internal"),
+    ]);
+    assert!(
+        e.contains("GRPC_CLIENT_TLS_SAN=\"envoy.internal\": needs GRPC_CLIENT_TLS_CACERT"),
+        "{e}"
+    );
+    let e = err(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &crt),
+        ("GRPC_SERVER_TLS_KEY", &key),
+        ("GRPC_CLIENT_TLS_CACERT", &file("ca.crt")),
+        ("GRPC_CLIENT_TLS_SAN", "not a name!"),
+    ]);
+    assert!(e.contains("GRPC_CLIENT_TLS_SAN=\"not a name!\": "), "{e}");
 }
 
 #[test]
@@ -296,4 +434,47 @@ fn dot_files_are_left_out_only_when_asked() {
     assert!(!is_dot_file(Path::new("/x.d/visible.yaml")));
     // Off unless RUNTIME_IGNOREDOTFILES turned it on (never in this test process).
     assert!(!ignored(Path::new("/x/.hidden.yaml")));
+}
+
+#[test]
+fn the_kubernetes_deployment_of_docs_envoy_md_is_accepted_as_it_is() {
+    use saphyr::{LoadableYamlNode as _, Yaml};
+    // docs/envoy.md, "The image, and Kubernetes": the ```yaml block of `kind: Deployment`.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/envoy.md"))
+        .unwrap();
+    let block = doc
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("\n```").map(|(block, _)| block))
+        .find(|block| block.contains("kind: Deployment"))
+        .expect("a Deployment in docs/envoy.md");
+    let yaml = Yaml::load_from_str(block).unwrap();
+    let container = &yaml[0]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["command"][0].as_str(), Some("/bin/ratelimit"));
+    let env: BTreeMap<String, String> = container["env"]
+        .as_sequence()
+        .expect("an env list")
+        .iter()
+        .map(|e| {
+            let text = |k: &str| {
+                let v = &e[k];
+                v.as_str()
+                    .map(str::to_string)
+                    .or_else(|| v.as_integer().map(|n| n.to_string()))
+                    .unwrap_or_else(|| panic!("{k} of {e:?} is a string"))
+            };
+            (text("name"), text("value"))
+        })
+        .collect();
+    assert!(env.len() >= 8, "{env:?}");
+    let mapped = from_vars(&env).unwrap_or_else(|e| panic!("{e}"));
+    let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
+    assert_eq!(
+        mapped.config_dir,
+        PathBuf::from(mount),
+        "the ConfigMap's folder"
+    );
+    assert_eq!(mapped.http.port(), 8080);
+    assert_eq!(mapped.grpc.port(), 8081);
+    assert_eq!(mapped.debug.port(), 6070);
 }
