@@ -84,8 +84,15 @@ pub struct Budget {
 }
 
 /// The quota cannot grant the units now. Times on the client's clock.
+///
+/// Shown as `budget "per-day" exhausted: 1 unit refused, 0 left; frees at
+/// 2026-12-02T00:00:00.001984Z` (RFC 3339, UTC).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("budget {rule:?} exhausted: {cost} units refused, {remaining} left; frees at {until} µs since the epoch")]
+#[error(
+    "budget {rule:?} exhausted: {cost} {} refused, {remaining} left; frees at {}",
+    units(*.cost),
+    Rfc3339(*.until)
+)]
 pub struct Exhausted {
     /// The rule.
     pub rule: String,
@@ -97,7 +104,39 @@ pub struct Exhausted {
     pub retry_after_us: Micros,
     /// When the cost can be granted: microseconds since the Unix epoch (the answer's arrival
     /// plus `retry_after_us`).
+    ///
+    /// Not the window's edge to the microsecond: the server measures `retry_after_us` from the
+    /// moment it decided, and the answer carries no time of the server's, so the client adds
+    /// it to the answer's arrival on its own clock. `until` is therefore later than the edge
+    /// by the time the answer took to come back (a millisecond or two on a network; plus any
+    /// difference between the two hosts' clocks), never earlier: a job that waits until
+    /// `until` is not refused for coming back too soon.
     pub until: Timestamp,
+}
+
+/// "unit" or "units".
+fn units(n: u64) -> &'static str {
+    if n == 1 {
+        "unit"
+    } else {
+        "units"
+    }
+}
+
+/// A [`Timestamp`] shown in RFC 3339 (UTC, fractional seconds only when there are some), or
+/// as microseconds since the epoch when it is beyond the year 9999.
+struct Rfc3339(Timestamp);
+
+impl std::fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match i64::try_from(self.0)
+            .ok()
+            .and_then(|us| jiff::Timestamp::from_microsecond(us).ok())
+        {
+            Some(t) => write!(f, "{t}"),
+            None => write!(f, "{} µs since the epoch", self.0),
+        }
+    }
 }
 
 impl Exhausted {
@@ -166,5 +205,44 @@ impl Budget {
     /// The key.
     pub fn key(&self) -> &str {
         &self.key
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exhausted(cost: u64, until: Timestamp) -> Exhausted {
+        Exhausted {
+            rule: "per-day".into(),
+            cost,
+            remaining: 0,
+            retry_after_us: 1_984,
+            until,
+        }
+    }
+
+    #[test]
+    fn exhausted_reads_an_rfc3339_time_and_one_unit() {
+        assert_eq!(
+            exhausted(1, 1_796_169_600_001_984).to_string(),
+            "budget \"per-day\" exhausted: 1 unit refused, 0 left; frees at \
+             2026-12-02T00:00:00.001984Z"
+        );
+        assert_eq!(
+            exhausted(4, 1_796_169_600_000_000).to_string(),
+            "budget \"per-day\" exhausted: 4 units refused, 0 left; frees at 2026-12-02T00:00:00Z"
+        );
+        assert_eq!(
+            exhausted(0, 0).to_string(),
+            "budget \"per-day\" exhausted: 0 units refused, 0 left; frees at 1970-01-01T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn exhausted_beyond_the_year_9999_falls_back_to_microseconds() {
+        assert!(exhausted(2, u64::MAX)
+            .to_string()
+            .ends_with(&format!("frees at {} µs since the epoch", u64::MAX)));
     }
 }

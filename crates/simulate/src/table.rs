@@ -121,8 +121,8 @@ pub fn render(report: &Report) -> String {
                 run.kind.as_str(),
                 format!("{}/{}", s.admitted, s.rejected + s.impossible),
                 s.queued,
-                format_duration(s.longest_wait_us),
-                format_duration(mean),
+                format_wait(s.longest_wait_us),
+                format_wait(mean),
                 reference
             );
         }
@@ -335,6 +335,57 @@ fn bar_rows(c: &Column, scale: u64) -> (u64, u64) {
         }
     }
     (admitted_rows, total_rows)
+}
+
+/// A wait for the queue table, to about three significant figures: `1.88 s` (where
+/// [`format_duration`] gives every microsecond, `1.882352 s`), `2 s`, `12.5 ms`, `188 ms`,
+/// `750 us`. Rounded to the nearest, halves up.
+pub(crate) fn format_wait(us: Micros) -> String {
+    /// `value / scale` with `decimals` decimals, rounded, trailing zeros cut.
+    fn fixed(value: Micros, scale: Micros, decimals: u32, unit: &str) -> String {
+        let step = scale / 10u64.pow(decimals);
+        let n = (value + step / 2) / step;
+        let (whole, frac) = (n / 10u64.pow(decimals), n % 10u64.pow(decimals));
+        if frac == 0 {
+            return format!("{whole} {unit}");
+        }
+        let frac = format!("{frac:0width$}", width = decimals as usize);
+        format!("{whole}.{} {unit}", frac.trim_end_matches('0'))
+    }
+    match us {
+        0 => "0 s".into(),
+        1..1_000 => format!("{us} us"),
+        1_000..10_000 => fixed(us, 1_000, 2, "ms"),
+        10_000..100_000 => fixed(us, 1_000, 1, "ms"),
+        100_000..999_500 => fixed(us, 1_000, 0, "ms"),
+        _ => fixed(us, 1_000_000, 2, "s"),
+    }
+}
+
+#[cfg(test)]
+mod wait_tests {
+    use super::format_wait;
+
+    #[test]
+    fn waits_read_to_about_three_figures() {
+        for (us, text) in [
+            (0, "0 s"),
+            (750, "750 us"),
+            (1_000, "1 ms"),
+            (1_234, "1.23 ms"),
+            (12_500, "12.5 ms"),
+            (188_235, "188 ms"),
+            (999_499, "999 ms"),
+            (999_500, "1 s"),
+            (1_882_352, "1.88 s"),
+            (1_886_000, "1.89 s"),
+            (2_000_000, "2 s"),
+            (2_500_000, "2.5 s"),
+            (86_400_000_000, "86400 s"),
+        ] {
+            assert_eq!(format_wait(us), text, "{us}");
+        }
+    }
 }
 
 #[cfg(test)]

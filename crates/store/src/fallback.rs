@@ -124,14 +124,22 @@ impl<S: Store> FallbackStore<S> {
         &self.local
     }
 
-    /// `policy` with its limit and burst divided by the instance count (at least 1 each), or the
-    /// policy unchanged when the divided quota is not exact.
-    pub fn local_policy(&self, policy: &Policy) -> Policy {
+    /// `policy` with its limit and burst divided by the instance count (at least 1 each).
+    /// When the bucket algorithms refuse that quota (a sub-microsecond emission interval the
+    /// divided burst cannot hold exactly), the limit is rounded down to the nearest one they
+    /// accept with that burst, never above the share; `None` when there is none (that rule
+    /// then follows its failure mode: the primary's error is returned). Undivided, each of
+    /// `N` instances would admit the whole limit during an outage.
+    pub fn local_policy(&self, policy: &Policy) -> Option<Policy> {
         let q = policy.quota();
         let n = self.instances();
-        Quota::with_burst((q.limit() / n).max(1), q.period(), (q.burst() / n).max(1))
-            .and_then(|quota| Policy::new(policy.kind(), quota))
-            .unwrap_or_else(|_| policy.clone())
+        let (limit, burst) = ((q.limit() / n).max(1), (q.burst() / n).max(1));
+        let divided = |limit| {
+            Quota::with_burst(limit, q.period(), burst)
+                .and_then(|quota| Policy::new(policy.kind(), quota))
+                .ok()
+        };
+        divided(limit).or_else(|| divided(exact_limit_below(limit, q.period(), burst)?))
     }
 
     fn degraded(
@@ -151,7 +159,14 @@ impl<S: Store> FallbackStore<S> {
                 return Err(error);
             }
         }
-        let policies: Vec<Policy> = items.iter().map(|i| self.local_policy(i.policy)).collect();
+        let Some(policies) = items
+            .iter()
+            .map(|i| self.local_policy(i.policy))
+            .collect::<Option<Vec<Policy>>>()
+        else {
+            // No divided quota at or below the share: the caller's failure mode applies.
+            return Err(error);
+        };
         let local_items: Vec<CheckItem<'_>> = items
             .iter()
             .zip(&policies)
@@ -240,18 +255,88 @@ impl<S: Store> Store for FallbackStore<S> {
         key: &str,
     ) -> Result<Decision, StoreError> {
         match self.primary.inspect(rule, policy, key).await {
-            Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. })
+            Err(e @ (StoreError::Unavailable { .. } | StoreError::Timeout { .. }))
                 if self.only.as_ref().is_none_or(|is_local| is_local(rule)) =>
             {
+                let Some(local) = self.local_policy(policy) else {
+                    return Err(e);
+                };
                 metrics::counter!("floodgate_store_degraded_total", "mode" => "local").increment(1);
-                Ok(self.local.inspect_at(
-                    rule,
-                    &self.local_policy(policy),
-                    key,
-                    self.local.clock().now(),
-                ))
+                Ok(self
+                    .local
+                    .inspect_at(rule, &local, key, self.local.clock().now()))
             }
             other => other,
+        }
+    }
+}
+
+/// The largest limit at most `limit` per `period` that a bucket of `burst` admits exactly
+/// ([`Quota::min_exact_burst`]: `numerator - 1 + denominator <= burst x numerator` for the
+/// reduced emission interval `numerator / denominator`). With `k` whole units per microsecond
+/// and `k >= burst`, that is `burst` units per microsecond (a fractional rate needs a burst
+/// above `k`). Otherwise the rate `k + 1/m` is exact with a burst of `k + 1` for every `m`
+/// dividing `period`, so the nearest below is the one with the smallest such `m` whose
+/// fraction does not exceed the share's. `None` when nothing is below (no fraction left).
+fn exact_limit_below(limit: u64, period: u64, burst: u64) -> Option<u64> {
+    let whole = limit / period;
+    if whole >= burst {
+        return Some(burst * period);
+    }
+    let rest = limit - whole * period;
+    if rest == 0 {
+        return None;
+    }
+    let m = smallest_divisor_at_least(period, period.div_ceil(rest))?;
+    Some(whole * period + period / m)
+}
+
+/// The smallest divisor of `n` that is at least `at_least` (trial division to the square root:
+/// at most 2^22.5 steps for the longest period, and only on a refused divided quota).
+fn smallest_divisor_at_least(n: u64, at_least: u64) -> Option<u64> {
+    let mut best: Option<u64> = None;
+    let mut i = 1u64;
+    while i.saturating_mul(i) <= n {
+        if n.is_multiple_of(i) {
+            for d in [i, n / i] {
+                if d >= at_least && best.is_none_or(|b| d < b) {
+                    best = Some(d);
+                }
+            }
+        }
+        i += 1;
+    }
+    best
+}
+
+#[cfg(test)]
+mod exact_limit_tests {
+    use super::*;
+
+    /// Brute force: the largest limit at most `limit` that `Quota::with_burst` and the token
+    /// bucket accept with `burst`.
+    fn brute(limit: u64, period: u64, burst: u64) -> Option<u64> {
+        (1..=limit).rev().find(|&l| {
+            Quota::with_burst(l, period, burst).is_ok_and(|q| q.check_bucket_exact().is_ok())
+        })
+    }
+
+    #[test]
+    fn the_rounded_limit_is_the_nearest_exact_one_below() {
+        for period in [1, 2, 6, 10, 12, 30] {
+            for burst in 1..5 {
+                for limit in 1..=period * 6 {
+                    let q = Quota::with_burst(limit, period, burst).unwrap();
+                    if q.check_bucket_exact().is_ok() {
+                        continue;
+                    }
+                    assert_eq!(
+                        exact_limit_below(limit, period, burst),
+                        brute(limit, period, burst),
+                        "{limit}/{period} burst {burst}"
+                    );
+                }
+            }
         }
     }
 }

@@ -160,3 +160,41 @@ async fn local_fallback_can_be_limited_to_some_rules() {
         4
     );
 }
+
+/// Issue 23: a divided quota the buckets refuse (a sub-microsecond emission interval the
+/// divided burst cannot hold exactly) was replaced by the undivided one, so during an outage
+/// each of N instances admitted the whole limit. Now the divided limit is rounded down to the
+/// nearest exact one: 10,000,000/s burst 10 on 3 instances is 3,000,000/s burst 3 locally
+/// (3 admitted at once, not 10); 7,800,000/s burst 9 is 2,500,000/s burst 3.
+#[test]
+fn a_divided_quota_that_cannot_be_exact_is_rounded_down_never_undivided() {
+    let mut server = RedisServer::start().unwrap();
+    server.kill();
+    current_thread_runtime().unwrap().block_on(async {
+        let clock = Arc::new(ManualClock::new(T0));
+        let redis =
+            RedisStore::new(RedisStoreConfig::standalone(server.url()), clock.clone()).unwrap();
+        let store = FallbackStore::new(redis, 3, clock);
+        for (quota, local_limit) in [
+            ("10000000/s burst 10", 3_000_000),
+            ("7800000/s burst 9", 2_500_000),
+        ] {
+            for kind in [AlgorithmKind::TokenBucket, AlgorithmKind::Gcra] {
+                let p = policy(kind, quota);
+                let local = *store.local_policy(&p).unwrap().quota();
+                assert_eq!(
+                    (local.limit(), local.period(), local.burst()),
+                    (local_limit, 1_000_000, 3),
+                    "{kind:?} {quota}"
+                );
+                let key = format!("{kind:?}-{quota}");
+                let mut admitted = 0;
+                for _ in 0..12 {
+                    let d = store.check(&[item("fb", &p, &key, 1)]).await.unwrap();
+                    admitted += u64::from(d.allowed);
+                }
+                assert_eq!(admitted, 3, "{kind:?} {quota}");
+            }
+        }
+    });
+}

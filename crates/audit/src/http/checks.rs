@@ -8,6 +8,43 @@ use super::{error_hint, ms, secs, HttpOptions, Tally, US};
 use crate::timeline::Timeline;
 use crate::{Level, Verdict};
 
+/// A designed burst (nginx `limit_req burst=`, a bucket's capacity not declared in headers):
+/// the first burst admitted more than one counter of the declared limit admits in its time
+/// while the burst after the edge, the multiplication check's, did not reach 1.5x. A note of
+/// its own, as docs/audit.md says, not only the first burst's count beside that verdict.
+pub(super) fn designed_burst(
+    d: &DeclaredLimit,
+    first: &[Sample],
+    again: Option<&[Sample]>,
+) -> Option<Verdict> {
+    let again = Tally::of(again?);
+    let t1 = Tally::of(first);
+    let (allowance, again_allowance) = (d.allowance(t1.span_us()), d.allowance(again.span_us()));
+    let ratio = t1.admitted as f64 / allowance;
+    if d.burst.is_some() || ratio <= 1.02 || again.admitted as f64 / again_allowance >= 1.5 {
+        return None;
+    }
+    let above = t1.admitted.saturating_sub(d.limit);
+    Some(
+        Verdict::new(
+            "burst",
+            Level::Note,
+            format!(
+                "the first burst admitted {} in {} where one counter of {} admits at most {allowance:.0} ({ratio:.2}x): \
+                 a designed burst of about {above} above the limit (nginx limit_req burst=, a bucket's capacity), \
+                 or a fixed window's edge inside that burst; the burst after the edge admitted {}",
+                t1.admitted,
+                ms(t1.span_us()),
+                d.describe(),
+                again.admitted
+            ),
+        )
+        .with("first_admitted", t1.admitted)
+        .with("above_limit", above)
+        .with("ratio", ratio),
+    )
+}
+
 /// The multiplication verdict and the measured capacity: what the second burst (`again`,
 /// sent just after a window edge) admitted, or without it the first (`first`, with the
 /// discovery request).
@@ -427,4 +464,89 @@ pub(super) async fn retry_after_check<T: Timeline>(
             .with("early", s.outcome.as_str());
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `admitted` admissions then `denied` denials, sent 1 ms apart from `at_us`.
+    fn burst(at_us: u64, admitted: u64, denied: u64) -> Vec<Sample> {
+        (0..admitted + denied)
+            .map(|i| Sample {
+                phase: Phase::Multiplication,
+                sent_us: at_us + i * 1_000,
+                done_us: at_us + i * 1_000 + 500,
+                status: if i < admitted { 200 } else { 429 },
+                outcome: if i < admitted {
+                    Outcome::Admitted
+                } else {
+                    Outcome::Denied
+                },
+                error: None,
+                remaining: None,
+                declared: None,
+                retry_after: None,
+                content_type: None,
+                problem_json: false,
+                has_draft_headers: false,
+                syntax: Vec::new(),
+            })
+            .collect()
+    }
+
+    fn ten_per_second() -> DeclaredLimit {
+        DeclaredLimit {
+            limit: 10,
+            window_us: Some(US),
+            burst: None,
+            source: "--limit 10/s".into(),
+        }
+    }
+
+    /// nginx `limit_req rate=10r/s burst=20 nodelay`: 21 admitted by the first burst of 40,
+    /// about 11 after the edge (the bucket refilled for a second).
+    #[test]
+    fn a_first_burst_above_the_limit_is_a_note_of_its_own() {
+        let d = ten_per_second();
+        let (first, again) = (burst(0, 21, 19), burst(3 * US, 11, 29));
+        let v = designed_burst(&d, &first, Some(&again)).unwrap();
+        assert_eq!((v.check.as_str(), v.level), ("burst", Level::Note));
+        assert!(
+            v.summary.starts_with(
+                "the first burst admitted 21 in 40 ms where one counter of 10/s admits at most 10 (2.0"
+            ),
+            "{}",
+            v.summary
+        );
+        assert!(
+            v.summary
+                .contains("a designed burst of about 11 above the limit"),
+            "{}",
+            v.summary
+        );
+        assert!(
+            v.summary.ends_with("the burst after the edge admitted 11"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn no_note_for_a_burst_within_the_limit_a_declared_burst_or_a_multiplied_limit() {
+        let d = ten_per_second();
+        let within = (burst(0, 10, 30), burst(3 * US, 10, 30));
+        assert!(designed_burst(&d, &within.0, Some(&within.1)).is_none());
+        let declared = DeclaredLimit {
+            burst: Some(21),
+            ..ten_per_second()
+        };
+        let bursty = (burst(0, 21, 19), burst(3 * US, 11, 29));
+        assert!(designed_burst(&declared, &bursty.0, Some(&bursty.1)).is_none());
+        // Both bursts at 2x: the multiplication check's danger, not a designed burst.
+        let doubled = (burst(0, 21, 19), burst(3 * US, 21, 19));
+        assert!(designed_burst(&d, &doubled.0, Some(&doubled.1)).is_none());
+        // No second burst: nothing to tell a burst from a crossed edge by.
+        assert!(designed_burst(&d, &bursty.0, None).is_none());
+    }
 }

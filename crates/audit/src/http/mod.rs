@@ -355,6 +355,7 @@ pub async fn audit<T: Timeline>(
     }
     let (mult, capacity) = multiplication(opts, &declared, &m1, m2.as_deref(), burst_n);
     verdicts.push(mult);
+    verdicts.extend(checks::designed_burst(&declared, &m1, m2.as_deref()));
     verdicts.push(match edge {
         Ok(e) => edge_verdict(&e, capacity.unwrap_or(m1_admitted).max(1)),
         Err(v) => v,

@@ -295,19 +295,19 @@ pub(super) fn analyse(
             n.maxmemory_policy.starts_with("allkeys") || n.maxmemory_policy.starts_with("volatile")
         })
         .collect();
-    let policies: Vec<String> = nodes
+    // Each policy once, with the nodes that have it: "noeviction on 127.0.0.1:6401".
+    let mut by_policy: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for n in &nodes {
+        let policy = if n.maxmemory_policy.is_empty() {
+            "?"
+        } else {
+            &n.maxmemory_policy
+        };
+        by_policy.entry(policy).or_default().push(&n.node);
+    }
+    let policies: Vec<String> = by_policy
         .iter()
-        .map(|n| {
-            format!(
-                "{} {}",
-                n.node,
-                if n.maxmemory_policy.is_empty() {
-                    "?"
-                } else {
-                    &n.maxmemory_policy
-                }
-            )
-        })
+        .map(|(policy, on)| format!("{policy} on {}", on.join(", ")))
         .collect();
     let v = if let Some(n) = evicting.first() {
         let what = if n.maxmemory_policy.starts_with("allkeys") {
@@ -331,11 +331,37 @@ pub(super) fn analyse(
         Verdict::new(
             "eviction",
             Level::Ok,
-            format!("maxmemory-policy {} evicts nothing", policies.join(", ")),
+            format!(
+                "maxmemory-policy {}: nothing is evicted",
+                policies.join("; ")
+            ),
         )
         .with("policies", policies)
     };
     verdicts.push(v);
+
+    // The service's reservation claims (`<prefix>claim:<hash>`, one per settled token, with
+    // the token's TTL): Floodgate's keys, but no counter of any rule.
+    let prefix = opts.floodgate.as_ref().map_or("fg:", |f| f.prefix.as_str());
+    let claim = format!("{prefix}claim:");
+    let claims = keys
+        .iter()
+        .filter(|(_, k)| k.name.starts_with(claim.as_bytes()))
+        .count() as u64;
+    if claims > 0 {
+        verdicts.push(
+            Verdict::new(
+                "claims",
+                Level::Ok,
+                format!(
+                    "{claims} sampled {} {claim}*: reservation claims (one per settled \
+                     reservation token, expiring with it), not counters of a rule",
+                    if claims == 1 { "key is" } else { "keys are" }
+                ),
+            )
+            .with("claims", claims),
+        );
+    }
 
     // One user's keys in different slots.
     verdicts.push(slots_verdict(cluster, matched_names));
