@@ -198,6 +198,8 @@ async fn post_json(url: &str, body: &Value) -> (u16, Value) {
     (status, r.json().await.unwrap())
 }
 
+// Over 120 lines: one scenario (runtime directory, Redis, gRPC, /json, /healthcheck, metrics,
+// a reload) whose steps share the running process and its counter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runtime_directory_is_served_over_grpc_json_and_healthcheck_from_redis_and_reloaded() {
     let redis = RedisServer::start().unwrap();
