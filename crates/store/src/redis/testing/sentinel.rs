@@ -24,7 +24,7 @@ impl RedisSentinel {
     /// and waits until it answers `PING`.
     ///
     /// # Errors
-    /// As [`RedisServer::start`].
+    /// As [`RedisServer::start`](super::RedisServer::start).
     pub fn start(master_port: u16) -> io::Result<Self> {
         let port = free_port(false)?;
         let dir = std::env::temp_dir().join(format!(
@@ -67,7 +67,7 @@ impl RedisSentinel {
     /// Runs `redis-cli` against this sentinel.
     ///
     /// # Errors
-    /// As [`RedisServer::cli`].
+    /// As [`RedisServer::cli`](super::RedisServer::cli).
     pub fn cli(&self, args: &[&str]) -> io::Result<String> {
         cli(self.port, args)
     }
