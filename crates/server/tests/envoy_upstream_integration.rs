@@ -574,3 +574,32 @@ async fn limit_response_headers_enabled_names_the_descriptor_closest_to_its_limi
     let r = rls.call("another", &[&[("key2", &fresh("off"))]], 1).await;
     assert_eq!(header(&r, "ratelimit-limit"), None, "{r:?}");
 }
+
+/// With `REDIS_PERSECOND`, a request whose descriptors are on both servers is still all or
+/// nothing: refused by the minute limit (main Redis), it leaves the per-second counter
+/// (second Redis) as it was: the unit taken there first is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_on_both_redis_servers_refused_by_one_charges_nothing_on_the_other() {
+    let (main, per_second) = (RedisServer::start().unwrap(), RedisServer::start().unwrap());
+    let runtime = runtime();
+    let mut vars = runtime.vars();
+    vars.insert("REDIS_URL".into(), format!("127.0.0.1:{}", main.port()));
+    vars.insert("REDIS_PERSECOND".into(), "true".into());
+    vars.insert(
+        "REDIS_PERSECOND_URL".into(),
+        format!("127.0.0.1:{}", per_second.port()),
+    );
+    let mut rls = Rls::connect(start(&runtime, &vars)).await;
+    let (fast, slow) = (fresh("fast"), fresh("slow"));
+    let both: &[&[(&str, &str)]] = &[&[("key1", &fast)], &[("one_per_minute", &slow)]];
+    let r = rls.call("basic", both, 1).await;
+    assert_eq!(r.overall_code, Code::Ok as i32, "{r:?}");
+    assert_eq!(r.statuses[0].limit_remaining, 49);
+    // one_per_minute is spent: refused, and key1's unit is given back.
+    let r = rls.call("basic", both, 1).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32, "{r:?}");
+    assert_eq!(r.statuses[0].code, Code::Ok as i32);
+    assert_eq!(r.statuses[0].limit_remaining, 49, "{r:?}");
+    let r = rls.call("basic", &[&[("key1", &fast)]], 1).await;
+    assert_eq!(r.statuses[0].limit_remaining, 48, "{r:?}");
+}
