@@ -13,7 +13,10 @@
 //!   master, `REDIS_SENTINEL_AUTH` for the sentinel);
 //! - `TestBasicReloadConfig` (a file added to the runtime directory and removed again, each a
 //!   reload counted in `floodgate_config_reloads_total{result="ok"}`);
-//! - `TestShareThreshold`.
+//! - `TestShareThreshold`;
+//! - `TestBasicAuthConfigWithRedisCluster/WithPerSecondRedis` (two real Redis Clusters,
+//!   without passwords) and `TestBasicTLSConfig/WithPerSecondRedisTLS` (`REDIS_TLS`,
+//!   `REDIS_PERSECOND_TLS`, `REDIS_TLS_CACERT`).
 //!
 //! One expectation differs by design (docs/envoy.md, "envoyproxy/ratelimit's integration
 //! suite"): in `testBasicBaseConfig`'s two-descriptor loop a request refused by `key3` charges
@@ -39,7 +42,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use floodgate_store::redis::testing::{RedisSentinel, RedisServer};
+use floodgate_store::redis::testing::{RedisCluster, RedisSentinel, RedisServer, TestCerts};
 use serde_json::json;
 use serve_support::{client, START_US};
 use tonic::transport::Channel;
@@ -602,4 +605,75 @@ async fn a_request_on_both_redis_servers_refused_by_one_charges_nothing_on_the_o
     assert_eq!(r.statuses[0].limit_remaining, 49, "{r:?}");
     let r = rls.call("basic", &[&[("key1", &fast)]], 1).await;
     assert_eq!(r.statuses[0].limit_remaining, 48, "{r:?}");
+}
+
+/// `TestBasicAuthConfigWithRedisCluster/WithPerSecondRedis` without the passwords (the
+/// harness' clusters have none): `REDIS_TYPE=cluster` and `REDIS_PERSECOND_TYPE=cluster`, each
+/// a 3-master Redis Cluster given by its nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_basic_config_with_redis_cluster_and_per_second_redis_cluster() {
+    let (main, per_second) = (
+        RedisCluster::start().unwrap(),
+        RedisCluster::start().unwrap(),
+    );
+    let nodes = |c: &RedisCluster| {
+        c.nodes()
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let runtime = runtime();
+    let mut vars = runtime.vars();
+    vars.insert("REDIS_TYPE".into(), "cluster".into());
+    vars.insert("REDIS_URL".into(), nodes(&main));
+    vars.insert("REDIS_PERSECOND".into(), "true".into());
+    vars.insert("REDIS_PERSECOND_TYPE".into(), "cluster".into());
+    vars.insert("REDIS_PERSECOND_URL".into(), nodes(&per_second));
+    let mut rls = Rls::connect(start(&runtime, &vars)).await;
+    basic_base_config(&mut rls).await;
+    let held = |c: &RedisCluster| {
+        c.nodes()
+            .iter()
+            .map(|n| counters(n, "rl_", None))
+            .sum::<usize>()
+    };
+    let expired_in = |c: &RedisCluster| c.nodes().iter().map(|n| expired(n, None)).sum::<usize>();
+    assert_eq!(
+        held(&per_second) + expired_in(&per_second),
+        1,
+        "{}",
+        rls.fg.logs()
+    );
+    assert_eq!(held(&main), 4);
+}
+
+/// `TestBasicTLSConfig/WithPerSecondRedisTLS`: `REDIS_TLS` and `REDIS_PERSECOND_TLS` with the
+/// CA of `REDIS_TLS_CACERT` (upstream's stunnel is a TLS port of redis-server here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_basic_tls_config_with_per_second_redis_tls() {
+    let certs = TestCerts::generate().unwrap();
+    let (main, per_second) = (
+        RedisServer::start_tls(&certs, false).unwrap(),
+        RedisServer::start_tls(&certs, false).unwrap(),
+    );
+    let runtime = runtime();
+    let mut vars = runtime.vars();
+    let tls = |s: &RedisServer| format!("127.0.0.1:{}", s.tls_port().unwrap());
+    vars.insert("REDIS_TLS".into(), "true".into());
+    vars.insert("REDIS_URL".into(), tls(&main));
+    vars.insert("REDIS_PERSECOND".into(), "true".into());
+    vars.insert("REDIS_PERSECOND_TLS".into(), "true".into());
+    vars.insert("REDIS_PERSECOND_URL".into(), tls(&per_second));
+    vars.insert(
+        "REDIS_TLS_CACERT".into(),
+        certs.path("ca.crt").display().to_string(),
+    );
+    let mut rls = Rls::connect(start(&runtime, &vars)).await;
+    basic_base_config(&mut rls).await;
+    assert_eq!(counters(&main, "rl_", None), 4, "{}", rls.fg.logs());
+    assert_eq!(
+        counters(&per_second, "rl_", None) + expired(&per_second, None),
+        1
+    );
 }
