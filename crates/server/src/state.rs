@@ -80,6 +80,9 @@ pub(crate) struct AppState {
     pub(crate) api_token_override: Option<String>,
     /// `--envoy-*` flags (see [`config::parse_sources`]): applied on every reload too.
     pub(crate) envoy_flags: config::envoy::EnvoyArgs,
+    /// `--envoy-ratelimit-env`: the environment's store and gRPC settings, put into every
+    /// configuration read (at start and on reloads) as they were at start.
+    pub(crate) envoy_env: Option<Arc<config::envoy_env::EnvoyEnv>>,
     /// The descriptor labels each rule has used (bounded per rule; see
     /// [`crate::grpc::labels`]).
     pub(crate) descriptor_labels: crate::grpc::labels::Labels,
@@ -125,6 +128,7 @@ impl AppState {
             admin_token_override: admin_token_override.filter(|t| !t.is_empty()),
             api_token_override: None,
             envoy_flags: config::envoy::EnvoyArgs::default(),
+            envoy_env: None,
             descriptor_labels: crate::grpc::labels::Labels::default(),
             generation: AtomicU64::new(1),
         }
@@ -199,7 +203,10 @@ impl AppState {
         sources: &[(String, String)],
     ) -> Result<(), ConfigErrors> {
         match config::parse_sources(file, sources, &self.envoy_flags) {
-            Ok(new) => {
+            Ok(mut new) => {
+                if let Some(env) = &self.envoy_env {
+                    env.apply_to(&mut new);
+                }
                 let guard = self.reload_lock.lock();
                 let old = self.config();
                 warn_about_restart_only_changes(&old, &new);

@@ -442,14 +442,14 @@ fn a_variable_without_an_equivalent_stops_the_start_naming_it() {
         .env("RUNTIME_SUBDIRECTORY", "ratelimit")
         .env("REDIS_SOCKET_TYPE", "tcp")
         .env("REDIS_URL", "127.0.0.1:1")
-        .env("SHADOW_MODE", "true")
+        .env("USE_DOG_STATSD", "true")
         .env("BACKEND_TYPE", "memcache")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("SHADOW_MODE=\"true\": the global shadow mode is not available"),
+        err.contains("USE_DOG_STATSD=\"true\": Floodgate exports Prometheus metrics only"),
         "{err}"
     );
     assert!(err.contains("BACKEND_TYPE=\"memcache\""), "{err}");

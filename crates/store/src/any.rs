@@ -6,6 +6,7 @@ use std::sync::Arc;
 use floodgate_core::{Decision, Micros, Policy};
 
 use crate::fallback::FallbackStore;
+use crate::per_second::PerSecondStore;
 use crate::redis::RedisStore;
 use crate::{
     BatchDecision, BatchReservation, CheckItem, MemoryStore, SettleItem, Store, StoreError,
@@ -20,6 +21,9 @@ pub enum AnyStore {
     Redis(Arc<RedisStore>),
     /// Redis, falling back to a local store with divided limits when Redis fails.
     RedisWithFallback(Arc<FallbackStore<RedisStore>>),
+    /// Two Redis stores: per-second rules on the second, the rest on the first
+    /// ([`PerSecondStore`], envoyproxy/ratelimit's `REDIS_PERSECOND`).
+    RedisPerSecond(Arc<PerSecondStore<RedisStore, RedisStore>>),
 }
 
 impl AnyStore {
@@ -37,6 +41,7 @@ impl AnyStore {
             AnyStore::Memory(_) => None,
             AnyStore::Redis(r) => Some(r),
             AnyStore::RedisWithFallback(f) => Some(f.primary()),
+            AnyStore::RedisPerSecond(p) => Some(p.main()),
         }
     }
 
@@ -44,7 +49,9 @@ impl AnyStore {
     pub fn kind(&self) -> &'static str {
         match self {
             AnyStore::Memory(_) => "memory",
-            AnyStore::Redis(_) | AnyStore::RedisWithFallback(_) => "redis",
+            AnyStore::Redis(_) | AnyStore::RedisWithFallback(_) | AnyStore::RedisPerSecond(_) => {
+                "redis"
+            }
         }
     }
 }
@@ -60,6 +67,7 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.check_now(items),
             AnyStore::Redis(s) => Box::pin(s.check(items)).await,
             AnyStore::RedisWithFallback(s) => Box::pin(s.check(items)).await,
+            AnyStore::RedisPerSecond(s) => Box::pin(s.check(items)).await,
         }
     }
 
@@ -68,6 +76,7 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.peek_now(items),
             AnyStore::Redis(s) => Box::pin(s.peek(items)).await,
             AnyStore::RedisWithFallback(s) => Box::pin(s.peek(items)).await,
+            AnyStore::RedisPerSecond(s) => Box::pin(s.peek(items)).await,
         }
     }
 
@@ -76,6 +85,7 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.reset(rule, policy, key).await,
             AnyStore::Redis(s) => s.reset(rule, policy, key).await,
             AnyStore::RedisWithFallback(s) => s.reset(rule, policy, key).await,
+            AnyStore::RedisPerSecond(s) => s.reset(rule, policy, key).await,
         }
     }
 
@@ -89,6 +99,7 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.inspect(rule, policy, key).await,
             AnyStore::Redis(s) => s.inspect(rule, policy, key).await,
             AnyStore::RedisWithFallback(s) => s.inspect(rule, policy, key).await,
+            AnyStore::RedisPerSecond(s) => s.inspect(rule, policy, key).await,
         }
     }
 
@@ -102,6 +113,7 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.holds(rule, policy, key).await,
             AnyStore::Redis(s) => s.holds(rule, policy, key).await,
             AnyStore::RedisWithFallback(s) => s.holds(rule, policy, key).await,
+            AnyStore::RedisPerSecond(s) => s.holds(rule, policy, key).await,
         }
     }
 
@@ -114,6 +126,7 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.reserve(items, max_wait).await,
             AnyStore::Redis(s) => Box::pin(s.reserve(items, max_wait)).await,
             AnyStore::RedisWithFallback(s) => Box::pin(s.reserve(items, max_wait)).await,
+            AnyStore::RedisPerSecond(s) => Box::pin(s.reserve(items, max_wait)).await,
         }
     }
 
@@ -122,6 +135,7 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.settle(items).await,
             AnyStore::Redis(s) => s.settle(items).await,
             AnyStore::RedisWithFallback(s) => s.settle(items).await,
+            AnyStore::RedisPerSecond(s) => s.settle(items).await,
         }
     }
 
@@ -130,6 +144,7 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.claim(id, ttl).await,
             AnyStore::Redis(s) => s.claim(id, ttl).await,
             AnyStore::RedisWithFallback(s) => s.claim(id, ttl).await,
+            AnyStore::RedisPerSecond(s) => s.claim(id, ttl).await,
         }
     }
 
@@ -138,6 +153,7 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => Store::set_rule_max_keys(s, rule, max_keys),
             AnyStore::Redis(s) => s.set_rule_max_keys(rule, max_keys),
             AnyStore::RedisWithFallback(s) => s.set_rule_max_keys(rule, max_keys),
+            AnyStore::RedisPerSecond(s) => s.set_rule_max_keys(rule, max_keys),
         }
     }
 
@@ -146,6 +162,7 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => Store::stats(s),
             AnyStore::Redis(s) => s.stats(),
             AnyStore::RedisWithFallback(s) => s.stats(),
+            AnyStore::RedisPerSecond(s) => s.stats(),
         }
     }
 }

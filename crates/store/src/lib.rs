@@ -41,6 +41,7 @@ pub mod calendar;
 pub mod error;
 pub mod fallback;
 pub mod memory;
+pub mod per_second;
 #[cfg(feature = "redis")]
 pub mod redis;
 

@@ -164,6 +164,8 @@ mod tests {
             local_fallback: true,
             local_fallback_instances: Some(4),
             tls: Default::default(),
+            master_auth: None,
+            per_second: None,
         });
         assert_eq!(
             describe_store(&redis),

@@ -4,8 +4,8 @@
 //!
 //! Every variable of `settings.go` is known here. A variable Floodgate maps is mapped; one that
 //! has no equivalent is accepted only with upstream's default value (or where upstream itself
-//! ignores it: the memcache variables without `BACKEND_TYPE=memcache`, the per-second Redis
-//! variables without `REDIS_PERSECOND=true`, ...) and otherwise refused at start with an error
+//! ignores it: the memcache variables without `BACKEND_TYPE=memcache`, the tracing variables
+//! without `TRACING_ENABLED=true`, ...) and otherwise refused at start with an error
 //! naming the variable and its value. Nothing is silently ignored. The table is in
 //! `docs/envoy.md`, "envoyproxy/ratelimit's environment".
 //!
@@ -18,12 +18,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use floodgate_store::redis::{RedisTarget, RedisTls};
-
 use super::RedisConfig;
 use crate::grpc::tls::GrpcTlsSettings;
 
 mod grpc_tls;
+mod limit_headers;
+mod redis;
+mod service;
+
+pub(crate) use service::ServiceModes;
 
 /// What envoyproxy/ratelimit's environment asks of `floodgate serve`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,8 +43,13 @@ pub(crate) struct EnvoyEnv {
     pub(crate) config_dir: PathBuf,
     /// `RUNTIME_IGNOREDOTFILES`: skip files whose name starts with a dot.
     pub(crate) ignore_dot_files: bool,
-    /// The Redis store (`REDIS_*`, `CACHE_KEY_PREFIX`).
+    /// The Redis store (`REDIS_*`, `CACHE_KEY_PREFIX`), with its per-second Redis
+    /// (`REDIS_PERSECOND_*`).
     pub(crate) redis: RedisConfig,
+    /// `SHADOW_MODE`, `MERGE_DOMAIN_CONFIG`, `RESPONSE_DYNAMIC_METADATA`: `[envoy]` settings.
+    pub(crate) service: ServiceModes,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED=true`: the names of upstream's three headers.
+    pub(crate) limit_headers: Option<crate::config::envoy::LimitHeaders>,
     /// `LOG_LEVEL` as a `tracing` filter (`RUST_LOG`, when set, wins).
     pub(crate) log_filter: String,
     /// `LOG_FORMAT=json`.
@@ -56,6 +64,20 @@ pub(crate) struct EnvoyEnv {
     /// Variables accepted with a value that changes nothing in Floodgate (tuning of
     /// upstream's connection pool), each `NAME=value: why`, logged at start.
     pub(crate) notes: Vec<String>,
+}
+
+impl EnvoyEnv {
+    /// Puts the settings of the environment that live in the configuration into `config`:
+    /// the store, the gRPC connection age and TLS, the `LIMIT_RESPONSE_HEADERS_ENABLED`
+    /// headers (a YAML runtime directory has none of
+    /// them). Applied to the configuration read at start and to every reload's, so that a
+    /// reload finds them unchanged.
+    pub(crate) fn apply_to(&self, config: &mut super::Config) {
+        config.store.redis = Some(self.redis.clone());
+        config.server.limits.grpc_max_connection_age = self.grpc_max_connection_age;
+        config.server.grpc_tls.clone_from(&self.grpc_tls);
+        config.envoy.limit_headers.clone_from(&self.limit_headers);
+    }
 }
 
 /// The problems found, one line each, every one naming its variable.
@@ -123,20 +145,16 @@ const DEFAULT_ONLY: &[(&str, &str, &str)] = &[
     ("PROMETHEUS_MAPPER_YAML", "", "Floodgate's series have their own names (docs/metrics.md); no statsd mapping"),
     ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", "floodgate_grpc_request_duration_seconds is in seconds"),
     ("EXPIRATION_JITTER_MAX_SECONDS", "300", "Floodgate's keys expire exactly when forgetting them changes nothing (docs/redis.md); there is no jitter"),
-    ("LOCAL_CACHE_SIZE_IN_BYTES", "0", "Floodgate's local over-limit cache (the Redis store's deny cache) is not offered: it is exact only within one process, since a reset made through another instance is not seen until the cached denial's retry_after ends (docs/redis.md, \"Deny cache\")"),
+    ("LOCAL_CACHE_SIZE_IN_BYTES", "0", "Floodgate's local over-limit cache (the Redis store's deny cache) is not offered here: it is exact only within one process, since a reset made through another instance is not seen until the cached denial's retry_after ends (docs/redis.md, \"Deny cache\"); unset it: every decision then asks Redis, one round trip that also refuses without charging, so nothing is lost without the cache"),
     ("NEAR_LIMIT_RATIO", "0.8", "Floodgate has no near-limit statistic"),
-    ("LIMIT_RESPONSE_HEADERS_ENABLED", "false", "Floodgate sends the IETF RateLimit-Policy and RateLimit headers (docs/envoy.md); the draft X-RateLimit-* headers are not available"),
     ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false", "Floodgate always verifies the Redis server's name"),
     ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", "Floodgate's health does not follow Redis (the rules' failure modes apply; /readyz reports the store)"),
     ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", "Floodgate multiplexes calls on one connection per node; it has no pool to run empty"),
     ("REDIS_STARTUP_MAX_ELAPSED_TIME", "0", "Floodgate starts without waiting for Redis (the failure modes apply until it answers)"),
     ("REDIS_STARTUP_INITIAL_INTERVAL", "1s", "Floodgate starts without waiting for Redis (the failure modes apply until it answers)"),
     ("REDIS_STARTUP_MAX_INTERVAL", "30s", "Floodgate starts without waiting for Redis (the failure modes apply until it answers)"),
-    ("REDIS_PERSECOND", "false", "a second Redis for per-second limits is not available yet; one Redis holds every limit"),
-    ("SHADOW_MODE", "false", "the global shadow mode is not available yet; use shadow_mode per descriptor"),
+    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "WAIT", "Floodgate multiplexes calls on one connection per node; it has no pool to run empty"),
     ("QUOTA_MODE", "false", "the global quota mode is not available yet"),
-    ("RESPONSE_DYNAMIC_METADATA", "false", "Floodgate sends no dynamic metadata yet"),
-    ("MERGE_DOMAIN_CONFIG", "false", "two files with one domain are not merged yet (one domain per file)"),
     ("TRACING_ENABLED", "false", "Floodgate exports no OpenTelemetry traces"),
 ];
 
@@ -148,6 +166,10 @@ const POOL_TUNING: &[&str] = &[
     "REDIS_PIPELINE_WINDOW",
     "REDIS_PIPELINE_LIMIT",
     "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+    "REDIS_PERSECOND_POOL_SIZE",
+    "REDIS_PERSECOND_PIPELINE_WINDOW",
+    "REDIS_PERSECOND_PIPELINE_LIMIT",
+    "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
 ];
 
 /// The variables this module maps (the rest of `settings.go` is in [`DEFAULT_ONLY`],
@@ -191,10 +213,25 @@ const MAPPED: &[&str] = &[
     "REDIS_TLS_CACERT",
     "REDIS_SENTINEL_AUTH",
     "REDIS_TIMEOUT",
+    "REDIS_PERSECOND",
+    "REDIS_PERSECOND_SOCKET_TYPE",
+    "REDIS_PERSECOND_TYPE",
+    "REDIS_PERSECOND_URL",
+    "REDIS_PERSECOND_AUTH",
+    "REDIS_PERSECOND_TLS",
+    "REDIS_PERSECOND_SENTINEL_AUTH",
+    "REDIS_PERSECOND_TIMEOUT",
+    "SHADOW_MODE",
+    "RESPONSE_DYNAMIC_METADATA",
+    "MERGE_DOMAIN_CONFIG",
+    "LIMIT_RESPONSE_HEADERS_ENABLED",
+    "LIMIT_LIMIT_HEADER",
+    "LIMIT_REMAINING_HEADER",
+    "LIMIT_RESET_HEADER",
 ];
 
-/// Variables upstream reads only in a mode Floodgate refuses above (memcache, per-second Redis,
-/// xDS, statsd, tracing, response headers): without that mode upstream ignores them too, so
+/// Variables upstream reads only in a mode Floodgate refuses above (memcache, xDS, statsd,
+/// tracing, response headers): without that mode upstream ignores them too, so
 /// they are accepted whatever they hold.
 #[cfg(test)]
 const INERT_WITHOUT_THEIR_MODE: &[&str] = &[
@@ -215,9 +252,6 @@ const INERT_WITHOUT_THEIR_MODE: &[&str] = &[
     "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
     "STATSD_HOST",
     "STATSD_PORT",
-    "LIMIT_LIMIT_HEADER",
-    "LIMIT_REMAINING_HEADER",
-    "LIMIT_RESET_HEADER",
     "MEMCACHE_HOST_PORT",
     "MEMCACHE_MAX_IDLE_CONNS",
     "MEMCACHE_SRV",
@@ -227,18 +261,6 @@ const INERT_WITHOUT_THEIR_MODE: &[&str] = &[
     "MEMCACHE_TLS_CLIENT_KEY",
     "MEMCACHE_TLS_CACERT",
     "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
-    "REDIS_PERSECOND_SOCKET_TYPE",
-    "REDIS_PERSECOND_TYPE",
-    "REDIS_PERSECOND_URL",
-    "REDIS_PERSECOND_POOL_SIZE",
-    "REDIS_PERSECOND_AUTH",
-    "REDIS_PERSECOND_TLS",
-    "REDIS_PERSECOND_SENTINEL_AUTH",
-    "REDIS_PERSECOND_PIPELINE_WINDOW",
-    "REDIS_PERSECOND_PIPELINE_LIMIT",
-    "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
-    "REDIS_PERSECOND_TIMEOUT",
-    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
     "TRACING_SERVICE_NAME",
     "TRACING_SERVICE_NAMESPACE",
     "TRACING_SERVICE_INSTANCE_ID",
@@ -384,7 +406,9 @@ pub(crate) fn from_vars(vars: &BTreeMap<String, String>) -> Result<EnvoyEnv, Env
              use BACKEND_TYPE=redis",
         );
     }
-    let redis = redis_config(&mut r);
+    let redis = redis::redis_config(&mut r);
+    let service = service::service_modes(&mut r);
+    let limit_headers = limit_headers::limit_headers(&mut r);
     let _stop_increment = r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false);
     let healthy_needs_config = r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false);
 
@@ -436,6 +460,8 @@ pub(crate) fn from_vars(vars: &BTreeMap<String, String>) -> Result<EnvoyEnv, Env
             config_dir,
             ignore_dot_files,
             redis,
+            service,
+            limit_headers,
             log_filter,
             log_json,
             grpc_max_connection_age,
@@ -519,208 +545,6 @@ fn logging(r: &mut Reader<'_>) -> (String, bool) {
         }
     };
     (log_filter, log_json)
-}
-
-/// `REDIS_SOCKET_TYPE`, `REDIS_TYPE`, `REDIS_URL`, `REDIS_AUTH`, `REDIS_SENTINEL_AUTH`,
-/// `REDIS_TLS*`, `REDIS_TIMEOUT` and `CACHE_KEY_PREFIX` as a Redis store.
-fn redis_config(r: &mut Reader<'_>) -> RedisConfig {
-    let socket = r.text("REDIS_SOCKET_TYPE", "unix");
-    let kind = r.text("REDIS_TYPE", "SINGLE");
-    let url = r.text("REDIS_URL", "/var/run/nutcracker/ratelimit.sock");
-    let auth = r.text("REDIS_AUTH", "");
-    let sentinel_auth = r.text("REDIS_SENTINEL_AUTH", "");
-    let tls = r.bool("REDIS_TLS", false);
-    let unix = match socket.to_ascii_lowercase().as_str() {
-        "unix" => true,
-        "tcp" => false,
-        _ => {
-            r.fail("REDIS_SOCKET_TYPE", &socket, "expected unix or tcp");
-            false
-        }
-    };
-    let scheme = if tls { "rediss" } else { "redis" };
-    let userinfo = |auth: &str| -> String {
-        if auth.is_empty() {
-            return String::new();
-        }
-        // `user:password`, or a password alone (upstream's REDIS_AUTH forms).
-        match auth.split_once(':') {
-            Some((user, pass)) => format!("{}:{}@", percent(user), percent(pass)),
-            None => format!(":{}@", percent(auth)),
-        }
-    };
-    let node = |addr: &str, auth: &str| -> String {
-        if unix {
-            let query = match auth.split_once(':') {
-                _ if auth.is_empty() => String::new(),
-                Some((user, pass)) => format!("?user={}&pass={}", percent(user), percent(pass)),
-                None => format!("?pass={}", percent(auth)),
-            };
-            format!("redis+unix://{addr}{query}")
-        } else {
-            format!("{scheme}://{}{addr}", userinfo(auth))
-        }
-    };
-    let list: Vec<String> = url
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect();
-    let target = match kind.to_ascii_lowercase().as_str() {
-        "single" => {
-            if list.len() != 1 {
-                r.fail("REDIS_URL", &url, "REDIS_TYPE=single takes one address");
-            }
-            RedisTarget::Standalone(node(list.first().map_or("", String::as_str), &auth))
-        }
-        "cluster" => {
-            if unix {
-                r.fail(
-                    "REDIS_SOCKET_TYPE",
-                    &socket,
-                    "a Redis Cluster is reached over tcp (REDIS_SOCKET_TYPE=tcp)",
-                );
-            }
-            RedisTarget::Cluster(list.iter().map(|a| node(a, &auth)).collect())
-        }
-        "sentinel" => {
-            if list.len() < 2 {
-                r.fail(
-                    "REDIS_URL",
-                    &url,
-                    "REDIS_TYPE=sentinel expects <master name>,<sentinel1>,...,<sentinelN>",
-                );
-            }
-            if unix {
-                r.fail(
-                    "REDIS_SOCKET_TYPE",
-                    &socket,
-                    "sentinels are reached over tcp (REDIS_SOCKET_TYPE=tcp)",
-                );
-            }
-            if tls {
-                r.fail(
-                    "REDIS_TLS",
-                    "true",
-                    "Floodgate's Sentinel store has no TLS (docs/redis.md)",
-                );
-            }
-            if !auth.is_empty() {
-                r.fail(
-                    "REDIS_AUTH",
-                    "<set>",
-                    "Floodgate's Sentinel store cannot authenticate to the master yet \
-                     (REDIS_SENTINEL_AUTH, for the sentinels, is supported)",
-                );
-            }
-            RedisTarget::Sentinel {
-                master_name: list.first().cloned().unwrap_or_default(),
-                sentinels: list
-                    .iter()
-                    .skip(1)
-                    .map(|a| format!("redis://{}{a}", userinfo(&sentinel_auth)))
-                    .collect(),
-            }
-        }
-        _ => {
-            r.fail("REDIS_TYPE", &kind, "expected single, cluster or sentinel");
-            RedisTarget::Standalone(String::new())
-        }
-    };
-    let (tls_files, timeout_ms, prefix) = redis_files_timeout_prefix(r, unix, tls);
-    RedisConfig {
-        target,
-        timeout_ms,
-        breaker_window_ms: DEFAULT_BREAKER_WINDOW_MS,
-        prefix,
-        local_fallback: false,
-        local_fallback_instances: None,
-        tls: tls_files,
-    }
-}
-
-/// `REDIS_TLS_CACERT`, `REDIS_TLS_CLIENT_CERT`, `REDIS_TLS_CLIENT_KEY` (read now),
-/// `REDIS_TIMEOUT` and `CACHE_KEY_PREFIX`.
-fn redis_files_timeout_prefix(
-    r: &mut Reader<'_>,
-    unix: bool,
-    tls: bool,
-) -> (RedisTls, u64, String) {
-    if unix && tls {
-        r.fail(
-            "REDIS_TLS",
-            "true",
-            "TLS needs REDIS_SOCKET_TYPE=tcp (a unix socket is local)",
-        );
-    }
-    let mut read = |name: &str| -> Option<Vec<u8>> {
-        let path = r.text(name, "");
-        if path.is_empty() {
-            return None;
-        }
-        if !tls {
-            r.fail(name, &path, "needs REDIS_TLS=true");
-            return None;
-        }
-        match std::fs::read(&path) {
-            Ok(bytes) => Some(bytes),
-            Err(e) => {
-                r.fail(name, &path, format!("cannot read: {e}"));
-                None
-            }
-        }
-    };
-    let tls_files = RedisTls {
-        ca_pem: read("REDIS_TLS_CACERT"),
-        client_cert_pem: read("REDIS_TLS_CLIENT_CERT"),
-        client_key_pem: read("REDIS_TLS_CLIENT_KEY"),
-    };
-    if tls_files.client_cert_pem.is_some() != tls_files.client_key_pem.is_some() {
-        r.fail(
-            "REDIS_TLS_CLIENT_CERT",
-            &r.text("REDIS_TLS_CLIENT_CERT", ""),
-            "a client certificate needs its key (REDIS_TLS_CLIENT_KEY) and the reverse",
-        );
-    }
-    let timeout_ms = if r.vars.contains_key("REDIS_TIMEOUT") {
-        let t = r.duration("REDIS_TIMEOUT", "10s");
-        if t.is_zero() || t > MAX_REDIS_TIMEOUT {
-            let v = r.text("REDIS_TIMEOUT", "");
-            r.fail("REDIS_TIMEOUT", &v, "must be between 1ms and 60s");
-        }
-        u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)
-    } else {
-        DEFAULT_REDIS_TIMEOUT_MS
-    };
-    let prefix = match r.vars.get("CACHE_KEY_PREFIX") {
-        Some(p) if !p.is_empty() => {
-            if p.contains(['{', '}']) || p.len() > 64 {
-                let p = p.clone();
-                r.fail(
-                    "CACHE_KEY_PREFIX",
-                    &p,
-                    "at most 64 bytes and no braces (a hash tag would put every key in one \
-                     cluster slot)",
-                );
-            }
-            p.clone()
-        }
-        _ => "fg:".to_string(),
-    };
-    (tls_files, timeout_ms, prefix)
-}
-
-/// Percent-encodes what a URL's userinfo cannot hold as it is.
-fn percent(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// A Go `time.ParseDuration` text: `0`, or numbers with units (`ns`, `us`, `µs`, `ms`, `s`,

@@ -206,6 +206,12 @@ pub(crate) struct RedisConfig {
     /// `tls_ca_file`, `tls_cert_file`, `tls_key_file` (PEM; relative paths are relative to the
     /// configuration file's folder), read when the file is loaded. Only with `rediss://`.
     pub(crate) tls: floodgate_store::redis::RedisTls,
+    /// The master's credentials with Redis Sentinel (`REDIS_AUTH` with `REDIS_TYPE=sentinel`
+    /// in `--envoy-ratelimit-env`); `None` for a master without a password.
+    pub(crate) master_auth: Option<floodgate_store::redis::MasterAuth>,
+    /// A second Redis for the rules whose period is a second or less (envoyproxy/ratelimit's
+    /// `REDIS_PERSECOND`; `[store.per_second]`); `None`: this one holds every rule.
+    pub(crate) per_second: Option<Box<RedisConfig>>,
 }
 
 /// Default `[store] breaker_window_ms`: 250 ms, the store's own default

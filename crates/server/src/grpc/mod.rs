@@ -30,6 +30,7 @@ mod descriptor;
 mod guard;
 mod incoming;
 pub(crate) mod labels;
+mod limit_headers;
 mod reset;
 pub(crate) mod rls;
 pub(crate) mod tls;

@@ -152,6 +152,9 @@ async fn should_rate_limit(
         plan.is_blocked(),
         state.clock.now(),
     )?;
+    if let Some(names) = &config.envoy.limit_headers {
+        super::limit_headers::add(&mut response, names);
+    }
     if config.envoy.response_dynamic_metadata {
         let mut passed = serde_json::Map::new();
         for (slot, status) in slots.iter().zip(&response.statuses) {

@@ -148,6 +148,11 @@ async fn store_readiness(store: &AnyStore) -> StoreReadiness {
     let Some(redis) = store.redis() else {
         return StoreReadiness::NotChecked;
     };
+    if let AnyStore::RedisPerSecond(both) = store {
+        if let Err(e) = both.per_second().readiness().await {
+            return StoreReadiness::Down(format!("per-second redis: {e}"));
+        }
+    }
     match redis.readiness().await {
         Ok(()) => StoreReadiness::Up,
         Err(e) if matches!(store, AnyStore::RedisWithFallback(_)) => {

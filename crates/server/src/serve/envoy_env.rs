@@ -42,6 +42,7 @@ pub(super) fn apply(args: &mut ServeArgs) -> anyhow::Result<()> {
     }
     args.log_filter = Some(env.log_filter.clone());
     envoy_env::set_ignore_dot_files(env.ignore_dot_files);
+    env.service.apply(&mut args.envoy);
     args.envoy_env = Some(Box::new(env));
     Ok(())
 }
@@ -58,6 +59,10 @@ pub(super) fn log_start(args: &ServeArgs) {
         debug = %env.debug,
         prometheus = ?env.prometheus,
         redis = %shown_target(&env.redis.target),
+        redis_per_second = ?env.redis.per_second.as_ref().map(|r| shown_target(&r.target)),
+        shadow_mode = env.service.shadow_mode,
+        merge_domain_config = env.service.merge_domain_config,
+        response_dynamic_metadata = env.service.response_dynamic_metadata,
         "envoyproxy/ratelimit environment mode"
     );
     for note in &env.notes {
@@ -107,13 +112,12 @@ fn shown_target(target: &floodgate_store::redis::RedisTarget) -> String {
     }
 }
 
-/// The settings of the environment that live in the configuration: the store, the gRPC
-/// connection age and TLS, read once at start (as `[store]` and `[server]` are).
+/// The settings of the environment that live in the configuration (the store, the gRPC
+/// connection age and TLS; [`EnvoyEnv::apply_to`]); reloads apply them again (`AppState`'s
+/// `envoy_env`), so a reload of the runtime directory changes none of them.
 pub(super) fn adjust_config(args: &ServeArgs, config: &mut Config) {
     let Some(env) = &args.envoy_env else { return };
-    config.store.redis = Some(env.redis.clone());
-    config.server.limits.grpc_max_connection_age = env.grpc_max_connection_age;
-    config.server.grpc_tls.clone_from(&env.grpc_tls);
+    env.apply_to(config);
 }
 
 /// The HTTP listener's router: `base` with `/json` and `/healthcheck` in this mode.

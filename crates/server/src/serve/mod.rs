@@ -22,6 +22,7 @@ pub(crate) mod listener;
 mod recorder;
 mod reload;
 mod store;
+mod store_per_second;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -393,6 +394,7 @@ async fn configure(
     state.bench_baseline = args.bench_baseline;
     state.api_token_override = args.api_token.clone().filter(|t| !t.is_empty());
     state.envoy_flags = args.envoy.clone();
+    state.envoy_env = args.envoy_env.as_deref().cloned().map(Arc::new);
     if let Some(secret) = args.reservation_secret.as_deref().filter(|s| !s.is_empty()) {
         state.reservations =
             crate::http::settle::Signer::new(Some(secret), state.reservations.ttl());

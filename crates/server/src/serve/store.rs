@@ -21,6 +21,7 @@ fn apply_redis_settings(redis: &mut RedisStoreConfig, file: &config::RedisConfig
     redis.breaker_window = Duration::from_millis(file.breaker_window_ms);
     redis.prefix.clone_from(&file.prefix);
     redis.tls.clone_from(&file.tls);
+    redis.master_auth.clone_from(&file.master_auth);
 }
 
 /// The store `[store]` (or `--store`) asks for. A Redis store connects lazily: when Redis is
@@ -68,6 +69,7 @@ pub(super) async fn build_store(
     let local_fallback = config.redis.as_ref().filter(|r| r.local_fallback);
     // With the local fallback, every process announces itself, so the count is discovered.
     redis.announce = local_fallback.is_some();
+    let template = redis.clone();
     let store = RedisStore::new(redis, Arc::clone(clock))
         .map_err(|e| anyhow::anyhow!("redis store: {e}"))?;
     match store.startup_check().await {
@@ -79,6 +81,13 @@ pub(super) async fn build_store(
             error = %e,
             "redis is not reachable yet; the rules' failure modes apply until it answers"
         ),
+    }
+    if let Some((file, fast)) = config
+        .redis
+        .as_ref()
+        .and_then(|r| Some((r, r.per_second.as_deref()?)))
+    {
+        return super::store_per_second::join(store, file, fast, &template, clock).await;
     }
     Ok(match local_fallback.map(|r| r.local_fallback_instances) {
         Some(Some(instances)) => {

@@ -191,6 +191,11 @@ pub struct RedisStoreConfig {
     /// arrive while all are out wait and then go together in the next call (see the
     /// [module docs](super)). Default 2. `0` turns coalescing off (one script call per batch, all pipelined).
     pub coalesce: usize,
+    /// The master's credentials with [`RedisTarget::Sentinel`] (the sentinels' own are in
+    /// their URLs): sent when the store asks the master for its role and on every connection
+    /// to it. Default `None`: a master without a password. Ignored by the other targets,
+    /// whose URLs carry their credentials.
+    pub master_auth: Option<super::MasterAuth>,
 }
 
 impl RedisStoreConfig {
@@ -222,6 +227,7 @@ impl RedisStoreConfig {
             announce: false,
             deny_cache: false,
             coalesce: 2,
+            master_auth: None,
         }
     }
 }

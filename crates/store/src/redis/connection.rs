@@ -29,6 +29,8 @@ pub(super) enum Conn {
 pub(super) struct SentinelLink {
     sentinel: tokio::sync::Mutex<redis::sentinel::Sentinel>,
     master_name: String,
+    /// The master's credentials ([`RedisStoreConfig::master_auth`](super::RedisStoreConfig)).
+    node_info: Option<redis::sentinel::SentinelNodeConnectionInfo>,
     manager_config: ConnectionManagerConfig,
     /// The master's address and the connection to it; `None` until first found.
     current: parking_lot::Mutex<Option<(String, ConnectionManager)>>,
@@ -50,7 +52,7 @@ impl SentinelLink {
             .sentinel
             .lock()
             .await
-            .async_master_for(&self.master_name, None)
+            .async_master_for(&self.master_name, self.node_info.as_ref())
             .await?;
         let addr = client.get_connection_info().addr().to_string();
         let mut current = self.current.lock();
@@ -212,6 +214,10 @@ pub(super) fn connect(
             let link = Arc::new(SentinelLink {
                 sentinel: tokio::sync::Mutex::new(sentinel),
                 master_name: master_name.clone(),
+                node_info: config
+                    .master_auth
+                    .as_ref()
+                    .map(super::MasterAuth::node_info),
                 // Finite retries: a connection to a master replaced by a failover stops
                 // trying (the next call on a live one reconnects anew).
                 manager_config: manager_config(config).set_number_of_retries(40),

@@ -60,6 +60,8 @@ use crate::{BatchDecision, CheckItem, Store, StoreError};
 
 mod announce;
 mod asking;
+mod auth;
+pub use auth::MasterAuth;
 mod batch;
 mod breaker;
 mod calendar;

@@ -28,6 +28,7 @@
 //! Errors name the file, the line and the field (`descriptors[1].rate_limit.unit`); a field
 //! Floodgate does not support is an error, never ignored.
 
+mod limit_headers;
 mod rate_limit;
 mod settings;
 mod walker;
@@ -42,6 +43,7 @@ use floodgate_tower::{CostSource, Matcher};
 use super::descriptors::{path_name, DescriptorIndex, DescriptorRule, Leaf};
 use super::error::ConfigErrors;
 use super::schema::{override_rule, Config, RuleConfig, ServerConfig, StoreConfig};
+pub(crate) use limit_headers::LimitHeaders;
 pub(crate) use rate_limit::unit_period;
 pub(crate) use settings::{EnvoyArgs, EnvoySettings, MAX_METRIC_VALUES_PER_RULE};
 use walker::{Found, FoundKind, Walker};

@@ -38,6 +38,10 @@ pub(crate) struct EnvoySettings {
     /// decisions of any further value are counted under `other`. Default 100; a larger value
     /// than [`MAX_METRIC_VALUES_PER_RULE`] is read as that.
     pub(crate) metric_values_per_rule: usize,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED` (set by `--envoy-ratelimit-env` only): the
+    /// `RateLimit-Limit`/`-Remaining`/`-Reset` headers of upstream, under these names.
+    #[serde(skip)]
+    pub(crate) limit_headers: Option<super::LimitHeaders>,
 }
 
 impl Default for EnvoySettings {
@@ -48,6 +52,7 @@ impl Default for EnvoySettings {
             response_dynamic_metadata: false,
             request_limit_overrides: true,
             metric_values_per_rule: 100,
+            limit_headers: None,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Unit tests of the mapping of envoyproxy/ratelimit's environment.
 
 use super::*;
+use floodgate_store::redis::RedisTarget;
 
 fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -131,13 +132,13 @@ fn a_unix_socket_carries_its_password_in_the_query() {
 fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
     let err = from_vars(&vars(&[
         ("BACKEND_TYPE", "memcache"),
-        ("SHADOW_MODE", "true"),
+        ("SHADOW_MODE", "maybe"),
         ("QUOTA_MODE", "1"),
-        ("MERGE_DOMAIN_CONFIG", "true"),
-        ("RESPONSE_DYNAMIC_METADATA", "true"),
         ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_TYPE", "ring"),
         ("GRPC_SERVER_USE_TLS", "true"),
         ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("LIMIT_RESET_HEADER", "bad header"),
         ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
         ("USE_STATSD", "true"),
         ("PORT", "http"),
@@ -151,16 +152,15 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
     let text = err.to_string();
     for needle in [
         "BACKEND_TYPE=\"memcache\": Floodgate keeps shared limits in Redis only",
-        "SHADOW_MODE=\"true\": the global shadow mode",
+        "SHADOW_MODE=\"maybe\": expected true or false",
         "QUOTA_MODE=\"1\"",
-        "MERGE_DOMAIN_CONFIG=\"true\"",
-        "RESPONSE_DYNAMIC_METADATA=\"true\"",
-        "REDIS_PERSECOND=\"true\": a second Redis for per-second limits",
+        "REDIS_PERSECOND_TYPE=\"ring\": expected single, cluster or sentinel",
         "GRPC_SERVER_TLS_CERT=\"\": GRPC_SERVER_USE_TLS=true needs the server's certificate",
         "GRPC_SERVER_TLS_KEY=\"\": GRPC_SERVER_USE_TLS=true needs",
-        "LIMIT_RESPONSE_HEADERS_ENABLED=\"true\"",
+        "LIMIT_RESET_HEADER=\"bad header\": not a valid HTTP header name",
         "LOCAL_CACHE_SIZE_IN_BYTES=\"1048576\": Floodgate's local over-limit cache (the Redis \
-         store's deny cache) is not offered: it is exact only within one process",
+         store's deny cache) is not offered here: it is exact only within one process",
+        "; unset it: every decision then asks Redis",
         "USE_STATSD=\"true\": Floodgate sends no statsd",
         "PORT=\"http\": expected a port number",
         "LOG_LEVEL=\"loud\"",
@@ -171,7 +171,7 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
     ] {
         assert!(text.contains(needle), "{needle} in\n{text}");
     }
-    assert_eq!(err.0.len(), 17, "{text}");
+    assert_eq!(err.0.len(), 15, "{text}");
 }
 
 #[test]
@@ -202,11 +202,93 @@ fn sentinel_limits_are_explained() {
     .to_string();
     assert!(err.contains("<master name>,<sentinel1>"), "{err}");
     assert!(err.contains("REDIS_SOCKET_TYPE=\"unix\": sentinels are reached over tcp"));
-    assert!(
-        err.contains("REDIS_AUTH=\"<set>\""),
-        "the password is not shown: {err}"
+    assert!(!err.contains("pw"), "the password is not shown: {err}");
+}
+
+#[test]
+fn sentinel_auth_goes_to_the_master_and_sentinel_auth_to_the_sentinels_as_upstream() {
+    let env = from_vars(&vars(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_TYPE", "sentinel"),
+        ("REDIS_URL", "mymaster,10.0.0.1:26379"),
+        ("REDIS_AUTH", "app:pw"),
+        ("REDIS_SENTINEL_AUTH", "s3"),
+    ]))
+    .unwrap();
+    let auth = env.redis.master_auth.expect("the master's credentials");
+    assert_eq!(
+        (auth.username.as_deref(), auth.password.as_str()),
+        (Some("app"), "pw")
     );
-    assert!(!err.contains("pw\""), "{err}");
+    assert_eq!(
+        env.redis.target,
+        RedisTarget::Sentinel {
+            master_name: "mymaster".into(),
+            sentinels: vec!["redis://:s3@10.0.0.1:26379".into()],
+        }
+    );
+}
+
+#[test]
+fn redis_persecond_is_a_second_store_of_its_own_variables_sharing_prefix_and_tls_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "ca").unwrap();
+    let ca = ca.display().to_string();
+    let per_second = [
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "redis:6379"),
+        ("CACHE_KEY_PREFIX", "rl_"),
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+        ("REDIS_PERSECOND_URL", "redis-ps:6379"),
+        ("REDIS_PERSECOND_AUTH", "pw"),
+        ("REDIS_PERSECOND_TLS", "true"),
+        ("REDIS_PERSECOND_TIMEOUT", "2s"),
+        ("REDIS_PERSECOND_POOL_SIZE", "20"),
+        ("REDIS_TLS_CACERT", ca.as_str()),
+    ];
+    let env = from_vars(&vars(&per_second)).unwrap();
+    assert_eq!(
+        env.redis.target,
+        RedisTarget::Standalone("redis://redis:6379".into())
+    );
+    assert!(
+        env.redis.tls.is_empty(),
+        "REDIS_TLS is off for the main store"
+    );
+    let fast = env.redis.per_second.expect("a per-second store");
+    assert_eq!(
+        fast.target,
+        RedisTarget::Standalone("rediss://:pw@redis-ps:6379".into())
+    );
+    assert_eq!((fast.prefix.as_str(), fast.timeout_ms), ("rl_", 2000));
+    assert_eq!(fast.tls.ca_pem.as_deref(), Some(&b"ca"[..]));
+    assert!(fast.per_second.is_none());
+    // Without REDIS_PERSECOND=true the REDIS_PERSECOND_* variables are unused, as upstream.
+    let off: Vec<_> = per_second
+        .iter()
+        .filter(|(k, _)| *k != "REDIS_PERSECOND" && *k != "REDIS_TLS_CACERT")
+        .copied()
+        .collect();
+    assert!(from_vars(&vars(&off)).unwrap().redis.per_second.is_none());
+}
+
+#[test]
+fn shadow_mode_merge_domain_config_and_response_dynamic_metadata_set_the_envoy_flags() {
+    let env = from_vars(&vars(&[
+        ("SHADOW_MODE", "true"),
+        ("MERGE_DOMAIN_CONFIG", "1"),
+        ("RESPONSE_DYNAMIC_METADATA", "True"),
+    ]))
+    .unwrap();
+    let mut flags = crate::config::envoy::EnvoyArgs::default();
+    env.service.apply(&mut flags);
+    let settings = flags.apply(crate::config::envoy::EnvoySettings::default());
+    assert!(settings.shadow_mode && settings.merge_domain_config);
+    assert!(settings.response_dynamic_metadata);
+    let none = from_vars(&BTreeMap::new()).unwrap().service;
+    assert_eq!(none, ServiceModes::default());
 }
 
 #[test]

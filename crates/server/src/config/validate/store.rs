@@ -193,6 +193,8 @@ impl Validator<'_> {
             local_fallback: local,
             local_fallback_instances: instances,
             tls,
+            master_auth: None,
+            per_second: None,
         })
     }
 

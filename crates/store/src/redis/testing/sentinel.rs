@@ -26,6 +26,20 @@ impl RedisSentinel {
     /// # Errors
     /// As [`RedisServer::start`](super::RedisServer::start).
     pub fn start(master_port: u16) -> io::Result<Self> {
+        Self::start_with_auth(master_port, None, None)
+    }
+
+    /// Like [`start`](Self::start) for a master that needs `master_password` (`sentinel
+    /// auth-pass`), the sentinel itself asking clients for `password` (`requirepass`) when
+    /// given. Its [`cli`](Self::cli) then needs `-a <password>` among its arguments.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_with_auth(
+        master_port: u16,
+        master_password: Option<&str>,
+        password: Option<&str>,
+    ) -> io::Result<Self> {
         let port = free_port(false)?;
         let dir = std::env::temp_dir().join(format!(
             "floodgate-sentinel-{}-{}-{port}",
@@ -41,9 +55,15 @@ impl RedisSentinel {
                  sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
                  sentinel down-after-milliseconds {name} 1000\n\
                  sentinel failover-timeout {name} 10000\n\
-                 sentinel parallel-syncs {name} 1\n",
+                 sentinel parallel-syncs {name} 1\n{auth_pass}{requirepass}",
                 dir.display(),
                 name = Self::MASTER_NAME,
+                auth_pass = master_password
+                    .map(|p| format!("sentinel auth-pass {} {p}\n", Self::MASTER_NAME))
+                    .unwrap_or_default(),
+                requirepass = password
+                    .map(|p| format!("requirepass {p}\n"))
+                    .unwrap_or_default(),
             ),
         )?;
         let conf = conf.to_string_lossy().into_owned();
@@ -54,7 +74,9 @@ impl RedisSentinel {
             child: Some(child),
         };
         wait_until(&format!("redis-sentinel on port {port}"), || {
-            raw_command(port, "PING").is_ok_and(|r| r.starts_with("+PONG"))
+            // -NOAUTH: it answers, and asks for its password.
+            raw_command(port, "PING")
+                .is_ok_and(|r| r.starts_with("+PONG") || r.starts_with("-NOAUTH"))
         })?;
         Ok(sentinel)
     }

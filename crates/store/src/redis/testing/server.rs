@@ -191,7 +191,8 @@ impl RedisServer {
         self.child = Some(child);
         let p = self.port;
         wait_until(&format!("{binary} on port {p}"), || {
-            raw_command(p, "PING").is_ok_and(|r| r.starts_with("+PONG"))
+            // -NOAUTH: it answers, and asks for the `--requirepass` it was given.
+            raw_command(p, "PING").is_ok_and(|r| r.starts_with("+PONG") || r.starts_with("-NOAUTH"))
         })?;
         // The server answering is the one asked for (Valkey reports `valkey_version`).
         let info = raw_command(p, "INFO server")?;
