@@ -598,13 +598,6 @@ fn redis_config(r: &mut Reader<'_>) -> RedisConfig {
                     "sentinels are reached over tcp (REDIS_SOCKET_TYPE=tcp)",
                 );
             }
-            if tls {
-                r.fail(
-                    "REDIS_TLS",
-                    "true",
-                    "Floodgate's Sentinel store has no TLS (docs/redis.md)",
-                );
-            }
             if !auth.is_empty() {
                 r.fail(
                     "REDIS_AUTH",
@@ -618,7 +611,8 @@ fn redis_config(r: &mut Reader<'_>) -> RedisConfig {
                 sentinels: list
                     .iter()
                     .skip(1)
-                    .map(|a| format!("redis://{}{a}", userinfo(&sentinel_auth)))
+                    // REDIS_TLS: the sentinels and the master over TLS.
+                    .map(|a| format!("{scheme}://{}{a}", userinfo(&sentinel_auth)))
                     .collect(),
             }
         }

@@ -13,6 +13,7 @@ use tokio::sync::OnceCell;
 
 use super::asking;
 use super::config::{RedisStoreConfig, RedisTarget, SENTINEL_POLL};
+use super::sentinels::Sentinels;
 use crate::StoreError;
 
 /// The connection: multiplexed (one TCP connection pipelines every concurrent call) and
@@ -27,7 +28,7 @@ pub(super) enum Conn {
 /// The master of a Sentinel-monitored set: a connection to the address the sentinels name,
 /// replaced when they name another (a failover).
 pub(super) struct SentinelLink {
-    sentinel: tokio::sync::Mutex<redis::sentinel::Sentinel>,
+    sentinel: tokio::sync::Mutex<Sentinels>,
     master_name: String,
     manager_config: ConnectionManagerConfig,
     /// The master's address and the connection to it; `None` until first found.
@@ -40,18 +41,15 @@ impl SentinelLink {
         if let Some((_, m)) = self.current.lock().clone() {
             return Ok(m);
         }
-        self.resolve().await
+        // Boxed: the sentinel client's future is deep, and every call's future would
+        // otherwise hold it inline (the compiler's layout depth limit in callers' tests).
+        Box::pin(self.resolve()).await
     }
 
     /// Asks the sentinels for the master (`redis` checks it answers `ROLE` as a master) and,
     /// when it is another address than the current one, connects to it instead.
     async fn resolve(&self) -> Result<ConnectionManager, RedisError> {
-        let client = self
-            .sentinel
-            .lock()
-            .await
-            .async_master_for(&self.master_name, None)
-            .await?;
+        let client = self.sentinel.lock().await.master(&self.master_name).await?;
         let addr = client.get_connection_info().addr().to_string();
         let mut current = self.current.lock();
         if let Some((known, m)) = current.as_ref() {
@@ -207,8 +205,8 @@ pub(super) fn connect(
             sentinels,
             master_name,
         } => {
-            let sentinel =
-                redis::sentinel::Sentinel::build(sentinels.clone()).map_err(unavailable)?;
+            let sentinel = Sentinels::build(sentinels, master_name, tls.then_some(&config.tls))
+                .map_err(unavailable)?;
             let link = Arc::new(SentinelLink {
                 sentinel: tokio::sync::Mutex::new(sentinel),
                 master_name: master_name.clone(),

@@ -76,6 +76,7 @@ mod readiness;
 mod reply;
 mod reserve;
 pub mod scripts;
+mod sentinels;
 mod store;
 // The test harness (feature `testing`): real servers on free ports, not for production use.
 #[cfg(any(test, feature = "testing"))]

@@ -133,7 +133,8 @@ impl RedisStore {
         let tls = urls.iter().any(|u| is_tls_url(u));
         if tls && !urls.iter().all(|u| is_tls_url(u)) {
             return Err(StoreError::Unavailable {
-                reason: "redis cluster nodes mix rediss:// (TLS) and plain URLs".into(),
+                reason: "redis cluster nodes or sentinels mix rediss:// (TLS) and plain URLs"
+                    .into(),
             });
         }
         if !tls && !config.tls.is_empty() {
@@ -141,11 +142,6 @@ impl RedisStore {
                 reason: "redis TLS files (CA, client certificate) are given, but the URL is not \
                          rediss://"
                     .into(),
-            });
-        }
-        if tls && matches!(config.target, RedisTarget::Sentinel { .. }) {
-            return Err(StoreError::Unavailable {
-                reason: "redis sentinel with TLS (rediss://) is not supported".into(),
             });
         }
         if tls {
