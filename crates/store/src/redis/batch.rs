@@ -11,7 +11,8 @@ use redis::RedisError;
 use super::coalesce;
 use super::connection::{duration_ms, is_out_of_memory, ScriptCall};
 use super::reply::{
-    assemble, name_slots, parse_group_reply, push_item_args, single_kind, Group, GroupReply,
+    assemble, name_slots, parse_group_reply, push_item_args, single_kind, slot_number, Group,
+    GroupReply,
 };
 use super::store::{note_probe_key, RedisStore};
 use super::{keys, scripts};
@@ -116,10 +117,11 @@ impl RedisStore {
                 }
             })
             .await;
+        self.record_shards(&groups, result.is_ok());
         let result = match result {
             Err(e) if self.is_cluster() => {
                 note_probe_key(&self.probe_key, &groups[0].keys[0]);
-                Err(name_slots(e, &groups))
+                Err(name_slots(e, &groups, self.shards.as_ref()))
             }
             other => other,
         };
@@ -129,6 +131,14 @@ impl RedisStore {
             }
         }
         result
+    }
+
+    /// Cluster: counts the call under the master of each of its slots (readiness per shard).
+    fn record_shards(&self, groups: &[Group], ok: bool) {
+        if let Some(shards) = &self.shards {
+            let slots = groups.iter().map(|g| slot_number(g.keys[0].as_bytes()));
+            shards.record_slots(self.clock.now(), slots, ok);
+        }
     }
 
     /// Redis refused the batch with `OOM` (over `maxmemory` with `noeviction`): peek it with

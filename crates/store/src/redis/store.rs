@@ -64,6 +64,8 @@ pub struct RedisStore {
     pub(super) probe_key: Arc<parking_lot::Mutex<Option<String>>>,
     /// Readiness: the outcomes of the last seconds' calls (see [`health`]).
     pub(super) health: health::Health,
+    /// Cluster: the same per master (see [`shards`](super::shards)).
+    pub(super) shards: Option<super::shards::Shards>,
 }
 
 /// Pause between two recovery `PING`s that failed at once.
@@ -189,6 +191,10 @@ impl RedisStore {
                 config.timeout.max(config.connect_timeout),
             );
         }
+        let shards = match &config.target {
+            RedisTarget::Cluster(nodes) => Some(super::shards::Shards::new(nodes)),
+            _ => None,
+        };
         Ok(Self {
             conn,
             client: standalone_client,
@@ -204,6 +210,7 @@ impl RedisStore {
             deny_cache,
             probe_key: Arc::default(),
             health: health::Health::default(),
+            shards,
         })
     }
 
