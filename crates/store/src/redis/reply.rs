@@ -133,24 +133,28 @@ pub(super) fn parse_group_reply(
 /// key. Timeouts carry no text and stay as they are.
 pub(super) fn name_slots(e: StoreError, groups: &[Group], shards: Option<&Shards>) -> StoreError {
     match e {
-        StoreError::Unavailable { reason } => {
-            let slots: Vec<String> = groups
-                .iter()
-                .map(|g| {
-                    let slot = slot_number(g.keys[0].as_bytes());
-                    match shards.and_then(|s| s.node_of(slot)) {
-                        Some(node) => format!("{slot} on {node}"),
-                        None => slot.to_string(),
-                    }
-                })
-                .collect();
-            let s = if slots.len() == 1 { "" } else { "s" };
-            StoreError::Unavailable {
-                reason: format!("{reason} (cluster slot{s} {})", slots.join(", ")),
-            }
-        }
+        StoreError::Unavailable { reason } => StoreError::Unavailable {
+            reason: format!("{reason} ({})", slots_text(groups, shards)),
+        },
         other => other,
     }
+}
+
+/// `cluster slot 2513 on 10.0.0.1:7000` (or `cluster slots 1, 2 on ...` for several groups;
+/// a slot whose master is unknown is named alone).
+pub(super) fn slots_text(groups: &[Group], shards: Option<&Shards>) -> String {
+    let slots: Vec<String> = groups
+        .iter()
+        .map(|g| {
+            let slot = slot_number(g.keys[0].as_bytes());
+            match shards.and_then(|s| s.node_of(slot)) {
+                Some(node) => format!("{slot} on {node}"),
+                None => slot.to_string(),
+            }
+        })
+        .collect();
+    let s = if slots.len() == 1 { "" } else { "s" };
+    format!("cluster slot{s} {}", slots.join(", "))
 }
 
 /// The cluster slot of a key name without braces (ours never have any): CRC16-XMODEM of the

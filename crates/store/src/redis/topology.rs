@@ -9,8 +9,8 @@
 //! dead master names no node, so an operator could not tell which shard failed.
 //!
 //! # How
-//! Every `CLUSTER SLOTS` the client sends goes through [`AskingConnection`](super::asking)
-//! (the per-node connection), which asks [`refresh`] here. A node is asked at most once per
+//! Every `CLUSTER SLOTS` the client sends goes through the per-node connection
+//! (`AskingConnection`, `asking.rs`), which asks `refresh` here. A node is asked at most once per
 //! [`SLOT_REFRESH_INTERVAL`]; a refresh inside that interval is answered with the node's
 //! last reply at once (counted in `floodgate_store_redis_slot_refreshes_total{outcome =
 //! "reused"}`). So the map the client rebuilds is at most that old: a reshard's `MOVED`
@@ -18,7 +18,7 @@
 //! and a promoted replica is found within one interval of the first failure after it.
 //! The replies are kept per node address for the whole process (a process has few clusters
 //! and a cluster few nodes; at most [`MAX_NODES`] are kept), and the same map names the node
-//! of a failed call's slot ([`node_of`]).
+//! of a failed call's slot (`node_of`).
 //!
 //! Time here is the process's [`SystemClock`](floodgate_core::SystemClock): this bounds
 //! traffic to Redis and decides nothing.
