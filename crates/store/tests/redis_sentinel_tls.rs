@@ -97,12 +97,12 @@ fn a_store_decides_through_tls_sentinels_on_a_tls_master_and_refuses_a_wrong_ca(
 fn sentinels_mixing_tls_and_plain_urls_are_refused() {
     let rt = multi_thread_runtime(1).unwrap();
     rt.block_on(async {
-        let e = store(
+        let Err(e) = store(
             vec!["rediss://127.0.0.1:1".into(), "redis://127.0.0.1:2".into()],
             RedisTls::default(),
-        )
-        .err()
-        .expect("mixed schemes");
+        ) else {
+            panic!("sentinels mixing schemes were accepted");
+        };
         assert!(e.to_string().contains("mix rediss://"), "{e}");
     });
 }
