@@ -4,12 +4,12 @@
 //! with traffic spread evenly, fails a third of the calls, but a shard that holds few of the
 //! keys in use can fail every one of its calls while the store as a whole stays under the
 //! threshold. So each decision call on a cluster is also counted under the master of its
-//! slot, as the client's slot map last named it ([`topology`](super::topology)), and
+//! slot, as the client's slot map last named it ([`topology`]), and
 //! readiness asks every shard the same question as the store: at least
 //! [`MIN_CALLS`](super::health::MIN_CALLS) calls in the last
 //! [`WINDOW_SECONDS`](super::health::WINDOW_SECONDS) and at least
 //! [`MAX_FAILED_PERCENT`](super::health::MAX_FAILED_PERCENT) % of them failed. Bounded: one
-//! ten-bucket ring per master, at most [`topology::MAX_NODES`](super::topology::MAX_NODES)
+//! ten-bucket ring per master, at most [`topology::MAX_NODES`]
 //! of them (the rest counted under `"other"`).
 
 use std::collections::HashMap;

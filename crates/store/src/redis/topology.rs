@@ -20,7 +20,7 @@
 //! and a cluster few nodes; at most [`MAX_NODES`] are kept), and the same map names the node
 //! of a failed call's slot (`node_of`).
 //!
-//! Time here is the process's [`SystemClock`](floodgate_core::SystemClock): this bounds
+//! Time here is the process's [`SystemClock`]: this bounds
 //! traffic to Redis and decides nothing.
 
 use std::collections::HashMap;
