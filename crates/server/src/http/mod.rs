@@ -40,6 +40,7 @@ pub(crate) mod openapi;
 pub(crate) mod ops;
 pub(crate) mod problem;
 pub(crate) mod query;
+mod readyz_shards;
 pub(crate) mod settle;
 #[cfg(test)]
 mod tests;

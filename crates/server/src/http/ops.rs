@@ -42,7 +42,8 @@ pub(super) async fn healthz() -> &'static str {
 /// probe a second, however often `/readyz` is polled; see `RedisStore::readiness`), the store
 /// is `down` and `/readyz` answers 503 problem+json naming the store, since every `closed`
 /// rule would answer 503 too. With `fallback = "local"` it stays 200 with `"status":
-/// "degraded"`: requests are still decided, locally.
+/// "degraded"`: requests are still decided, locally. On a Redis Cluster `store.shards` lists
+/// each master's recent calls (`readyz_shards`); one failing shard makes the store `down`.
 pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let config = state.config();
     let rules: Vec<_> = config
@@ -76,6 +77,10 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
                 "store": store.to_json(state.store().kind()),
                 "config": config_json,
             });
+            let mut body = body;
+            if let Some(shards) = super::readyz_shards::shards(state.store()) {
+                body["store"]["shards"] = shards;
+            }
             let mut response = (StatusCode::SERVICE_UNAVAILABLE, body.to_string()).into_response();
             response.headers_mut().insert(
                 http::header::CONTENT_TYPE,
@@ -100,6 +105,9 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         // `fallback = "local"`: the count each limit is divided by while Redis fails.
         if let AnyStore::RedisWithFallback(f) = state.store() {
             body["store"]["instances"] = json!(f.instances());
+        }
+        if let Some(shards) = super::readyz_shards::shards(state.store()) {
+            body["store"]["shards"] = shards;
         }
     }
     let status = if shutting_down {

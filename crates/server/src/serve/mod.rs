@@ -19,6 +19,7 @@
 pub(crate) mod connections;
 pub(crate) mod envoy_env;
 pub(crate) mod listener;
+mod logging;
 mod recorder;
 mod reload;
 mod store;
@@ -209,8 +210,8 @@ enum LogFormat {
 /// be bound, or a failure to install the metrics recorder or signal handlers.
 pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
     envoy_env::apply(&mut args)?;
-    init_logging(
-        args.log_format,
+    logging::init(
+        matches!(args.log_format, LogFormat::Json),
         args.log_filter.as_deref().unwrap_or("info"),
     );
     envoy_env::log_start(&args);
@@ -219,19 +220,6 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(serve(args))
-}
-
-fn init_logging(format: LogFormat, default: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // A second init (e.g. in tests) is harmless: the first subscriber stays.
-    let _ = match format {
-        LogFormat::Text => builder.with_ansi(false).try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    };
 }
 
 /// Reads the configuration named by `--config`, or the embedded default, with its text (for
@@ -256,6 +244,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // are reachable must be handled, not kill the process with the default action.
     let signals = Signals::install()?;
     let prometheus = recorder::install()?;
+    tokio::spawn(logging::summaries());
 
     let (clock, manual_clock) = clock(args.manual_clock);
     let store = store::build_store(

@@ -31,10 +31,15 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::Connect;
 use redis::{AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 
+use super::topology;
+
 /// A cluster node's connection that pipelines `ASKING` with the command it redirects (see the
 /// [module docs](self)).
 pub(crate) struct AskingConnection {
     inner: MultiplexedConnection,
+    /// The node's address (`host:port`): its `CLUSTER SLOTS` go through
+    /// [`topology::refresh`].
+    node: std::sync::Arc<str>,
     /// The cluster client sent `ASKING` on this clone: the next command goes with it.
     asking: bool,
 }
@@ -44,6 +49,7 @@ impl Clone for AskingConnection {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
+            node: self.node.clone(),
             asking: false,
         }
     }
@@ -81,6 +87,9 @@ impl ConnectionLike for AskingConnection {
         if is_asking(cmd) {
             self.asking = true;
             return async { Ok(Value::Okay) }.boxed();
+        }
+        if topology::is_cluster_slots(cmd) {
+            return self.cluster_slots(cmd);
         }
         if !std::mem::take(&mut self.asking) {
             return self.inner.req_packed_command(cmd);
@@ -126,14 +135,33 @@ impl ConnectionLike for AskingConnection {
     }
 }
 
+impl AskingConnection {
+    /// `CLUSTER SLOTS`, at most once per [`topology::SLOT_REFRESH_INTERVAL`] on this node
+    /// (else its last reply, see [`topology`]).
+    fn cluster_slots<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        if let Some(reply) = topology::refresh(&self.node) {
+            return async { Ok(reply) }.boxed();
+        }
+        async move {
+            let reply = self.inner.req_packed_command(cmd).await?;
+            topology::remember(&self.node, &reply);
+            Ok(reply)
+        }
+        .boxed()
+    }
+}
+
 impl Connect for AskingConnection {
     fn connect_with_config<'a, T>(info: T, config: AsyncConnectionConfig) -> RedisFuture<'a, Self>
     where
         T: IntoConnectionInfo + Send + 'a,
     {
         async move {
+            let info = info.into_connection_info()?;
+            let node = std::sync::Arc::from(info.addr().to_string());
             Ok(Self {
                 inner: MultiplexedConnection::connect_with_config(info, config).await?,
+                node,
                 asking: false,
             })
         }

@@ -11,11 +11,39 @@ use redis::RedisError;
 use super::coalesce;
 use super::connection::{duration_ms, is_out_of_memory, ScriptCall};
 use super::reply::{
-    assemble, name_slots, parse_group_reply, push_item_args, single_kind, Group, GroupReply,
+    assemble, name_slots, parse_group_reply, push_item_args, single_kind, slot_number, slots_text,
+    Group, GroupReply,
 };
 use super::store::{note_probe_key, RedisStore};
 use super::{keys, scripts};
 use crate::{BatchDecision, CheckItem, StoreError};
+
+/// A failed cluster call, logged with its slot and master at `warn` at most once a second
+/// per process (the rest counted in the next line's `suppressed`): a timeout's error carries
+/// no text, so Floodgate's own store-failure line cannot name them.
+fn log_cluster_failure(
+    error: &StoreError,
+    groups: &[Group],
+    shards: Option<&super::shards::Shards>,
+) {
+    use floodgate_core::{Clock, SystemClock};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_US: AtomicU64 = AtomicU64::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+    let now = SystemClock.now();
+    let last = LAST_US.load(Ordering::Relaxed);
+    if now.saturating_sub(last) >= 1_000_000
+        && LAST_US
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
+        let at = slots_text(groups, shards);
+        tracing::warn!(%error, suppressed, "redis cluster call failed: {at}");
+    } else {
+        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 impl RedisStore {
     /// Splits a batch into slot groups (one group on standalone Redis).
@@ -116,10 +144,12 @@ impl RedisStore {
                 }
             })
             .await;
+        self.record_shards(&groups, result.is_ok());
         let result = match result {
             Err(e) if self.is_cluster() => {
                 note_probe_key(&self.probe_key, &groups[0].keys[0]);
-                Err(name_slots(e, &groups))
+                log_cluster_failure(&e, &groups, self.shards.as_ref());
+                Err(name_slots(e, &groups, self.shards.as_ref()))
             }
             other => other,
         };
@@ -129,6 +159,14 @@ impl RedisStore {
             }
         }
         result
+    }
+
+    /// Cluster: counts the call under the master of each of its slots (readiness per shard).
+    fn record_shards(&self, groups: &[Group], ok: bool) {
+        if let Some(shards) = &self.shards {
+            let slots = groups.iter().map(|g| slot_number(g.keys[0].as_bytes()));
+            shards.record_slots(self.clock.now(), slots, ok);
+        }
     }
 
     /// Redis refused the batch with `OOM` (over `maxmemory` with `noeviction`): peek it with

@@ -14,8 +14,8 @@ pub enum RedisTarget {
     /// `rediss://` for TLS).
     Cluster(Vec<String>),
     /// The master of `master_name` as Redis Sentinel reports it, given by sentinels
-    /// (`redis://host:26379` each; no TLS). The store follows a failover (see
-    /// [`SENTINEL_POLL`]).
+    /// (`redis://host:26379` each, or all `rediss://` for TLS to the sentinels and the
+    /// master, with [`RedisTls`]). The store follows a failover (see [`SENTINEL_POLL`]).
     Sentinel {
         /// The sentinels' URLs.
         sentinels: Vec<String>,

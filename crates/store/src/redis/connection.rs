@@ -13,6 +13,7 @@ use tokio::sync::OnceCell;
 
 use super::asking;
 use super::config::{RedisStoreConfig, RedisTarget, SENTINEL_POLL};
+use super::sentinels::Sentinels;
 use crate::StoreError;
 
 /// The connection: multiplexed (one TCP connection pipelines every concurrent call) and
@@ -27,7 +28,7 @@ pub(super) enum Conn {
 /// The master of a Sentinel-monitored set: a connection to the address the sentinels name,
 /// replaced when they name another (a failover).
 pub(super) struct SentinelLink {
-    sentinel: tokio::sync::Mutex<redis::sentinel::Sentinel>,
+    sentinel: tokio::sync::Mutex<Sentinels>,
     master_name: String,
     /// The master's credentials ([`RedisStoreConfig::master_auth`](super::RedisStoreConfig)).
     node_info: Option<redis::sentinel::SentinelNodeConnectionInfo>,
@@ -42,7 +43,9 @@ impl SentinelLink {
         if let Some((_, m)) = self.current.lock().clone() {
             return Ok(m);
         }
-        self.resolve().await
+        // Boxed: the sentinel client's future is deep, and every call's future would
+        // otherwise hold it inline (the compiler's layout depth limit in callers' tests).
+        Box::pin(self.resolve()).await
     }
 
     /// Asks the sentinels for the master (`redis` checks it answers `ROLE` as a master) and,
@@ -52,7 +55,7 @@ impl SentinelLink {
             .sentinel
             .lock()
             .await
-            .async_master_for(&self.master_name, self.node_info.as_ref())
+            .master(&self.master_name, self.node_info.as_ref())
             .await?;
         let addr = client.get_connection_info().addr().to_string();
         let mut current = self.current.lock();
@@ -209,8 +212,13 @@ pub(super) fn connect(
             sentinels,
             master_name,
         } => {
-            let sentinel =
-                redis::sentinel::Sentinel::build(sentinels.clone()).map_err(unavailable)?;
+            let sentinel = Sentinels::build(
+                sentinels,
+                master_name,
+                tls.then_some(&config.tls),
+                config.master_auth.as_ref(),
+            )
+            .map_err(unavailable)?;
             let link = Arc::new(SentinelLink {
                 sentinel: tokio::sync::Mutex::new(sentinel),
                 master_name: master_name.clone(),

@@ -78,7 +78,10 @@ mod readiness;
 mod reply;
 mod reserve;
 pub mod scripts;
+mod sentinels;
+pub mod shards;
 mod store;
+pub mod topology;
 // The test harness (feature `testing`): real servers on free ports, not for production use.
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -47,7 +47,8 @@ impl RedisStore {
     }
 
     /// Whether Redis can decide now, for a readiness probe: `Err` while the circuit breaker is
-    /// open, while at least [`health::MAX_FAILED_PERCENT`] % of the calls of the last
+    /// open, while one shard of a cluster is failing (see
+    /// [`shard_readiness`](Self::shard_readiness)), while at least [`health::MAX_FAILED_PERCENT`] % of the calls of the last
     /// [`health::WINDOW_SECONDS`] s failed (of at least [`health::MIN_CALLS`]: a partial
     /// outage, e.g. one cluster master dead, that neither opens the breaker nor fails the
     /// probe), or when the last readiness probe failed. The probe is `INFO stats` (on every
@@ -71,12 +72,23 @@ impl RedisStore {
             });
         }
         let now = self.clock.now();
+        let shard = self.failing_shards();
         if let Some((failed, calls)) = self.health.failing(now) {
+            let shard = shard.map(|s| format!("; shard not ready: {s}"));
             return Err(StoreError::Unavailable {
                 reason: format!(
                     "redis: {failed} of the {calls} calls of the last {} s failed (not ready \
-                     from {} %)",
+                     from {} %){}",
                     health::WINDOW_SECONDS,
+                    health::MAX_FAILED_PERCENT,
+                    shard.unwrap_or_default()
+                ),
+            });
+        }
+        if let Some(shard) = shard {
+            return Err(StoreError::Unavailable {
+                reason: format!(
+                    "redis cluster shard not ready: {shard} (not ready from {} %)",
                     health::MAX_FAILED_PERCENT
                 ),
             });
@@ -199,6 +211,40 @@ impl RedisStore {
             maxmemory_policies,
             may_evict,
         })
+    }
+}
+
+impl RedisStore {
+    /// A cluster's shards as readiness sees them (see [`shards`](super::shards)): each
+    /// master of the client's slot map and each that had calls in the last
+    /// [`WINDOW_SECONDS`](health::WINDOW_SECONDS), with its calls, failures and
+    /// whether it is ready. Empty on standalone Redis and Sentinel. Reads no Redis.
+    pub fn shard_readiness(&self) -> Vec<super::shards::ShardReport> {
+        self.shards
+            .as_ref()
+            .map(|s| s.report(self.clock.now()))
+            .unwrap_or_default()
+    }
+
+    /// The shards that are not ready (`node 10.0.0.1:7000 (slots 0-5460): 112 of the 112
+    /// calls of the last 10 s failed`, joined by `; `), for readiness' reason.
+    pub(super) fn failing_shards(&self) -> Option<String> {
+        let shards = self.shard_readiness();
+        let failing: Vec<String> = shards
+            .iter()
+            .filter(|s| !s.ready)
+            .map(|s| {
+                format!(
+                    "node {} (slots {}): {} of the {} calls of the last {} s failed",
+                    s.node,
+                    s.slot_text(),
+                    s.failed,
+                    s.calls,
+                    health::WINDOW_SECONDS,
+                )
+            })
+            .collect();
+        (!failing.is_empty()).then(|| failing.join("; "))
     }
 }
 

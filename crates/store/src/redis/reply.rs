@@ -5,6 +5,7 @@ use floodgate_core::{AlgorithmKind, Decision};
 use redis::RedisError;
 
 use super::scripts;
+use super::shards::Shards;
 use crate::{BatchDecision, CheckItem, StoreError};
 
 /// One slot group of a batch: the keys it touches and the batch items it decides.
@@ -126,29 +127,40 @@ pub(super) fn parse_group_reply(
     })
 }
 
-/// A cluster call's failure names the slot(s) of its keys ("slot 2513"), so that an operator
-/// can tell which shard fails (`CLUSTER SHARDS` maps a slot to its nodes); the key names are
-/// hashes, never a client's key. Timeouts carry no text and stay as they are.
-pub(super) fn name_slots(e: StoreError, groups: &[Group]) -> StoreError {
+/// A cluster call's failure names the slot(s) of its keys and their master as the client's
+/// slot map last named it ("slot 2513 on 127.0.0.1:7001"; see [`Shards::node_of`]), so
+/// that an operator can tell which shard fails; the key names are hashes, never a client's
+/// key. Timeouts carry no text and stay as they are.
+pub(super) fn name_slots(e: StoreError, groups: &[Group], shards: Option<&Shards>) -> StoreError {
     match e {
-        StoreError::Unavailable { reason } => {
-            let slots: Vec<String> = groups
-                .iter()
-                .map(|g| slot_number(g.keys[0].as_bytes()).to_string())
-                .collect();
-            let s = if slots.len() == 1 { "" } else { "s" };
-            StoreError::Unavailable {
-                reason: format!("{reason} (cluster slot{s} {})", slots.join(", ")),
-            }
-        }
+        StoreError::Unavailable { reason } => StoreError::Unavailable {
+            reason: format!("{reason} ({})", slots_text(groups, shards)),
+        },
         other => other,
     }
+}
+
+/// `cluster slot 2513 on 10.0.0.1:7000` (or `cluster slots 1, 2 on ...` for several groups;
+/// a slot whose master is unknown is named alone).
+pub(super) fn slots_text(groups: &[Group], shards: Option<&Shards>) -> String {
+    let slots: Vec<String> = groups
+        .iter()
+        .map(|g| {
+            let slot = slot_number(g.keys[0].as_bytes());
+            match shards.and_then(|s| s.node_of(slot)) {
+                Some(node) => format!("{slot} on {node}"),
+                None => slot.to_string(),
+            }
+        })
+        .collect();
+    let s = if slots.len() == 1 { "" } else { "s" };
+    format!("cluster slot{s} {}", slots.join(", "))
 }
 
 /// The cluster slot of a key name without braces (ours never have any): CRC16-XMODEM of the
 /// whole name mod 16384, the number behind [`keys::slot`](super::keys::slot) (the `redis`
 /// crate does not show it).
-fn slot_number(name: &[u8]) -> u16 {
+pub(super) fn slot_number(name: &[u8]) -> u16 {
     let crc = name.iter().fold(0u16, |crc, &b| {
         (0..8).fold(crc ^ (u16::from(b) << 8), |c, _| {
             if c & 0x8000 != 0 {

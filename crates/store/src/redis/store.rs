@@ -64,6 +64,8 @@ pub struct RedisStore {
     pub(super) probe_key: Arc<parking_lot::Mutex<Option<String>>>,
     /// Readiness: the outcomes of the last seconds' calls (see [`health`]).
     pub(super) health: health::Health,
+    /// Cluster: the same per master (see [`shards`](super::shards)).
+    pub(super) shards: Option<super::shards::Shards>,
 }
 
 /// Pause between two recovery `PING`s that failed at once.
@@ -133,7 +135,8 @@ impl RedisStore {
         let tls = urls.iter().any(|u| is_tls_url(u));
         if tls && !urls.iter().all(|u| is_tls_url(u)) {
             return Err(StoreError::Unavailable {
-                reason: "redis cluster nodes mix rediss:// (TLS) and plain URLs".into(),
+                reason: "redis cluster nodes or sentinels mix rediss:// (TLS) and plain URLs"
+                    .into(),
             });
         }
         if !tls && !config.tls.is_empty() {
@@ -141,11 +144,6 @@ impl RedisStore {
                 reason: "redis TLS files (CA, client certificate) are given, but the URL is not \
                          rediss://"
                     .into(),
-            });
-        }
-        if tls && matches!(config.target, RedisTarget::Sentinel { .. }) {
-            return Err(StoreError::Unavailable {
-                reason: "redis sentinel with TLS (rediss://) is not supported".into(),
             });
         }
         if tls {
@@ -193,6 +191,10 @@ impl RedisStore {
                 config.timeout.max(config.connect_timeout),
             );
         }
+        let shards = match &config.target {
+            RedisTarget::Cluster(nodes) => Some(super::shards::Shards::new(nodes)),
+            _ => None,
+        };
         Ok(Self {
             conn,
             client: standalone_client,
@@ -208,6 +210,7 @@ impl RedisStore {
             deny_cache,
             probe_key: Arc::default(),
             health: health::Health::default(),
+            shards,
         })
     }
 

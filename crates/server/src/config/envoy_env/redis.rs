@@ -113,13 +113,6 @@ fn one(r: &mut Reader<'_>, var: &str, default_url: &str, tls: bool) -> RedisConf
                     ),
                 );
             }
-            if tls {
-                r.fail(
-                    &name("TLS"),
-                    "true",
-                    "Floodgate's Sentinel store has no TLS (docs/redis.md)",
-                );
-            }
             // As upstream: <var>_AUTH for the master, <var>_SENTINEL_AUTH for the sentinels.
             master_auth = (!auth.is_empty()).then(|| MasterAuth::parse(&auth));
             RedisTarget::Sentinel {
@@ -127,7 +120,11 @@ fn one(r: &mut Reader<'_>, var: &str, default_url: &str, tls: bool) -> RedisConf
                 sentinels: list
                     .iter()
                     .skip(1)
-                    .map(|a| format!("redis://{}{a}", userinfo(&sentinel_auth)))
+                    // <var>_TLS: the sentinels and the master over TLS.
+                    .map(|a| {
+                        let scheme = if tls { "rediss" } else { "redis" };
+                        format!("{scheme}://{}{a}", userinfo(&sentinel_auth))
+                    })
                     .collect(),
             }
         }

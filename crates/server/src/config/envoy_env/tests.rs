@@ -113,6 +113,20 @@ fn cluster_and_sentinel_take_upstreams_url_lists() {
             ],
         }
     );
+    // REDIS_TLS: the sentinels (and the master they name) over TLS.
+    let env = from_vars(&vars(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_TYPE", "sentinel"),
+        ("REDIS_URL", "mymaster,10.0.0.1:26380"),
+        ("REDIS_TLS", "true"),
+    ]))
+    .unwrap();
+    assert!(
+        matches!(&env.redis.target, RedisTarget::Sentinel { sentinels, .. }
+            if sentinels == &["rediss://10.0.0.1:26380".to_string()]),
+        "{:?}",
+        env.redis.target
+    );
 }
 
 #[test]

@@ -131,7 +131,7 @@ fn redis_tls_files_are_read_and_checked() {
     assert_eq!(got.client_key_pem, Some(certs.read("client.key").unwrap()));
     assert_eq!(
         load(tls("redis://a:6379", all)).unwrap_err(),
-        "F:4: store.tls_ca_file: TLS files need rediss:// URLs (url or every one of nodes)"
+        "F:4: store.tls_ca_file: TLS files need rediss:// URLs (url, or every one of nodes or sentinels)"
     );
     assert_eq!(
         load(tls("rediss://a:6380", "tls_cert_file = \"client.crt\"\n")).unwrap_err(),
@@ -180,7 +180,17 @@ fn redis_sentinel_target() {
     .starts_with("rules.toml:3: store.url: give one of url (one server), nodes (a cluster) or"));
     assert!(
         err("[store]\nkind = \"redis\"\nsentinels = [\"http://s\"]\nmaster_name = \"m\"\n")
-            .starts_with("rules.toml:3: store.sentinels: \"http://s\" is not a redis:// URL")
+            .starts_with(
+                "rules.toml:3: store.sentinels: \"http://s\" is not a redis:// or rediss:// URL"
+            )
+    );
+    assert_eq!(
+        err(
+            "[store]\nkind = \"redis\"\nsentinels = [\"rediss://a:1\", \"redis://b:1\"]\n\
+             master_name = \"m\"\n"
+        ),
+        "rules.toml:3: store.sentinels: \"redis://b:1\": sentinels mix rediss:// (TLS) and \
+         redis:// URLs; give one"
     );
     assert_eq!(
         err("[store]\nsentinels = [\"redis://s\"]\n"),

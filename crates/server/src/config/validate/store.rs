@@ -234,16 +234,19 @@ impl Validator<'_> {
         s: &raw::RawStore,
     ) -> Option<floodgate_store::redis::RedisTarget> {
         let before = self.errors.len();
+        // All redis:// or all rediss:// (TLS to the sentinels and to the master they name).
+        let tls = s.sentinels[0].get_ref().starts_with("rediss://");
         for u in &s.sentinels {
-            if !u.get_ref().starts_with("redis://") {
-                self.push(
-                    u,
-                    "store.sentinels".into(),
-                    format!(
-                        "{:?} is not a redis:// URL (TLS to sentinels is not supported)",
-                        u.get_ref()
-                    ),
-                );
+            let url = u.get_ref();
+            let problem = if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+                Some(format!("{url:?} is not a redis:// or rediss:// URL"))
+            } else {
+                (url.starts_with("rediss://") != tls).then(|| {
+                    format!("{url:?}: sentinels mix rediss:// (TLS) and redis:// URLs; give one")
+                })
+            };
+            if let Some(problem) = problem {
+                self.push(u, "store.sentinels".into(), problem);
             }
         }
         for (v, field) in [
@@ -325,7 +328,8 @@ impl Validator<'_> {
                 self.push(
                     v,
                     format!("store.{field}"),
-                    "TLS files need rediss:// URLs (url or every one of nodes)".into(),
+                    "TLS files need rediss:// URLs (url, or every one of nodes or sentinels)"
+                        .into(),
                 );
             }
         }

@@ -169,6 +169,23 @@ pub(crate) struct StoreState {
     reason: Option<String>,
     /// With `fallback = "local"`: the count each limit is divided by while Redis fails.
     instances: Option<u64>,
+    /// On a Redis Cluster: each master's calls of the last 10 s.
+    shards: Option<Vec<ShardState>>,
+}
+
+/// One master of a Redis Cluster as `/readyz` reports it (`readyz_shards`).
+#[derive(ToSchema)]
+pub(crate) struct ShardState {
+    /// The master's address (`ip:port`), or `none` for slots no master serves.
+    node: String,
+    /// Its slot ranges (`0-5460, 16383`), as the client's slot map last named them.
+    slots: String,
+    /// Decision calls in the last 10 s.
+    calls: u64,
+    /// Of which failed.
+    failed: u64,
+    /// `up`, or `down` when at least 10 % of at least 20 calls failed.
+    state: String,
 }
 
 /// `GET /readyz` (`ops::readyz`).

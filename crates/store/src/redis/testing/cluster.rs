@@ -42,6 +42,41 @@ impl RedisCluster {
         Self::await_ok(nodes)
     }
 
+    /// Six cluster-enabled servers joined as 3 masters with one replica each
+    /// (`--cluster-replicas 1`); waits until every node reports `cluster_state:ok` and every
+    /// replica's link to its master is up. Which nodes are replicas is `redis-cli`'s choice
+    /// (ask each node's `INFO replication`).
+    ///
+    /// # Errors
+    /// As [`RedisCluster::start`], or when a replica does not sync within 10 s.
+    pub fn start_with_replicas() -> io::Result<Self> {
+        let nodes = (0..6)
+            .map(|_| RedisServer::start_with(Flavor::Redis, true, &[]))
+            .collect::<io::Result<Vec<_>>>()?;
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let mut args = vec!["--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "1", "--cluster-yes"]);
+        cli(nodes[0].port, &args)?;
+        let cluster = Self::await_ok(nodes)?;
+        for n in &cluster.nodes {
+            let p = n.port;
+            wait_until(&format!("cluster node {p} synced"), || {
+                raw_command(p, "INFO replication")
+                    .is_ok_and(|r| r.contains("role:master") || r.contains("master_link_status:up"))
+            })?;
+        }
+        Ok(cluster)
+    }
+
+    /// Kills node `i` (SIGKILL, see [`RedisServer::kill`]).
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].kill();
+    }
+
     /// A 3-master cluster whose nodes also listen with TLS (`--tls-cluster yes`: the cluster
     /// bus too), with the server certificate of `certs` and no client certificates required;
     /// formed over TLS (`redis-cli --tls`). A TLS client is told the nodes' TLS ports.

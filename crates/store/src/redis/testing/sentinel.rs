@@ -12,6 +12,8 @@ use super::process::{cli, free_port, raw_command, wait_until, watchdog, DIR_COUN
 #[derive(Debug)]
 pub struct RedisSentinel {
     port: u16,
+    /// Set by [`start_tls`](Self::start_tls).
+    tls_port: Option<u16>,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -26,7 +28,7 @@ impl RedisSentinel {
     /// # Errors
     /// As [`RedisServer::start`](super::RedisServer::start).
     pub fn start(master_port: u16) -> io::Result<Self> {
-        Self::start_with_auth(master_port, None, None)
+        Self::start_with(master_port, None, None, None)
     }
 
     /// Like [`start`](Self::start) for a master that needs `master_password` (`sentinel
@@ -37,6 +39,31 @@ impl RedisSentinel {
     /// As [`start`](Self::start).
     pub fn start_with_auth(
         master_port: u16,
+        master_password: Option<&str>,
+        password: Option<&str>,
+    ) -> io::Result<Self> {
+        Self::start_with(master_port, None, master_password, password)
+    }
+
+    /// Like [`start`](Self::start), and also listening with TLS (the server certificate of
+    /// `certs`; with `client_certs`, TLS clients must present a certificate signed by its CA),
+    /// and reaching the master over TLS (`tls-replication yes`, presenting the server
+    /// certificate as its client certificate) at its TLS port `master_tls_port`. Clients use
+    /// [`tls_url`](Self::tls_url); the plain port stays open for the harness.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_tls(
+        master_tls_port: u16,
+        certs: &super::TestCerts,
+        client_certs: bool,
+    ) -> io::Result<Self> {
+        Self::start_with(master_tls_port, Some((certs, client_certs)), None, None)
+    }
+
+    fn start_with(
+        master_port: u16,
+        tls: Option<(&super::TestCerts, bool)>,
         master_password: Option<&str>,
         password: Option<&str>,
     ) -> io::Result<Self> {
@@ -67,9 +94,21 @@ impl RedisSentinel {
             ),
         )?;
         let conf = conf.to_string_lossy().into_owned();
-        let child = watchdog("redis-server", &[&conf, "--sentinel"])?;
+        let mut args = vec![conf, "--sentinel".to_string()];
+        let tls_port = match tls {
+            Some((certs, client_certs)) => {
+                let tls_port = free_port(false)?;
+                args.extend(certs.server_args(tls_port, client_certs));
+                args.extend(["--tls-replication".into(), "yes".into()]);
+                Some(tls_port)
+            }
+            None => None,
+        };
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let child = watchdog("redis-server", &args)?;
         let sentinel = Self {
             port,
+            tls_port,
             dir,
             child: Some(child),
         };
@@ -84,6 +123,15 @@ impl RedisSentinel {
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:<tls port>` of a sentinel made by [`start_tls`](Self::start_tls).
+    ///
+    /// # Panics
+    /// When the sentinel has no TLS port.
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port.expect("a sentinel started with start_tls");
+        format!("rediss://127.0.0.1:{port}")
     }
 
     /// Runs `redis-cli` against this sentinel.
