@@ -64,6 +64,20 @@ impl Policy {
     }
 }
 
+impl crate::FixedWindow {
+    /// The calendar quota of a window built by [`Policy::with_calendar`], else `None`.
+    pub fn calendar(&self) -> Option<&CalendarQuota> {
+        self.calendar.as_deref()
+    }
+}
+
+impl crate::SlidingWindow {
+    /// The calendar quota of a window built by [`Policy::with_calendar`], else `None`.
+    pub fn calendar(&self) -> Option<&CalendarQuota> {
+        self.calendar.as_deref()
+    }
+}
+
 /// The answer outside the time zone database's range (after the year 9999): a denial, since no
 /// period can be named.
 fn out_of_range(limit: u64) -> Decision {

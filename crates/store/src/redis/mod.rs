@@ -63,6 +63,7 @@ mod asking;
 mod batch;
 mod breaker;
 mod calendar;
+mod calendar_batch;
 pub use calendar::calendar_key;
 mod coalesce;
 mod config;
