@@ -28,7 +28,9 @@
 
 use std::sync::Arc;
 
-use crate::algorithm::{FixedWindowState, Policy, SlidingWindowState};
+use crate::algorithm::{
+    CalendarRef, CalendarWindows, FixedWindowState, Policy, SlidingWindowState,
+};
 use crate::calendar::{
     decide_fixed_window, decide_sliding_window, Calendar, CalendarError, CalendarQuota, Periods,
 };
@@ -46,8 +48,8 @@ impl Policy {
     pub fn with_calendar(mut self, calendar: Calendar) -> Result<Self, CalendarError> {
         let quota = CalendarQuota::new(self.kind(), self.quota().limit(), calendar)?;
         match &mut self {
-            Policy::FixedWindow(a) => a.calendar = Some(Arc::new(quota)),
-            Policy::SlidingWindow(a) => a.calendar = Some(Arc::new(quota)),
+            Policy::FixedWindow(a) => a.calendar = Some(CalendarRef(Arc::new(quota))),
+            Policy::SlidingWindow(a) => a.calendar = Some(CalendarRef(Arc::new(quota))),
             _ => unreachable!("CalendarQuota::new accepts the two windows only"),
         }
         Ok(self)
@@ -57,8 +59,8 @@ impl Policy {
     #[inline]
     pub fn calendar(&self) -> Option<&CalendarQuota> {
         match self {
-            Policy::FixedWindow(a) => a.calendar.as_deref(),
-            Policy::SlidingWindow(a) => a.calendar.as_deref(),
+            Policy::FixedWindow(a) => a.calendar(),
+            Policy::SlidingWindow(a) => a.calendar(),
             _ => None,
         }
     }
@@ -67,14 +69,83 @@ impl Policy {
 impl crate::FixedWindow {
     /// The calendar quota of a window built by [`Policy::with_calendar`], else `None`.
     pub fn calendar(&self) -> Option<&CalendarQuota> {
-        self.calendar.as_deref()
+        quota_of(self.calendar.as_ref())
     }
 }
 
 impl crate::SlidingWindow {
     /// The calendar quota of a window built by [`Policy::with_calendar`], else `None`.
     pub fn calendar(&self) -> Option<&CalendarQuota> {
-        self.calendar.as_deref()
+        quota_of(self.calendar.as_ref())
+    }
+}
+
+fn quota_of(calendar: Option<&CalendarRef>) -> Option<&CalendarQuota> {
+    calendar.and_then(|c| c.0.as_any().downcast_ref::<CalendarQuota>())
+}
+
+impl CalendarWindows for CalendarQuota {
+    fn decide_fixed(
+        &self,
+        s: &mut FixedWindowState,
+        now: Timestamp,
+        cost: u64,
+        consume: bool,
+    ) -> Decision {
+        fixed_decide(self, s, now, cost, consume)
+    }
+    fn decide_sliding(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        consume: bool,
+    ) -> Decision {
+        sliding_decide(self, s, now, cost, consume)
+    }
+    fn reserve_fixed(
+        &self,
+        s: &mut FixedWindowState,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation> {
+        fixed_reserve_at(self, s, now, cost, wait)
+    }
+    fn reserve_sliding(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation> {
+        sliding_reserve_at(self, s, now, cost, wait)
+    }
+    fn settle_fixed(
+        &self,
+        s: &mut FixedWindowState,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision {
+        fixed_settle(self, s, now, scheduled_at, reserved, actual)
+    }
+    fn settle_sliding(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision {
+        sliding_settle(self, s, now, scheduled_at, reserved, actual)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn same(&self, other: &dyn CalendarWindows) -> bool {
+        other.as_any().downcast_ref::<CalendarQuota>() == Some(self)
     }
 }
 
@@ -90,7 +161,7 @@ fn out_of_range(limit: u64) -> Decision {
     }
 }
 
-pub(crate) fn fixed_decide(
+fn fixed_decide(
     q: &CalendarQuota,
     state: &mut FixedWindowState,
     now: Timestamp,
@@ -101,7 +172,7 @@ pub(crate) fn fixed_decide(
         .unwrap_or_else(|| out_of_range(q.limit()))
 }
 
-pub(crate) fn sliding_decide(
+fn sliding_decide(
     q: &CalendarQuota,
     state: &mut SlidingWindowState,
     now: Timestamp,
@@ -113,7 +184,7 @@ pub(crate) fn sliding_decide(
 }
 
 /// A reservation at once (`wait == 0`) is a check that admits; none later.
-pub(crate) fn fixed_reserve_at(
+fn fixed_reserve_at(
     q: &CalendarQuota,
     state: &mut FixedWindowState,
     now: Timestamp,
@@ -130,7 +201,7 @@ pub(crate) fn fixed_reserve_at(
 }
 
 /// As [`fixed_reserve_at`].
-pub(crate) fn sliding_reserve_at(
+fn sliding_reserve_at(
     q: &CalendarQuota,
     state: &mut SlidingWindowState,
     now: Timestamp,
@@ -151,7 +222,7 @@ fn period_start(q: &CalendarQuota, t: Timestamp) -> Option<Timestamp> {
     q.calendar().period_at(t).map(|(start, _)| start)
 }
 
-pub(crate) fn fixed_settle(
+fn fixed_settle(
     q: &CalendarQuota,
     state: &mut FixedWindowState,
     now: Timestamp,
@@ -187,7 +258,7 @@ pub(crate) fn fixed_settle(
     fixed_decide(q, &mut state.clone(), now, 0, false)
 }
 
-pub(crate) fn sliding_settle(
+fn sliding_settle(
     q: &CalendarQuota,
     state: &mut SlidingWindowState,
     now: Timestamp,

@@ -47,7 +47,7 @@ pub struct FixedWindow {
     /// `period` as a multiply-and-shift divisor: `now mod period` without a hardware division.
     period_div: Divisor,
     /// Calendar periods of a time zone in place of epoch-aligned ones ([`crate::Policy::with_calendar`]).
-    pub(crate) calendar: Option<std::sync::Arc<crate::calendar::CalendarQuota>>,
+    pub(crate) calendar: Option<crate::algorithm::CalendarRef>,
 }
 
 /// Fixed window state of one key. The initial state is all zeros.
@@ -101,7 +101,7 @@ impl Algorithm for FixedWindow {
         consume: bool,
     ) -> Decision {
         if let Some(calendar) = &self.calendar {
-            return crate::calendar_policy::fixed_decide(calendar, state, now, cost, consume);
+            return calendar.0.decide_fixed(state, now, cost, consume);
         }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         // A stale `now` (before the state's window) is read as the window's start: it must never
@@ -157,7 +157,7 @@ impl Algorithm for FixedWindow {
 
     fn max_wait(&self) -> Micros {
         if self.calendar.is_some() {
-            return 0; // calendar periods: reservations only for now (calendar_policy.rs)
+            return 0; // calendar periods: reservations only at once
         }
         self.period_div.get()
     }
@@ -170,7 +170,7 @@ impl Algorithm for FixedWindow {
         wait: Micros,
     ) -> Option<Reservation> {
         if let Some(calendar) = &self.calendar {
-            return crate::calendar_policy::fixed_reserve_at(calendar, state, now, cost, wait);
+            return calendar.0.reserve_fixed(state, now, cost, wait);
         }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         if wait > period {
@@ -221,14 +221,9 @@ impl Algorithm for FixedWindow {
         actual: u64,
     ) -> Decision {
         if let Some(calendar) = &self.calendar {
-            return crate::calendar_policy::fixed_settle(
-                calendar,
-                state,
-                now,
-                scheduled_at,
-                reserved,
-                actual,
-            );
+            return calendar
+                .0
+                .settle_fixed(state, now, scheduled_at, reserved, actual);
         }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         let now = now.max(state.window_start);

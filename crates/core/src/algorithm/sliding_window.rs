@@ -56,7 +56,7 @@ pub struct SlidingWindow {
     /// `period` as a multiply-and-shift divisor: `now mod period` without a hardware division.
     period_div: Divisor,
     /// Calendar periods of a time zone in place of epoch-aligned ones ([`crate::Policy::with_calendar`]).
-    pub(crate) calendar: Option<std::sync::Arc<crate::calendar::CalendarQuota>>,
+    pub(crate) calendar: Option<crate::algorithm::CalendarRef>,
 }
 
 /// Sliding window counter state of one key. The initial state is all zeros.
@@ -153,7 +153,7 @@ impl Algorithm for SlidingWindow {
         consume: bool,
     ) -> Decision {
         if let Some(calendar) = &self.calendar {
-            return crate::calendar_policy::sliding_decide(calendar, state, now, cost, consume);
+            return calendar.0.decide_sliding(state, now, cost, consume);
         }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         // A stale `now` (before the state's window) is read as the window's start; within the
@@ -240,7 +240,7 @@ impl Algorithm for SlidingWindow {
 
     fn max_wait(&self) -> Micros {
         if self.calendar.is_some() {
-            return 0; // calendar periods: reservations only for now (calendar_policy.rs)
+            return 0; // calendar periods: reservations only at once
         }
         self.period_div.get()
     }
@@ -253,7 +253,7 @@ impl Algorithm for SlidingWindow {
         wait: Micros,
     ) -> Option<Reservation> {
         if let Some(calendar) = &self.calendar {
-            return crate::calendar_policy::sliding_reserve_at(calendar, state, now, cost, wait);
+            return calendar.0.reserve_sliding(state, now, cost, wait);
         }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         if wait > period {
@@ -299,14 +299,9 @@ impl Algorithm for SlidingWindow {
         actual: u64,
     ) -> Decision {
         if let Some(calendar) = &self.calendar {
-            return crate::calendar_policy::sliding_settle(
-                calendar,
-                state,
-                now,
-                scheduled_at,
-                reserved,
-                actual,
-            );
+            return calendar
+                .0
+                .settle_sliding(state, now, scheduled_at, reserved, actual);
         }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         let now = now.max(state.window_start);
