@@ -56,7 +56,7 @@ impl Validator<'_> {
     }
 
     /// The policy of a rule with `calendar`; `None` when it has errors (pushed, each naming its
-    /// field). Function above 60 lines: one check per field, in the order of the file.
+    /// field): one check per field, in the order of the file.
     pub(super) fn calendar_policy(
         &mut self,
         at: &str,
