@@ -35,6 +35,7 @@
 
 pub mod algorithm;
 pub mod calendar;
+mod calendar_policy;
 pub mod decision;
 mod div;
 pub mod error;

@@ -22,13 +22,17 @@
 
 use std::collections::HashMap;
 
-use floodgate_core::calendar::{CalendarCheckError, CalendarQuota};
-use floodgate_core::{AlgorithmKind, Decision, FixedWindowState, SlidingWindowState, Timestamp};
+use floodgate_core::calendar::{Calendar, CalendarCheckError, CalendarQuota, CalendarUnit};
+use floodgate_core::{
+    AlgorithmKind, Decision, FixedWindowState, Micros, Quota, SlidingWindowState, Timestamp,
+    MICROS_PER_SECOND,
+};
 
-use crate::engine::{simulate, Outcome};
-use crate::setup::{Balance, Balancer, CounterError, CounterStore};
-use crate::traffic::Request;
-use crate::Error;
+use crate::engine::{epoch_base, run_with, simulate, Outcome, Run};
+use crate::setup::StoreSpec;
+use crate::setup::{Balance, Balancer, CounterError, CounterMode, CounterStore, Setup};
+use crate::traffic::{Request, Traffic};
+use crate::{AlgorithmChoice, Error, Spec};
 
 /// One shared counter per key under a calendar quota (every instance sees the same state, as
 /// with `--counter shared`).
@@ -86,12 +90,105 @@ pub fn run_calendar(
     simulate(requests, &mut counters, &mut balancer, base)
 }
 
+/// A calendar counter seen from a run's clock: the engine replays at a UTC-day-aligned base
+/// ([`crate::engine::epoch_base`]); this moves that base to the local midnight of the same
+/// date, so that `t = 0` of the run is 00:00 in the zone.
+struct LocalMidnight {
+    counters: CalendarCounters,
+    base: Timestamp,
+    midnight: Timestamp,
+}
+
+impl CounterStore for LocalMidnight {
+    fn check(
+        &mut self,
+        instance: usize,
+        key: &str,
+        now: Timestamp,
+        cost: u64,
+    ) -> Result<Decision, CounterError> {
+        let local = now - self.base + self.midnight;
+        self.counters.check(instance, key, local, cost)
+    }
+}
+
+/// The calendar `spec.calendar` names (`--calendar ZONE`), checked against the rest of the
+/// spec: one window algorithm, a per-day limit, one instance (or shared counters), memory
+/// counters, no waiting. `None` without `--calendar`.
+///
+/// # Errors
+/// [`Error::Invalid`] (`field` = `"calendar"`) naming what does not fit.
+pub(crate) fn calendar_of(spec: &Spec, quota: &Quota) -> Result<Option<Calendar>, Error> {
+    let Some(zone) = &spec.calendar else {
+        return Ok(None);
+    };
+    let fail = |m: String| Err(Error::invalid("calendar", m));
+    if !matches!(
+        spec.algorithm,
+        AlgorithmChoice::One(AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow)
+    ) {
+        return fail(
+            "--calendar needs --algorithm fixed_window or sliding_window (the algorithms that \
+             count in calendar periods)"
+                .into(),
+        );
+    }
+    if quota.period() != 86_400 * MICROS_PER_SECOND {
+        return fail(format!(
+            "--calendar counts the limit per calendar day: use --limit N/day (got {quota})"
+        ));
+    }
+    if spec.store != StoreSpec::Memory || spec.max_wait.is_some() {
+        return fail("--calendar runs on --store memory without --max-wait".into());
+    }
+    if spec.instances > 1 && spec.counter != CounterMode::Shared {
+        return fail("--calendar with --instances > 1 needs --counter shared".into());
+    }
+    Calendar::new(zone, CalendarUnit::Day, None)
+        .map(Some)
+        .map_err(|e| Error::invalid("calendar", e.to_string()))
+}
+
+/// One algorithm's run in `calendar`'s days, from local midnight.
+///
+/// # Errors
+/// As [`crate::engine::run_with`].
+pub(crate) fn run_one(
+    traffic: &Traffic,
+    kind: AlgorithmKind,
+    quota: Quota,
+    setup: Setup,
+    column: Micros,
+    calendar: &Calendar,
+) -> Result<Run, Error> {
+    let limited = CalendarQuota::new(kind, quota.limit(), calendar.clone())
+        .map_err(|e| Error::invalid("calendar", e.to_string()))?;
+    let base = epoch_base(quota.period());
+    let midnight = calendar
+        .period_at(base)
+        .map(|(start, _)| start)
+        .ok_or_else(|| Error::invalid("calendar", "no calendar day at the run's start"))?;
+    run_with(
+        &traffic.requests,
+        kind,
+        quota,
+        setup,
+        column,
+        traffic.span_us,
+        |_| {
+            Ok(Box::new(LocalMidnight {
+                counters: CalendarCounters::new(limited.clone()),
+                base,
+                midnight,
+            }))
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::traffic::DailyJobs;
-    use floodgate_core::calendar::{Calendar, CalendarUnit};
-    use floodgate_core::Quota;
 
     const HOUR: u64 = 3_600_000_000;
     /// 2027-03-14T00:00:00-08:00 and 2027-03-15T00:00:00-07:00: a 23-hour day.

@@ -196,6 +196,10 @@ pub struct Spec {
     pub max_wait: Option<Micros>,
     /// daily-jobs: the number of job runners [default: 8].
     pub runners: Option<u64>,
+    /// Count the limit per calendar day of this IANA time zone (`--calendar
+    /// America/Los_Angeles`): the run starts at local midnight, and a day across a
+    /// daylight-saving change is 23 or 25 hours. Needs one window algorithm and a `N/day` limit.
+    pub calendar: Option<String>,
 }
 
 impl Default for Spec {
@@ -224,6 +228,7 @@ impl Default for Spec {
             column: None,
             max_wait: None,
             runners: None,
+            calendar: None,
         }
     }
 }
@@ -494,6 +499,7 @@ pub fn build_report(spec: &Spec) -> Result<Report, Error> {
         counter: spec.counter,
         balance: spec.balance,
     };
+    let calendar = calendar::calendar_of(spec, &quota)?;
     let traffic = build_traffic(spec, &quota)?;
     // The daily jobs' spending is read per hour.
     let requested_column = match spec.column {
@@ -527,7 +533,11 @@ pub fn build_report(spec: &Spec) -> Result<Report, Error> {
         .kinds()
         .into_iter()
         .map(|kind| {
-            run_one(spec, &traffic, kind, quota, setup, column).map_err(|e| Error::Run {
+            match &calendar {
+                Some(c) => calendar::run_one(&traffic, kind, quota, setup, column, c),
+                None => run_one(spec, &traffic, kind, quota, setup, column),
+            }
+            .map_err(|e| Error::Run {
                 kind,
                 source: Box::new(e),
             })

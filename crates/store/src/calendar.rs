@@ -263,3 +263,15 @@ impl MemoryCalendar {
         self.table.lock().clear();
     }
 }
+
+/// `local` (a local fallback's divided policy, built from `original`'s quota) with
+/// `original`'s calendar, if it has one: the fallback counts in the same periods.
+pub(crate) fn keep_calendar(
+    original: &floodgate_core::Policy,
+    local: floodgate_core::Policy,
+) -> Option<floodgate_core::Policy> {
+    match original.calendar() {
+        Some(c) => local.with_calendar(c.calendar().clone()).ok(),
+        None => Some(local),
+    }
+}

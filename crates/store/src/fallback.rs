@@ -138,6 +138,7 @@ impl<S: Store> FallbackStore<S> {
             Quota::with_burst(limit, q.period(), burst)
                 .and_then(|quota| Policy::new(policy.kind(), quota))
                 .ok()
+                .and_then(|local| crate::calendar::keep_calendar(policy, local))
         };
         divided(limit).or_else(|| divided(exact_limit_below(limit, q.period(), burst)?))
     }

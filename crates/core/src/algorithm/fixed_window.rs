@@ -41,11 +41,13 @@ use crate::time::{Micros, Timestamp};
 
 /// The fixed window counter prepared for one quota: `limit` units per aligned `period`
 /// (`burst` is ignored).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct FixedWindow {
     quota: Quota,
     /// `period` as a multiply-and-shift divisor: `now mod period` without a hardware division.
     period_div: Divisor,
+    /// Calendar periods of a time zone in place of epoch-aligned ones ([`crate::Policy::with_calendar`]).
+    pub(crate) calendar: Option<crate::algorithm::CalendarRef>,
 }
 
 /// Fixed window state of one key. The initial state is all zeros.
@@ -72,6 +74,7 @@ impl Algorithm for FixedWindow {
         Ok(Self {
             quota,
             period_div: Divisor::new(quota.period()),
+            calendar: None,
         })
     }
 
@@ -97,6 +100,9 @@ impl Algorithm for FixedWindow {
         cost: u64,
         consume: bool,
     ) -> Decision {
+        if let Some(calendar) = &self.calendar {
+            return calendar.0.decide_fixed(state, now, cost, consume);
+        }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         // A stale `now` (before the state's window) is read as the window's start: it must never
         // reopen an older window whose count we no longer know.
@@ -150,6 +156,9 @@ impl Algorithm for FixedWindow {
     }
 
     fn max_wait(&self) -> Micros {
+        if self.calendar.is_some() {
+            return 0; // calendar periods: reservations only at once
+        }
         self.period_div.get()
     }
 
@@ -160,6 +169,9 @@ impl Algorithm for FixedWindow {
         cost: u64,
         wait: Micros,
     ) -> Option<Reservation> {
+        if let Some(calendar) = &self.calendar {
+            return calendar.0.reserve_fixed(state, now, cost, wait);
+        }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         if wait > period {
             return None;
@@ -208,6 +220,11 @@ impl Algorithm for FixedWindow {
         reserved: u64,
         actual: u64,
     ) -> Decision {
+        if let Some(calendar) = &self.calendar {
+            return calendar
+                .0
+                .settle_fixed(state, now, scheduled_at, reserved, actual);
+        }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         let now = now.max(state.window_start);
         let (window, mut count, to_edge) = self.window_at(state, now);

@@ -556,6 +556,70 @@ pub(crate) fn still_ahead(latest: Timestamp, now: Timestamp) -> Timestamp {
     }
 }
 
+/// Calendar periods for the two window algorithms (`Policy::with_calendar`), implemented by
+/// `crate::calendar_policy`: a trait here so that the algorithms never import the calendar
+/// module, which imports them. Same contracts as the [`Algorithm`] methods they stand in for.
+pub(crate) trait CalendarWindows: fmt::Debug + Send + Sync + 'static {
+    fn decide_fixed(
+        &self,
+        s: &mut FixedWindowState,
+        now: Timestamp,
+        cost: u64,
+        consume: bool,
+    ) -> Decision;
+    fn decide_sliding(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        consume: bool,
+    ) -> Decision;
+    fn reserve_fixed(
+        &self,
+        s: &mut FixedWindowState,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation>;
+    fn reserve_sliding(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation>;
+    fn settle_fixed(
+        &self,
+        s: &mut FixedWindowState,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision;
+    fn settle_sliding(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision;
+    /// The implementation, for `Policy::calendar`.
+    fn as_any(&self) -> &dyn std::any::Any;
+    /// The same calendar quota (zone, unit, first weekday, algorithm, limit).
+    fn same(&self, other: &dyn CalendarWindows) -> bool;
+}
+
+/// A window algorithm's calendar, shared by the policy's clones.
+#[derive(Debug, Clone)]
+pub(crate) struct CalendarRef(pub(crate) std::sync::Arc<dyn CalendarWindows>);
+
+impl PartialEq for CalendarRef {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.0.same(&*other.0)
+    }
+}
+
 /// `Ok(())` when `cost <= capacity`, else [`CheckError::InsufficientCapacity`].
 #[inline]
 pub(crate) fn validate_cost(cost: u64, capacity: u64) -> Result<(), CheckError> {

@@ -50,11 +50,13 @@ use crate::time::{Micros, Timestamp};
 
 /// The sliding window counter prepared for one quota: about `limit` units per sliding `period`
 /// (`burst` is ignored).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SlidingWindow {
     quota: Quota,
     /// `period` as a multiply-and-shift divisor: `now mod period` without a hardware division.
     period_div: Divisor,
+    /// Calendar periods of a time zone in place of epoch-aligned ones ([`crate::Policy::with_calendar`]).
+    pub(crate) calendar: Option<crate::algorithm::CalendarRef>,
 }
 
 /// Sliding window counter state of one key. The initial state is all zeros.
@@ -124,6 +126,7 @@ impl Algorithm for SlidingWindow {
         Ok(Self {
             quota,
             period_div: Divisor::new(quota.period()),
+            calendar: None,
         })
     }
 
@@ -149,6 +152,9 @@ impl Algorithm for SlidingWindow {
         cost: u64,
         consume: bool,
     ) -> Decision {
+        if let Some(calendar) = &self.calendar {
+            return calendar.0.decide_sliding(state, now, cost, consume);
+        }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         // A stale `now` (before the state's window) is read as the window's start; within the
         // window an earlier `now` only gives the previous window more weight, never less.
@@ -233,6 +239,9 @@ impl Algorithm for SlidingWindow {
     }
 
     fn max_wait(&self) -> Micros {
+        if self.calendar.is_some() {
+            return 0; // calendar periods: reservations only at once
+        }
         self.period_div.get()
     }
 
@@ -243,6 +252,9 @@ impl Algorithm for SlidingWindow {
         cost: u64,
         wait: Micros,
     ) -> Option<Reservation> {
+        if let Some(calendar) = &self.calendar {
+            return calendar.0.reserve_sliding(state, now, cost, wait);
+        }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         if wait > period {
             return None;
@@ -286,6 +298,11 @@ impl Algorithm for SlidingWindow {
         reserved: u64,
         actual: u64,
     ) -> Decision {
+        if let Some(calendar) = &self.calendar {
+            return calendar
+                .0
+                .settle_sliding(state, now, scheduled_at, reserved, actual);
+        }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         let now = now.max(state.window_start);
         let (_, window, mut previous, mut count) = self.window_at(state, now);

@@ -138,6 +138,12 @@ pub(crate) struct Args {
     #[arg(long, help_heading = "Traffic")]
     pub(crate) runners: Option<u64>,
 
+    /// Count the limit per calendar day of this IANA time zone, e.g. America/Los_Angeles: the
+    /// run starts at local midnight and a day across a daylight-saving change is 23 or 25
+    /// hours. Needs --algorithm fixed_window or sliding_window and a N/day limit.
+    #[arg(long, value_name = "ZONE", help_heading = "Setup")]
+    pub(crate) calendar: Option<String>,
+
     /// Requests wait up to this long for a slot instead of being rejected, e.g. 2s (a
     /// reservation, as `POST /v1/check` with `max_wait_ms`); the totals then compare queueing
     /// with rejecting on the same traffic. Memory counters only.
@@ -190,6 +196,7 @@ impl Args {
             column: self.column,
             max_wait: self.max_wait,
             runners: self.runners,
+            calendar: self.calendar.clone(),
         }
     }
 }

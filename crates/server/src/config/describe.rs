@@ -44,9 +44,13 @@ impl RuleDescription {
 pub(crate) fn describe_rule(rule: &RuleConfig) -> RuleDescription {
     let quota = rule.policy.quota();
     let kind = rule.policy.kind();
+    let (headline, rate) = super::describe_calendar::describe(rule).unwrap_or_else(|| {
+        let headline = format!("{}: {kind} {quota} ({})", rule.name, quota.describe());
+        (headline, describe_rate(kind, quota))
+    });
     RuleDescription {
-        headline: format!("{}: {kind} {quota} ({})", rule.name, quota.describe()),
-        rate: describe_rate(kind, quota),
+        headline,
+        rate,
         key: match &rule.descriptor {
             Some(d) => format!(
                 "domain {}, descriptor {}",

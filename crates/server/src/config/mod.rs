@@ -31,6 +31,7 @@
 pub(crate) mod check;
 pub(crate) mod depth;
 pub(crate) mod describe;
+mod describe_calendar;
 pub(crate) mod descriptors;
 pub(crate) mod envoy;
 pub(crate) mod envoy_env;

@@ -109,6 +109,10 @@ pub(crate) struct RawRule {
     pub(crate) limit_overrides: Vec<Spanned<String>>,
     /// The rule's own key cap in the memory store.
     pub(crate) max_keys: Option<Spanned<i64>>,
+    /// Calendar periods in this IANA time zone (`limit = "10000/day"`, `/week`, `/month`).
+    pub(crate) calendar: Option<Spanned<String>>,
+    /// The first day of a calendar week (`"monday"` when absent).
+    pub(crate) week_start: Option<Spanned<String>>,
 }
 
 /// One entry of a rule's `descriptors`.

@@ -289,6 +289,7 @@ impl RuleConfig {
         self.name == other.name
             && self.policy.kind() == other.policy.kind()
             && self.policy.quota() == other.policy.quota()
+            && self.policy.calendar() == other.policy.calendar()
     }
 }
 
@@ -296,6 +297,7 @@ impl RuleConfig {
 /// (`<name>@<limit>/<period>`) and quota, so its counters never mix with the base quota's.
 pub(crate) fn override_rule(base: &RuleConfig, quota: &Quota) -> RuleConfig {
     let policy = Policy::new(base.policy.kind(), *quota).unwrap_or_else(|_| base.policy.clone());
+    let policy = super::validate::keep_calendar(&base.policy, policy);
     RuleConfig {
         name: format!("{}@{}", base.name, quota),
         policy,

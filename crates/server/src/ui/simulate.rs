@@ -147,6 +147,10 @@ pub(crate) struct SimulateRequest {
     /// Concurrent runners of a waiting client, 1 to 1,000.
     #[schema(maximum = 1_000)]
     runners: Option<u64>,
+    /// Count the limit per calendar day of this IANA time zone (`America/Los_Angeles`), from
+    /// local midnight: one window algorithm and a `N/day` limit. At most 64 bytes.
+    #[schema(max_length = 64)]
+    calendar: Option<String>,
 }
 
 /// The slots bounding simulations in flight and running (one process, one pool).
@@ -548,6 +552,15 @@ fn spec_of(r: SimulateRequest) -> Result<Spec, Bad> {
         column: duration("column", r.column)?,
         max_wait: duration_within("max_wait", r.max_wait, MAX_WAIT_US)?,
         runners: r.runners,
+        calendar: match r.calendar {
+            Some(zone) if zone.len() > 64 => {
+                return bad(
+                    "calendar",
+                    "a time zone name of at most 64 bytes".to_string(),
+                )
+            }
+            zone => zone,
+        },
     })
 }
 

@@ -78,6 +78,7 @@
 //! `keyed.rs` ([`KeyedLimiter`]), `claims.rs` (reservation claims).
 
 mod batch;
+mod calendar_expiry;
 mod claims;
 mod config;
 mod fpmap;

@@ -28,6 +28,8 @@ impl RuleEntry {
             && self.policy.kind() == policy.kind()
             && self.policy.quota() == policy.quota()
             && *self.rule == *rule
+            // a calendar (zone, unit, first weekday) is part of the policy's identity
+            && self.policy.calendar() == policy.calendar()
     }
 }
 

@@ -149,7 +149,7 @@ derived!(
     FixedWindowState,
     FixedWindow,
     (Micros, u64),
-    |a| (a.quota().period(), a.quota().limit()),
+    |a| (super::calendar_expiry::period(a), a.quota().limit()),
     |e, s| if s.count > e.1 {
         s.window_start.saturating_add(2 * e.0)
     } else if s.count > 0 {
@@ -167,7 +167,7 @@ derived!(
     SlidingWindowState,
     SlidingWindow,
     Micros,
-    |a| a.quota().period(),
+    |a| super::calendar_expiry::period(a),
     |e, s| if s.count > 0 {
         s.window_start.saturating_add(2 * *e - 1)
     } else if s.previous_count > 0 {

@@ -96,6 +96,9 @@ impl RedisStore {
                 store_full: None,
             });
         }
+        if super::calendar_batch::has_calendar(items) {
+            return self.calendar_batch(items, now, commit).await;
+        }
         let now = self.now_arg(now);
         if let (Some(cache), false) = (
             &self.deny_cache,

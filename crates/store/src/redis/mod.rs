@@ -65,6 +65,7 @@ pub use auth::MasterAuth;
 mod batch;
 mod breaker;
 mod calendar;
+mod calendar_batch;
 pub use calendar::calendar_key;
 mod coalesce;
 mod config;

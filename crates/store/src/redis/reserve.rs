@@ -64,6 +64,11 @@ impl RedisStore {
         max_wait: Micros,
     ) -> Result<BatchReservation, StoreError> {
         crate::validate_batch(items)?;
+        if super::calendar_batch::has_calendar(items) {
+            return Err(StoreError::Unsupported {
+                operation: "reservations of calendar rules on Redis",
+            });
+        }
         let now = self.now_arg(now);
         if let Some(cache) = &self.deny_cache {
             cache.observe(now.unwrap_or_else(|| self.clock.now()));
@@ -259,6 +264,11 @@ impl RedisStore {
         now: Option<Timestamp>,
     ) -> Result<Vec<Decision>, StoreError> {
         crate::validate_settle(items)?;
+        if items.iter().any(|i| i.policy.calendar().is_some()) {
+            return Err(StoreError::Unsupported {
+                operation: "settling reservations of calendar rules on Redis",
+            });
+        }
         if items.is_empty() {
             return Ok(Vec::new());
         }

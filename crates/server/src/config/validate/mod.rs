@@ -4,6 +4,7 @@
 //! ([`store`]), `[[rules]]` ([`rule`]) and their Envoy descriptors ([`descriptor`]). Each adds
 //! methods to the [`Validator`] (in [`validator`]) and uses no other section's file.
 
+mod calendar;
 mod descriptor;
 mod grpc_tls;
 mod limits;
@@ -18,6 +19,7 @@ use super::error::{ConfigErrors, Source};
 use super::raw::RawConfig;
 use super::schema::{Config, DEFAULT_MAX_KEYS};
 
+pub(crate) use calendar::keep_calendar;
 pub(crate) use server::parse_upstream;
 use validator::Validator;
 

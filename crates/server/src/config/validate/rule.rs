@@ -41,7 +41,10 @@ impl Validator<'_> {
                 }
             },
         };
-        let policy = self.quota(at, r).and_then(|quota| {
+        self.calendar_stray(at, r);
+        // A calendar rule's limit is "N/day|week|month" (validate/calendar.rs).
+        let plain = r.calendar.is_none().then(|| self.quota(at, r)).flatten();
+        let policy = plain.and_then(|quota| {
             if kind == AlgorithmKind::SlidingLog && quota.limit() > MAX_SLIDING_LOG_LIMIT {
                 self.push(
                     &r.limit,
@@ -71,6 +74,7 @@ impl Validator<'_> {
                 }
             }
         });
+        let policy = policy.or_else(|| self.calendar_policy(at, r, kind));
         let key = match &r.key {
             None => KeySource::ClientIp,
             Some(k) => match parse_key_value(k.get_ref()) {
@@ -99,7 +103,7 @@ impl Validator<'_> {
                 }
             },
         };
-        let delay = self.delay(at, r, policy.as_ref());
+        let delay = self.delay(at, r, policy.as_ref().filter(|p| p.calendar().is_none()));
         if self.errors.len() > before {
             return None;
         }
