@@ -15,5 +15,5 @@ mod table;
 
 pub(crate) use check::{applies, check, settle_ended};
 pub use settings::{Lease, LeaseError, DEFAULT_LEASE_SHARE};
-pub use table::DEFAULT_MAX_LEASED_KEYS;
 pub(crate) use table::Leases;
+pub use table::DEFAULT_MAX_LEASED_KEYS;

@@ -114,10 +114,19 @@ impl Lease {
         format!(
             "lease {}, at most {} units per lease; beyond the exact count at most {one} units \
              {per} (one instance), min(N x {}, {cap}) for N instances",
-            floodgate_core::quota::format_period(self.lifetime),
+            whole(floodgate_core::quota::format_period(self.lifetime)),
             self.max_units,
             self.max_units,
         )
+    }
+}
+
+/// A period as a duration: `format_period` writes one second as `s` (as in `100/s`).
+fn whole(period: String) -> String {
+    if period.starts_with(|c: char| c.is_ascii_digit()) {
+        period
+    } else {
+        format!("1{period}")
     }
 }
 
@@ -179,6 +188,11 @@ mod tests {
 
     #[test]
     fn the_bound_is_described_with_its_formula() {
+        let p = policy(AlgorithmKind::TokenBucket, "1000/1d");
+        assert!(Lease::new(1_000_000, &p, 0.1)
+            .unwrap()
+            .describe_bound(&p)
+            .starts_with("lease 1s, at most 100 units"));
         let p = policy(AlgorithmKind::FixedWindow, "50000/s");
         let lease = Lease::new(20_000, &p, 0.1).unwrap();
         assert_eq!(

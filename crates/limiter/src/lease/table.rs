@@ -245,10 +245,10 @@ impl Leases {
         }
         slot.taking = true;
         slot.touched = now;
-        Begin::Take {
-            size: estimate(slot.history, now, cost, lease),
-            ended,
-        }
+        // Never above the policy's capacity (a limit override's rule keeps its base rule's
+        // lease settings with a smaller quota); `cost` is within it (the plan refuses more).
+        let size = estimate(slot.history, now, cost, lease).min(policy.capacity().max(cost));
+        Begin::Take { size, ended }
     }
 
     /// The take of a [`Begin::Take`] was granted: `live` is the key's lease now.

@@ -6,6 +6,7 @@
 
 mod descriptor;
 mod grpc_tls;
+mod lease;
 mod limits;
 mod rule;
 mod server;

@@ -100,6 +100,7 @@ impl Validator<'_> {
             },
         };
         let delay = self.delay(at, r, policy.as_ref());
+        let lease = self.lease(at, r, policy.as_ref());
         if self.errors.len() > before {
             return None;
         }
@@ -112,6 +113,7 @@ impl Validator<'_> {
             shadow: r.shadow,
             failure_mode,
             delay,
+            lease,
             descriptor,
             override_of: None,
             max_keys: self.rule_max_keys(at, r),
