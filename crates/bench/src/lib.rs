@@ -28,6 +28,7 @@ pub mod grpc;
 pub mod http;
 pub mod memory;
 pub mod redis;
+mod redis_hot;
 pub mod report;
 
 use report::Machine;
@@ -241,6 +242,10 @@ pub fn run(args: &Options) -> anyhow::Result<Report> {
     }
     if redis {
         sections.push(redis::run(&kinds, args, &progress).context("redis bench")?);
+        if let Some(url) = &args.store {
+            let time = std::time::Duration::from_secs_f64(args.http_seconds.clamp(0.1, 600.0));
+            sections.push(redis_hot::run(url, time).context("redis hot-key bench")?);
+        }
     }
     progress.finish();
     Ok(Report { machine, sections })

@@ -12,6 +12,9 @@ use crate::plan::{CostRefusal, Plan, PlannedCheck, Refusal};
 use crate::rule::{FailureMode, RuleSet};
 use crate::verdict::{enforced_quota, Action, Mode, RuleOutcome, Verdict};
 
+// Moved below the leases, which count store failures too (no import circle).
+pub(crate) use crate::store_errors::{count_store_error, log_store_failure};
+
 /// Told of every key an enforcing rule denies (counted `denied`), e.g. to keep a bounded list
 /// of the busiest denied keys. Called on the decision path, after the decision: it must be
 /// quick and must not block. `key` is the store key (`ip=203.0.113.7`, `key=alice`), which can
@@ -29,6 +32,7 @@ pub trait DenialObserver: Send + Sync + std::fmt::Debug {
 /// every request's future.
 pub(crate) async fn evaluate<S: Store>(
     store: &S,
+    leases: &crate::lease::Leases,
     observer: Option<&dyn DenialObserver>,
     plan: &Plan,
     mode: Mode,
@@ -82,7 +86,16 @@ pub(crate) async fn evaluate<S: Store>(
         let started = std::time::Instant::now();
         // Per enforcing item, in order: the scheduled time of a granted reservation.
         let mut scheduled: Vec<Timestamp> = Vec::new();
+        let mut asked = true;
         let result = match mode {
+            // Leased rules spend units taken beforehand (docs/spec/leases.md).
+            Mode::Check if crate::lease::applies(rules, enforcing().map(|(_, c)| c)) => {
+                let checks: Vec<&PlannedCheck> = enforcing().map(|(_, c)| c).collect();
+                let (result, store_asked) =
+                    Box::pin(crate::lease::check(leases, store, rules, &checks, items)).await;
+                asked = store_asked;
+                result
+            }
             Mode::Check => store.check(items).await,
             // Boxed: the rarer paths keep their own (possibly large) store futures off this one.
             Mode::Peek => Box::pin(store.peek(items)).await,
@@ -96,7 +109,9 @@ pub(crate) async fn evaluate<S: Store>(
                     })
             }
         };
-        set.record_decision_duration(started.elapsed());
+        if asked {
+            set.record_decision_duration(started.elapsed());
+        }
         match result {
             Ok(batch) => tally.enforced(enforcing(), batch, &mut scheduled),
             Err(error) => tally.enforcing_failed(enforcing(), error),
@@ -374,18 +389,6 @@ fn policy_of<'a>(rules: &'a [crate::Rule], c: &'a PlannedCheck) -> &'a floodgate
     c.policy.as_deref().unwrap_or(&rules[c.rule].policy)
 }
 
-/// Counts a store failure in `floodgate_store_errors_total{kind}` (`unavailable`, `timeout`,
-/// `other`): every failed store call that decides or shadows a request, whichever way its
-/// rule's failure mode answers it.
-pub(crate) fn count_store_error(error: &StoreError) {
-    let kind = match error {
-        StoreError::Unavailable { .. } => "unavailable",
-        StoreError::Timeout { .. } => "timeout",
-        _ => "other",
-    };
-    metrics::counter!("floodgate_store_errors_total", "kind" => kind).increment(1);
-}
-
 /// Logs a missing client address at `error`, at most once a minute per process.
 fn log_no_client_address(rule: &str) {
     use floodgate_core::{Clock, SystemClock};
@@ -404,28 +407,5 @@ fn log_no_client_address(rule: &str) {
              request is answered 500; serve the app with \
              into_make_service_with_connect_info::<SocketAddr>() (axum) or insert a PeerAddr"
         );
-    }
-}
-
-/// Logs a store failure at `warn` at most once per second per process (the rest at `debug`),
-/// so that a dead Redis under load does not turn every request into a log line. Every failure
-/// is still counted in `floodgate_store_errors_total`.
-pub(crate) fn log_store_failure(error: &floodgate_store::StoreError, fail_closed: bool) {
-    use floodgate_core::{Clock, SystemClock};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST_WARN_US: AtomicU64 = AtomicU64::new(0);
-    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
-    let now = SystemClock.now();
-    let last = LAST_WARN_US.load(Ordering::Relaxed);
-    if now.saturating_sub(last) >= 1_000_000
-        && LAST_WARN_US
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
-        let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
-        tracing::warn!(%error, fail_closed, suppressed, "rate-limit store failed");
-    } else {
-        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(%error, fail_closed, "rate-limit store failed");
     }
 }

@@ -94,6 +94,8 @@ pub struct RateLimiter<S> {
     observer: Option<Arc<dyn DenialObserver>>,
     /// The delay mode's waiting requests: their bound, count and timer.
     delays: Arc<Delays>,
+    /// This instance's quota leases (`docs/spec/leases.md`).
+    leases: Arc<crate::lease::Leases>,
 }
 
 /// A clone copies four reference-counted pointers (store, rules, denial observer, delay
@@ -105,6 +107,7 @@ impl<S> Clone for RateLimiter<S> {
             rules: Arc::clone(&self.rules),
             observer: self.observer.clone(),
             delays: Arc::clone(&self.delays),
+            leases: Arc::clone(&self.leases),
         }
     }
 }
@@ -131,6 +134,10 @@ impl<S: Store> RateLimiter<S> {
             rules,
             observer: None,
             delays: Arc::new(Delays::new(DEFAULT_MAX_DELAYED, DelayTimer::Tokio)),
+            leases: Arc::new(crate::lease::Leases::new(
+                Arc::new(floodgate_core::SystemClock),
+                crate::lease::DEFAULT_MAX_LEASED_KEYS,
+            )),
         }
     }
 
@@ -159,6 +166,17 @@ impl<S: Store> RateLimiter<S> {
     /// The delay mode's state.
     pub(crate) fn delays(&self) -> &Arc<Delays> {
         &self.delays
+    }
+
+    /// The leases' state.
+    pub(crate) fn leases(&self) -> &Arc<crate::lease::Leases> {
+        &self.leases
+    }
+
+    /// This limiter with `leases` instead of its own.
+    pub(crate) fn with_leases(mut self, leases: Arc<crate::lease::Leases>) -> Self {
+        self.leases = leases;
+        self
     }
 
     /// This limiter (and its clones made from now on) tells `observer` of every denial.
@@ -221,12 +239,20 @@ impl<S: Store> RateLimiter<S> {
         // Only the store (and the observer, if any) are needed after planning.
         let store = Arc::clone(&self.store);
         let observer = self.observer.clone();
-        async move { evaluate(&*store, observer.as_deref(), &plan, Mode::Check).await }
+        let leases = Arc::clone(&self.leases);
+        async move { evaluate(&*store, &leases, observer.as_deref(), &plan, Mode::Check).await }
     }
 
     /// Runs a plan against the store (see [`RateLimiter`] for the steps).
     pub async fn evaluate(&self, plan: &Plan, mode: Mode) -> Verdict {
-        evaluate(&*self.store, self.observer.as_deref(), plan, mode).await
+        evaluate(
+            &*self.store,
+            &self.leases,
+            self.observer.as_deref(),
+            plan,
+            mode,
+        )
+        .await
     }
 
     /// Settles `reservation` with the units each item actually used (`actual[i]` for item `i`):

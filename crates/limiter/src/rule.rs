@@ -40,6 +40,11 @@ pub struct Rule {
     /// to the policy's horizon ([`Policy::max_wait`]). Several matching enforcing rules wait
     /// at most the smallest delay among them, and not at all when one of them has none.
     pub delay: Option<floodgate_core::Micros>,
+    /// Quota leases: decide this rule's hot keys from units this instance took from the store
+    /// beforehand (`docs/spec/leases.md`; the bound on how far clients may be from the exact
+    /// algorithm is [`Lease::bound`](crate::Lease::bound)). `None` (the default): every
+    /// decision asks the store.
+    pub lease: Option<crate::lease::settings::Lease>,
 }
 
 impl Rule {
@@ -55,6 +60,7 @@ impl Rule {
             failure_mode: FailureMode::Open,
             explicit_only: false,
             delay: None,
+            lease: None,
         }
     }
 
@@ -87,6 +93,12 @@ impl Rule {
     pub fn with_delay(mut self, delay: std::time::Duration) -> Self {
         let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
         self.delay = (micros > 0).then_some(micros);
+        self
+    }
+
+    /// Sets quota leases ([`Rule::lease`]).
+    pub fn with_lease(mut self, lease: crate::lease::settings::Lease) -> Self {
+        self.lease = Some(lease);
         self
     }
 

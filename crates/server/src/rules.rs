@@ -16,8 +16,12 @@ pub(crate) fn rule_set(config: &Config) -> RuleSet {
 }
 
 fn tower_rule(r: &RuleConfig) -> Rule {
-    Rule::new(r.name.as_str(), r.policy.clone(), r.key.clone())
-        .with_matcher(r.matcher.clone())
+    let rule = Rule::new(r.name.as_str(), r.policy.clone(), r.key.clone());
+    let rule = match r.lease {
+        Some(lease) => rule.with_lease(lease),
+        None => rule,
+    };
+    rule.with_matcher(r.matcher.clone())
         .with_cost(r.cost.clone())
         .with_shadow(r.shadow)
         .with_failure_mode(r.failure_mode)

@@ -218,6 +218,14 @@ impl AppState {
                     .store(Arc::clone(&snapshot.rules));
                 self.snapshot.store(snapshot);
                 drop(guard);
+                // A rule's new quota or lease starts cold: every lease goes back to the store.
+                if let (true, Ok(runtime)) = (
+                    self.limiter.leased_keys() > 0,
+                    tokio::runtime::Handle::try_current(),
+                ) {
+                    let limiter = self.limiter.clone();
+                    runtime.spawn(async move { limiter.return_leases().await });
+                }
                 let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
                 metrics::counter!("floodgate_config_reloads_total", "result" => "ok").increment(1);
                 tracing::info!(

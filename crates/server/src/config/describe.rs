@@ -96,7 +96,10 @@ pub(crate) fn describe_rule(rule: &RuleConfig) -> RuleDescription {
                 ),
                 None => String::new(),
             }
-        ),
+        ) + &rule
+            .lease
+            .map(|l| format!("; {}", l.describe_bound(&rule.policy)))
+            .unwrap_or_default(),
     }
 }
 

@@ -99,6 +99,10 @@ pub(crate) struct RawRule {
     pub(crate) failure_mode: Option<Spanned<String>>,
     /// Delay mode: `"500ms"`.
     pub(crate) delay: Option<Spanned<String>>,
+    /// Quota leases: `"20ms"`, the longest a lease lives.
+    pub(crate) lease: Option<Spanned<String>>,
+    /// The most of the capacity one lease holds, `(0, 1]`.
+    pub(crate) lease_share: Option<Spanned<toml::Value>>,
     /// The Envoy rate limit domain whose descriptors the rule answers.
     pub(crate) domain: Option<Spanned<String>>,
     #[serde(default)]

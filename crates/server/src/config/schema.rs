@@ -268,6 +268,9 @@ pub(crate) struct RuleConfig {
     /// `docs/reservations.md`, "Delay mode"). Within the algorithm's horizon
     /// ([`Policy::max_wait`]); `None`: refused at once.
     pub(crate) delay: Option<floodgate_core::Micros>,
+    /// `lease = "20ms"` and `lease_share`: quota leases (`docs/spec/leases.md`); `None`: every
+    /// decision asks the store.
+    pub(crate) lease: Option<floodgate_limiter::Lease>,
     /// `domain` and `descriptors`: the rule answers Envoy's rate limit requests for these
     /// descriptors (gRPC and `/v1/check` only; never applied to forward-auth or proxied
     /// requests).

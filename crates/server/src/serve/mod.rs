@@ -18,6 +18,7 @@
 
 pub(crate) mod connections;
 pub(crate) mod envoy_env;
+mod leases;
 pub(crate) mod listener;
 mod logging;
 mod recorder;
@@ -331,6 +332,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             shutdown_rx.clone(),
         )),
         tokio::spawn(store::housekeeping(Arc::clone(&state), shutdown_rx.clone())),
+        tokio::spawn(leases::keep(Arc::clone(&state), shutdown_rx.clone())),
     ];
     if let Some(live) = &state.ui {
         background.push(tokio::spawn(crate::ui::live::sample(
@@ -349,6 +351,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         servers,
     )
     .await;
+    // Drained: what this process's quota leases did not spend goes back to the store.
+    state.limiter.return_leases().await;
     for task in background {
         task.abort();
     }
@@ -419,7 +423,8 @@ async fn configure(
         state.limiter = state
             .limiter
             .clone()
-            .with_delay_clock(Arc::new(manual.clone()));
+            .with_delay_clock(Arc::new(manual.clone()))
+            .with_lease_clock(Arc::new(manual.clone()));
     }
     state.ui = ui.then(|| Arc::new(crate::ui::live::Live::new(denied_keys)));
     let state = Arc::new(state);

@@ -56,6 +56,14 @@ fn describe_metrics() {
     );
     describe_gauge!("floodgate_store_keys", "Keys held by the memory store");
     describe_counter!(
+        "floodgate_lease_takes_total",
+        "Quota leases taken from the store, by rule; see docs/spec/leases.md"
+    );
+    describe_counter!(
+        "floodgate_lease_units_total",
+        "Quota lease units by rule and state (leased, used, returned)"
+    );
+    describe_counter!(
         "floodgate_requests_delayed_total",
         "Requests of the delay mode that needed a wait, by outcome (passed, cancelled, \
          queue_full); see docs/reservations.md"

@@ -128,6 +128,7 @@ pub(crate) fn parse(
                     shadow: *shadow,
                     failure_mode: *failure_mode,
                     delay: None,
+                    lease: None,
                     descriptor: Some(DescriptorRule {
                         domain: f.domain.clone(),
                         entries: f.entries.clone(),

@@ -7,6 +7,7 @@
 mod calendar;
 mod descriptor;
 mod grpc_tls;
+mod lease;
 mod limits;
 mod rule;
 mod server;

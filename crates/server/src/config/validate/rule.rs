@@ -104,6 +104,7 @@ impl Validator<'_> {
             },
         };
         let delay = self.delay(at, r, policy.as_ref().filter(|p| p.calendar().is_none()));
+        let lease = self.lease(at, r, policy.as_ref());
         if self.errors.len() > before {
             return None;
         }
@@ -116,6 +117,7 @@ impl Validator<'_> {
             shadow: r.shadow,
             failure_mode,
             delay,
+            lease,
             descriptor,
             override_of: None,
             max_keys: self.rule_max_keys(at, r),

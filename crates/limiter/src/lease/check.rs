@@ -1,0 +1,334 @@
+//! The decision path of a check whose enforcing items include leased ones: each leased item
+//! is spent from its key's lease (taking one from the store when there is none), the other
+//! items are checked by the store as one batch, and the plan stays all or nothing (units of a
+//! request another item denied go back).
+
+use std::sync::Arc;
+
+use floodgate_core::{Decision, Timestamp};
+use floodgate_store::{BatchDecision, CheckItem, SettleItem, Store, StoreError};
+
+use super::table::{Begin, Denial, Ended, Leases, Live};
+use super::Lease;
+use crate::plan::PlannedCheck;
+use crate::rule::Rule;
+use crate::store_errors::{count_store_error, log_store_failure};
+
+/// The lease deciding `c`, if any: the rule's, unless the rule only observes (shadow), the
+/// item carries a policy of its own, or it is a peek of cost 0.
+fn leased<'a>(rules: &'a [Rule], c: &PlannedCheck) -> Option<&'a Lease> {
+    let rule = &rules[c.rule];
+    if rule.shadow || c.policy.is_some() || c.cost == 0 {
+        return None;
+    }
+    rule.lease.as_ref()
+}
+
+/// Whether any of `checks` is decided through a lease.
+pub(crate) fn applies<'c>(
+    rules: &[Rule],
+    mut checks: impl Iterator<Item = &'c PlannedCheck>,
+) -> bool {
+    checks.any(|c| leased(rules, c).is_some())
+}
+
+/// Stands for a decision a store did not return (every store returns one per item).
+const NO_ANSWER: Decision = Decision {
+    allowed: false,
+    limit: 0,
+    remaining: 0,
+    reset_after: 0,
+    retry_after: None,
+};
+
+/// What admitted a leased item, to undo when another item denies the plan.
+enum Drawn {
+    /// Spent from lease `generation` of item `index`.
+    Lease { index: usize, generation: u64 },
+    /// Reserved by the store alone (a take of this key was on its way), for `scheduled_at`.
+    Store {
+        index: usize,
+        scheduled_at: Timestamp,
+    },
+}
+
+/// One leased item's answer.
+enum Drawing {
+    Admitted(Decision, Drawn),
+    Denied(Decision),
+}
+
+/// Decides `items` (the plan's enforcing items, `checks` their planned checks, in order) as
+/// one all-or-nothing check with leases. Returns the batch's answer and whether the store was
+/// asked at all.
+///
+/// # Errors
+/// As [`Store::check`]; units already drawn for the plan are put back first.
+pub(crate) async fn check<S: Store>(
+    leases: &Leases,
+    store: &S,
+    rules: &[Rule],
+    checks: &[&PlannedCheck],
+    items: &[CheckItem<'_>],
+) -> (Result<BatchDecision, StoreError>, bool) {
+    if let Err(error) = floodgate_store::validate_batch(items) {
+        return (Err(error), false);
+    }
+    let mut asked = false;
+    let mut decisions: Vec<Option<Decision>> = vec![None; items.len()];
+    let mut drawn: Vec<Drawn> = Vec::new();
+    let mut denied = false;
+    for (index, (c, item)) in checks.iter().zip(items).enumerate() {
+        let Some(lease) = leased(rules, c) else {
+            continue;
+        };
+        match draw(
+            leases,
+            store,
+            &rules[c.rule].name,
+            lease,
+            item,
+            index,
+            &mut asked,
+        )
+        .await
+        {
+            Ok(Drawing::Admitted(decision, d)) => {
+                decisions[index] = Some(decision);
+                drawn.push(d);
+            }
+            Ok(Drawing::Denied(decision)) => {
+                decisions[index] = Some(decision);
+                denied = true;
+                break;
+            }
+            Err(error) => {
+                put_back(leases, store, items, drawn).await;
+                return (Err(error), asked);
+            }
+        }
+    }
+    let rest: Vec<usize> = (0..items.len())
+        .filter(|&i| decisions[i].is_none())
+        .collect();
+    let rest_items: Vec<CheckItem<'_>> = rest.iter().map(|&i| items[i]).collect();
+    let mut store_full = None;
+    let allowed = if rest.is_empty() {
+        !denied
+    } else {
+        asked = true;
+        // Denied already: the other items' standings are peeked, nothing is charged.
+        let answer = if denied {
+            Box::pin(store.peek(&rest_items)).await
+        } else {
+            Box::pin(store.check(&rest_items)).await
+        };
+        match answer {
+            Ok(batch) => {
+                for (&i, decision) in rest.iter().zip(batch.decisions) {
+                    decisions[i] = Some(decision);
+                }
+                store_full = batch.store_full;
+                batch.allowed && !denied
+            }
+            Err(error) => {
+                put_back(leases, store, items, drawn).await;
+                return (Err(error), asked);
+            }
+        }
+    };
+    if !allowed {
+        put_back(leases, store, items, drawn).await;
+    }
+    let batch = BatchDecision {
+        allowed,
+        decisions: decisions
+            .into_iter()
+            .map(|d| d.unwrap_or(NO_ANSWER))
+            .collect(),
+        store_full,
+    };
+    (Ok(batch), asked)
+}
+
+/// Spends `item` from its key's lease, taking a lease first when there is none with room.
+async fn draw<S: Store>(
+    leases: &Leases,
+    store: &S,
+    rule: &Arc<str>,
+    lease: &Lease,
+    item: &CheckItem<'_>,
+    index: usize,
+    asked: &mut bool,
+) -> Result<Drawing, StoreError> {
+    let now = leases.now();
+    let (size, ended) = match leases.begin(rule, item.policy, item.key, item.cost, lease, now) {
+        Begin::Spent(decision, generation) => {
+            return Ok(Drawing::Admitted(
+                decision,
+                Drawn::Lease { index, generation },
+            ));
+        }
+        Begin::Denied(decision) => return Ok(Drawing::Denied(decision)),
+        Begin::Plain => {
+            *asked = true;
+            let reserved = store.reserve(std::slice::from_ref(item), 0).await?;
+            let decision = reserved
+                .batch
+                .decisions
+                .first()
+                .copied()
+                .unwrap_or(NO_ANSWER);
+            return Ok(match reserved.scheduled_at.first() {
+                Some(&scheduled_at) if reserved.batch.allowed => Drawing::Admitted(
+                    decision,
+                    Drawn::Store {
+                        index,
+                        scheduled_at,
+                    },
+                ),
+                _ => Drawing::Denied(decision),
+            });
+        }
+        Begin::Take { size, ended } => (size, ended),
+    };
+    // From here the slot is "taking": the guard clears that if this future is dropped or fails.
+    let mut guard = TakeGuard {
+        leases,
+        rule,
+        key: item.key,
+        denial: None,
+        done: false,
+    };
+    *asked = true;
+    if let Some(ended) = ended {
+        settle_ended(store, std::slice::from_ref(&*ended)).await;
+    }
+    let take = |cost| CheckItem { cost, ..*item };
+    let mut size = size;
+    let mut reserved = store.reserve(&[take(size)], 0).await?;
+    if !reserved.batch.allowed && size > item.cost {
+        // A lease the key cannot give: the request alone may still fit.
+        size = item.cost;
+        reserved = store.reserve(&[take(size)], 0).await?;
+    }
+    let decision = reserved
+        .batch
+        .decisions
+        .first()
+        .copied()
+        .unwrap_or(NO_ANSWER);
+    let Some(&scheduled_at) = reserved
+        .scheduled_at
+        .first()
+        .filter(|_| reserved.batch.allowed)
+    else {
+        guard.denial = Some(Denial {
+            at: now,
+            until: now.saturating_add(decision.retry_after.unwrap_or(0).min(lease.lifetime)),
+            cost: item.cost,
+            decision,
+        });
+        return Ok(Drawing::Denied(decision));
+    };
+    super::counters::taken(rule, size);
+    let live = Live {
+        size,
+        used: item.cost,
+        scheduled_at,
+        taken_at: now,
+        expires_at: now.saturating_add(lease.lifetime),
+        store_remaining: decision.remaining,
+        reset_at: now.saturating_add(decision.reset_after),
+        limit: decision.limit,
+    };
+    let generation = leases.install(rule, item.key, live);
+    guard.done = true;
+    Ok(Drawing::Admitted(
+        live.decision(now),
+        Drawn::Lease { index, generation },
+    ))
+}
+
+/// Clears a slot's take when the take did not install a lease.
+struct TakeGuard<'a> {
+    leases: &'a Leases,
+    rule: &'a str,
+    key: &'a str,
+    denial: Option<Denial>,
+    done: bool,
+}
+
+impl Drop for TakeGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.leases.abandon(self.rule, self.key, self.denial.take());
+        }
+    }
+}
+
+/// Undoes what `drawn` admitted: units back into their lease, or a store reservation settled
+/// with nothing used.
+async fn put_back<S: Store>(
+    leases: &Leases,
+    store: &S,
+    items: &[CheckItem<'_>],
+    drawn: Vec<Drawn>,
+) {
+    let mut settle = Vec::new();
+    for d in drawn {
+        match d {
+            Drawn::Lease { index, generation } => {
+                let item = &items[index];
+                leases.put_back(item.rule, item.key, generation, item.cost);
+            }
+            Drawn::Store {
+                index,
+                scheduled_at,
+            } => {
+                let item = &items[index];
+                settle.push(SettleItem {
+                    rule: item.rule,
+                    policy: item.policy,
+                    key: item.key,
+                    reserved: item.cost,
+                    actual: 0,
+                    scheduled_at,
+                });
+            }
+        }
+    }
+    if !settle.is_empty() {
+        if let Err(error) = store.settle(&settle).await {
+            count_store_error(&error);
+            log_store_failure(&error, false);
+        }
+    }
+}
+
+/// Settles ended leases that did not spend every unit (the rest given back, as far as the
+/// state still holds them), and counts every ended lease's used and returned units. A store
+/// failure is counted and logged: the units then stay spent.
+pub(crate) async fn settle_ended<S: Store>(store: &S, ended: &[Ended]) {
+    for e in ended {
+        super::counters::ended(&e.rule, e.live.used, e.live.size - e.live.used);
+    }
+    let items: Vec<SettleItem<'_>> = ended
+        .iter()
+        .filter(|e| e.live.used < e.live.size)
+        .map(|e| SettleItem {
+            rule: &e.rule,
+            policy: &e.policy,
+            key: &e.key,
+            reserved: e.live.size,
+            actual: e.live.used,
+            scheduled_at: e.live.scheduled_at,
+        })
+        .collect();
+    for chunk in items.chunks(64) {
+        if let Err(error) = store.settle(chunk).await {
+            count_store_error(&error);
+            log_store_failure(&error, false);
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! [`Leases`]: this instance's leases, one slot per rule and key, in shards under short locks
+//! (never held across a store call).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use floodgate_core::{Clock, Decision, Micros, Policy, Timestamp};
+use parking_lot::Mutex;
+
+use super::Lease;
+use crate::reservation::same_policy;
+
+/// The most keys one limiter keeps lease slots for (all rules together). A key that finds
+/// no room is decided by the store as without a lease (exact, one round trip), until idle
+/// slots are dropped
+/// ([`RateLimiter::end_expired_leases`](crate::RateLimiter::end_expired_leases)).
+pub const DEFAULT_MAX_LEASED_KEYS: usize = 100_000;
+
+const SHARDS: usize = 16;
+
+/// Leases of one limiter (shared by its clones).
+#[derive(Debug)]
+pub(crate) struct Leases {
+    pub(super) clock: Arc<dyn Clock>,
+    shards: Box<[Mutex<Shard>]>,
+    hasher: std::collections::hash_map::RandomState,
+    max_keys: usize,
+    keys: AtomicUsize,
+}
+
+type Shard = HashMap<Arc<str>, HashMap<String, Slot>>;
+
+#[derive(Debug)]
+struct Slot {
+    policy: Policy,
+    lease: Option<Live>,
+    /// A take is on its way to the store (at most one per slot).
+    taking: bool,
+    /// A store denial, repeated locally until its `until` for requests of at least its cost.
+    denied: Option<Denial>,
+    /// The previous lease: when it was taken and how many units it spent (the rate estimate).
+    history: Option<(Timestamp, u64)>,
+    /// Bumped by every new lease: a put-back names the lease it drew from.
+    generation: u64,
+    /// When the slot last held a lease or a take (for dropping idle slots).
+    touched: Timestamp,
+    /// The rule's lease lifetime when last used.
+    lifetime: Micros,
+}
+
+/// A live lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Live {
+    pub(super) size: u64,
+    pub(super) used: u64,
+    /// The reservation's scheduled time (what the settle passes back).
+    pub(super) scheduled_at: Timestamp,
+    /// This instance's clock before the take was sent.
+    pub(super) taken_at: Timestamp,
+    pub(super) expires_at: Timestamp,
+    /// The store's `remaining` and `reset_after` (as a time) right after the take.
+    pub(super) store_remaining: u64,
+    pub(super) reset_at: Timestamp,
+    pub(super) limit: u64,
+}
+
+impl Live {
+    /// The decision a request spent from this lease reports: admitted, `remaining` what the
+    /// store had left after the take plus this lease's balance (an estimate: other instances
+    /// spend too), `reset_after` the store's, counted from the take.
+    pub(super) fn decision(&self, now: Timestamp) -> Decision {
+        Decision {
+            allowed: true,
+            limit: self.limit,
+            remaining: self
+                .store_remaining
+                .saturating_add(self.size - self.used)
+                .min(self.limit),
+            reset_after: self.reset_at.saturating_sub(now),
+            retry_after: None,
+        }
+    }
+}
+
+/// A store denial of a take, repeated locally: made at `at` (this instance's clock before the
+/// take was sent) for `cost` units, until `until`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Denial {
+    pub(super) at: Timestamp,
+    pub(super) until: Timestamp,
+    pub(super) cost: u64,
+    pub(super) decision: Decision,
+}
+
+/// A lease that ended and may have units to give back.
+#[derive(Debug, Clone)]
+pub(crate) struct Ended {
+    pub(super) rule: Arc<str>,
+    pub(super) key: String,
+    pub(super) policy: Policy,
+    pub(super) live: Live,
+}
+
+/// What [`Leases::begin`] found for one request.
+#[derive(Debug)]
+pub(super) enum Begin {
+    /// Spent from the live lease `generation`.
+    Spent(Decision, u64),
+    /// Denied again until the store's `retry_after` (capped at the lifetime).
+    Denied(Decision),
+    /// Take a lease of `size` units; `ended` is the lease it replaces (to settle first). The
+    /// caller must finish with `Leases::install` or `Leases::abandon`.
+    Take {
+        size: u64,
+        ended: Option<Box<Ended>>,
+    },
+    /// A take of this key is on its way, or no slot is free: decide by the store alone.
+    Plain,
+}
+
+impl Leases {
+    pub(crate) fn new(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
+        Self {
+            clock,
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+            max_keys,
+            keys: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    fn shard(&self, rule: &str, key: &str) -> &Mutex<Shard> {
+        let mut h = self.hasher.build_hasher();
+        rule.hash(&mut h);
+        key.hash(&mut h);
+        // The modulo of a 64-bit hash by 16 fits any usize.
+        #[allow(clippy::cast_possible_truncation)]
+        let index = (h.finish() % SHARDS as u64) as usize;
+        &self.shards[index]
+    }
+
+    /// Keys holding a slot now.
+    pub(crate) fn len(&self) -> usize {
+        self.keys.load(Ordering::Relaxed)
+    }
+
+    /// The first step of a leased request of `cost` units (see `docs/spec/leases.md`).
+    pub(super) fn begin(
+        &self,
+        rule: &Arc<str>,
+        policy: &Policy,
+        key: &str,
+        cost: u64,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Begin {
+        let mut shard = self.shard(rule, key).lock();
+        let keys = match shard.get_mut(&**rule) {
+            Some(keys) => keys,
+            None => shard.entry(Arc::clone(rule)).or_default(),
+        };
+        if !keys.contains_key(key) {
+            if self.keys.load(Ordering::Relaxed) >= self.max_keys {
+                return Begin::Plain;
+            }
+            self.keys.fetch_add(1, Ordering::Relaxed);
+            keys.insert(
+                key.to_owned(),
+                Slot {
+                    policy: policy.clone(),
+                    lease: None,
+                    taking: false,
+                    denied: None,
+                    history: None,
+                    generation: 0,
+                    touched: now,
+                    lifetime: lease.lifetime,
+                },
+            );
+        }
+        let Some(slot) = keys.get_mut(key) else {
+            return Begin::Plain;
+        };
+        if slot.taking {
+            // The slot's lease is on its way (none is live meanwhile): this request goes to
+            // the store alone, exactly as without leases.
+            return Begin::Plain;
+        }
+        slot.lifetime = lease.lifetime;
+        let mut ended = None;
+        if !same_policy(&slot.policy, policy) {
+            // A reload gave the rule another quota: the old lease ends, the key starts cold.
+            ended = slot.lease.take().map(|live| {
+                Box::new(Ended {
+                    rule: Arc::clone(rule),
+                    key: key.to_owned(),
+                    policy: slot.policy.clone(),
+                    live,
+                })
+            });
+            slot.policy = policy.clone();
+            slot.denied = None;
+            slot.history = None;
+        }
+        if let Some(live) = &mut slot.lease {
+            if now < live.expires_at && now >= live.taken_at && live.size - live.used >= cost {
+                live.used += cost;
+                return Begin::Spent(live.decision(now), slot.generation);
+            }
+        }
+        if let Some(Denial {
+            at,
+            until,
+            cost: denied_cost,
+            decision,
+        }) = slot.denied
+        {
+            if now >= at && now < until && cost >= denied_cost {
+                return Begin::Denied(Decision {
+                    retry_after: decision
+                        .retry_after
+                        .map(|r| r.saturating_sub(now - at).max(1)),
+                    reset_after: decision.reset_after.saturating_sub(now - at),
+                    ..decision
+                });
+            }
+            slot.denied = None;
+        }
+        if ended.is_none() {
+            if let Some(live) = slot.lease.take() {
+                slot.history = Some((live.taken_at, live.used));
+                ended = Some(Box::new(Ended {
+                    rule: Arc::clone(rule),
+                    key: key.to_owned(),
+                    policy: slot.policy.clone(),
+                    live,
+                }));
+            }
+        }
+        slot.taking = true;
+        slot.touched = now;
+        // Never above the policy's capacity (a limit override's rule keeps its base rule's
+        // lease settings with a smaller quota); `cost` is within it (the plan refuses more).
+        let size = estimate(slot.history, now, cost, lease).min(policy.capacity().max(cost));
+        Begin::Take { size, ended }
+    }
+
+    /// The take of a [`Begin::Take`] was granted: `live` is the key's lease now.
+    pub(super) fn install(&self, rule: &str, key: &str, live: Live) -> u64 {
+        let mut shard = self.shard(rule, key).lock();
+        match shard.get_mut(rule).and_then(|keys| keys.get_mut(key)) {
+            Some(slot) => {
+                slot.taking = false;
+                slot.generation += 1;
+                slot.lease = Some(live);
+                slot.touched = live.taken_at;
+                slot.generation
+            }
+            // Dropped meanwhile (a return of every lease): the units stay spent.
+            None => 0,
+        }
+    }
+
+    /// The take of a [`Begin::Take`] was denied (`denial` repeated locally until `until`), or
+    /// failed, or was given up (`denial = None`).
+    pub(super) fn abandon(&self, rule: &str, key: &str, denial: Option<Denial>) {
+        let mut shard = self.shard(rule, key).lock();
+        if let Some(slot) = shard.get_mut(rule).and_then(|keys| keys.get_mut(key)) {
+            slot.taking = false;
+            if denial.is_some() {
+                slot.denied = denial;
+            }
+        }
+    }
+
+    /// Puts `cost` units back into lease `generation` of the key (the request was denied by
+    /// another rule of its plan). A lease that ended meanwhile keeps them as spent.
+    pub(super) fn put_back(&self, rule: &str, key: &str, generation: u64, cost: u64) {
+        let mut shard = self.shard(rule, key).lock();
+        if let Some(slot) = shard.get_mut(rule).and_then(|keys| keys.get_mut(key)) {
+            if slot.generation == generation {
+                if let Some(live) = &mut slot.lease {
+                    live.used = live.used.saturating_sub(cost);
+                }
+            }
+        }
+    }
+
+    /// Ends every lease whose time is up by `now` (all of them with `all`), and drops slots
+    /// idle for more than four lifetimes of their rule (every slot with `all`).
+    pub(crate) fn end(&self, now: Timestamp, all: bool) -> Vec<Ended> {
+        let mut ended = Vec::new();
+        for shard in &*self.shards {
+            let mut shard = shard.lock();
+            for (rule, keys) in shard.iter_mut() {
+                keys.retain(|key, slot| {
+                    let expired = slot
+                        .lease
+                        .as_ref()
+                        .is_some_and(|l| all || now >= l.expires_at);
+                    if expired {
+                        if let Some(live) = slot.lease.take() {
+                            slot.history = Some((live.taken_at, live.used));
+                            slot.touched = live.expires_at.min(now);
+                            ended.push(Ended {
+                                rule: Arc::clone(rule),
+                                key: key.clone(),
+                                policy: slot.policy.clone(),
+                                live,
+                            });
+                        }
+                    }
+                    let lifetime = slot.lifetime;
+                    let idle = slot.lease.is_none()
+                        && !slot.taking
+                        && slot.denied.is_none_or(|d| now >= d.until)
+                        && now.saturating_sub(slot.touched) > 4 * lifetime.max(1);
+                    let keep = !(all || idle);
+                    if !keep {
+                        self.keys.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    keep
+                });
+            }
+            shard.retain(|_, keys| !keys.is_empty());
+        }
+        ended
+    }
+}
+
+/// The size of the next lease: the previous lease's use scaled to the lifetime (units used,
+/// times the lifetime, over the time since it was taken), at least `cost` and at most
+/// `max(cost, max_units)`. A key without history takes `cost`: one round trip, as without
+/// leases.
+fn estimate(history: Option<(Timestamp, u64)>, now: Timestamp, cost: u64, lease: &Lease) -> u64 {
+    let most = lease.max_units.max(cost);
+    let Some((taken_at, used)) = history else {
+        return cost;
+    };
+    let lived: Micros = now.saturating_sub(taken_at).max(1);
+    let scaled = (u128::from(used) * u128::from(lease.lifetime)).div_ceil(u128::from(lived));
+    u64::try_from(scaled).unwrap_or(u64::MAX).clamp(cost, most)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_grows_with_the_rate_and_stays_within_the_share() {
+        let lease = Lease {
+            lifetime: 20_000,
+            max_units: 500,
+        };
+        assert_eq!(estimate(None, 5, 1, &lease), 1, "a cold key takes its cost");
+        // 1 unit in 1 ms: 20 per 20 ms.
+        assert_eq!(estimate(Some((0, 1)), 1_000, 1, &lease), 20);
+        // 100 units in 10 ms: 200 per 20 ms.
+        assert_eq!(estimate(Some((0, 100)), 10_000, 1, &lease), 200);
+        assert_eq!(estimate(Some((0, 100)), 1_000, 1, &lease), 500, "the share");
+        // Seldom: 1 unit per second.
+        assert_eq!(estimate(Some((0, 1)), 1_000_000, 1, &lease), 1);
+        assert_eq!(
+            estimate(Some((0, 1)), 1_000_000, 700, &lease),
+            700,
+            "the cost"
+        );
+        assert_eq!(
+            estimate(Some((9, 1)), 3, 2, &lease),
+            500,
+            "a clock step back"
+        );
+    }
+}
