@@ -182,7 +182,7 @@ const NOT_A_METHOD: &str =
 /// A 400 problem naming the header: `Host`, a method, host or URI header sent twice; a
 /// method or host header that is empty or not visible ASCII, or no method or host; a URI
 /// header that cannot be read ([`super::forwarded_uri::read`]).
-fn original_request(
+pub(super) fn original_request(
     own_method: &Method,
     headers: &mut HeaderMap,
     suffix: Option<Uri>,

@@ -33,6 +33,7 @@ pub(crate) mod body;
 pub(crate) mod bounds;
 pub(crate) mod envoy_json;
 mod forward_auth;
+pub(crate) mod forwarded_grammar;
 mod forwarded_uri;
 #[cfg(test)]
 mod fuzz;

@@ -10,7 +10,9 @@
 //! count, no configuration), so it needs no token.
 
 mod answers;
+mod exclusive;
 mod paths;
+mod patterns;
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
@@ -70,6 +72,8 @@ pub(crate) fn document() -> String {
     // Serializing a tree of maps, strings and numbers does not fail.
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
     camel_case_links(&mut doc);
+    exclusive::apply(&mut doc);
+    patterns::apply(&mut doc);
     let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
     text.push('\n');
     text
@@ -263,7 +267,9 @@ mod tests {
     fn the_documented_bounds_are_the_enforced_ones() {
         let doc = doc();
         let schemas = &doc["components"]["schemas"];
-        let check = &schemas["CheckRequest"]["properties"];
+        // The first shape holds `rule`/`key`/`cost`, the second `descriptors`.
+        let check = &schemas["CheckOne"]["properties"];
+        let several = &schemas["CheckMany"]["properties"];
         let max = |v: &Value| v["maximum"].as_u64();
         let cost = crate::config::MAX_COST;
         assert_eq!(max(&check["cost"]), Some(cost));
@@ -271,10 +277,7 @@ mod tests {
             max(&schemas["Descriptor"]["properties"]["cost"]),
             Some(cost)
         );
-        assert_eq!(
-            max(&schemas["SettleRequest"]["properties"]["cost"]),
-            Some(cost)
-        );
+        assert_eq!(max(&schemas["SettleOne"]["properties"]["cost"]), Some(cost));
         assert_eq!(max(&schemas["Cost"]), Some(cost));
         assert_eq!(max(&check["max_wait_ms"]), Some(86_400_000));
         let key_bytes = super::super::bounds::MAX_KEY_BYTES as u64;
@@ -284,7 +287,10 @@ mod tests {
             Some(key_bytes)
         );
         let descriptors = super::super::bounds::MAX_CHECK_DESCRIPTORS as u64;
-        assert_eq!(check["descriptors"]["maxItems"].as_u64(), Some(descriptors));
+        assert_eq!(
+            several["descriptors"]["maxItems"].as_u64(),
+            Some(descriptors)
+        );
         assert_eq!(doc["openapi"], "3.1.0");
     }
 

@@ -109,7 +109,7 @@ pub(crate) struct SimulateRequest {
     /// Burst capacity in units (default: the limit).
     burst: Option<u64>,
     /// Instances of the service sharing the traffic, 1 to 1,000.
-    #[schema(maximum = 1_000)]
+    #[schema(minimum = 1, maximum = 1_000)]
     instances: Option<u64>,
     /// How instances count (`GET /ui/choices.json`: `counter`).
     counter: Option<String>,
@@ -138,14 +138,14 @@ pub(crate) struct SimulateRequest {
     #[schema(maximum = 50_000)]
     max_requests: Option<u64>,
     /// The simulated client's key, 1 to 256 bytes.
-    #[schema(max_length = 256)]
+    #[schema(min_length = 1, max_length = 256)]
     key: Option<String>,
     /// A trace's column holding the times.
     column: Option<String>,
     /// The longest wait of a waiting client, a duration of at most one day.
     max_wait: Option<String>,
     /// Concurrent runners of a waiting client, 1 to 1,000.
-    #[schema(maximum = 1_000)]
+    #[schema(minimum = 1, maximum = 1_000)]
     runners: Option<u64>,
     /// Count the limit per calendar day of this IANA time zone (`America/Los_Angeles`), from
     /// local midnight: one window algorithm and a `N/day` limit. At most 64 bytes.
