@@ -480,7 +480,7 @@ mod tests {
     fn a_denial_sent_as_403_says_403_in_its_body_too() {
         let verdict = Verdict {
             action: Action::Deny,
-            outcomes: vec![outcome("a", "1/s", denied(3_000_000))],
+            outcomes: vec![outcome("a", "1/s", denied(3_000_000))].into(),
             store_error: None,
             store_full: None,
             wait: None,
