@@ -52,7 +52,8 @@ pub(crate) async fn evaluate<S: Store>(
         consume: mode != Mode::Peek,
         verdict: Verdict {
             action: Action::Admit,
-            outcomes: Vec::with_capacity(checks.len()),
+            // One outcome inline (the usual request), a `Vec` from the second.
+            outcomes: crate::SmallList::default(),
             store_error: None,
             store_full: None,
             wait: None,

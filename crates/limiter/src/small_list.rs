@@ -50,6 +50,15 @@ impl<T> std::ops::DerefMut for SmallList<T> {
     }
 }
 
+impl<T: PartialEq> PartialEq for SmallList<T> {
+    /// Equal when the elements are, however they are kept (one inline or in a `Vec`).
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: Eq> Eq for SmallList<T> {}
+
 impl<T> From<Vec<T>> for SmallList<T> {
     fn from(many: Vec<T>) -> Self {
         SmallList::Many(many)
@@ -71,5 +80,14 @@ mod tests {
         assert_eq!(&*list, &[1, 2, 3]);
         list[0] = 7;
         assert_eq!(list.first(), Some(&7));
+    }
+
+    #[test]
+    fn equality_is_of_the_elements_not_the_storage() {
+        let mut inline = SmallList::default();
+        inline.push(1);
+        assert_eq!(inline, SmallList::from(vec![1]));
+        assert_ne!(inline, SmallList::from(vec![1, 2]));
+        assert_eq!(SmallList::<u8>::Empty, SmallList::from(Vec::new()));
     }
 }

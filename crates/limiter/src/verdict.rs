@@ -89,8 +89,9 @@ pub struct Verdict {
     pub action: Action,
     /// One outcome per item that was decided, in plan order ([`RuleOutcome::item`]). Empty
     /// when no rule applied or the store failed; a shadow item whose store call failed has
-    /// none.
-    pub outcomes: Vec<RuleOutcome>,
+    /// none. A [`SmallList`](crate::SmallList): the usual request's one outcome is kept inline,
+    /// without an allocation.
+    pub outcomes: crate::SmallList<RuleOutcome>,
     /// The store error, when the store failed (already handled by `action`).
     pub store_error: Option<StoreError>,
     /// Set when a new key met a full store, and what the store did (see

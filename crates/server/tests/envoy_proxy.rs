@@ -234,7 +234,7 @@ fn yaml_floodgate(args: &[&str]) -> Floodgate {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_ratelimit_filter_admits_exactly_five_of_twenty() {
     let upstream = Upstream::start().await;
-    let fg = yaml_floodgate(&[]);
+    let fg = yaml_floodgate(&["--envoy-ok-response-headers"]);
     let (admin, listener) = (free_port(), free_port());
     let config = ratelimit_config(
         admin,
@@ -259,7 +259,7 @@ async fn envoy_ratelimit_filter_admits_exactly_five_of_twenty() {
         .to_str()
         .unwrap()
         .starts_with("\"everyone\";r=0;t=60, \"per-client\";"));
-    // An admitted response carries the headers too.
+    // An admitted response carries the headers too (`--envoy-ok-response-headers`).
     assert_eq!(admitted[4]["ratelimit-policy"].to_str().unwrap(), policy);
     assert!(admitted[4]["ratelimit"]
         .to_str()

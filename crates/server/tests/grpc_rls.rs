@@ -10,15 +10,15 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use grpc_support::{
-    call, code, codes, desc, header, one, remaining, request, start, with_hits, yaml,
-    FIVE_PER_MINUTE,
+    call, code, codes, desc, header, ok_headers_yaml, one, remaining, request, start, with_hits,
+    yaml, FIVE_PER_MINUTE,
 };
 use serde_json::json;
 use serve_support::{advance, client, metric, post_json};
 
 #[tokio::test]
 async fn codes_statuses_and_headers_of_a_five_per_minute_descriptor() {
-    let (_fg, mut c) = yaml(FIVE_PER_MINUTE).await;
+    let (_fg, mut c) = ok_headers_yaml(FIVE_PER_MINUTE).await;
     for i in 0..5u32 {
         let r = one(&mut c, "rl", &[("generic_key", "five")]).await;
         assert_eq!(code(&r), Code::Ok, "call {i}");
@@ -60,7 +60,8 @@ async fn codes_statuses_and_headers_of_a_five_per_minute_descriptor() {
 }
 
 /// The same rule (TOML, with a domain) decided through gRPC and `/v1/check` writes the same
-/// `RateLimit-Policy`, `RateLimit` and `Retry-After` at every step.
+/// `RateLimit-Policy`, `RateLimit` and `Retry-After` at every step (OK answers with
+/// `--envoy-ok-response-headers`).
 #[tokio::test]
 async fn headers_are_exactly_the_http_front_ends() {
     let toml = r#"
@@ -71,7 +72,12 @@ limit = "3/10s"
 domain = "rl"
 descriptors = [{ key = "k" }]
 "#;
-    let (fg, mut c) = start(&[("f.toml", toml)], "f.toml", &[]).await;
+    let (fg, mut c) = start(
+        &[("f.toml", toml)],
+        "f.toml",
+        &["--envoy-ok-response-headers"],
+    )
+    .await;
     let http = client();
     for i in 0..5 {
         let r = one(&mut c, "rl", &[("k", "a")]).await;
@@ -151,7 +157,7 @@ async fn hits_addend_at_request_and_descriptor_level() {
 
 #[tokio::test]
 async fn a_limit_override_is_decided_by_its_own_rule_only_where_allowed() {
-    let (_fg, mut c) = yaml(
+    let (_fg, mut c) = ok_headers_yaml(
         "\
 domain: rl
 descriptors:
@@ -336,7 +342,7 @@ async fn all_descriptors_are_decided_all_or_nothing() {
 
 #[tokio::test]
 async fn unlimited_wildcards_and_replaces() {
-    let (_fg, mut c) = yaml(
+    let (_fg, mut c) = ok_headers_yaml(
         "\
 domain: rl
 descriptors:

@@ -28,6 +28,8 @@
 //!
 //! The `floodgate` service's `/v1/check` and forward-auth endpoints use these same functions.
 
+use std::cell::Cell;
+
 use bytes::Bytes;
 use floodgate_core::Decision;
 use floodgate_limiter::{push_policy_item, push_sf_string, Action, RuleOutcome, Verdict};
@@ -119,7 +121,10 @@ where
     let Some(first) = shown.next() else {
         return;
     };
-    let mut state = Vec::with_capacity(64);
+    // Written into this thread's reused buffer and copied out once (`HeaderValue::from_bytes`):
+    // one allocation per answer, where a fresh `Vec` handed to `Bytes` costs two.
+    let mut state = STATE_BUFFER.try_with(Cell::take).unwrap_or_default();
+    state.clear();
     let mut numbers = itoa::Buffer::new();
     let mut push_state = |state: &mut Vec<u8>, o: &RuleOutcome| {
         push_sf_string(state, &o.rule);
@@ -151,9 +156,13 @@ where
         (None, None) => Ok(self::policy_item(&first.rule, &first.quota)),
     };
     // Built only from integers and escaped printable ASCII, so always a valid header value.
-    if let (Ok(p), Ok(s)) = (policy, HeaderValue::from_maybe_shared(exact(state))) {
+    if let (Ok(p), Ok(s)) = (policy, HeaderValue::from_bytes(&state)) {
         headers.insert(RATELIMIT_POLICY, p);
         headers.insert(RATELIMIT, s);
+    }
+    // Kept for the next answer unless it grew unusually large (a long list of rules).
+    if state.capacity() <= MAX_KEPT_BUFFER {
+        let _ = STATE_BUFFER.try_with(|b| b.set(state));
     }
     let retry_after = outcomes
         .filter(|o| !o.shadow)
@@ -163,6 +172,15 @@ where
         headers.insert(RETRY_AFTER, HeaderValue::from(secs));
     }
 }
+
+thread_local! {
+    /// The `RateLimit` value's buffer, reused by each answer on this thread.
+    static STATE_BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// The largest `RateLimit` buffer kept for reuse, in bytes (a member is about 30 bytes plus
+/// the rule's name).
+const MAX_KEPT_BUFFER: usize = 4096;
 
 /// The `t` of a `RateLimit` member: the seconds until the key is fresh again, but never less
 /// than the decision's `Retry-After`, so a client following `t` never retries before a retry
@@ -480,7 +498,7 @@ mod tests {
     fn a_denial_sent_as_403_says_403_in_its_body_too() {
         let verdict = Verdict {
             action: Action::Deny,
-            outcomes: vec![outcome("a", "1/s", denied(3_000_000))],
+            outcomes: vec![outcome("a", "1/s", denied(3_000_000))].into(),
             store_error: None,
             store_full: None,
             wait: None,

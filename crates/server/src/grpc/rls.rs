@@ -150,6 +150,7 @@ async fn should_rate_limit(
         &slots,
         &verdict,
         plan.is_blocked(),
+        config.envoy.ok_response_headers,
         state.clock.now(),
     )?;
     if let Some(names) = &config.envoy.limit_headers {
@@ -474,6 +475,7 @@ fn answer(
     slots: &[Slot],
     verdict: &Verdict,
     blocked: bool,
+    ok_headers: bool,
     now: floodgate_core::Timestamp,
 ) -> Result<RateLimitResponse, Status> {
     match &verdict.action {
@@ -565,7 +567,10 @@ fn answer(
         })
         .collect();
     let mut response_headers_to_add = Vec::new();
-    if !blocked {
+    // An OK answer carries headers only with `[envoy] ok_response_headers` (envoyproxy/ratelimit
+    // sends none unless LIMIT_RESPONSE_HEADERS_ENABLED): building them is most of the answer's
+    // allocations, and Envoy copies them into every admitted response.
+    if !blocked && (over || ok_headers) {
         // Exactly the headers the HTTP front ends write, by the same function.
         let mut headers = http::HeaderMap::new();
         floodgate_tower::response::apply_headers_of(&mut headers, verdict.outcomes.iter());

@@ -602,7 +602,7 @@ mod tests {
     fn verdict(action: Action, outcomes: Vec<RuleOutcome>) -> Verdict {
         Verdict {
             action,
-            outcomes,
+            outcomes: outcomes.into(),
             store_error: None,
             store_full: None,
             wait: None,

@@ -31,6 +31,12 @@ pub async fn yaml(text: &str) -> (Floodgate, Client) {
     start(&[("ratelimit.yaml", text)], "ratelimit.yaml", &[]).await
 }
 
+/// [`yaml`] with `--envoy-ok-response-headers`: `OK` answers carry the `RateLimit` headers too.
+pub async fn ok_headers_yaml(text: &str) -> (Floodgate, Client) {
+    let args = ["--envoy-ok-response-headers"];
+    start(&[("ratelimit.yaml", text)], "ratelimit.yaml", &args).await
+}
+
 /// A descriptor of `(key, value)` entries.
 pub fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {

@@ -9,6 +9,7 @@
 //! response_dynamic_metadata = false  # RESPONSE_DYNAMIC_METADATA: dynamic_metadata in answers
 //! request_limit_overrides = true     # a request's RateLimitDescriptor.limit is honoured
 //! metric_values_per_rule = 100       # distinct descriptor labels per rule, the rest "other"
+//! ok_response_headers = false        # OK answers carry RateLimit-Policy/RateLimit too
 //! ```
 
 use serde::Deserialize;
@@ -42,6 +43,11 @@ pub(crate) struct EnvoySettings {
     /// `RateLimit-Limit`/`-Remaining`/`-Reset` headers of upstream, under these names.
     #[serde(skip)]
     pub(crate) limit_headers: Option<super::LimitHeaders>,
+    /// `ok_response_headers`: `OK` answers carry `response_headers_to_add` (`RateLimit-Policy`,
+    /// `RateLimit`) as `OVER_LIMIT` answers always do (with `Retry-After`). Default false:
+    /// envoyproxy/ratelimit sends no headers unless `LIMIT_RESPONSE_HEADERS_ENABLED`, and Envoy
+    /// copies them into every admitted response.
+    pub(crate) ok_response_headers: bool,
 }
 
 impl Default for EnvoySettings {
@@ -53,6 +59,7 @@ impl Default for EnvoySettings {
             request_limit_overrides: true,
             metric_values_per_rule: 100,
             limit_headers: None,
+            ok_response_headers: false,
         }
     }
 }
@@ -81,6 +88,10 @@ pub(crate) struct EnvoyArgs {
     /// 10000) [default: `[envoy] metric_values_per_rule`, else 100].
     #[arg(long, value_name = "N")]
     pub(crate) envoy_metric_values_per_rule: Option<usize>,
+    /// OK answers carry RateLimit-Policy and RateLimit in response_headers_to_add, as
+    /// OVER_LIMIT answers always do [default: `[envoy] ok_response_headers`, else none].
+    #[arg(long)]
+    pub(crate) envoy_ok_response_headers: bool,
 }
 
 impl EnvoyArgs {
@@ -90,6 +101,7 @@ impl EnvoyArgs {
         settings.shadow_mode |= self.envoy_shadow_mode;
         settings.response_dynamic_metadata |= self.envoy_response_dynamic_metadata;
         settings.request_limit_overrides &= !self.envoy_no_request_limit_overrides;
+        settings.ok_response_headers |= self.envoy_ok_response_headers;
         if let Some(n) = self.envoy_metric_values_per_rule {
             settings.metric_values_per_rule = n.min(MAX_METRIC_VALUES_PER_RULE);
         }
