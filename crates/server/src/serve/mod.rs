@@ -217,8 +217,15 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(args))
+    let code = runtime.block_on(serve(args));
+    // A reload still parsing on a blocking thread is abandoned, not awaited: its outcome is
+    // of no use to a process that is leaving.
+    runtime.shutdown_timeout(SHUTDOWN_BLOCKING_WAIT);
+    code
 }
+
+/// How long an ending process waits for work on blocking threads (a reload in progress).
+const SHUTDOWN_BLOCKING_WAIT: Duration = Duration::from_secs(1);
 
 fn init_logging(format: LogFormat, default: &str) {
     use tracing_subscriber::EnvFilter;

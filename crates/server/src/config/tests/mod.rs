@@ -10,6 +10,7 @@ use super::schema::{ServerConfig, DEFAULT_MAX_CLAIMS, DEFAULT_RESERVATION_TTL};
 use super::*;
 
 mod errors;
+mod max_rules;
 mod rules;
 mod server;
 mod store;
