@@ -286,6 +286,27 @@ fn diff_rules(old: &Config, new: &Config) -> (Vec<String>, Vec<String>) {
     (kept, fresh)
 }
 
+fn warn_about_restart_only_changes(old: &Config, new: &Config) {
+    if old.store != new.store {
+        tracing::warn!("[store] changes take effect at the next restart");
+    }
+    if old.server.reservation_secret != new.server.reservation_secret
+        || old.server.reservation_ttl != new.server.reservation_ttl
+    {
+        tracing::warn!(
+            "[server] reservation_secret/reservation_ttl changes take effect at the next restart"
+        );
+    }
+    if old.server.listen != new.server.listen
+        || old.server.upstream != new.server.upstream
+        || old.server.grpc_listen != new.server.grpc_listen
+    {
+        tracing::warn!(
+            "[server] listen/upstream/grpc_listen changes take effect at the next restart"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,26 +329,5 @@ mod tests {
         let (kept, fresh) = diff_rules(&old, &new);
         assert_eq!(kept, ["r0", "r2"]);
         assert_eq!(fresh, ["r1", "r3"]);
-    }
-}
-
-fn warn_about_restart_only_changes(old: &Config, new: &Config) {
-    if old.store != new.store {
-        tracing::warn!("[store] changes take effect at the next restart");
-    }
-    if old.server.reservation_secret != new.server.reservation_secret
-        || old.server.reservation_ttl != new.server.reservation_ttl
-    {
-        tracing::warn!(
-            "[server] reservation_secret/reservation_ttl changes take effect at the next restart"
-        );
-    }
-    if old.server.listen != new.server.listen
-        || old.server.upstream != new.server.upstream
-        || old.server.grpc_listen != new.server.grpc_listen
-    {
-        tracing::warn!(
-            "[server] listen/upstream/grpc_listen changes take effect at the next restart"
-        );
     }
 }

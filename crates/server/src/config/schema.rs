@@ -26,6 +26,11 @@ pub(crate) const MAX_SLIDING_LOG_LIMIT: u64 = 10_000;
 /// YAML): a reload compares and logs every rule, and the gRPC labels and the page list them.
 pub(crate) const MAX_RULES: usize = 100_000;
 
+/// The error of a configuration beyond [`MAX_RULES`].
+pub(crate) fn too_many_rules() -> String {
+    format!("too many rules: a configuration holds at most {MAX_RULES}")
+}
+
 /// Default `[store] max_keys`.
 pub(super) const DEFAULT_MAX_KEYS: u64 = 100_000;
 

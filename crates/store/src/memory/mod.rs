@@ -240,8 +240,7 @@ impl MemoryStore {
     /// included); 0 for a rule never seen.
     pub fn rule_keys(&self, rule: &str) -> usize {
         let all = self.shared.rule_keys.lock();
-        all.get(rule)
-            .map_or(0, |k| k.held.load(Ordering::Relaxed))
+        all.get(rule).map_or(0, |k| k.held.load(Ordering::Relaxed))
     }
 
     /// Whether the store holds live state for `key` under `rule` and `policy` (an expired

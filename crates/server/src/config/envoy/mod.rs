@@ -41,7 +41,9 @@ use floodgate_tower::{CostSource, Matcher};
 
 use super::descriptors::{path_name, DescriptorIndex, DescriptorRule, Leaf};
 use super::error::ConfigErrors;
-use super::schema::{override_rule, Config, RuleConfig, ServerConfig, StoreConfig, MAX_RULES};
+use super::schema::{
+    override_rule, too_many_rules, Config, RuleConfig, ServerConfig, StoreConfig, MAX_RULES,
+};
 pub(crate) use rate_limit::unit_period;
 pub(crate) use settings::{EnvoyArgs, EnvoySettings, MAX_METRIC_VALUES_PER_RULE};
 use walker::{Found, FoundKind, Walker};
@@ -85,8 +87,7 @@ pub(crate) fn parse(
     let mut base_overrides: Vec<(usize, Vec<Quota>)> = Vec::new();
     for f in &found {
         if rules.len() >= MAX_RULES {
-            let message = format!("too many rules: a configuration holds at most {MAX_RULES}");
-            w.error(f.file, f.line, &f.field, message);
+            w.error(f.file, f.line, &f.field, too_many_rules());
             break;
         }
         let path = path_name(&f.domain, &f.entries);

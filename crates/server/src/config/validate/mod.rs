@@ -56,7 +56,7 @@ pub(super) fn config(
             v.push(
                 &r.name,
                 format!("{at}.name"),
-                format!("too many rules: a configuration holds at most {MAX_RULES}"),
+                super::schema::too_many_rules(),
             );
             break;
         }
