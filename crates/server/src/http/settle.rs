@@ -87,10 +87,18 @@ pub(super) async fn settle(State(state): State<Arc<AppState>>, request: Request)
         Ok(actual) => actual,
         Err(response) => return response,
     };
-    let opened = match state
+    let mut opened = state
         .reservations
-        .open(&request.reservation, state.clock.now())
+        .open(&request.reservation, state.clock.now());
+    // A secret this instance does not know may be the store's new one: read it, then again.
+    if matches!(opened, Err(TokenError::OtherSecret { .. }))
+        && crate::serve::secret::recheck(&state).await
     {
+        opened = state
+            .reservations
+            .open(&request.reservation, state.clock.now());
+    }
+    let opened = match opened {
         Ok(opened) => opened,
         Err(error) => return token_refused(&state, error),
     };

@@ -21,6 +21,7 @@ pub(crate) mod envoy_env;
 pub(crate) mod listener;
 mod recorder;
 mod reload;
+pub(crate) mod secret;
 mod store;
 
 use std::net::SocketAddr;
@@ -349,6 +350,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         )),
         tokio::spawn(store::housekeeping(Arc::clone(&state), shutdown_rx.clone())),
     ];
+    background.extend(secret::spawn_refresh(&state, &shutdown_rx));
     if let Some(live) = &state.ui {
         background.push(tokio::spawn(crate::ui::live::sample(
             Arc::clone(&state),
@@ -413,7 +415,7 @@ async fn configure(
         if state.store().redis().is_some() {
             // Every process on one store signs with one secret, shared through it.
             state.reservations = crate::http::settle::Signer::shared(state.reservations.ttl());
-            share_secret_later = !share_reservation_secret(&state, false).await;
+            share_secret_later = !secret::share_reservation_secret(&state, false).await;
         } else {
             tracing::info!(
                 "no [server] reservation_secret (or FLOODGATE_RESERVATION_SECRET): reservation \
@@ -443,7 +445,7 @@ async fn configure(
         // Until the store answers, reservations and settles are a 503 naming the cause.
         let state = Arc::clone(&state);
         tokio::spawn(async move {
-            while !share_reservation_secret(&state, true).await {
+            while !secret::share_reservation_secret(&state, true).await {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
@@ -640,43 +642,6 @@ fn parse_admin_token(text: &str) -> Result<String, String> {
         })?;
     }
     Ok(text.to_string())
-}
-
-/// Reads (or creates, atomically, when no process did yet) the reservation secret shared
-/// through the Redis store, and signs with it: `true` once done. `quiet` leaves a failure
-/// unlogged (the retries after the first).
-async fn share_reservation_secret(state: &AppState, quiet: bool) -> bool {
-    let Some(redis) = state.store().redis() else {
-        return true;
-    };
-    let failed = match redis
-        .share_secret(&crate::http::settle::Signer::candidate())
-        .await
-    {
-        Ok(secret) => match config::check_reservation_secret(&secret) {
-            Ok(()) => {
-                let key_id = state.reservations.share(&secret);
-                tracing::info!(
-                    key_id,
-                    "reservation tokens are signed with the secret shared through the store \
-                     (<prefix>secret:reservation): every instance on it settles them"
-                );
-                return true;
-            }
-            Err(why) => format!(
-                "the store's <prefix>secret:reservation is not a valid secret ({why}); delete \
-                 it to have a new one made, or set [server] reservation_secret"
-            ),
-        },
-        Err(e) => format!("cannot read the reservation secret shared through the store: {e}"),
-    };
-    if !quiet {
-        tracing::warn!(
-            "{failed}; reservations and settles are answered 503 until it is read (retried \
-             every second)"
-        );
-    }
-    false
 }
 
 /// `--reservation-secret` / `FLOODGATE_RESERVATION_SECRET`: the file's rule
