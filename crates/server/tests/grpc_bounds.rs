@@ -1,6 +1,7 @@
 //! The gRPC listener's request bounds against the real binary (docs/security.md, "Listeners and
 //! connections"): a request message above 64 KiB is refused, one that does not arrive within
-//! `header_read_timeout` ends the call, and the calls together hold at most 16 MiB.
+//! `header_read_timeout` ends the call, and the calls together hold at most 16 MiB (one
+//! connection's at most 2 MiB: `grpc_connection_share`).
 
 mod serve_support;
 
@@ -134,16 +135,26 @@ async fn an_unfinished_request_message_ends_at_the_header_read_timeout() {
 #[tokio::test]
 async fn the_calls_together_hold_at_most_16_mib_of_request_messages() {
     let fg = Floodgate::with_config(&config("60s"), &["--grpc-listen", "127.0.0.1:0"]);
-    let mut sender = connect(&fg).await;
-    sender.ready().await.unwrap();
-    // 300 calls each announcing 65,000 bytes: 16 MiB holds 258 of them; the others are
-    // refused at once instead of reserving their buffers.
-    let calls: Vec<_> = (0..300)
-        .map(|_| sender.send_request(stalled_call(65_000, 0)))
+    // 9 connections of 32 calls, each announcing 65,000 bytes: a connection's 2 MiB share
+    // holds its 32, the 16 MiB of the listener 258 of the 288; the others are refused at once
+    // instead of reserving their buffers.
+    let mut senders = Vec::new();
+    for _ in 0..9 {
+        let mut sender = connect(&fg).await;
+        sender.ready().await.unwrap();
+        senders.push(sender);
+    }
+    let calls: Vec<_> = senders
+        .iter_mut()
+        .flat_map(|sender| {
+            (0..32)
+                .map(|_| sender.send_request(stalled_call(65_000, 0)))
+                .collect::<Vec<_>>()
+        })
         .collect();
     let mut calls: futures_util::stream::FuturesUnordered<_> = calls.into_iter().collect();
     let mut refused = 0;
-    while refused < 42 {
+    while refused < 30 {
         let answer = timeout(Duration::from_secs(10), calls.next())
             .await
             .expect("no call was refused: the calls hold more than the budget")
@@ -159,7 +170,7 @@ async fn the_calls_together_hold_at_most_16_mib_of_request_messages() {
         .is_err());
     // Once they are gone (the connection closes), the budget is free again.
     drop(calls);
-    drop(sender);
+    drop(senders);
     let mut c = RateLimitServiceClient::connect(fg.grpc.clone().unwrap())
         .await
         .unwrap();

@@ -22,6 +22,15 @@ pub(crate) const MAX_COST: u64 = 1_000_000;
 /// (a limit of 10,000 is about 80 KB per key in memory and ~1 MB in a Redis sorted set).
 pub(crate) const MAX_SLIDING_LOG_LIMIT: u64 = 10_000;
 
+/// Most rules one configuration may hold (declared and made from limit overrides, TOML or
+/// YAML): a reload compares and logs every rule, and the gRPC labels and the page list them.
+pub(crate) const MAX_RULES: usize = 100_000;
+
+/// The error of a configuration beyond [`MAX_RULES`].
+pub(crate) fn too_many_rules() -> String {
+    format!("too many rules: a configuration holds at most {MAX_RULES}")
+}
+
 /// Default `[store] max_keys`.
 pub(super) const DEFAULT_MAX_KEYS: u64 = 100_000;
 

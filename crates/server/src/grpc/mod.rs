@@ -31,6 +31,7 @@ mod guard;
 mod incoming;
 pub(crate) mod labels;
 mod limit_headers;
+mod prescan;
 mod reset;
 pub(crate) mod rls;
 pub(crate) mod tls;
@@ -110,13 +111,20 @@ pub(crate) fn spawn(
         let service = RateLimitServiceServer::new(rls::RateLimitService::new(state))
             .max_decoding_message_size(guard::MAX_MESSAGE);
         let streams = limits.grpc_max_concurrent_streams;
-        let budget = guard::Budget::new(guard::BUDGET);
+        let budget = guard::Budget::new(guard::BUDGET, guard::CONNECTION_SHARE);
         let deadline = limits.header_read_timeout;
         let bodies =
             tower::util::MapRequestLayer::new(move |request: http::Request<tonic::body::Body>| {
                 let budget = Arc::clone(&budget);
-                request
-                    .map(|body| tonic::body::Body::new(guard::Guarded::new(body, budget, deadline)))
+                let peer = request
+                    .extensions()
+                    .get::<tonic::transport::server::TcpConnectInfo>()
+                    .and_then(|info| info.remote_addr());
+                let rls = request.uri().path() == rls::PATH;
+                request.map(|body| {
+                    let body = guard::Guarded::new(body, budget, deadline).of_connection(peer);
+                    tonic::body::Body::new(if rls { body.scanned() } else { body })
+                })
             });
         let result = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(GRPC_KEEPALIVE.0))

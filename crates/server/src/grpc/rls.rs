@@ -57,11 +57,14 @@ use crate::state::AppState;
 /// The method label of the metrics.
 pub(crate) const METHOD: &str = "ShouldRateLimit";
 
+/// The HTTP/2 path of `ShouldRateLimit`.
+pub(crate) const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
 /// Most descriptors in one request.
 pub(crate) const MAX_RLS_DESCRIPTORS: usize = 64;
 
 /// Most entries in one descriptor.
-const MAX_ENTRIES: usize = 32;
+pub(crate) const MAX_ENTRIES: usize = 32;
 
 /// Envoy's rate limit service over the server's limiter.
 #[derive(Debug, Clone)]

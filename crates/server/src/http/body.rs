@@ -44,7 +44,9 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, Response> {
     let bytes = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        if let Some(refused) = super::body_budget::refusal(&rejection) {
+            refused
+        } else if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             invalid(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body",

@@ -30,6 +30,7 @@ mod api;
 pub(crate) mod auth;
 pub(crate) mod bare;
 pub(crate) mod body;
+pub(crate) mod body_budget;
 pub(crate) mod bounds;
 pub(crate) mod envoy_json;
 mod forward_auth;
@@ -100,5 +101,9 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         // The body limit is checked again while reading (see `body::read_json`) so that the
         // answer is a problem+json 413 rather than axum's plain text.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.config_now().server.limits.header_read_timeout,
+            body_budget::bound,
+        ))
         .with_state(state)
 }

@@ -87,10 +87,18 @@ pub(super) async fn settle(State(state): State<Arc<AppState>>, request: Request)
         Ok(actual) => actual,
         Err(response) => return response,
     };
-    let opened = match state
+    let mut opened = state
         .reservations
-        .open(&request.reservation, state.clock.now())
+        .open(&request.reservation, state.clock.now());
+    // A secret this instance does not know may be the store's new one: read it, then again.
+    if matches!(opened, Err(TokenError::OtherSecret { .. }))
+        && crate::serve::secret::recheck(&state).await
     {
+        opened = state
+            .reservations
+            .open(&request.reservation, state.clock.now());
+    }
+    let opened = match opened {
         Ok(opened) => opened,
         Err(error) => return token_refused(&state, error),
     };
@@ -210,17 +218,31 @@ fn settle_refused(error: SettleError, expires_in: u64) -> Response {
         }
         SettleError::Store(floodgate_store::StoreError::ClaimsFull { max, retry_after }) => {
             // The claim was not made, so nothing was settled: the same token settles once a
-            // claim ends (refunds are not lost, only delayed).
-            let seconds = retry_after.div_ceil(1_000_000).max(1);
+            // claim ends (refunds are not lost, only delayed). Never advise a retry after the
+            // token's end: claims outlive their tokens by a margin, so the earliest may end
+            // after this one expires.
+            let seconds = retry_after
+                .div_ceil(1_000_000)
+                .min(expires_in / 1_000_000)
+                .max(1);
+            let left = expires_in.div_ceil(1_000_000);
+            let when = if retry_after < expires_in {
+                format!("settle this reservation again in {seconds} s, while it is valid ({left} s left)")
+            } else {
+                format!(
+                    "no claim held now ends while this reservation is valid (the earliest in \
+                     {} s, the reservation in {left} s): unless room is made sooner its units \
+                     stay spent as reserved",
+                    retry_after.div_ceil(1_000_000)
+                )
+            };
             let mut response = problem(
                 StatusCode::SERVICE_UNAVAILABLE,
                 floodgate_tower::response::PROBLEM_STORE_UNAVAILABLE,
                 "store unavailable",
                 format!(
                     "the store holds {max} live reservation claims ([store] max_claims): \
-                     nothing was settled; settle this reservation again in {seconds} s, while \
-                     it is valid ({} s left)",
-                    expires_in.div_ceil(1_000_000)
+                     nothing was settled; {when}"
                 ),
                 Some(("field", "reservation".into())),
             );

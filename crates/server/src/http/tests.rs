@@ -92,7 +92,7 @@ proptest! {
     /// 429) request consumes nothing.
     #[test]
     fn arbitrary_bodies_get_clean_answers(body in json_like()) {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         rt.block_on(async {
             let state = state();
             let before = remaining(&state).await;

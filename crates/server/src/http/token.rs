@@ -69,8 +69,9 @@ const VERSION_1: &str = "v1";
 /// a secret shared through a Redis store, or a random per-process one.
 #[derive(Clone)]
 pub(crate) struct Signer {
-    /// Set once: at creation, or when the secret shared through the store has been read.
-    key: Arc<std::sync::OnceLock<Key>>,
+    /// Set at creation, or when the secret shared through the store has been read; that one
+    /// changes when the store's does (see [`Signer::share`]).
+    key: Arc<arc_swap::ArcSwapOption<Keys>>,
     ttl: Micros,
     source: SecretSource,
     /// With a store whose claims live in this process (the memory store): a random id of this
@@ -92,7 +93,41 @@ pub(crate) enum SecretSource {
     Store,
 }
 
+/// The keys a signer opens tokens with.
+struct Keys {
+    /// Signs, and opens its tokens.
+    current: Key,
+    /// The secret of `current` when it is shared through the store (written back when the
+    /// store lost it).
+    shared: Option<String>,
+    /// The key before the store's secret changed, and until when its tokens may still be
+    /// opened (one token lifetime after the change: none of its tokens lives longer).
+    previous: Option<(Key, Timestamp)>,
+}
+
+impl Keys {
+    fn new(current: Key) -> Self {
+        Self {
+            current,
+            shared: None,
+            previous: None,
+        }
+    }
+
+    /// The key named `id` at `now`: the current one, or the previous one within its time.
+    fn named(&self, id: &str, now: Timestamp) -> Option<&Key> {
+        if id == self.current.id {
+            return Some(&self.current);
+        }
+        self.previous
+            .as_ref()
+            .filter(|(key, until)| key.id == id && now < *until)
+            .map(|(key, _)| key)
+    }
+}
+
 /// An HMAC key and its key id.
+#[derive(Clone)]
 struct Key {
     mac: Hmac<Sha256>,
     /// 8 base64url characters of SHA-256 over a label and the secret (48 bits): names the
@@ -228,7 +263,7 @@ impl Signer {
             None => (Key::new(&random_secret()), SecretSource::Process),
         };
         Self {
-            key: Arc::new(std::sync::OnceLock::from(key)),
+            key: Arc::new(arc_swap::ArcSwapOption::from_pointee(Keys::new(key))),
             ttl,
             source,
             instance: None,
@@ -239,7 +274,7 @@ impl Signer {
     /// until then it signs and opens nothing ([`TokenError::NotReady`]).
     pub(crate) fn shared(ttl: Micros) -> Self {
         Self {
-            key: Arc::new(std::sync::OnceLock::new()),
+            key: Arc::new(arc_swap::ArcSwapOption::empty()),
             ttl,
             source: SecretSource::Store,
             instance: None,
@@ -256,10 +291,30 @@ impl Signer {
         self
     }
 
-    /// Sets the secret read from the store (the first one set stays); its key id.
-    pub(crate) fn share(&self, secret: &str) -> String {
-        let _ = self.key.set(Key::new(secret.as_bytes()));
-        self.key_id().unwrap_or_default()
+    /// Signs with the secret read from the store at `now`: its key id, and the key id it
+    /// replaced when the store's secret changed (the store lost it and another instance made
+    /// a new one). Tokens of the replaced secret are still opened for one token lifetime.
+    pub(crate) fn share(&self, secret: &str, now: Timestamp) -> (String, Option<String>) {
+        let key = Key::new(secret.as_bytes());
+        let id = key.id.clone();
+        let old = self.key.load_full();
+        if old.as_ref().is_some_and(|k| k.current.id == id) {
+            return (id, None);
+        }
+        let replaced = old.as_ref().map(|k| k.current.id.clone());
+        let previous = old.map(|k| (k.current.clone(), now.saturating_add(self.ttl)));
+        self.key.store(Some(Arc::new(Keys {
+            current: key,
+            shared: Some(secret.to_string()),
+            previous,
+        })));
+        (id, replaced)
+    }
+
+    /// The secret shared through the store that this signer signs with, to write back when
+    /// the store lost it (`None` before one is read, and for other sources).
+    pub(crate) fn shared_secret(&self) -> Option<String> {
+        self.key.load().as_ref().and_then(|k| k.shared.clone())
     }
 
     /// A new random secret for the store, 43 base64url characters (256 bits).
@@ -274,12 +329,12 @@ impl Signer {
 
     /// The key id of the secret (`None` until a shared one is read).
     pub(crate) fn key_id(&self) -> Option<String> {
-        self.key.get().map(|k| k.id.clone())
+        self.key.load().as_ref().map(|k| k.current.id.clone())
     }
 
     /// Whether tokens can be signed and opened now.
     pub(crate) fn is_ready(&self) -> bool {
-        self.key.get().is_some()
+        self.key.load().is_some()
     }
 
     /// How long a token lives, in microseconds (`[server] reservation_ttl`).
@@ -294,7 +349,8 @@ impl Signer {
         items: Vec<PayloadItem>,
         now: Timestamp,
     ) -> Option<(String, Timestamp)> {
-        let key = self.key.get()?;
+        let keys = self.key.load_full()?;
+        let key = &keys.current;
         let mut id = [0u8; 16];
         fill_random(&mut id);
         let exp = now.saturating_add(self.ttl);
@@ -328,13 +384,16 @@ impl Signer {
     pub(crate) fn open(&self, token: &str, now: Timestamp) -> Result<Opened, TokenError> {
         let malformed = |why: &str| TokenError::Malformed(why.to_string());
         let shape = "not a reservation token (expected v2.<key id>.<payload>.<mac>)";
-        let key = self.key.get().ok_or(TokenError::NotReady)?;
+        let keys = self.key.load_full().ok_or(TokenError::NotReady)?;
+        let mut key = &keys.current;
         let (signed, tag) = token.rsplit_once('.').ok_or_else(|| malformed(shape))?;
         let (version, rest) = signed.split_once('.').ok_or_else(|| malformed(shape))?;
         let payload = match version {
             VERSION => {
                 let (id, payload) = rest.split_once('.').ok_or_else(|| malformed(shape))?;
-                if id != key.id {
+                if let Some(named) = keys.named(id, now) {
+                    key = named;
+                } else {
                     let valid = id.len() == key.id.len()
                         && id
                             .bytes()
@@ -496,8 +555,8 @@ mod tests {
         let mut parts = token.split('.');
         let (_, _, payload) = (parts.next(), parts.next(), parts.next().unwrap());
         let signed = format!("v1.{payload}");
-        let key = signer.key.get().unwrap();
-        let mut mac = key.mac.clone();
+        let keys = signer.key.load_full().unwrap();
+        let mut mac = keys.current.mac.clone();
         mac.update(signed.as_bytes());
         let v1 = format!(
             "{signed}.{}",
@@ -523,14 +582,47 @@ mod tests {
         assert_eq!(secret.len(), 43);
         assert!(crate::config::check_reservation_secret(&secret).is_ok());
         let clone = signer.clone();
-        let id = signer.share(&secret);
-        // Clones share the key; a second share keeps the first.
+        let (id, replaced) = signer.share(&secret, T0);
+        assert_eq!(replaced, None);
+        // Clones share the key; the same secret again changes nothing.
         assert_eq!(clone.key_id().unwrap(), id);
-        assert_eq!(signer.share(&Signer::candidate()), id);
+        assert_eq!(signer.share(&secret, T0), (id.clone(), None));
+        assert_eq!(signer.shared_secret().as_deref(), Some(secret.as_str()));
         let (token, _) = sign(&clone, T0);
         let other = Signer::shared(1_000_000);
-        other.share(&secret);
+        other.share(&secret, T0);
         assert!(other.open(&token, T0).is_ok());
+    }
+
+    #[test]
+    fn a_changed_store_secret_signs_from_then_on_and_the_previous_opens_for_one_lifetime() {
+        let signer = Signer::shared(1_000_000);
+        let (first, second) = (Signer::candidate(), Signer::candidate());
+        let (old_id, _) = signer.share(&first, T0);
+        let (before, _) = sign(&signer, T0);
+        // The store lost the secret and another instance made its own.
+        let (new_id, replaced) = signer.share(&second, T0 + 10);
+        assert_eq!(replaced, Some(old_id.clone()));
+        assert_eq!(signer.key_id(), Some(new_id.clone()));
+        assert_eq!(signer.shared_secret(), Some(second.clone()));
+        let (after, _) = sign(&signer, T0 + 10);
+        assert!(after.starts_with(&format!("v2.{new_id}.")));
+        // Both open; the one of the previous secret until a token lifetime after the change
+        // (its own expiry comes first anyway).
+        assert!(signer.open(&before, T0 + 20).is_ok());
+        assert!(signer.open(&after, T0 + 20).is_ok());
+        assert!(matches!(
+            signer.open(&before, T0 + 10 + 1_000_000),
+            Err(TokenError::OtherSecret { .. })
+        ));
+        // A third secret forgets the first.
+        let (_, replaced) = signer.share(&Signer::candidate(), T0 + 30);
+        assert_eq!(replaced, Some(new_id));
+        assert!(matches!(
+            signer.open(&before, T0 + 40),
+            Err(TokenError::OtherSecret { .. })
+        ));
+        assert!(signer.open(&after, T0 + 40).is_ok());
     }
 
     #[test]

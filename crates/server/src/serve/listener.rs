@@ -66,8 +66,10 @@ impl HttpTimeouts {
 /// take.
 const H2_KEEPALIVE: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(20));
 
-/// Streams at once on one HTTP/2 connection of an HTTP listener.
-const H2_MAX_STREAMS: u32 = 256;
+/// Streams at once on one HTTP/2 connection of an HTTP listener: RFC 9113's recommended
+/// least (browsers open up to 100); the bodies of all streams share one budget anyway
+/// (`crate::http::body_budget`).
+const H2_MAX_STREAMS: u32 = 100;
 
 /// The largest HTTP/1 request header, in bytes (hyper's read buffer; a larger header is
 /// answered 431). hyper's default, about 400 KiB, would let each half-sent header hold that

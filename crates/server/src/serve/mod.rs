@@ -23,6 +23,7 @@ pub(crate) mod listener;
 mod logging;
 mod recorder;
 mod reload;
+pub(crate) mod secret;
 mod store;
 mod store_per_second;
 
@@ -220,8 +221,15 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(args))
+    let code = runtime.block_on(serve(args));
+    // A reload still parsing on a blocking thread is abandoned, not awaited: its outcome is
+    // of no use to a process that is leaving.
+    runtime.shutdown_timeout(SHUTDOWN_BLOCKING_WAIT);
+    code
 }
+
+/// How long an ending process waits for work on blocking threads (a reload in progress).
+const SHUTDOWN_BLOCKING_WAIT: Duration = Duration::from_secs(1);
 
 /// Reads the configuration named by `--config`, or the embedded default, with its text (for
 /// change detection).
@@ -334,6 +342,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tokio::spawn(store::housekeeping(Arc::clone(&state), shutdown_rx.clone())),
         tokio::spawn(leases::keep(Arc::clone(&state), shutdown_rx.clone())),
     ];
+    background.extend(secret::spawn_refresh(&state, &shutdown_rx));
     if let Some(live) = &state.ui {
         background.push(tokio::spawn(crate::ui::live::sample(
             Arc::clone(&state),
@@ -401,7 +410,7 @@ async fn configure(
         if state.store().redis().is_some() {
             // Every process on one store signs with one secret, shared through it.
             state.reservations = crate::http::settle::Signer::shared(state.reservations.ttl());
-            share_secret_later = !share_reservation_secret(&state, false).await;
+            share_secret_later = !secret::share_reservation_secret(&state, false).await;
         } else {
             tracing::info!(
                 "no [server] reservation_secret (or FLOODGATE_RESERVATION_SECRET): reservation \
@@ -432,7 +441,7 @@ async fn configure(
         // Until the store answers, reservations and settles are a 503 naming the cause.
         let state = Arc::clone(&state);
         tokio::spawn(async move {
-            while !share_reservation_secret(&state, true).await {
+            while !secret::share_reservation_secret(&state, true).await {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
@@ -629,43 +638,6 @@ fn parse_admin_token(text: &str) -> Result<String, String> {
         })?;
     }
     Ok(text.to_string())
-}
-
-/// Reads (or creates, atomically, when no process did yet) the reservation secret shared
-/// through the Redis store, and signs with it: `true` once done. `quiet` leaves a failure
-/// unlogged (the retries after the first).
-async fn share_reservation_secret(state: &AppState, quiet: bool) -> bool {
-    let Some(redis) = state.store().redis() else {
-        return true;
-    };
-    let failed = match redis
-        .share_secret(&crate::http::settle::Signer::candidate())
-        .await
-    {
-        Ok(secret) => match config::check_reservation_secret(&secret) {
-            Ok(()) => {
-                let key_id = state.reservations.share(&secret);
-                tracing::info!(
-                    key_id,
-                    "reservation tokens are signed with the secret shared through the store \
-                     (<prefix>secret:reservation): every instance on it settles them"
-                );
-                return true;
-            }
-            Err(why) => format!(
-                "the store's <prefix>secret:reservation is not a valid secret ({why}); delete \
-                 it to have a new one made, or set [server] reservation_secret"
-            ),
-        },
-        Err(e) => format!("cannot read the reservation secret shared through the store: {e}"),
-    };
-    if !quiet {
-        tracing::warn!(
-            "{failed}; reservations and settles are answered 503 until it is read (retried \
-             every second)"
-        );
-    }
-    false
 }
 
 /// `--reservation-secret` / `FLOODGATE_RESERVATION_SECRET`: the file's rule

@@ -70,7 +70,19 @@ pub(super) async fn watch(
         } else {
             tracing::info!(file, "configuration file changed: reloading");
         }
-        let _ = state.reload_from_sources(&file, &sources);
+        // Parsing, validating and comparing 100,000 rules takes a while: on a blocking thread,
+        // so that no request worker waits for it, and given up on at shutdown (the process
+        // does not wait for it either: see `run`).
+        let reload = {
+            let state = Arc::clone(&state);
+            tokio::task::spawn_blocking(move || {
+                let _ = state.reload_from_sources(&file, &sources);
+            })
+        };
+        tokio::select! {
+            _ = reload => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
         last_text = Some(text);
     }
 }

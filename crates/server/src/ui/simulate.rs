@@ -182,7 +182,10 @@ pub(crate) async fn simulate(State(state): State<Arc<AppState>>, request: Reques
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             return too_large()
         }
-        Err(rejection) => return invalid(rejection.status(), "body", rejection.body_text()),
+        Err(rejection) => {
+            return crate::http::body_budget::refusal(&rejection)
+                .unwrap_or_else(|| invalid(rejection.status(), "body", rejection.body_text()))
+        }
     };
     let spec = match parse_body(&bytes).and_then(spec_of) {
         Ok(spec) => spec,

@@ -90,6 +90,7 @@ mod table;
 #[cfg(feature = "tokio")]
 mod until_ready;
 
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -174,7 +175,7 @@ impl MemoryStore {
                 keys: AtomicUsize::new(0),
                 counters: Counters::default(),
                 registry: Registry::default(),
-                rule_keys: Mutex::new(Vec::new()),
+                rule_keys: Mutex::new(HashMap::new()),
                 expirations_metric: OnceLock::new(),
             }),
             sweep_cursor: AtomicUsize::new(0),
@@ -240,9 +241,7 @@ impl MemoryStore {
     /// included); 0 for a rule never seen.
     pub fn rule_keys(&self, rule: &str) -> usize {
         let all = self.shared.rule_keys.lock();
-        all.iter()
-            .find(|k| *k.name == *rule)
-            .map_or(0, |k| k.held.load(Ordering::Relaxed))
+        all.get(rule).map_or(0, |k| k.held.load(Ordering::Relaxed))
     }
 
     /// Whether the store holds live state for `key` under `rule` and `policy` (an expired

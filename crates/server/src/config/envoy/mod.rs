@@ -42,7 +42,9 @@ use floodgate_tower::{CostSource, Matcher};
 
 use super::descriptors::{path_name, DescriptorIndex, DescriptorRule, Leaf};
 use super::error::ConfigErrors;
-use super::schema::{override_rule, Config, RuleConfig, ServerConfig, StoreConfig};
+use super::schema::{
+    override_rule, too_many_rules, Config, RuleConfig, ServerConfig, StoreConfig, MAX_RULES,
+};
 pub(crate) use limit_headers::LimitHeaders;
 pub(crate) use rate_limit::unit_period;
 pub(crate) use settings::{EnvoyArgs, EnvoySettings, MAX_METRIC_VALUES_PER_RULE};
@@ -86,6 +88,10 @@ pub(crate) fn parse(
     let mut names: HashMap<String, (usize, usize)> = HashMap::new();
     let mut base_overrides: Vec<(usize, Vec<Quota>)> = Vec::new();
     for f in &found {
+        if rules.len() >= MAX_RULES {
+            w.error(f.file, f.line, &f.field, too_many_rules());
+            break;
+        }
         let path = path_name(&f.domain, &f.entries);
         let name = match &f.limit_name {
             Some(n) if name_uses.get(n.as_str()) == Some(&1) => n.clone(),

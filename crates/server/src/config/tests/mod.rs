@@ -11,6 +11,7 @@ use super::*;
 
 mod errors;
 mod leases;
+mod max_rules;
 mod rules;
 mod server;
 mod store;

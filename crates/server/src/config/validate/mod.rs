@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use super::error::{ConfigErrors, Source};
 use super::raw::RawConfig;
-use super::schema::{Config, DEFAULT_MAX_KEYS};
+use super::schema::{Config, DEFAULT_MAX_KEYS, MAX_RULES};
 
 pub(crate) use calendar::keep_calendar;
 pub(crate) use server::parse_upstream;
@@ -54,6 +54,15 @@ pub(super) fn config(
     let mut names: HashMap<String, usize> = HashMap::new();
     for (i, r) in raw.rules.iter().enumerate() {
         let at = format!("rules[{i}]");
+        if i == MAX_RULES {
+            // Validating the rest would only cost time: the file is refused anyway.
+            v.push(
+                &r.name,
+                format!("{at}.name"),
+                super::schema::too_many_rules(),
+            );
+            break;
+        }
         // Unique regardless of case: `Search` and `search` would be told apart by nothing a
         // person reads (metric labels, headers, logs) except case.
         let folded = r.name.get_ref().to_ascii_lowercase();
@@ -85,6 +94,19 @@ pub(super) fn config(
         }
     }
     let descriptors = v.descriptor_index(raw, &raw_of, &mut rules);
+    if rules.len() > MAX_RULES && raw.rules.len() <= MAX_RULES {
+        if let Some(last) = raw.rules.last() {
+            v.push(
+                &last.name,
+                "rules".into(),
+                format!(
+                    "too many rules with the limit overrides: {} where a configuration holds \
+                     at most {MAX_RULES}",
+                    rules.len()
+                ),
+            );
+        }
+    }
     if v.errors.is_empty() {
         Ok(Config {
             file: file.to_string(),
