@@ -6,7 +6,8 @@
 //! rate limit service). Front ends translate their wire format into a [`Plan`] and the
 //! [`Verdict`] back; the engine returns values and never builds an HTTP answer.
 //!
-//! - A [`Rule`] says which requests it applies to ([`Matcher`]), what is counted
+//! - A [`Rule`] says which traffic it applies to ([`Scope`]: HTTP requests, decision calls
+//!   naming it, gRPC descriptors), which requests ([`Matcher`]), what is counted
 //!   ([`KeySource`]: user, API key, client IP, route, a constant, or combinations), how much each
 //!   request costs ([`CostSource`]), whether it only observes (`shadow`) and what to do when the
 //!   store fails ([`FailureMode`]).
@@ -57,6 +58,7 @@ mod path;
 mod plan;
 mod reservation;
 mod rule;
+mod scope;
 mod small_list;
 mod verdict;
 
@@ -74,6 +76,7 @@ pub use reservation::{Claim, Reservation, ReservedItem, SettleError, SettledItem
 pub use rule::{
     parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,
 };
+pub use scope::{FindError, Scope, Traffic};
 pub use small_list::SmallList;
 pub use verdict::{
     enforced_quota, most_restrictive, most_restrictive_of, retry_after_secs, Action, Mode,

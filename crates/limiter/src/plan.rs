@@ -209,7 +209,9 @@ impl Plan {
         let mut client_ip = None;
         let mut client_ip_resolved = false;
         for (index, rule) in rules.rules.iter().enumerate() {
-            if rule.explicit_only || !rule.matcher.matches(method, uri, headers) {
+            if !rule.scope.contains(crate::Traffic::Http)
+                || !rule.matcher.matches(method, uri, headers)
+            {
                 continue;
             }
             if let Some(header) = rule.key.repeated_header(headers) {

@@ -10,6 +10,7 @@ use crate::ip::ClientIpConfig;
 use crate::key::KeySource;
 use crate::metrics::{MetricCache, Outcome};
 use crate::path::prefix_matches;
+use crate::scope::Scope;
 
 /// One rate-limit rule.
 #[derive(Debug, Clone)]
@@ -30,10 +31,12 @@ pub struct Rule {
     pub shadow: bool,
     /// What to do when the store fails.
     pub failure_mode: FailureMode,
-    /// Decided only through explicit plan items ([`crate::Plan::push`]: a decision API, the
-    /// gRPC rate limit service's descriptors); [`crate::RateLimiter::plan`] never applies it to
-    /// a request, and counts nothing for it there.
-    pub explicit_only: bool,
+    /// Which traffic the rule applies to ([`Scope`]; default: HTTP requests and decision
+    /// calls). [`crate::RateLimiter::plan`] applies it to a request only when it holds
+    /// [`Traffic::Http`](crate::Traffic::Http), and counts nothing for it otherwise; a decision
+    /// call finds it by name only when it holds [`Traffic::Api`](crate::Traffic::Api)
+    /// ([`RuleSet::find`]).
+    pub scope: Scope,
     /// Delay mode: a request this rule would refuse but admit within this many microseconds
     /// is reserved and held until its slot, then passed on, instead of answered 429 (see
     /// `docs/reservations.md`, "Delay mode"). `None` (the default): refused at once. Clamped
@@ -53,7 +56,7 @@ impl Rule {
             cost: CostSource::Fixed(1),
             shadow: false,
             failure_mode: FailureMode::Open,
-            explicit_only: false,
+            scope: Scope::default(),
             delay: None,
         }
     }
@@ -90,9 +93,9 @@ impl Rule {
         self
     }
 
-    /// Makes the rule explicit-only (see [`Rule::explicit_only`]).
-    pub fn with_explicit_only(mut self, explicit_only: bool) -> Self {
-        self.explicit_only = explicit_only;
+    /// Sets which traffic the rule applies to (see [`Rule::scope`]).
+    pub fn with_scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
         self
     }
 }

@@ -1,6 +1,6 @@
 //! The configuration's rules as the floodgate-tower [`RuleSet`] the limiter decides with.
 
-use floodgate_tower::{ClientIpConfig, Rule, RuleSet};
+use floodgate_tower::{ClientIpConfig, Rule, RuleSet, Traffic};
 
 use crate::config::{Config, RuleConfig};
 
@@ -22,5 +22,9 @@ fn tower_rule(r: &RuleConfig) -> Rule {
         .with_shadow(r.shadow)
         .with_failure_mode(r.failure_mode)
         .with_delay(std::time::Duration::from_micros(r.delay.unwrap_or(0)))
-        .with_explicit_only(r.descriptor.is_some() || r.override_of.is_some())
+        // A limit override's rule is chosen by a gRPC request's own limit, never by HTTP.
+        .with_scope(match r.override_of {
+            Some(_) => r.applies_to.without(Traffic::Http),
+            None => r.applies_to,
+        })
 }

@@ -53,10 +53,10 @@ pub use service::RateLimit;
 pub use floodgate_limiter::{
     canonical_ip, canonical_path, encode_key, normalize_authority, parse_cost, prefix_matches,
     request_host, Action, Authority, Claim, Client, ClientIpConfig, CostError, CostSource,
-    DenialObserver, FailureMode, ForwardedHeader, HeaderMatch, HostError, KeyContext, KeySource,
-    Matcher, Mode, Outcome, PeerAddr, Plan, RateLimiter, Reservation, ReservedItem, RouteCost,
-    Rule, RuleOutcome, RuleSet, SettleError, SettledItem, Verdict, DEFAULT_MAX_DELAYED,
-    MAX_COMPONENT_LEN, MAX_HOST_LEN,
+    DenialObserver, FailureMode, FindError, ForwardedHeader, HeaderMatch, HostError, KeyContext,
+    KeySource, Matcher, Mode, Outcome, PeerAddr, Plan, RateLimiter, Reservation, ReservedItem,
+    RouteCost, Rule, RuleOutcome, RuleSet, Scope, SettleError, SettledItem, Traffic, Verdict,
+    DEFAULT_MAX_DELAYED, MAX_COMPONENT_LEN, MAX_HOST_LEN,
 };
 
 // What a rule and a store are made of, so that one dependency suffices.

@@ -109,6 +109,8 @@ pub(crate) struct RawRule {
     pub(crate) limit_overrides: Vec<Spanned<String>>,
     /// The rule's own key cap in the memory store.
     pub(crate) max_keys: Option<Spanned<i64>>,
+    /// Which traffic the rule applies to: `["http", "api", "grpc"]` (see `validate::scope`).
+    pub(crate) applies_to: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// One entry of a rule's `descriptors`.

@@ -243,7 +243,7 @@ pub(crate) fn check_admin_token(token: &str) -> Result<(), String> {
 pub(crate) struct RuleConfig {
     /// Unique name (`[A-Za-z0-9_.-]`, 1..=64 bytes).
     pub(crate) name: String,
-    /// Which requests it applies to (in forward-auth and proxy mode): `[rules.match]`.
+    /// Which HTTP requests it applies to (forward-auth, proxy): `[rules.match]`.
     pub(crate) matcher: Matcher,
     /// What it counts separately (the grammar of `key = ...`: [`super::key`]).
     pub(crate) key: KeySource,
@@ -273,6 +273,10 @@ pub(crate) struct RuleConfig {
     /// `POST /v1/check`) cannot take the other rules' room. `None`: only the store's cap. A
     /// limit override's rule has the same cap, counted separately.
     pub(crate) max_keys: Option<u64>,
+    /// `applies_to`: which traffic the rule applies to (HTTP requests, `/v1/check` calls
+    /// naming it, gRPC requests of its domain). Default: HTTP and the API; with a `domain`,
+    /// gRPC and the API.
+    pub(crate) applies_to: floodgate_tower::Scope,
 }
 
 impl RuleConfig {

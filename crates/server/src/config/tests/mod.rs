@@ -11,6 +11,7 @@ use super::*;
 
 mod errors;
 mod rules;
+mod scope;
 mod server;
 mod store;
 

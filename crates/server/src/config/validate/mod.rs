@@ -8,6 +8,7 @@ mod descriptor;
 mod grpc_tls;
 mod limits;
 mod rule;
+mod scope;
 mod server;
 mod store;
 mod validator;

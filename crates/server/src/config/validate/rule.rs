@@ -100,6 +100,7 @@ impl Validator<'_> {
             },
         };
         let delay = self.delay(at, r, policy.as_ref());
+        let applies_to = self.applies_to(at, r);
         if self.errors.len() > before {
             return None;
         }
@@ -115,6 +116,7 @@ impl Validator<'_> {
             descriptor,
             override_of: None,
             max_keys: self.rule_max_keys(at, r),
+            applies_to,
         })
     }
 
