@@ -18,7 +18,7 @@
 //! - Client IPs come from the socket peer ([`PeerAddr`]) unless it is a trusted proxy
 //!   ([`ClientIpConfig`]); keys are encoded injectively and safely ([`encode_key`]). Path
 //!   prefixes and path/route keys use the canonical path ([`canonical_path`],
-//!   [`prefix_matches`]).
+//!   [`prefix_matches`]), read without `;parameters` unless told otherwise ([`PathParameters`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -55,6 +55,7 @@ mod key;
 mod limiter;
 mod metrics;
 mod path;
+mod path_params;
 mod plan;
 mod reservation;
 mod rule;
@@ -71,6 +72,7 @@ pub use key::{encode_key, KeyContext, KeySource, MAX_COMPONENT_LEN};
 pub use limiter::RateLimiter;
 pub use metrics::Outcome;
 pub use path::{canonical_path, prefix_matches};
+pub use path_params::{strip_path_parameters, PathParameters};
 pub use plan::{ItemOptions, Plan};
 pub use reservation::{Claim, Reservation, ReservedItem, SettleError, SettledItem};
 pub use rule::{

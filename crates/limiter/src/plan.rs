@@ -202,6 +202,12 @@ impl Plan {
         headers: &HeaderMap,
         extensions: &http::Extensions,
     ) -> Plan {
+        // Matching, keys and costs read the path as the upstream routes it (crate::path_params).
+        let stripped = match rules.path_parameters {
+            crate::PathParameters::Strip => crate::path_params::without_parameters(uri),
+            crate::PathParameters::Keep => None,
+        };
+        let uri = stripped.as_ref().unwrap_or(uri);
         let mut checks = SmallList::Empty;
         let mut refusal = None;
         let mut client = None;

@@ -113,6 +113,8 @@ pub struct Matcher {
     /// read as `/` ([`prefix_matches`](crate::prefix_matches)), so `/x/../api/a`, `/%61pi/a`,
     /// `//api/a`, `/api/..%2Fa` and `/api%2Fa` all match `/api`, while `/x/..%2Fapi/a` does
     /// not. The canonical form is only used for matching; the request is passed on unchanged.
+    /// [`RateLimiter::plan`](crate::RateLimiter::plan) reads the request path without its
+    /// `;parameters` first, unless [`RuleSet::path_parameters`] keeps them.
     pub path_prefix: Option<String>,
     /// Methods; empty = any.
     pub methods: Vec<Method>,
@@ -324,6 +326,9 @@ pub struct RuleSet {
     pub rules: Vec<Rule>,
     /// Client IP resolution.
     pub client_ip: ClientIpConfig,
+    /// Whether request paths are matched and counted without their `;parameters` (the
+    /// default, [`PathParameters::Strip`]: as servlet containers route them).
+    pub path_parameters: crate::PathParameters,
     /// Metric handles, taken on first use (see the `metrics` module).
     metrics: MetricCache,
     /// Each rule's `RateLimit-Policy` member, made on first use.
@@ -349,6 +354,7 @@ impl RuleSet {
         Self {
             rules,
             client_ip: ClientIpConfig::default(),
+            path_parameters: crate::PathParameters::default(),
             metrics: MetricCache::default(),
             policy_items: PolicyItems::default(),
         }
@@ -399,6 +405,12 @@ impl RuleSet {
     /// (seconds), through a handle kept after its first use.
     pub fn record_decision_duration(&self, elapsed: std::time::Duration) {
         self.metrics.record_duration(elapsed);
+    }
+
+    /// Sets what matching does with path parameters (see [`RuleSet::path_parameters`]).
+    pub fn with_path_parameters(mut self, path_parameters: crate::PathParameters) -> Self {
+        self.path_parameters = path_parameters;
+        self
     }
 
     /// Replaces the client IP settings.

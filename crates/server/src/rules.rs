@@ -7,12 +7,14 @@ use crate::config::{Config, RuleConfig};
 /// The floodgate-tower rule set for a configuration.
 pub(crate) fn rule_set(config: &Config) -> RuleSet {
     let rules = config.rules.iter().map(tower_rule).collect();
-    RuleSet::new(rules).with_client_ip(ClientIpConfig {
-        trusted_proxies: config.server.trusted_proxies.clone(),
-        header: config.server.forwarded_header,
-        ipv6_prefix: config.server.ipv6_prefix,
-        ..ClientIpConfig::default()
-    })
+    RuleSet::new(rules)
+        .with_path_parameters(config.server.path_parameters)
+        .with_client_ip(ClientIpConfig {
+            trusted_proxies: config.server.trusted_proxies.clone(),
+            header: config.server.forwarded_header,
+            ipv6_prefix: config.server.ipv6_prefix,
+            ..ClientIpConfig::default()
+        })
 }
 
 fn tower_rule(r: &RuleConfig) -> Rule {

@@ -31,6 +31,7 @@ pub(crate) struct RawServer {
     #[serde(default)]
     pub(crate) keep_client_headers: Vec<Spanned<String>>,
     pub(crate) forwarded_header: Option<Spanned<String>>,
+    pub(crate) path_parameters: Option<Spanned<String>>,
     pub(crate) ipv6_prefix: Option<Spanned<i64>>,
     pub(crate) ui: Option<bool>,
     pub(crate) ui_denied_keys: Option<Spanned<i64>>,

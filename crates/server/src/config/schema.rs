@@ -78,6 +78,9 @@ pub(crate) struct ServerConfig {
     pub(crate) keep_client_headers: Vec<http::HeaderName>,
     /// The header trusted proxies set: `"x-forwarded-for"` (default) or `"forwarded"` (RFC 7239).
     pub(crate) forwarded_header: ForwardedHeader,
+    /// `path_parameters`: `"strip"` (default) matches request paths without their
+    /// `;parameters`, as servlet containers route them; `"keep"` as RFC 3986 reads them.
+    pub(crate) path_parameters: floodgate_tower::PathParameters,
     /// IPv6 clients are counted per prefix of this length (default 64, what one subscriber
     /// usually holds).
     pub(crate) ipv6_prefix: u8,
@@ -141,6 +144,7 @@ impl Default for ServerConfig {
             upstream: None,
             keep_client_headers: Vec::new(),
             forwarded_header: ForwardedHeader::XForwardedFor,
+            path_parameters: floodgate_tower::PathParameters::Strip,
             ipv6_prefix: 64,
             ui: true,
             ui_denied_keys: 0,

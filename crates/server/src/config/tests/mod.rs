@@ -10,6 +10,7 @@ use super::schema::{ServerConfig, DEFAULT_MAX_CLAIMS, DEFAULT_RESERVATION_TTL};
 use super::*;
 
 mod errors;
+mod path_params;
 mod rules;
 mod scope;
 mod server;

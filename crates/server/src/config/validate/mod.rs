@@ -7,6 +7,7 @@
 mod descriptor;
 mod grpc_tls;
 mod limits;
+mod path_params;
 mod rule;
 mod scope;
 mod server;
@@ -82,6 +83,7 @@ pub(super) fn config(
             raw_of.push(i);
         }
     }
+    v.prefixes_without_parameters(raw, server.path_parameters);
     let descriptors = v.descriptor_index(raw, &raw_of, &mut rules);
     if v.errors.is_empty() {
         Ok(Config {
