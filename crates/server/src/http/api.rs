@@ -298,8 +298,9 @@ fn validate<'a>(
                 // check), named here by the descriptor that does not fit (the store would
                 // name the whole group).
                 if let Some((together, capacity)) = plan.over_capacity_with_earlier(i) {
-                    return Err(bad(
+                    return Err(super::problem::cost_exceeds_capacity(
                         &format!("descriptors[{i}].cost"),
+                        &rules.rules[item.rule].name,
                         format!(
                             "the descriptors for rule {:?} and key {:?} cost {together} \
                              together, above the rule's capacity ({capacity} units at once): \
@@ -532,9 +533,9 @@ fn answer(
             capacity,
             item: Some(check),
         } if *check < items.len() => {
-            return invalid(
-                StatusCode::BAD_REQUEST,
+            return super::problem::cost_exceeds_capacity(
                 &items[*check].field("cost"),
+                rule,
                 format!(
                     "{cost} exceeds the capacity of rule {rule:?} ({capacity} units at once): \
                      it could never be admitted"
