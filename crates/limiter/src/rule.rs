@@ -327,7 +327,7 @@ pub struct RuleSet {
     /// Client IP resolution.
     pub client_ip: ClientIpConfig,
     /// Whether request paths are matched and counted without their `;parameters` (the
-    /// default, [`PathParameters::Strip`]: as servlet containers route them).
+    /// default, [`PathParameters::Strip`](crate::PathParameters::Strip): as servlet containers route them).
     pub path_parameters: crate::PathParameters,
     /// Metric handles, taken on first use (see the `metrics` module).
     metrics: MetricCache,
