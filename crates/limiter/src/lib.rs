@@ -6,7 +6,8 @@
 //! rate limit service). Front ends translate their wire format into a [`Plan`] and the
 //! [`Verdict`] back; the engine returns values and never builds an HTTP answer.
 //!
-//! - A [`Rule`] says which requests it applies to ([`Matcher`]), what is counted
+//! - A [`Rule`] says which traffic it applies to ([`Scope`]: HTTP requests, decision calls
+//!   naming it, gRPC descriptors), which requests ([`Matcher`]), what is counted
 //!   ([`KeySource`]: user, API key, client IP, route, a constant, or combinations), how much each
 //!   request costs ([`CostSource`]), whether it only observes (`shadow`) and what to do when the
 //!   store fails ([`FailureMode`]).
@@ -17,7 +18,7 @@
 //! - Client IPs come from the socket peer ([`PeerAddr`]) unless it is a trusted proxy
 //!   ([`ClientIpConfig`]); keys are encoded injectively and safely ([`encode_key`]). Path
 //!   prefixes and path/route keys use the canonical path ([`canonical_path`],
-//!   [`prefix_matches`]).
+//!   [`prefix_matches`]), read without `;parameters` unless told otherwise ([`PathParameters`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -56,9 +57,11 @@ mod lease_api;
 mod limiter;
 mod metrics;
 mod path;
+mod path_params;
 mod plan;
 mod reservation;
 mod rule;
+mod scope;
 mod small_list;
 mod store_errors;
 mod verdict;
@@ -73,11 +76,13 @@ pub use lease::{Lease, LeaseError, DEFAULT_LEASE_SHARE, DEFAULT_MAX_LEASED_KEYS}
 pub use limiter::RateLimiter;
 pub use metrics::Outcome;
 pub use path::{canonical_path, prefix_matches};
+pub use path_params::{strip_path_parameters, PathParameters};
 pub use plan::{ItemOptions, Plan};
 pub use reservation::{Claim, Reservation, ReservedItem, SettleError, SettledItem};
 pub use rule::{
     parse_cost, CostError, CostSource, FailureMode, HeaderMatch, Matcher, RouteCost, Rule, RuleSet,
 };
+pub use scope::{FindError, Scope, Traffic};
 pub use small_list::SmallList;
 pub use verdict::{
     enforced_quota, most_restrictive, most_restrictive_of, retry_after_secs, Action, Mode,

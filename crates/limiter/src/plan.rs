@@ -202,6 +202,12 @@ impl Plan {
         headers: &HeaderMap,
         extensions: &http::Extensions,
     ) -> Plan {
+        // Matching, keys and costs read the path as the upstream routes it (crate::path_params).
+        let stripped = match rules.path_parameters {
+            crate::PathParameters::Strip => crate::path_params::without_parameters(uri),
+            crate::PathParameters::Keep => None,
+        };
+        let uri = stripped.as_ref().unwrap_or(uri);
         let mut checks = SmallList::Empty;
         let mut refusal = None;
         let mut client = None;
@@ -209,7 +215,9 @@ impl Plan {
         let mut client_ip = None;
         let mut client_ip_resolved = false;
         for (index, rule) in rules.rules.iter().enumerate() {
-            if rule.explicit_only || !rule.matcher.matches(method, uri, headers) {
+            if !rule.scope.contains(crate::Traffic::Http)
+                || !rule.matcher.matches(method, uri, headers)
+            {
                 continue;
             }
             if let Some(header) = rule.key.repeated_header(headers) {

@@ -10,6 +10,7 @@ use crate::ip::ClientIpConfig;
 use crate::key::KeySource;
 use crate::metrics::{MetricCache, Outcome};
 use crate::path::prefix_matches;
+use crate::scope::Scope;
 
 /// One rate-limit rule.
 #[derive(Debug, Clone)]
@@ -30,10 +31,12 @@ pub struct Rule {
     pub shadow: bool,
     /// What to do when the store fails.
     pub failure_mode: FailureMode,
-    /// Decided only through explicit plan items ([`crate::Plan::push`]: a decision API, the
-    /// gRPC rate limit service's descriptors); [`crate::RateLimiter::plan`] never applies it to
-    /// a request, and counts nothing for it there.
-    pub explicit_only: bool,
+    /// Which traffic the rule applies to ([`Scope`]; default: HTTP requests and decision
+    /// calls). [`crate::RateLimiter::plan`] applies it to a request only when it holds
+    /// [`Traffic::Http`](crate::Traffic::Http), and counts nothing for it otherwise; a decision
+    /// call finds it by name only when it holds [`Traffic::Api`](crate::Traffic::Api)
+    /// ([`RuleSet::find`]).
+    pub scope: Scope,
     /// Delay mode: a request this rule would refuse but admit within this many microseconds
     /// is reserved and held until its slot, then passed on, instead of answered 429 (see
     /// `docs/reservations.md`, "Delay mode"). `None` (the default): refused at once. Clamped
@@ -58,7 +61,7 @@ impl Rule {
             cost: CostSource::Fixed(1),
             shadow: false,
             failure_mode: FailureMode::Open,
-            explicit_only: false,
+            scope: Scope::default(),
             delay: None,
             lease: None,
         }
@@ -102,9 +105,9 @@ impl Rule {
         self
     }
 
-    /// Makes the rule explicit-only (see [`Rule::explicit_only`]).
-    pub fn with_explicit_only(mut self, explicit_only: bool) -> Self {
-        self.explicit_only = explicit_only;
+    /// Sets which traffic the rule applies to (see [`Rule::scope`]).
+    pub fn with_scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
         self
     }
 }
@@ -122,6 +125,8 @@ pub struct Matcher {
     /// read as `/` ([`prefix_matches`](crate::prefix_matches)), so `/x/../api/a`, `/%61pi/a`,
     /// `//api/a`, `/api/..%2Fa` and `/api%2Fa` all match `/api`, while `/x/..%2Fapi/a` does
     /// not. The canonical form is only used for matching; the request is passed on unchanged.
+    /// [`RateLimiter::plan`](crate::RateLimiter::plan) reads the request path without its
+    /// `;parameters` first, unless [`RuleSet::path_parameters`] keeps them.
     pub path_prefix: Option<String>,
     /// Methods; empty = any.
     pub methods: Vec<Method>,
@@ -333,6 +338,9 @@ pub struct RuleSet {
     pub rules: Vec<Rule>,
     /// Client IP resolution.
     pub client_ip: ClientIpConfig,
+    /// Whether request paths are matched and counted without their `;parameters` (the
+    /// default, [`PathParameters::Strip`](crate::PathParameters::Strip): as servlet containers route them).
+    pub path_parameters: crate::PathParameters,
     /// Metric handles, taken on first use (see the `metrics` module).
     metrics: MetricCache,
     /// Each rule's `RateLimit-Policy` member, made on first use.
@@ -358,6 +366,7 @@ impl RuleSet {
         Self {
             rules,
             client_ip: ClientIpConfig::default(),
+            path_parameters: crate::PathParameters::default(),
             metrics: MetricCache::default(),
             policy_items: PolicyItems::default(),
         }
@@ -408,6 +417,12 @@ impl RuleSet {
     /// (seconds), through a handle kept after its first use.
     pub fn record_decision_duration(&self, elapsed: std::time::Duration) {
         self.metrics.record_duration(elapsed);
+    }
+
+    /// Sets what matching does with path parameters (see [`RuleSet::path_parameters`]).
+    pub fn with_path_parameters(mut self, path_parameters: crate::PathParameters) -> Self {
+        self.path_parameters = path_parameters;
+        self
     }
 
     /// Replaces the client IP settings.

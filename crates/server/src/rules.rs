@@ -1,18 +1,20 @@
 //! The configuration's rules as the floodgate-tower [`RuleSet`] the limiter decides with.
 
-use floodgate_tower::{ClientIpConfig, Rule, RuleSet};
+use floodgate_tower::{ClientIpConfig, Rule, RuleSet, Traffic};
 
 use crate::config::{Config, RuleConfig};
 
 /// The floodgate-tower rule set for a configuration.
 pub(crate) fn rule_set(config: &Config) -> RuleSet {
     let rules = config.rules.iter().map(tower_rule).collect();
-    RuleSet::new(rules).with_client_ip(ClientIpConfig {
-        trusted_proxies: config.server.trusted_proxies.clone(),
-        header: config.server.forwarded_header,
-        ipv6_prefix: config.server.ipv6_prefix,
-        ..ClientIpConfig::default()
-    })
+    RuleSet::new(rules)
+        .with_path_parameters(config.server.path_parameters)
+        .with_client_ip(ClientIpConfig {
+            trusted_proxies: config.server.trusted_proxies.clone(),
+            header: config.server.forwarded_header,
+            ipv6_prefix: config.server.ipv6_prefix,
+            ..ClientIpConfig::default()
+        })
 }
 
 fn tower_rule(r: &RuleConfig) -> Rule {
@@ -26,5 +28,9 @@ fn tower_rule(r: &RuleConfig) -> Rule {
         .with_shadow(r.shadow)
         .with_failure_mode(r.failure_mode)
         .with_delay(std::time::Duration::from_micros(r.delay.unwrap_or(0)))
-        .with_explicit_only(r.descriptor.is_some() || r.override_of.is_some())
+        // A limit override's rule is chosen by a gRPC request's own limit, never by HTTP.
+        .with_scope(match r.override_of {
+            Some(_) => r.applies_to.without(Traffic::Http),
+            None => r.applies_to,
+        })
 }

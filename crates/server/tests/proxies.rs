@@ -14,8 +14,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use proxies_support::{
-    binary, docs, exchange, free_port, send, snippet, start_app, start_proxy, Launch, Proxy, Ready,
-    Reply,
+    binary, docs, exchange, free_port, nginx_launch, send, snippet, start_app, start_proxy, Proxy,
+    Ready, Reply,
 };
 use serve_support::{advance, client, until_waiting, Floodgate};
 
@@ -252,31 +252,6 @@ const PLUGIN_FILES: [&str; 3] = [".traefik.yml", "go.mod", "ratelimitheaders.go"
 
 /// How to run nginx on the server block `conf`: the smallest main configuration around it,
 /// everything in a folder of its own.
-fn nginx_launch(nginx: &Path, conf: &str) -> Launch {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().display().to_string();
-    std::fs::write(dir.path().join("floodgate.conf"), conf).unwrap();
-    let main = format!(
-        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-         events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n    \
-         client_body_temp_path {d}/body;\n    proxy_temp_path {d}/proxy;\n    \
-         fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n    \
-         scgi_temp_path {d}/scgi;\n    include {d}/floodgate.conf;\n}}\n"
-    );
-    std::fs::write(dir.path().join("nginx.conf"), main).unwrap();
-    let args = [
-        "-p",
-        &d,
-        "-e",
-        &format!("{d}/error.log"),
-        "-c",
-        &format!("{d}/nginx.conf"),
-    ]
-    .map(String::from)
-    .to_vec();
-    (dir, nginx.to_path_buf(), args, vec![])
-}
-
 impl Kind {
     /// Starts this proxy with its snippet, pointed at `floodgate` (`host:port`) and `app`.
     /// `ready` tells when it serves (see [`Proxy::ready`]).

@@ -95,14 +95,10 @@ async fn bad_requests_get_problem_json_naming_the_field_and_touch_nothing() {
         );
         assert_eq!(problem["field"], field, "{shown}: {problem}");
         assert_eq!(problem["status"], status, "{shown}");
-        let (problem_type, title) = if status == 413 {
-            (
-                "urn:floodgate:problem:request-too-large",
-                "request too large",
-            )
-        } else {
-            ("urn:floodgate:problem:invalid-request", "invalid request")
-        };
+        let (problem_type, title) = expected_problem(status, detail);
+        if problem_type.ends_with("cost-exceeds-capacity") {
+            assert_eq!(problem["rule"], "per-client-ip", "{shown}");
+        }
         assert_eq!(problem["title"], title, "{shown}");
         assert_eq!(problem["type"], problem_type, "{shown}");
         let text = problem["detail"].as_str().unwrap();
@@ -396,4 +392,22 @@ async fn with_an_api_token_the_decision_api_needs_it_and_forward_auth_does_not()
     // Nothing was charged by the refused ones; forward-auth is for the proxy, not the token.
     let r = c.get(fg.url("/v1/forward-auth")).send().await.unwrap();
     assert_eq!(r.status(), 200);
+}
+
+/// The problem type and title of a bad request: one type for one fault (a cost above the
+/// capacity is `cost-exceeds-capacity` on every front end).
+fn expected_problem(status: u16, detail: &str) -> (&'static str, &'static str) {
+    if status == 413 {
+        (
+            "urn:floodgate:problem:request-too-large",
+            "request too large",
+        )
+    } else if detail.contains("capacity") || detail.contains("together") {
+        (
+            "urn:floodgate:problem:cost-exceeds-capacity",
+            "Request cost exceeds capacity",
+        )
+    } else {
+        ("urn:floodgate:problem:invalid-request", "invalid request")
+    }
 }

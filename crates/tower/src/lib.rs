@@ -52,11 +52,12 @@ pub use service::RateLimit;
 // The engine the layer runs (`floodgate-limiter`), so that one dependency suffices for an app.
 pub use floodgate_limiter::{
     canonical_ip, canonical_path, encode_key, normalize_authority, parse_cost, prefix_matches,
-    request_host, Action, Authority, Claim, Client, ClientIpConfig, CostError, CostSource,
-    DenialObserver, FailureMode, ForwardedHeader, HeaderMatch, HostError, KeyContext, KeySource,
-    Matcher, Mode, Outcome, PeerAddr, Plan, RateLimiter, Reservation, ReservedItem, RouteCost,
-    Rule, RuleOutcome, RuleSet, SettleError, SettledItem, Verdict, DEFAULT_MAX_DELAYED,
-    MAX_COMPONENT_LEN, MAX_HOST_LEN,
+    request_host, strip_path_parameters, Action, Authority, Claim, Client, ClientIpConfig,
+    CostError, CostSource, DenialObserver, FailureMode, FindError, ForwardedHeader, HeaderMatch,
+    HostError, KeyContext, KeySource, Matcher, Mode, Outcome, PathParameters, PeerAddr, Plan,
+    RateLimiter, Reservation, ReservedItem, RouteCost, Rule, RuleOutcome, RuleSet, Scope,
+    SettleError, SettledItem, Traffic, Verdict, DEFAULT_MAX_DELAYED, MAX_COMPONENT_LEN,
+    MAX_HOST_LEN,
 };
 
 // What a rule and a store are made of, so that one dependency suffices.

@@ -3,7 +3,7 @@
 //! (a quota whose burst empties in 250 us, a rule that matches nothing, a route cost of 100).
 
 use floodgate_core::AlgorithmKind;
-use floodgate_tower::{CostSource, HeaderMatch, Matcher};
+use floodgate_tower::{CostSource, HeaderMatch, Matcher, Traffic};
 
 use super::key::describe_key;
 use super::schema::{Config, RuleConfig};
@@ -18,7 +18,7 @@ pub(crate) struct RuleDescription {
     pub(crate) rate: String,
     /// `key [user:x-user-id | client_ip]`.
     pub(crate) key: String,
-    /// `applies to every request`, or the matcher's conditions.
+    /// What traffic it applies to (`applies_to`), with the matcher's conditions.
     pub(crate) applies: String,
     /// `cost 1`, plus the cost header and route costs.
     pub(crate) cost: String,
@@ -70,13 +70,7 @@ pub(crate) fn describe_rule(rule: &RuleConfig) -> RuleDescription {
             .max_keys
             .map(|n| format!(", at most {n} keys held (max_keys)"))
             .unwrap_or_default(),
-        applies: match &rule.descriptor {
-            Some(d) => format!(
-                "applies to gRPC rate limit requests of domain {} only (never to HTTP requests)",
-                d.domain
-            ),
-            None => describe_matcher(&rule.matcher),
-        },
+        applies: describe_scope(rule),
         cost: describe_cost(&rule.cost),
         mode: format!(
             "{}, failure_mode {}{}",
@@ -131,7 +125,44 @@ fn describe_rate(kind: AlgorithmKind, quota: &floodgate_core::Quota) -> String {
     }
 }
 
-fn describe_matcher(m: &Matcher) -> String {
+/// What `applies_to` means for this rule, every kind of traffic named: `applies to HTTP
+/// requests (forward-auth, proxy) matching path /api; and to /v1/check calls naming it; not to
+/// gRPC`.
+fn describe_scope(rule: &RuleConfig) -> String {
+    let scope = rule.applies_to;
+    let mut parts = Vec::new();
+    if scope.contains(Traffic::Http) {
+        parts.push(match describe_matcher(&rule.matcher) {
+            None => "every HTTP request (forward-auth, proxy)".into(),
+            Some(conditions) => {
+                format!("HTTP requests (forward-auth, proxy) matching {conditions}")
+            }
+        });
+    }
+    if let (true, Some(d)) = (scope.contains(Traffic::Grpc), &rule.descriptor) {
+        parts.push(format!("gRPC rate limit requests of domain {}", d.domain));
+    }
+    if scope.contains(Traffic::Api) {
+        parts.push("/v1/check calls naming it".into());
+    }
+    let not: Vec<&str> = [
+        (Traffic::Http, "HTTP requests"),
+        (Traffic::Api, "/v1/check"),
+        (Traffic::Grpc, "gRPC"),
+    ]
+    .into_iter()
+    .filter(|(t, _)| !scope.contains(*t))
+    .map(|(_, name)| name)
+    .collect();
+    let mut text = format!("applies to {}", parts.join("; and to "));
+    if !not.is_empty() {
+        text.push_str(&format!("; not to {}", not.join(" or ")));
+    }
+    text
+}
+
+/// The matcher's conditions; `None` when it matches every request.
+fn describe_matcher(m: &Matcher) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(prefix) = &m.path_prefix {
         parts.push(format!("path {prefix} (whole segments)"));
@@ -152,11 +183,7 @@ fn describe_matcher(m: &Matcher) -> String {
             ),
         });
     }
-    if parts.is_empty() {
-        "applies to every request".into()
-    } else {
-        format!("applies to {}", parts.join(", "))
-    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 fn describe_cost(cost: &CostSource) -> String {
@@ -301,7 +328,8 @@ cost = 100
         assert_eq!(d.key, "key user:x-user | client_ip");
         assert_eq!(
             d.applies,
-            "applies to path /api (whole segments), methods GET POST, header x-tier = free"
+            "applies to HTTP requests (forward-auth, proxy) matching path /api (whole segments), \
+             methods GET POST, header x-tier = free; and to /v1/check calls naming it; not to gRPC"
         );
         assert_eq!(
             d.cost,

@@ -31,6 +31,7 @@ pub(crate) struct RawServer {
     #[serde(default)]
     pub(crate) keep_client_headers: Vec<Spanned<String>>,
     pub(crate) forwarded_header: Option<Spanned<String>>,
+    pub(crate) path_parameters: Option<Spanned<String>>,
     pub(crate) ipv6_prefix: Option<Spanned<i64>>,
     pub(crate) ui: Option<bool>,
     pub(crate) ui_denied_keys: Option<Spanned<i64>>,
@@ -117,6 +118,8 @@ pub(crate) struct RawRule {
     pub(crate) calendar: Option<Spanned<String>>,
     /// The first day of a calendar week (`"monday"` when absent).
     pub(crate) week_start: Option<Spanned<String>>,
+    /// Which traffic the rule applies to: `["http", "api", "grpc"]` (see `validate::scope`).
+    pub(crate) applies_to: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// One entry of a rule's `descriptors`.

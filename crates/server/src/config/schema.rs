@@ -87,6 +87,9 @@ pub(crate) struct ServerConfig {
     pub(crate) keep_client_headers: Vec<http::HeaderName>,
     /// The header trusted proxies set: `"x-forwarded-for"` (default) or `"forwarded"` (RFC 7239).
     pub(crate) forwarded_header: ForwardedHeader,
+    /// `path_parameters`: `"strip"` (default) matches request paths without their
+    /// `;parameters`, as servlet containers route them; `"keep"` as RFC 3986 reads them.
+    pub(crate) path_parameters: floodgate_tower::PathParameters,
     /// IPv6 clients are counted per prefix of this length (default 64, what one subscriber
     /// usually holds).
     pub(crate) ipv6_prefix: u8,
@@ -150,6 +153,7 @@ impl Default for ServerConfig {
             upstream: None,
             keep_client_headers: Vec::new(),
             forwarded_header: ForwardedHeader::XForwardedFor,
+            path_parameters: floodgate_tower::PathParameters::Strip,
             ipv6_prefix: 64,
             ui: true,
             ui_denied_keys: 0,
@@ -258,7 +262,7 @@ pub(crate) fn check_admin_token(token: &str) -> Result<(), String> {
 pub(crate) struct RuleConfig {
     /// Unique name (`[A-Za-z0-9_.-]`, 1..=64 bytes).
     pub(crate) name: String,
-    /// Which requests it applies to (in forward-auth and proxy mode): `[rules.match]`.
+    /// Which HTTP requests it applies to (forward-auth, proxy): `[rules.match]`.
     pub(crate) matcher: Matcher,
     /// What it counts separately (the grammar of `key = ...`: [`super::key`]).
     pub(crate) key: KeySource,
@@ -291,6 +295,10 @@ pub(crate) struct RuleConfig {
     /// `POST /v1/check`) cannot take the other rules' room. `None`: only the store's cap. A
     /// limit override's rule has the same cap, counted separately.
     pub(crate) max_keys: Option<u64>,
+    /// `applies_to`: which traffic the rule applies to (HTTP requests, `/v1/check` calls
+    /// naming it, gRPC requests of its domain). Default: HTTP and the API; with a `domain`,
+    /// gRPC and the API.
+    pub(crate) applies_to: floodgate_tower::Scope,
 }
 
 impl RuleConfig {

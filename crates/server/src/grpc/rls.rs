@@ -46,7 +46,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{
 };
 use floodgate_core::{Micros, Policy, Quota};
 use floodgate_limiter::ItemOptions;
-use floodgate_tower::{Action, Mode, Plan, RuleOutcome, RuleSet, Verdict};
+use floodgate_tower::{Action, Mode, Plan, RuleOutcome, RuleSet, Traffic, Verdict};
 use tonic::{Request, Response, Status};
 
 use super::descriptor;
@@ -397,7 +397,8 @@ fn plan(
                 let rule = &config.rules[r];
                 let descriptor = rule.descriptor.as_ref();
                 let limit_name = descriptor.and_then(|d| d.limit_name.as_ref());
-                if is_replaced(limit_name) {
+                // The engine says whether the rule answers gRPC (its `applies_to`).
+                if is_replaced(limit_name) || !rules.applies(r, Traffic::Grpc) {
                     Slot::Free
                 } else {
                     let overridden = policy.is_some() || rule.override_of.is_some();

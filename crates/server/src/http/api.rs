@@ -44,7 +44,7 @@ use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
 use floodgate_limiter::SmallList;
 use floodgate_tower::response::apply_headers_of;
-use floodgate_tower::{Action, Mode, Plan, RuleOutcome, RuleSet, Verdict};
+use floodgate_tower::{Action, FindError, Mode, Plan, RuleOutcome, RuleSet, Traffic, Verdict};
 use http::StatusCode;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Deserialize, Serialize};
@@ -298,8 +298,9 @@ fn validate<'a>(
                 // check), named here by the descriptor that does not fit (the store would
                 // name the whole group).
                 if let Some((together, capacity)) = plan.over_capacity_with_earlier(i) {
-                    return Err(bad(
+                    return Err(super::problem::cost_exceeds_capacity(
                         &format!("descriptors[{i}].cost"),
+                        &rules.rules[item.rule].name,
                         format!(
                             "the descriptors for rule {:?} and key {:?} cost {together} \
                              together, above the rule's capacity ({capacity} units at once): \
@@ -341,16 +342,32 @@ fn validate_one<'a>(
         None => name.to_string(),
     };
     let bad = |name: &str, detail: String| invalid(StatusCode::BAD_REQUEST, &field(name), detail);
-    let Some(rule) = rules.rules.iter().position(|r| *r.name == *d.rule) else {
-        let known: Vec<&str> = rules.rules.iter().map(|r| &*r.name).collect();
-        return Err(super::problem::unknown_rule_in_body(
-            &field("rule"),
-            format!(
-                "unknown rule {:?}; configured rules: {}",
-                d.rule,
-                known.join(", ")
-            ),
-        ));
+    let rule = match rules.find(&d.rule, Traffic::Api) {
+        Ok(rule) => rule,
+        Err(FindError::Unknown) => {
+            let known: Vec<&str> = (0..rules.rules.len())
+                .filter(|&i| rules.applies(i, Traffic::Api))
+                .map(|i| &*rules.rules[i].name)
+                .collect();
+            return Err(super::problem::unknown_rule_in_body(
+                &field("rule"),
+                format!(
+                    "unknown rule {:?}; rules for /v1/check: {}",
+                    d.rule,
+                    known.join(", ")
+                ),
+            ));
+        }
+        Err(FindError::OutOfScope { scope }) => {
+            return Err(super::problem::unknown_rule_in_body(
+                &field("rule"),
+                format!(
+                    "rule {:?} applies only to {scope} (its applies_to), not to /v1/check \
+                     calls: add \"api\" to its applies_to",
+                    d.rule
+                ),
+            ));
+        }
     };
     if d.key.is_empty() || d.key.len() > MAX_KEY_BYTES {
         return Err(bad(
@@ -516,9 +533,9 @@ fn answer(
             capacity,
             item: Some(check),
         } if *check < items.len() => {
-            return invalid(
-                StatusCode::BAD_REQUEST,
+            return super::problem::cost_exceeds_capacity(
                 &items[*check].field("cost"),
+                rule,
                 format!(
                     "{cost} exceeds the capacity of rule {rule:?} ({capacity} units at once): \
                      it could never be admitted"

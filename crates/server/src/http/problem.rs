@@ -89,6 +89,26 @@ pub(crate) fn unknown_rule_in_body(field: &str, detail: impl Into<String>) -> Re
     )
 }
 
+/// A 400 `cost-exceeds-capacity` problem, the one type for that fault on every front end
+/// (forward-auth and the proxy answer it through floodgate-tower's mapping): names `rule` and
+/// the request `field` holding the cost. Counted in
+/// `floodgate_requests_rejected_total{reason="invalid"}`, as before.
+pub(crate) fn cost_exceeds_capacity(field: &str, rule: &str, detail: String) -> Response {
+    metrics::counter!("floodgate_requests_rejected_total", "reason" => "invalid").increment(1);
+    let body = serde_json::json!({
+        "type": floodgate_tower::response::PROBLEM_COST_EXCEEDS_CAPACITY,
+        "title": "Request cost exceeds capacity",
+        "status": 400,
+        "detail": format!("{field}: {detail}"),
+        "rule": rule,
+        "field": field,
+    });
+    from_tower(floodgate_tower::response::problem_response(
+        StatusCode::BAD_REQUEST,
+        &body,
+    ))
+}
+
 /// A rejected request: counted under `reason`, answered as a problem naming `field`, whose
 /// `detail` starts with `field: `.
 pub(crate) fn rejected(

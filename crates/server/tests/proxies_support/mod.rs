@@ -301,3 +301,30 @@ pub fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
         raw = raw.get(size + 2..)?;
     }
 }
+
+/// nginx's launch: `conf` (a server block, such as the nginx snippet) included in a main file
+/// that runs in the foreground with every path in a temporary directory.
+pub fn nginx_launch(nginx: &Path, conf: &str) -> Launch {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    std::fs::write(dir.path().join("floodgate.conf"), conf).unwrap();
+    let main = format!(
+        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+         events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n    \
+         client_body_temp_path {d}/body;\n    proxy_temp_path {d}/proxy;\n    \
+         fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n    \
+         scgi_temp_path {d}/scgi;\n    include {d}/floodgate.conf;\n}}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), main).unwrap();
+    let args = [
+        "-p",
+        &d,
+        "-e",
+        &format!("{d}/error.log"),
+        "-c",
+        &format!("{d}/nginx.conf"),
+    ]
+    .map(String::from)
+    .to_vec();
+    (dir, nginx.to_path_buf(), args, vec![])
+}

@@ -145,6 +145,7 @@ pub(crate) fn parse(
                     }),
                     override_of: None,
                     max_keys: None,
+                    applies_to: floodgate_tower::Scope::GRPC_AND_API,
                 });
                 if !overrides.is_empty() {
                     base_overrides.push((at, overrides.clone()));

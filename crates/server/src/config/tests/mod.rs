@@ -12,7 +12,9 @@ use super::*;
 mod errors;
 mod leases;
 mod max_rules;
+mod path_params;
 mod rules;
+mod scope;
 mod server;
 mod store;
 

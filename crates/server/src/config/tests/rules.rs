@@ -251,7 +251,10 @@ fn a_rule_with_a_domain_answers_descriptors_only() {
     assert_eq!(c.rules[1].name, "per-ip@10/h");
     assert_eq!(c.rules[1].override_of, Some(0));
     let rules = crate::rules::rule_set(&c);
-    assert!(rules.rules.iter().all(|r| r.explicit_only));
+    assert!(rules
+        .rules
+        .iter()
+        .all(|r| !r.scope.contains(floodgate_tower::Traffic::Http)));
     let errors = parse(
         "f.toml",
         "[[rules]]\nname = \"a\"\nlimit = \"5/min\"\ndomain = \"edge\"\nkey = \"client_ip\"\n",

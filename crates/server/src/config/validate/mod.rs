@@ -9,7 +9,9 @@ mod descriptor;
 mod grpc_tls;
 mod lease;
 mod limits;
+mod path_params;
 mod rule;
+mod scope;
 mod server;
 mod store;
 mod validator;
@@ -93,6 +95,7 @@ pub(super) fn config(
             raw_of.push(i);
         }
     }
+    v.prefixes_without_parameters(raw, server.path_parameters);
     let descriptors = v.descriptor_index(raw, &raw_of, &mut rules);
     if rules.len() > MAX_RULES && raw.rules.len() <= MAX_RULES {
         if let Some(last) = raw.rules.last() {

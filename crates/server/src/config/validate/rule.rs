@@ -105,6 +105,7 @@ impl Validator<'_> {
         };
         let delay = self.delay(at, r, policy.as_ref().filter(|p| p.calendar().is_none()));
         let lease = self.lease(at, r, policy.as_ref());
+        let applies_to = self.applies_to(at, r);
         if self.errors.len() > before {
             return None;
         }
@@ -121,6 +122,7 @@ impl Validator<'_> {
             descriptor,
             override_of: None,
             max_keys: self.rule_max_keys(at, r),
+            applies_to,
         })
     }
 

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use floodgate_tower::ForwardedHeader;
+use floodgate_tower::{ForwardedHeader, PathParameters};
 use http::Uri;
 use ipnet::IpNet;
 
@@ -96,6 +96,17 @@ impl Validator<'_> {
                         "unknown header {:?}; expected \"x-forwarded-for\" or \"forwarded\"",
                         h.get_ref()
                     ),
+                ),
+            }
+        }
+        if let Some(p) = &s.path_parameters {
+            match p.get_ref().as_str() {
+                "strip" => out.path_parameters = PathParameters::Strip,
+                "keep" => out.path_parameters = PathParameters::Keep,
+                other => self.push(
+                    p,
+                    "server.path_parameters".into(),
+                    format!("unknown value {other:?}; expected \"strip\" or \"keep\""),
                 ),
             }
         }

@@ -32,6 +32,10 @@ pub(crate) struct Problem {
     /// The request field at fault: a body member (`cost`, `descriptors[1].key`), a query
     /// parameter, a header name, `body`, `path` or `method`.
     field: Option<String>,
+    /// The rule at fault: of `cost-exceeds-capacity` (a cost above what the rule admits at
+    /// once, on every endpoint: `/v1/check` names `field` too), `invalid-cost`, `ambiguous-key`
+    /// and the decisions' problems.
+    rule: Option<String>,
 }
 
 /// A whole number of units from 0 to [`MAX_COST`] (1,000,000): an item of `costs`.

@@ -60,7 +60,10 @@ impl ToSchema for DenyStatus {}
 /// The description of a problem answer of `status`.
 pub(crate) fn problem_description(status: u16) -> &'static str {
     match status {
-        400 => "Bad input: the problem's `field` names the member, parameter or header at fault.",
+        400 => {
+            "Bad input: the problem's `field` names the member, parameter or header at fault; a \
+                cost above the rule's capacity is `cost-exceeds-capacity`, naming `rule` too."
+        }
         401 => "A token is configured and the request carries none (`WWW-Authenticate: Bearer`).",
         403 => "The bearer token is not the configured one.",
         404 => "An unknown rule or key, or an API that is off (no admin token, `--no-ui`).",
