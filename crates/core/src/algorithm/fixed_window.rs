@@ -32,7 +32,7 @@
 //! assert!(window.check(&mut state, t0 + 1_000, 3).unwrap().allowed);
 //! ```
 
-use crate::algorithm::{Algorithm, AlgorithmKind};
+use crate::algorithm::base::{Algorithm, AlgorithmKind};
 use crate::decision::{Decision, Reservation};
 use crate::div::Divisor;
 use crate::error::QuotaError;

@@ -41,7 +41,7 @@
 //! assert_eq!(denied.retry_after, Some(99_999));
 //! ```
 
-use crate::algorithm::{Algorithm, AlgorithmKind};
+use crate::algorithm::base::{Algorithm, AlgorithmKind};
 use crate::decision::{Decision, Reservation};
 use crate::div::Divisor;
 use crate::error::QuotaError;
