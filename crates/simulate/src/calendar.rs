@@ -26,9 +26,9 @@ use floodgate_core::calendar::{CalendarCheckError, CalendarQuota};
 use floodgate_core::{AlgorithmKind, Decision, FixedWindowState, SlidingWindowState, Timestamp};
 
 use crate::engine::{simulate, Outcome};
+use crate::error::Error;
 use crate::setup::{Balance, Balancer, CounterError, CounterStore};
 use crate::traffic::Request;
-use crate::Error;
 
 /// One shared counter per key under a calendar quota (every instance sees the same state, as
 /// with `--counter shared`).
