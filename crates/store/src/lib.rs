@@ -35,6 +35,7 @@ pub mod error;
 pub mod fallback;
 mod items;
 pub mod memory;
+mod ready;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod store;
@@ -48,6 +49,7 @@ pub use items::{
 #[cfg(feature = "tokio")]
 pub use memory::Jitter;
 pub use memory::{KeyedLimiter, MemoryStore, MemoryStoreConfig, StoreStats};
+pub use ready::Readiness;
 pub use store::Store;
 
 #[cfg(test)]

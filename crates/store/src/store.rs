@@ -3,11 +3,12 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use floodgate_core::{Decision, Micros, Policy};
+use floodgate_core::{Decision, Micros, Policy, Timestamp};
 
 use crate::error::StoreError;
 use crate::items::{BatchDecision, BatchReservation, CheckItem, SettleItem};
 use crate::memory::StoreStats;
+use crate::ready::Readiness;
 
 /// A place that keeps per-key state and decides check batches atomically.
 ///
@@ -158,6 +159,49 @@ pub trait Store: Send + Sync + 'static {
     fn stats(&self) -> Option<StoreStats> {
         None
     }
+
+    /// Whether other processes share this store's state (every instance on one Redis): then
+    /// what the processes must agree on (the reservation secret) goes through it
+    /// ([`Store::shared_secret`]), and a claim made here holds for all of them. `false` (the
+    /// default) for a store in this process.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// The secret every process sharing the store signs with: the one stored, or `candidate`
+    /// stored atomically when none is yet (so all of them end up with the same). `None` (the
+    /// default) for a store not shared between processes, through which nothing is shared.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] from remote stores.
+    fn shared_secret(
+        &self,
+        candidate: &str,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
+        let _ = candidate;
+        std::future::ready(Ok(None))
+    }
+
+    /// What a readiness probe reports ([`Readiness`]): [`Readiness::NotChecked`] (the default)
+    /// for a store in this process, else whether the remote store answers.
+    fn ready_state(&self) -> impl Future<Output = Readiness> + Send {
+        std::future::ready(Readiness::NotChecked)
+    }
+
+    /// Drops some expired state, as of `now`: what a store whose keys do not expire on their
+    /// own needs now and then (`floodgate serve` calls it every 100 ms; the memory store
+    /// sweeps one shard of each rule). Nothing (the default) for a store whose keys carry
+    /// their own TTL.
+    fn sweep_some(&self, now: Timestamp) {
+        let _ = now;
+    }
+
+    /// For a store with a local fallback ([`FallbackStore`](crate::fallback::FallbackStore)):
+    /// the count each limit is divided by while the primary fails. `None` (the default)
+    /// without a fallback.
+    fn fallback_instances(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -231,5 +275,28 @@ impl<S: Store> Store for Arc<S> {
 
     fn stats(&self) -> Option<StoreStats> {
         (**self).stats()
+    }
+
+    fn is_shared(&self) -> bool {
+        (**self).is_shared()
+    }
+
+    fn shared_secret(
+        &self,
+        candidate: &str,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
+        (**self).shared_secret(candidate)
+    }
+
+    fn ready_state(&self) -> impl Future<Output = Readiness> + Send {
+        (**self).ready_state()
+    }
+
+    fn sweep_some(&self, now: Timestamp) {
+        (**self).sweep_some(now);
+    }
+
+    fn fallback_instances(&self) -> Option<u64> {
+        (**self).fallback_instances()
     }
 }

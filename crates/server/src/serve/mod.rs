@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use floodgate_core::{Clock, ManualClock, SystemClock};
+use floodgate_store::Store as _;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -238,12 +239,12 @@ async fn configure(
             crate::http::settle::Signer::new(Some(secret), state.reservations.ttl());
     }
     let mut share_secret_later = false;
-    if state.store().redis().is_none() {
+    if !state.store().is_shared() {
         // The memory store's claims are this process's: its tokens settle only here.
         state.reservations = state.reservations.clone().bound_to_this_process();
     }
     if state.reservations.source() == crate::http::settle::SecretSource::Process {
-        if state.store().redis().is_some() {
+        if state.store().is_shared() {
             // Every process on one store signs with one secret, shared through it.
             state.reservations = crate::http::settle::Signer::shared(state.reservations.ttl());
             share_secret_later = !share_reservation_secret(&state, false).await;
@@ -454,14 +455,14 @@ impl Signals {
 /// through the Redis store, and signs with it: `true` once done. `quiet` leaves a failure
 /// unlogged (the retries after the first).
 async fn share_reservation_secret(state: &AppState, quiet: bool) -> bool {
-    let Some(redis) = state.store().redis() else {
-        return true;
-    };
-    let failed = match redis
-        .share_secret(&crate::http::settle::Signer::candidate())
+    let failed = match state
+        .store()
+        .shared_secret(&crate::http::settle::Signer::candidate())
         .await
     {
-        Ok(secret) => match config::check_reservation_secret(&secret) {
+        // A store not shared between processes: nothing to share.
+        Ok(None) => return true,
+        Ok(Some(secret)) => match config::check_reservation_secret(&secret) {
             Ok(()) => {
                 let key_id = state.reservations.share(&secret);
                 tracing::info!(
