@@ -45,6 +45,7 @@
 //! # });
 //! ```
 
+mod answer_modes;
 mod delay;
 mod evaluate;
 mod header;
@@ -53,6 +54,7 @@ mod ip;
 mod key;
 mod limiter;
 mod metrics;
+mod modes;
 mod path;
 mod plan;
 mod reservation;

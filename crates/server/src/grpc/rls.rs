@@ -23,6 +23,8 @@
 //!   see [`super::reset`]), and
 //!   `response_headers_to_add` with `RateLimit-Policy` / `RateLimit` (and `Retry-After` when
 //!   over the limit), written by the same function as the HTTP front ends' headers;
+//! - **global shadow mode** (`[envoy] shadow_mode`, `SHADOW_MODE`): the engine answers a denial
+//!   as an admission ([`floodgate_limiter::Plan::shadow_all`]), so the overall code is `OK`;
 //! - **store failure**: each rule's failure mode: `open` answers `OK`, `closed` answers gRPC
 //!   `UNAVAILABLE`, so that Envoy's `failure_mode_deny` decides; the limiter counts both.
 //!
@@ -142,7 +144,11 @@ async fn should_rate_limit(
     // generation, read once.
     let snapshot = state.snapshot();
     let (config, rules) = (&snapshot.config, &snapshot.rules);
-    let (slots, plan) = plan(state, config, rules, request)?;
+    let (slots, mut plan) = plan(state, config, rules, request)?;
+    if config.envoy.shadow_mode {
+        // SHADOW_MODE: the engine decides and counts as ever, and answers a denial OK.
+        plan.shadow_all();
+    }
     // A plan with block list entries consumes nothing and is counted by the limiter.
     let verdict = state.limiter.evaluate(&plan, Mode::Check).await;
     let mut response = answer(
@@ -163,11 +169,6 @@ async fn should_rate_limit(
             }
         }
         response.dynamic_metadata = Some(descriptor::dynamic_metadata(request, &passed));
-    }
-    if config.envoy.shadow_mode && response.overall_code == Code::OverLimit as i32 {
-        // SHADOW_MODE: decided and counted as ever, answered OK.
-        response.overall_code = Code::Ok as i32;
-        metrics::counter!("floodgate_grpc_global_shadow_mode_total").increment(1);
     }
     Ok(response)
 }
@@ -406,7 +407,12 @@ fn plan(
                     // A cost above the capacity is refused (and counted) by the limiter.
                     let item = plan.len();
                     let key = descriptor::counter_key(&request.domain, d, descriptor);
-                    plan.push_item(r, key, cost, ItemOptions { policy, label });
+                    let options = ItemOptions {
+                        policy,
+                        label,
+                        ..ItemOptions::default()
+                    };
+                    plan.push_item(r, key, cost, options);
                     let name = match (overridden, limit_name) {
                         (false, Some(n)) => n.clone(),
                         _ => String::new(),
