@@ -56,6 +56,8 @@ pub(crate) struct EnvoyEnv {
     pub(crate) grpc_tls: Option<GrpcTlsSettings>,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: `/healthcheck` fails while no rule is loaded.
     pub(crate) healthy_needs_config: bool,
+    /// `QUOTA_MODE`: every descriptor in quota mode (`[envoy] quota_mode`).
+    pub(crate) quota_mode: bool,
     /// Variables accepted with a value that changes nothing in Floodgate (tuning of
     /// upstream's connection pool), each `NAME=value: why`, logged at start.
     pub(crate) notes: Vec<String>,
@@ -137,7 +139,6 @@ const DEFAULT_ONLY: &[(&str, &str, &str)] = &[
     ("REDIS_STARTUP_MAX_INTERVAL", "30s", "Floodgate starts without waiting for Redis (the failure modes apply until it answers)"),
     ("REDIS_PERSECOND", "false", "a second Redis for per-second limits is not available yet; one Redis holds every limit"),
     ("SHADOW_MODE", "false", "the global shadow mode is not available yet; use shadow_mode per descriptor"),
-    ("QUOTA_MODE", "false", "the global quota mode is not available yet"),
     ("RESPONSE_DYNAMIC_METADATA", "false", "Floodgate sends no dynamic metadata yet"),
     ("MERGE_DOMAIN_CONFIG", "false", "two files with one domain are not merged yet (one domain per file)"),
     ("TRACING_ENABLED", "false", "Floodgate exports no OpenTelemetry traces"),
@@ -184,6 +185,7 @@ const MAPPED: &[&str] = &[
     "BACKEND_TYPE",
     "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
     "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+    "QUOTA_MODE",
     "REDIS_SOCKET_TYPE",
     "REDIS_TYPE",
     "REDIS_URL",
@@ -319,6 +321,7 @@ pub(crate) fn from_vars(vars: &BTreeMap<String, String>) -> Result<EnvoyEnv, Env
     let redis = redis_config(&mut r);
     let _stop_increment = r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false);
     let healthy_needs_config = r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false);
+    let quota_mode = r.bool("QUOTA_MODE", false);
 
     for (name, default, why) in DEFAULT_ONLY {
         let Some(v) = vars.get(*name) else { continue };
@@ -373,6 +376,7 @@ pub(crate) fn from_vars(vars: &BTreeMap<String, String>) -> Result<EnvoyEnv, Env
             grpc_max_connection_age,
             grpc_tls,
             healthy_needs_config,
+            quota_mode,
             notes,
         }),
         _ => Err(EnvErrors(errors)),
@@ -655,5 +659,7 @@ fn percent(text: &str) -> String {
     out
 }
 
+#[cfg(test)]
+mod quota_tests;
 #[cfg(test)]
 mod tests;

@@ -41,6 +41,7 @@ pub(super) fn apply(args: &mut ServeArgs) -> anyhow::Result<()> {
         args.log_format = LogFormat::Json;
     }
     args.log_filter = Some(env.log_filter.clone());
+    args.envoy.envoy_quota_mode |= env.quota_mode;
     envoy_env::set_ignore_dot_files(env.ignore_dot_files);
     args.envoy_env = Some(Box::new(env));
     Ok(())

@@ -150,6 +150,7 @@ pub(crate) fn parse(
                 period: *period,
                 replaces: f.replaces.clone(),
                 limit_name: f.limit_name.clone(),
+                quota_mode: f.extras.quota_mode,
             },
         };
         if let Err(dup) = index.insert(&f.domain, &f.entries, leaf) {

@@ -132,7 +132,6 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
     let err = from_vars(&vars(&[
         ("BACKEND_TYPE", "memcache"),
         ("SHADOW_MODE", "true"),
-        ("QUOTA_MODE", "1"),
         ("MERGE_DOMAIN_CONFIG", "true"),
         ("RESPONSE_DYNAMIC_METADATA", "true"),
         ("REDIS_PERSECOND", "true"),
@@ -152,7 +151,6 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
     for needle in [
         "BACKEND_TYPE=\"memcache\": Floodgate keeps shared limits in Redis only",
         "SHADOW_MODE=\"true\": the global shadow mode",
-        "QUOTA_MODE=\"1\"",
         "MERGE_DOMAIN_CONFIG=\"true\"",
         "RESPONSE_DYNAMIC_METADATA=\"true\"",
         "REDIS_PERSECOND=\"true\": a second Redis for per-second limits",
