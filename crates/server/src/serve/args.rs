@@ -133,7 +133,7 @@ pub(crate) struct ServeArgs {
     )]
     pub(crate) envoy_ratelimit_env: bool,
 
-    /// What `--envoy-ratelimit-env` read (see [`envoy_env`]).
+    /// What `--envoy-ratelimit-env` read (see [`super::envoy_env`]).
     #[arg(skip)]
     pub(crate) envoy_env: Option<Box<crate::config::envoy_env::EnvoyEnv>>,
 

@@ -169,7 +169,7 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
     ] {
         assert!(text.contains(needle), "{needle} in\n{text}");
     }
-    assert_eq!(err.0.len(), 17, "{text}");
+    assert_eq!(err.0.len(), 16, "{text}");
 }
 
 #[test]
