@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use floodgate_core::{Micros, Timestamp};
 
-use crate::{Client, Error};
+use crate::client::{Client, Error};
 
 /// A quota a job spends: one rule and key on a Floodgate (or several Floodgates sharing Redis,
 /// which then count one budget). Each [`Budget::spend`] is one check of `cost` units: granted

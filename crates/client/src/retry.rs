@@ -46,7 +46,7 @@ use std::time::Duration;
 use floodgate_core::{Clock, Micros, SystemClock, Timestamp};
 use http::{HeaderMap, StatusCode};
 
-use crate::{micros_of, Sleeper, TokioSleeper};
+use crate::sleep::{micros_of, Sleeper, TokioSleeper};
 
 /// `min(cap, base * 2^attempt)` in microseconds, saturating: the upper bound of the full
 /// jitter for retry number `attempt` (0 for the first retry).

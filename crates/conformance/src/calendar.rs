@@ -17,11 +17,12 @@ use floodgate_core::{
 use serde::Deserialize;
 
 use crate::backend::BackendFailure;
-use crate::{Expected, Failure, LoadError, Report, DEFAULT_KEY};
+use crate::report::{Failure, Report};
+use crate::shared::{vectors_dir, Expected, LoadError, DEFAULT_KEY};
 
 /// The folder of the calendar vector files.
 pub fn calendar_vectors_dir() -> PathBuf {
-    crate::vectors_dir().join("calendar")
+    vectors_dir().join("calendar")
 }
 
 /// One calendar vector file.

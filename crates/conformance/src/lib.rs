@@ -50,7 +50,6 @@
 //! assert!(report.is_ok(), "{report}");
 //! ```
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use floodgate_core::{AlgorithmKind, CheckError, Decision, Policy, Quota, Timestamp};
@@ -60,6 +59,8 @@ mod backend;
 pub mod calendar;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod report;
+mod shared;
 
 pub use crate::backend::{
     reserve_reply, settle_reply, store_failure, Backend, BackendFailure, CoreBackend,
@@ -67,14 +68,8 @@ pub use crate::backend::{
 };
 #[cfg(feature = "redis")]
 pub use crate::redis::RedisBackend;
-
-/// The key a step uses when it names none.
-pub const DEFAULT_KEY: &str = "k";
-
-/// The folder holding this crate's vector files (`<algorithm>.toml`).
-pub fn vectors_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors")
-}
+pub use crate::report::{Failure, Report};
+pub use crate::shared::{vectors_dir, Expected, LoadError, DEFAULT_KEY};
 
 /// One vector file: cases for one algorithm.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -172,15 +167,6 @@ pub enum Operation {
     },
 }
 
-/// What a step expects, resolved against the case's policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expected {
-    /// This exact decision (its `limit` is the policy's capacity).
-    Decision(Decision),
-    /// [`CheckError::InsufficientCapacity`].
-    InsufficientCapacity,
-}
-
 impl Step {
     /// The step's key, or [`DEFAULT_KEY`].
     pub fn key(&self) -> &str {
@@ -253,28 +239,6 @@ impl Step {
     }
 }
 
-/// Why a vector file could not be used.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LoadError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The file is not a valid vector (TOML syntax, unknown field, wrong type).
-    #[error("{path}: {message}")]
-    Parse {
-        /// The file, or `<text>` for [`Vector::parse`].
-        path: PathBuf,
-        /// The TOML error, with line and column.
-        message: String,
-    },
-}
-
 impl Vector {
     /// Parses the TOML text of a vector file.
     ///
@@ -324,62 +288,6 @@ pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, Vector)>, LoadError> {
         .into_iter()
         .map(|p| Vector::load(&p).map(|v| (p, v)))
         .collect()
-}
-
-/// One step (or case) that did not conform.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// `<algorithm>/<backend>/<case>#<step>`, the step counted from 1 in file order; without
-    /// `#<step>` when the whole case failed (bad quota, reset failed).
-    pub label: String,
-    /// What was expected and what came back.
-    pub message: String,
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.label, self.message)
-    }
-}
-
-/// The outcome of running vectors against one backend.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Report {
-    /// Cases run.
-    pub cases: usize,
-    /// Steps run.
-    pub steps: usize,
-    /// Every non-conforming step, in order.
-    pub failures: Vec<Failure>,
-}
-
-impl Report {
-    /// `true` when nothing failed.
-    pub fn is_ok(&self) -> bool {
-        self.failures.is_empty()
-    }
-
-    fn merge(&mut self, other: Report) {
-        self.cases += other.cases;
-        self.steps += other.steps;
-        self.failures.extend(other.failures);
-    }
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} cases, {} steps, {} failures",
-            self.cases,
-            self.steps,
-            self.failures.len()
-        )?;
-        for failure in &self.failures {
-            write!(f, "\n  {failure}")?;
-        }
-        Ok(())
-    }
 }
 
 /// Plays every case of `vector` against `backend`, resetting it before each case.

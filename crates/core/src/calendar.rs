@@ -32,7 +32,8 @@ use jiff::civil::{Date, Weekday};
 use jiff::tz::TimeZone;
 use jiff::ToSpan;
 
-use crate::algorithm::{validate_cost, AlgorithmKind, FixedWindowState, SlidingWindowState};
+use crate::algorithm::base::{validate_cost, AlgorithmKind};
+use crate::algorithm::{FixedWindowState, SlidingWindowState};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::MAX_EXACT;

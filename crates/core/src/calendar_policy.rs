@@ -28,9 +28,9 @@
 
 use std::sync::Arc;
 
-use crate::algorithm::{
-    CalendarRef, CalendarWindows, FixedWindowState, Policy, SlidingWindowState,
-};
+use crate::algorithm::fixed_window::{FixedCalendar, FixedCalendarRef};
+use crate::algorithm::sliding_window::{SlidingCalendar, SlidingCalendarRef};
+use crate::algorithm::{FixedWindowState, Policy, SlidingWindowState};
 use crate::calendar::{
     decide_fixed_window, decide_sliding_window, Calendar, CalendarError, CalendarQuota, Periods,
 };
@@ -48,8 +48,8 @@ impl Policy {
     pub fn with_calendar(mut self, calendar: Calendar) -> Result<Self, CalendarError> {
         let quota = CalendarQuota::new(self.kind(), self.quota().limit(), calendar)?;
         match &mut self {
-            Policy::FixedWindow(a) => a.calendar = Some(CalendarRef(Arc::new(quota))),
-            Policy::SlidingWindow(a) => a.calendar = Some(CalendarRef(Arc::new(quota))),
+            Policy::FixedWindow(a) => a.calendar = Some(FixedCalendarRef(Arc::new(quota))),
+            Policy::SlidingWindow(a) => a.calendar = Some(SlidingCalendarRef(Arc::new(quota))),
             _ => unreachable!("CalendarQuota::new accepts the two windows only"),
         }
         Ok(self)
@@ -69,23 +69,23 @@ impl Policy {
 impl crate::FixedWindow {
     /// The calendar quota of a window built by [`Policy::with_calendar`], else `None`.
     pub fn calendar(&self) -> Option<&CalendarQuota> {
-        quota_of(self.calendar.as_ref())
+        self.calendar.as_ref().and_then(|c| quota_of(c.0.as_any()))
     }
 }
 
 impl crate::SlidingWindow {
     /// The calendar quota of a window built by [`Policy::with_calendar`], else `None`.
     pub fn calendar(&self) -> Option<&CalendarQuota> {
-        quota_of(self.calendar.as_ref())
+        self.calendar.as_ref().and_then(|c| quota_of(c.0.as_any()))
     }
 }
 
-fn quota_of(calendar: Option<&CalendarRef>) -> Option<&CalendarQuota> {
-    calendar.and_then(|c| c.0.as_any().downcast_ref::<CalendarQuota>())
+fn quota_of(calendar: &dyn std::any::Any) -> Option<&CalendarQuota> {
+    calendar.downcast_ref::<CalendarQuota>()
 }
 
-impl CalendarWindows for CalendarQuota {
-    fn decide_fixed(
+impl FixedCalendar for CalendarQuota {
+    fn decide(
         &self,
         s: &mut FixedWindowState,
         now: Timestamp,
@@ -94,16 +94,7 @@ impl CalendarWindows for CalendarQuota {
     ) -> Decision {
         fixed_decide(self, s, now, cost, consume)
     }
-    fn decide_sliding(
-        &self,
-        s: &mut SlidingWindowState,
-        now: Timestamp,
-        cost: u64,
-        consume: bool,
-    ) -> Decision {
-        sliding_decide(self, s, now, cost, consume)
-    }
-    fn reserve_fixed(
+    fn reserve(
         &self,
         s: &mut FixedWindowState,
         now: Timestamp,
@@ -112,16 +103,7 @@ impl CalendarWindows for CalendarQuota {
     ) -> Option<Reservation> {
         fixed_reserve_at(self, s, now, cost, wait)
     }
-    fn reserve_sliding(
-        &self,
-        s: &mut SlidingWindowState,
-        now: Timestamp,
-        cost: u64,
-        wait: Micros,
-    ) -> Option<Reservation> {
-        sliding_reserve_at(self, s, now, cost, wait)
-    }
-    fn settle_fixed(
+    fn settle(
         &self,
         s: &mut FixedWindowState,
         now: Timestamp,
@@ -131,7 +113,34 @@ impl CalendarWindows for CalendarQuota {
     ) -> Decision {
         fixed_settle(self, s, now, scheduled_at, reserved, actual)
     }
-    fn settle_sliding(
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn same(&self, other: &dyn std::any::Any) -> bool {
+        quota_of(other) == Some(self)
+    }
+}
+
+impl SlidingCalendar for CalendarQuota {
+    fn decide(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        consume: bool,
+    ) -> Decision {
+        sliding_decide(self, s, now, cost, consume)
+    }
+    fn reserve(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation> {
+        sliding_reserve_at(self, s, now, cost, wait)
+    }
+    fn settle(
         &self,
         s: &mut SlidingWindowState,
         now: Timestamp,
@@ -144,8 +153,8 @@ impl CalendarWindows for CalendarQuota {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
-    fn same(&self, other: &dyn CalendarWindows) -> bool {
-        other.as_any().downcast_ref::<CalendarQuota>() == Some(self)
+    fn same(&self, other: &dyn std::any::Any) -> bool {
+        quota_of(other) == Some(self)
     }
 }
 

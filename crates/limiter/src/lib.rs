@@ -46,6 +46,7 @@
 //! # });
 //! ```
 
+mod answer_modes;
 mod delay;
 mod evaluate;
 mod header;
@@ -56,12 +57,14 @@ mod lease;
 mod lease_api;
 mod limiter;
 mod metrics;
+mod modes;
 mod path;
 mod path_params;
 mod plan;
 mod reservation;
 mod rule;
 mod scope;
+mod scope_find;
 mod small_list;
 mod store_errors;
 mod verdict;

@@ -10,6 +10,7 @@ use http::{HeaderMap, Request};
 
 use crate::delay::{count_delayed, DelaySlot, DelayTimer, Delays, DEFAULT_MAX_DELAYED};
 use crate::evaluate::{count_store_error, evaluate, log_store_failure, DenialObserver};
+use crate::modes::evaluate_modes;
 use crate::plan::Plan;
 use crate::reservation::{same_policy, Reservation, SettleError, SettledItem};
 use crate::rule::RuleSet;
@@ -245,14 +246,26 @@ impl<S: Store> RateLimiter<S> {
 
     /// Runs a plan against the store (see [`RateLimiter`] for the steps).
     pub async fn evaluate(&self, plan: &Plan, mode: Mode) -> Verdict {
-        evaluate(
-            &*self.store,
-            &self.leases,
-            self.observer.as_deref(),
-            plan,
-            mode,
-        )
-        .await
+        if plan.modes.is_plain() {
+            evaluate(
+                &*self.store,
+                &self.leases,
+                self.observer.as_deref(),
+                plan,
+                mode,
+            )
+            .await
+        } else {
+            // Boxed: the rare path keeps its two store futures off every request's future.
+            Box::pin(evaluate_modes(
+                &*self.store,
+                &self.leases,
+                self.observer.as_deref(),
+                plan,
+                mode,
+            ))
+            .await
+        }
     }
 
     /// Settles `reservation` with the units each item actually used (`actual[i]` for item `i`):

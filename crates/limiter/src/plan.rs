@@ -5,6 +5,7 @@ use std::sync::Arc;
 use floodgate_core::{Micros, Policy};
 use http::HeaderMap;
 
+use crate::answer_modes::AnswerModes;
 use crate::key::KeyContext;
 use crate::metrics::Outcome;
 use crate::rule::{CostError, RuleSet};
@@ -26,6 +27,8 @@ pub struct Plan {
     delay_limit: Option<Micros>,
     /// The block list entries the request matched ([`Plan::block`]).
     blocked: Vec<Arc<str>>,
+    /// Quota mode and global shadow mode ([`crate::modes`]).
+    pub(crate) modes: AnswerModes,
 }
 
 /// Why a plan is refused before the store is asked (answered 400; nothing is charged).
@@ -61,6 +64,8 @@ pub(crate) struct PlannedCheck {
     pub(crate) policy: Option<Box<Policy>>,
     /// The `descriptor` label its decision is also counted under ([`Plan::push_item`]).
     pub(crate) label: Option<Arc<str>>,
+    /// [`ItemOptions::quota_mode`].
+    pub(crate) quota_mode: bool,
 }
 
 /// What [`Plan::push_item`] adds beside the rule, key and cost.
@@ -72,6 +77,9 @@ pub struct ItemOptions {
     /// Also count the decision in `floodgate_descriptor_decisions_total{rule, descriptor,
     /// outcome}` under this label (bounded by the caller).
     pub label: Option<Arc<str>>,
+    /// envoyproxy/ratelimit's `quota_mode`: this item being over its limit refuses the request
+    /// only when every quota-mode item is over (see [`Plan::block_in_quota_mode`]).
+    pub quota_mode: bool,
 }
 
 impl Plan {
@@ -84,6 +92,7 @@ impl Plan {
             refusal: None,
             delay_limit: None,
             blocked: Vec::new(),
+            modes: AnswerModes::default(),
         }
     }
 
@@ -125,7 +134,12 @@ impl Plan {
             cost,
             policy: options.policy.map(Box::new),
             label: options.label,
+            quota_mode: options.quota_mode,
         });
+        self.modes.quota_items = self
+            .modes
+            .quota_items
+            .saturating_add(u32::from(options.quota_mode));
     }
 
     /// Whether item `item` together with the earlier items of the same rule and key costs
@@ -263,6 +277,7 @@ impl Plan {
                         cost,
                         policy: None,
                         label: None,
+                        quota_mode: false,
                     }),
                     Err(error) => {
                         refusal.get_or_insert(Refusal {
@@ -286,6 +301,7 @@ impl Plan {
             refusal,
             delay_limit: None,
             blocked: Vec::new(),
+            modes: AnswerModes::default(),
         }
     }
 

@@ -59,6 +59,28 @@ impl<T: PartialEq> PartialEq for SmallList<T> {
 
 impl<T: Eq> Eq for SmallList<T> {}
 
+impl<T> IntoIterator for SmallList<T> {
+    type Item = T;
+    type IntoIter = std::vec::IntoIter<T>;
+
+    /// The elements in order (one inline element moves into a `Vec` of one).
+    fn into_iter(self) -> Self::IntoIter {
+        match self {
+            SmallList::Empty => Vec::new().into_iter(),
+            SmallList::One([one]) => vec![one].into_iter(),
+            SmallList::Many(many) => many.into_iter(),
+        }
+    }
+}
+
+impl<T> Extend<T> for SmallList<T> {
+    fn extend<I: IntoIterator<Item = T>>(&mut self, items: I) {
+        for item in items {
+            self.push(item);
+        }
+    }
+}
+
 impl<T> From<Vec<T>> for SmallList<T> {
     fn from(many: Vec<T>) -> Self {
         SmallList::Many(many)

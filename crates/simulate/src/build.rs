@@ -2,8 +2,11 @@
 
 use floodgate_core::Quota;
 
+use crate::choice::Choice;
+use crate::error::Error;
+use crate::spec::{check_request_count, Preset, ScenarioName, Spec, TraceInput};
+use crate::trace;
 use crate::traffic::{Boundary, CalmSpike, DailyJobs, Flood, Traffic};
-use crate::{check_request_count, trace, Choice, Error, Preset, ScenarioName, Spec, TraceInput};
 
 /// Builds the traffic a spec describes.
 ///

@@ -29,10 +29,11 @@ use floodgate_core::{
 };
 
 use crate::engine::{epoch_base, run_with, simulate, Outcome, Run};
+use crate::error::Error;
 use crate::setup::StoreSpec;
 use crate::setup::{Balance, Balancer, CounterError, CounterMode, CounterStore, Setup};
+use crate::spec::{AlgorithmChoice, Spec};
 use crate::traffic::{Request, Traffic};
-use crate::{AlgorithmChoice, Error, Spec};
 
 /// One shared counter per key under a calendar quota (every instance sees the same state, as
 /// with `--counter shared`).

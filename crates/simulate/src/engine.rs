@@ -9,9 +9,9 @@ use std::collections::HashMap;
 
 use floodgate_core::{AlgorithmKind, CheckError, Decision, Micros, Quota, Timestamp};
 
+use super::error::Error;
 use super::setup::{Balancer, CounterError, CounterMode, CounterStore, InProcessCounters, Setup};
 use super::traffic::Request;
-use super::Error;
 
 /// The decision for one request of the traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -68,7 +68,7 @@ impl RedisCounters {
         kind: AlgorithmKind,
         quota: Quota,
         setup: &Setup,
-    ) -> Result<Self, crate::Error> {
+    ) -> Result<Self, crate::error::Error> {
         let policies = counter_policies(kind, quota, setup)?;
         let rules = match setup.counter {
             CounterMode::Shared => vec!["shared".to_string()],
@@ -80,7 +80,9 @@ impl RedisCounters {
             .enable_all()
             .build()
             .map_err(|e| {
-                crate::Error::Store(format!("cannot start the runtime for the redis store: {e}"))
+                crate::error::Error::Store(format!(
+                    "cannot start the runtime for the redis store: {e}"
+                ))
             })?;
         let mut config = RedisStoreConfig::standalone(url);
         config.prefix = unique_prefix();
@@ -95,7 +97,7 @@ impl RedisCounters {
                 Ok::<_, StoreError>(store)
             })
             .map_err(|e| {
-                crate::Error::Store(format!(
+                crate::error::Error::Store(format!(
                     "redis at {url}: {e} (is a Redis server listening there?)"
                 ))
             })?;

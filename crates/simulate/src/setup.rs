@@ -45,11 +45,11 @@ pub enum Balance {
 impl Balance {
     /// `round-robin` or `skewed`.
     pub fn as_str(self) -> &'static str {
-        crate::Choice::name(self)
+        crate::choice::Choice::name(self)
     }
 }
 
-impl crate::Choice for Balance {
+impl crate::choice::Choice for Balance {
     const ALL: &'static [(Self, &'static str, &'static str)] = &[
         (
             Balance::RoundRobin,
@@ -66,7 +66,7 @@ impl crate::Choice for Balance {
     ];
 }
 
-impl crate::Choice for CounterMode {
+impl crate::choice::Choice for CounterMode {
     const ALL: &'static [(Self, &'static str, &'static str)] = &[
         (
             CounterMode::Local,

@@ -157,6 +157,51 @@ impl Store for AnyStore {
         }
     }
 
+    fn is_shared(&self) -> bool {
+        match self {
+            AnyStore::Memory(s) => Store::is_shared(s),
+            AnyStore::Redis(s) => s.is_shared(),
+            AnyStore::RedisWithFallback(s) => s.is_shared(),
+            AnyStore::RedisPerSecond(s) => s.is_shared(),
+        }
+    }
+
+    async fn shared_secret(&self, candidate: &str) -> Result<Option<String>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => Store::shared_secret(s, candidate).await,
+            AnyStore::Redis(s) => Box::pin(Store::shared_secret(s, candidate)).await,
+            AnyStore::RedisWithFallback(s) => Box::pin(s.shared_secret(candidate)).await,
+            AnyStore::RedisPerSecond(s) => Box::pin(s.shared_secret(candidate)).await,
+        }
+    }
+
+    async fn ready_state(&self) -> crate::Readiness {
+        match self {
+            AnyStore::Memory(s) => Store::ready_state(s).await,
+            AnyStore::Redis(s) => Box::pin(Store::ready_state(s)).await,
+            AnyStore::RedisWithFallback(s) => Box::pin(s.ready_state()).await,
+            AnyStore::RedisPerSecond(s) => Box::pin(s.ready_state()).await,
+        }
+    }
+
+    fn sweep_some(&self, now: floodgate_core::Timestamp) {
+        match self {
+            AnyStore::Memory(s) => Store::sweep_some(s, now),
+            AnyStore::Redis(s) => s.sweep_some(now),
+            // The local fallback's keys are few and short-lived (divided quotas while the
+            // primary is down); they are not swept, as before.
+            AnyStore::RedisWithFallback(_) => {}
+            AnyStore::RedisPerSecond(s) => s.sweep_some(now),
+        }
+    }
+
+    fn fallback_instances(&self) -> Option<u64> {
+        match self {
+            AnyStore::RedisWithFallback(s) => s.fallback_instances(),
+            AnyStore::Memory(_) | AnyStore::Redis(_) | AnyStore::RedisPerSecond(_) => None,
+        }
+    }
+
     fn stats(&self) -> Option<crate::StoreStats> {
         match self {
             AnyStore::Memory(s) => Store::stats(s),

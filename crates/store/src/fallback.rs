@@ -239,6 +239,26 @@ impl<S: Store> Store for FallbackStore<S> {
         self.primary.set_rule_max_keys(rule, max_keys)
     }
 
+    fn is_shared(&self) -> bool {
+        self.primary.is_shared()
+    }
+
+    fn fallback_instances(&self) -> Option<u64> {
+        Some(self.instances())
+    }
+
+    async fn shared_secret(&self, candidate: &str) -> Result<Option<String>, StoreError> {
+        self.primary.shared_secret(candidate).await
+    }
+
+    /// The primary's, where down is degraded: the local fallback decides meanwhile.
+    async fn ready_state(&self) -> crate::Readiness {
+        match self.primary.ready_state().await {
+            crate::Readiness::Down(why) => crate::Readiness::Degraded(why),
+            other => other,
+        }
+    }
+
     /// What the shared store holds: the local fallback's state is not the key's.
     fn holds(
         &self,

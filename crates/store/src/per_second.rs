@@ -32,7 +32,7 @@
 //! # });
 //! ```
 
-use floodgate_core::{Decision, Micros, Policy};
+use floodgate_core::{Decision, Micros, Policy, Timestamp};
 
 use crate::{
     validate_batch, BatchDecision, BatchReservation, CheckItem, SettleItem, Store, StoreError,
@@ -307,6 +307,36 @@ impl<M: Store, S: Store> Store for PerSecondStore<M, S> {
 
     fn stats(&self) -> Option<crate::StoreStats> {
         self.main.stats()
+    }
+
+    fn is_shared(&self) -> bool {
+        self.main.is_shared() || self.per_second.is_shared()
+    }
+
+    async fn shared_secret(&self, candidate: &str) -> Result<Option<String>, StoreError> {
+        // Reservations are claimed and signed through the main store.
+        self.main.shared_secret(candidate).await
+    }
+
+    async fn ready_state(&self) -> crate::Readiness {
+        use crate::Readiness;
+        let (main, fast) = (
+            self.main.ready_state().await,
+            self.per_second.ready_state().await,
+        );
+        match (main, fast) {
+            (Readiness::Down(why), _) => Readiness::Down(format!("main: {why}")),
+            (_, Readiness::Down(why)) => Readiness::Down(format!("per-second: {why}")),
+            (Readiness::Degraded(why), _) => Readiness::Degraded(format!("main: {why}")),
+            (_, Readiness::Degraded(why)) => Readiness::Degraded(format!("per-second: {why}")),
+            (Readiness::NotChecked, Readiness::NotChecked) => Readiness::NotChecked,
+            _ => Readiness::Up,
+        }
+    }
+
+    fn sweep_some(&self, now: Timestamp) {
+        self.main.sweep_some(now);
+        self.per_second.sweep_some(now);
     }
 }
 

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use super::headers::DeclaredLimit;
+use super::options::{HttpOptions, US};
 use super::probe::{Outcome, Phase, Prober, Sample};
-use super::{error_hint, ms, secs, HttpOptions, Tally, US};
+use super::report::{error_hint, ms, secs, Tally};
 use crate::timeline::Timeline;
 use crate::{Level, Verdict};
 

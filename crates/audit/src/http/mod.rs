@@ -30,13 +30,11 @@
 
 mod checks;
 pub mod headers;
+mod options;
 mod probe;
 mod render;
+mod report;
 mod shape;
-
-use std::collections::BTreeMap;
-
-use serde::Serialize;
 
 use crate::timeline::Timeline;
 use crate::{Level, Verdict};
@@ -45,234 +43,12 @@ use headers::DeclaredLimit;
 use probe::{Outcome, Phase, Prober, Sample};
 use shape::shape;
 
+use options::US;
+pub use options::{HttpAuditError, HttpOptions, CONFIRM_ABOVE};
 pub(crate) use render::verdict_lines as render_verdicts;
 pub use render::{svg, table};
-
-/// Plans above this many requests need [`HttpOptions::confirmed`] (`--yes`).
-pub const CONFIRM_ABOVE: u64 = 100;
-
-/// Microseconds per second.
-const US: u64 = 1_000_000;
-
-/// What to probe and within which bounds.
-#[derive(Debug, Clone)]
-pub struct HttpOptions {
-    /// The one URL requests go to (`http://` only).
-    pub url: String,
-    /// The request method (default `GET`).
-    pub method: String,
-    /// Extra request headers (an API key, say), sent with every request.
-    pub headers: Vec<(String, String)>,
-    /// The limit to test against when the endpoint declares none (or to override it).
-    pub limit: Option<DeclaredLimit>,
-    /// Most requests sent in all.
-    pub max_requests: u64,
-    /// Most seconds the probe runs (on its [`Timeline`]).
-    pub max_seconds: u64,
-    /// Requests in flight at once during a burst.
-    pub concurrency: usize,
-    /// A new TCP connection for every request (so a connection-balancing proxy spreads them).
-    pub new_connections: bool,
-    /// The largest multiple of the limit the multiplication burst can tell apart; the burst
-    /// sends one capacity more than this many times the capacity.
-    pub max_multiple: u64,
-    /// Allow a plan above [`CONFIRM_ABOVE`] requests.
-    pub confirmed: bool,
-    /// Draw a progress bar on stderr (hidden when stderr is not a terminal).
-    pub progress: bool,
-    /// Timeout of one request, in milliseconds.
-    pub request_timeout_ms: u64,
-    /// Statuses that mean "denied" besides 429 (nginx's `limit_req` answers 503 without
-    /// `Retry-After`); 403, 420 and 503 count as denials anyway when they carry `Retry-After`
-    /// or say nothing remains.
-    pub deny_statuses: Vec<u16>,
-}
-
-impl HttpOptions {
-    /// The defaults for `url`: GET, 5,000 requests, 60 s, 50 connections, multiples up to 4,
-    /// 5 s per request, not confirmed, no progress bar.
-    pub fn new(url: impl Into<String>) -> Self {
-        Self {
-            url: url.into(),
-            method: "GET".into(),
-            headers: Vec::new(),
-            limit: None,
-            max_requests: 5_000,
-            max_seconds: 60,
-            concurrency: 50,
-            new_connections: false,
-            max_multiple: 4,
-            confirmed: false,
-            progress: false,
-            request_timeout_ms: 5_000,
-            deny_statuses: Vec::new(),
-        }
-    }
-}
-
-/// Why the probe did not run.
-#[derive(Debug, thiserror::Error)]
-pub enum HttpAuditError {
-    /// The URL does not parse or is not `http://`.
-    #[error("{0}")]
-    Url(String),
-    /// A bad option (zero concurrency, a header that is not valid HTTP, ...).
-    #[error("{0}")]
-    Option(String),
-    /// The plan needs `--yes`.
-    #[error("this audit would send up to {planned} requests to {target} over up to {seconds} s (more than {CONFIRM_ABOVE}); add --yes to proceed, or lower --max-requests")]
-    NeedsConfirmation {
-        /// Requests planned (an upper bound).
-        planned: u64,
-        /// `host:port`.
-        target: String,
-        /// Seconds planned (an upper bound).
-        seconds: u64,
-    },
-    /// The first request got no HTTP answer.
-    #[error("{target} did not answer: {error}")]
-    Unreachable {
-        /// `host:port`.
-        target: String,
-        /// The transport error.
-        error: String,
-    },
-    /// No limit declared and none given.
-    #[error("{target} declares no limit (no RateLimit-Policy, RateLimit or X-RateLimit-* header in its answer, status {status}); give the limit to test with --limit, e.g. --limit 100/s")]
-    NoDeclaredLimit {
-        /// `host:port`.
-        target: String,
-        /// The discovery response's status.
-        status: u16,
-    },
-}
-
-/// Admitted, denied and failed requests in one 100 ms column (by the time the answer came).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Column {
-    /// Start of the column, microseconds since the probe began.
-    pub start_us: u64,
-    /// Answers that admitted.
-    pub admitted: u64,
-    /// Answers that denied (429, or 403/503 with `Retry-After` or nothing remaining).
-    pub denied: u64,
-    /// Other answers and transport errors.
-    pub errors: u64,
-}
-
-/// One phase of the probe: when it ran and what it got.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PhaseSummary {
-    /// `discovery`, `multiplication`, `edge_search`, `edge_before`, `edge_after`,
-    /// `multiplication_again`, `retry_early`, `retry_exhaust`, `retry_on_time`.
-    pub phase: &'static str,
-    /// First request sent, microseconds since the start.
-    pub start_us: u64,
-    /// Last answer, microseconds since the start.
-    pub end_us: u64,
-    /// Requests sent.
-    pub sent: u64,
-    /// Admitted.
-    pub admitted: u64,
-    /// Denied.
-    pub denied: u64,
-    /// Errors.
-    pub errors: u64,
-}
-
-/// Everything the probe found.
-#[derive(Debug, Clone, Serialize)]
-pub struct HttpReport {
-    /// The URL probed.
-    pub url: String,
-    /// The declared limit tested against.
-    pub declared: DeclaredLimit,
-    /// `true` when the limit came from `--limit`, not from the endpoint.
-    pub limit_given: bool,
-    /// Requests sent.
-    pub sent: u64,
-    /// Admitted, denied, errors in all.
-    pub admitted: u64,
-    /// Denied in all.
-    pub denied: u64,
-    /// Errors in all.
-    pub errors: u64,
-    /// Microseconds from the first request to the last answer.
-    pub duration_us: u64,
-    /// Connections: `concurrency` and whether each request had its own.
-    pub concurrency: usize,
-    /// Each request on a new connection.
-    pub new_connections: bool,
-    /// The verdicts, in the order above.
-    pub verdicts: Vec<Verdict>,
-    /// The phases.
-    pub phases: Vec<PhaseSummary>,
-    /// Per 100 ms: admitted, denied, errors.
-    pub columns: Vec<Column>,
-}
-
-impl HttpReport {
-    /// `true` when any verdict is a danger (the command then exits with status 1).
-    pub fn has_danger(&self) -> bool {
-        self.verdicts.iter().any(Verdict::is_danger)
-    }
-
-    /// The JSON document of `--format json`.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
-    }
-}
-
-fn secs(us: u64) -> String {
-    let s = us as f64 / US as f64;
-    if s >= 10.0 {
-        format!("{s:.1} s")
-    } else {
-        format!("{s:.2} s")
-    }
-}
-
-fn ms(us: u64) -> String {
-    format!("{} ms", (us + 500) / 1000)
-}
-
-/// Admitted, denied, errors and the span of a set of samples.
-#[derive(Debug, Clone, Copy, Default)]
-struct Tally {
-    sent: u64,
-    admitted: u64,
-    denied: u64,
-    errors: u64,
-    first_sent_us: u64,
-    last_done_us: u64,
-}
-
-impl Tally {
-    fn of<'a>(samples: impl IntoIterator<Item = &'a Sample>) -> Self {
-        let mut t = Tally {
-            first_sent_us: u64::MAX,
-            ..Tally::default()
-        };
-        for s in samples {
-            t.sent += 1;
-            match s.outcome {
-                Outcome::Admitted => t.admitted += 1,
-                Outcome::Denied => t.denied += 1,
-                Outcome::Error => t.errors += 1,
-            }
-            t.first_sent_us = t.first_sent_us.min(s.sent_us);
-            t.last_done_us = t.last_done_us.max(s.done_us);
-        }
-        if t.sent == 0 {
-            t.first_sent_us = 0;
-        }
-        t
-    }
-
-    fn span_us(&self) -> u64 {
-        self.last_done_us.saturating_sub(self.first_sent_us)
-    }
-}
+use report::Tally;
+pub use report::{Column, HttpReport, PhaseSummary, COLUMN_US};
 
 /// Runs the probe on `timeline` and returns its report.
 ///
@@ -456,24 +232,6 @@ fn check_plan(opts: &HttpOptions, d: &DeclaredLimit, target: &str) -> Result<(),
     Ok(())
 }
 
-/// `" (most of them 503: if that is how it denies, add --deny-status 503)"`, for the most
-/// common error status, or empty.
-fn error_hint(samples: &[Sample]) -> String {
-    let mut by: BTreeMap<u16, u64> = BTreeMap::new();
-    for s in samples
-        .iter()
-        .filter(|s| s.outcome == Outcome::Error && s.status != 0)
-    {
-        *by.entry(s.status).or_default() += 1;
-    }
-    match by.iter().max_by_key(|(_, n)| **n) {
-        Some((status, n)) => {
-            format!(" ({n} of them {status}: if that is how it denies, add --deny-status {status})")
-        }
-        None => String::new(),
-    }
-}
-
 fn last_denial_of(samples: &[Sample]) -> Option<Sample> {
     samples
         .iter()
@@ -500,9 +258,6 @@ fn phases(samples: &[Sample]) -> Vec<PhaseSummary> {
     }
     out
 }
-
-/// Column width of the series: 100 ms.
-pub const COLUMN_US: u64 = 100_000;
 
 fn columns(samples: &[Sample]) -> Vec<Column> {
     let end = samples.iter().map(|s| s.done_us).max().unwrap_or(0);

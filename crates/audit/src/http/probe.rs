@@ -8,7 +8,7 @@ use futures_util::stream::{self, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::headers::{self, DeclaredLimit};
-use super::{HttpAuditError, HttpOptions};
+use super::options::{HttpAuditError, HttpOptions};
 use crate::timeline::Timeline;
 
 /// Most body bytes read from one answer (the rest is dropped with the connection).

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::{secs, HttpReport, COLUMN_US};
+use super::report::{secs, HttpReport, COLUMN_US};
 use crate::svg::escape;
 use crate::Verdict;
 

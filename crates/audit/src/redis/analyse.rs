@@ -5,11 +5,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use floodgate_core::AlgorithmKind;
 
-use super::{
+use super::model::{
     is_floodgate_name, redact, Attribution, FloodgateRules, Group, Key, NodeScan, RedisOptions,
     RedisReport, RuleSpec, RuleUsage, Unattributed, TTL_BUCKETS,
 };
-use crate::{Level, Verdict};
+use crate::verdict::{Level, Verdict};
 
 pub(super) fn ttl_class(pttl_ms: i64) -> usize {
     let ms = pttl_ms.max(0) as u64;

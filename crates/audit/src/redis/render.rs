@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::analyse::bytes_text;
-use super::{RedisReport, TTL_BUCKETS};
+use super::model::{RedisReport, TTL_BUCKETS};
 use crate::http::render_verdicts;
 
 /// The table of `--format table`: the scan, keys by type and encoding, the TTL distribution,

@@ -28,7 +28,9 @@
 //! assert_eq!(denied.retry_after, Some(500_000)); // one emission interval
 //! ```
 
-use crate::algorithm::{latest_scheduled, settle_give_back, still_ahead, Algorithm, AlgorithmKind};
+use crate::algorithm::base::{
+    latest_scheduled, settle_give_back, still_ahead, Algorithm, AlgorithmKind,
+};
 use crate::decision::{Decision, Reservation};
 use crate::div::Divisor;
 use crate::error::QuotaError;

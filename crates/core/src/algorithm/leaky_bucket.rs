@@ -30,7 +30,9 @@
 //! assert_eq!(denied.retry_after, Some(70_000)); // one unit drains every 100 ms
 //! ```
 
-use crate::algorithm::{latest_scheduled, settle_give_back, still_ahead, Algorithm, AlgorithmKind};
+use crate::algorithm::base::{
+    latest_scheduled, settle_give_back, still_ahead, Algorithm, AlgorithmKind,
+};
 use crate::decision::{Decision, Reservation};
 use crate::error::QuotaError;
 use crate::quota::Quota;

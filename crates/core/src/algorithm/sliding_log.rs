@@ -39,7 +39,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use crate::algorithm::{Algorithm, AlgorithmKind};
+use crate::algorithm::base::{Algorithm, AlgorithmKind};
 use crate::decision::{Decision, Reservation};
 use crate::error::QuotaError;
 use crate::quota::Quota;

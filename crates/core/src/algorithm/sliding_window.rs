@@ -41,7 +41,7 @@
 //! assert_eq!(denied.retry_after, Some(99_999));
 //! ```
 
-use crate::algorithm::{Algorithm, AlgorithmKind};
+use crate::algorithm::base::{Algorithm, AlgorithmKind};
 use crate::decision::{Decision, Reservation};
 use crate::div::Divisor;
 use crate::error::QuotaError;
@@ -56,7 +56,7 @@ pub struct SlidingWindow {
     /// `period` as a multiply-and-shift divisor: `now mod period` without a hardware division.
     period_div: Divisor,
     /// Calendar periods of a time zone in place of epoch-aligned ones ([`crate::Policy::with_calendar`]).
-    pub(crate) calendar: Option<crate::algorithm::CalendarRef>,
+    pub(crate) calendar: Option<SlidingCalendarRef>,
 }
 
 /// Sliding window counter state of one key. The initial state is all zeros.
@@ -153,7 +153,7 @@ impl Algorithm for SlidingWindow {
         consume: bool,
     ) -> Decision {
         if let Some(calendar) = &self.calendar {
-            return calendar.0.decide_sliding(state, now, cost, consume);
+            return calendar.0.decide(state, now, cost, consume);
         }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         // A stale `now` (before the state's window) is read as the window's start; within the
@@ -253,7 +253,7 @@ impl Algorithm for SlidingWindow {
         wait: Micros,
     ) -> Option<Reservation> {
         if let Some(calendar) = &self.calendar {
-            return calendar.0.reserve_sliding(state, now, cost, wait);
+            return calendar.0.reserve(state, now, cost, wait);
         }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         if wait > period {
@@ -301,7 +301,7 @@ impl Algorithm for SlidingWindow {
         if let Some(calendar) = &self.calendar {
             return calendar
                 .0
-                .settle_sliding(state, now, scheduled_at, reserved, actual);
+                .settle(state, now, scheduled_at, reserved, actual);
         }
         let (limit, period) = (self.quota.limit(), self.period_div.get());
         let now = now.max(state.window_start);
@@ -326,6 +326,49 @@ impl Algorithm for SlidingWindow {
             previous_count: previous,
         };
         self.standing(state, now)
+    }
+}
+
+/// Calendar periods for this window ([`crate::Policy::with_calendar`]), implemented by
+/// `crate::calendar_policy`: a trait here, so that this module never imports the calendar
+/// module, which imports it. Same contracts as the [`Algorithm`](crate::Algorithm) methods
+/// they stand in for.
+pub(crate) trait SlidingCalendar: std::fmt::Debug + Send + Sync + 'static {
+    fn decide(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        consume: bool,
+    ) -> Decision;
+    fn reserve(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        wait: Micros,
+    ) -> Option<Reservation>;
+    fn settle(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision;
+    /// The implementation, for `Policy::calendar`.
+    fn as_any(&self) -> &dyn std::any::Any;
+    /// The same calendar quota (zone, unit, first weekday, algorithm, limit) as `other`.
+    fn same(&self, other: &dyn std::any::Any) -> bool;
+}
+
+/// This window's calendar, shared by the policy's clones.
+#[derive(Debug, Clone)]
+pub(crate) struct SlidingCalendarRef(pub(crate) std::sync::Arc<dyn SlidingCalendar>);
+
+impl PartialEq for SlidingCalendarRef {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.0.same(other.0.as_any())
     }
 }
 

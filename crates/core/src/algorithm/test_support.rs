@@ -3,7 +3,7 @@
 //! drives the brute-force tests, and the brute-force checks that `retry_after`, `remaining` and
 //! `reset_after` are exact.
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::base::Algorithm;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::time::Timestamp;

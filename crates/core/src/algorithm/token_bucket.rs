@@ -28,7 +28,9 @@
 //! assert!(bucket.check(&mut state, t0 + 500_000, 1).unwrap().allowed);
 //! ```
 
-use crate::algorithm::{latest_scheduled, settle_give_back, still_ahead, Algorithm, AlgorithmKind};
+use crate::algorithm::base::{
+    latest_scheduled, settle_give_back, still_ahead, Algorithm, AlgorithmKind,
+};
 use crate::decision::{Decision, Reservation};
 use crate::error::QuotaError;
 use crate::quota::Quota;

@@ -122,6 +122,9 @@ pub(crate) struct DescriptorExtras {
     pub(crate) detailed_metric: bool,
     /// `metadata`, as JSON: merged into the response's dynamic metadata when admitted.
     pub(crate) metadata: Option<serde_json::Value>,
+    /// `quota_mode` of the descriptor holding the `rate_limit`: over its limit, it refuses a
+    /// request only when every quota-mode descriptor of the request is over.
+    pub(crate) quota_mode: bool,
 }
 
 impl DescriptorExtras {
@@ -157,6 +160,8 @@ pub(crate) enum Leaf {
         replaces: Vec<String>,
         /// The name other limits' `replaces` refer to.
         limit_name: Option<String>,
+        /// Its descriptor's `quota_mode`.
+        quota_mode: bool,
     },
 }
 

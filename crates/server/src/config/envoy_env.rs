@@ -13,7 +13,7 @@
 //! problem at once.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -23,9 +23,11 @@ use crate::grpc::tls::GrpcTlsSettings;
 
 mod grpc_tls;
 mod limit_headers;
+mod reader;
 mod redis;
 mod service;
 
+use reader::{go_duration, Reader};
 pub(crate) use service::ServiceModes;
 
 /// What envoyproxy/ratelimit's environment asks of `floodgate serve`.
@@ -154,7 +156,6 @@ const DEFAULT_ONLY: &[(&str, &str, &str)] = &[
     ("REDIS_STARTUP_INITIAL_INTERVAL", "1s", "Floodgate starts without waiting for Redis (the failure modes apply until it answers)"),
     ("REDIS_STARTUP_MAX_INTERVAL", "30s", "Floodgate starts without waiting for Redis (the failure modes apply until it answers)"),
     ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "WAIT", "Floodgate multiplexes calls on one connection per node; it has no pool to run empty"),
-    ("QUOTA_MODE", "false", "the global quota mode is not available yet"),
     ("TRACING_ENABLED", "false", "Floodgate exports no OpenTelemetry traces"),
 ];
 
@@ -222,6 +223,7 @@ const MAPPED: &[&str] = &[
     "REDIS_PERSECOND_SENTINEL_AUTH",
     "REDIS_PERSECOND_TIMEOUT",
     "SHADOW_MODE",
+    "QUOTA_MODE",
     "RESPONSE_DYNAMIC_METADATA",
     "MERGE_DOMAIN_CONFIG",
     "LIMIT_RESPONSE_HEADERS_ENABLED",
@@ -278,77 +280,6 @@ pub(crate) fn from_process_env() -> Result<EnvoyEnv, EnvErrors> {
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect(),
     )
-}
-
-/// The variables read so far and the problems found.
-struct Reader<'a> {
-    vars: &'a BTreeMap<String, String>,
-    errors: Vec<String>,
-}
-
-impl Reader<'_> {
-    /// The variable's value, else `default` (upstream's).
-    fn text(&self, name: &str, default: &str) -> String {
-        self.vars
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| default.to_string())
-    }
-
-    fn fail(&mut self, name: &str, value: &str, why: impl std::fmt::Display) {
-        self.errors.push(format!("{name}={value:?}: {why}"));
-    }
-
-    /// A Go `strconv.ParseBool` value.
-    fn bool(&mut self, name: &str, default: bool) -> bool {
-        let Some(v) = self.vars.get(name) else {
-            return default;
-        };
-        match v.as_str() {
-            "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
-            "0" | "f" | "F" | "FALSE" | "false" | "False" => false,
-            _ => {
-                let v = v.clone();
-                self.fail(name, &v, "expected true or false");
-                default
-            }
-        }
-    }
-
-    fn port(&mut self, name: &str, default: u16) -> u16 {
-        let v = self.text(name, &default.to_string());
-        v.trim().parse().unwrap_or_else(|_| {
-            self.fail(name, &v, "expected a port number, 0 to 65535");
-            default
-        })
-    }
-
-    /// `host` and `port` resolved (an IP address or a name such as `localhost`).
-    fn addr(&mut self, host_var: &str, host: &str, port: u16) -> Option<SocketAddr> {
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        match (host, port).to_socket_addrs() {
-            Ok(mut addrs) => addrs.next(),
-            Err(e) => {
-                self.fail(host_var, host, format!("cannot resolve this host: {e}"));
-                None
-            }
-        }
-    }
-
-    fn duration(&mut self, name: &str, default: &str) -> Duration {
-        let v = self.text(name, default);
-        go_duration(&v).unwrap_or_else(|why| {
-            self.fail(name, &v, why);
-            go_duration(default).unwrap_or_default()
-        })
-    }
-
-    fn positive(&mut self, name: &str, default: &str) {
-        let v = self.text(name, default);
-        if v.trim().parse::<u64>().is_err() {
-            self.fail(name, &v, "expected a whole number, 0 or more");
-        }
-    }
 }
 
 /// Maps envoyproxy/ratelimit's environment `vars` onto Floodgate's settings.
@@ -547,42 +478,7 @@ fn logging(r: &mut Reader<'_>) -> (String, bool) {
     (log_filter, log_json)
 }
 
-/// A Go `time.ParseDuration` text: `0`, or numbers with units (`ns`, `us`, `µs`, `ms`, `s`,
-/// `m`, `h`), e.g. `24h`, `1m30s`, `500ms`, `1.5s`; no sign.
-fn go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("expected a duration such as 10s, 500ms, 1m30s or 24h, got {text:?}");
-    let t = text.trim();
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if t.is_empty() {
-        return Err(bad());
-    }
-    let mut rest = t;
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let value: f64 = rest[..n].parse().map_err(|_| bad())?;
-        rest = &rest[n..];
-        let u = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..u] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        rest = &rest[u..];
-        total += value * scale;
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
-}
-
+#[cfg(test)]
+mod quota_tests;
 #[cfg(test)]
 mod tests;

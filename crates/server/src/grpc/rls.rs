@@ -23,6 +23,12 @@
 //!   see [`super::reset`]), and
 //!   `response_headers_to_add` with `RateLimit-Policy` / `RateLimit` (and `Retry-After` when
 //!   over the limit), written by the same function as the HTTP front ends' headers;
+//! - **quota mode** (a descriptor's `quota_mode`, or `[envoy] quota_mode` for every descriptor,
+//!   `QUOTA_MODE`): an over-limit quota-mode descriptor makes the answer `OVER_LIMIT` only when
+//!   every quota-mode descriptor is over (its own status still says `OVER_LIMIT`); the engine
+//!   decides it ([`floodgate_limiter::ItemOptions::quota_mode`]);
+//! - **global shadow mode** (`[envoy] shadow_mode`, `SHADOW_MODE`): the engine answers a denial
+//!   as an admission ([`floodgate_limiter::Plan::shadow_all`]), so the overall code is `OK`;
 //! - **store failure**: each rule's failure mode: `open` answers `OK`, `closed` answers gRPC
 //!   `UNAVAILABLE`, so that Envoy's `failure_mode_deny` decides; the limiter counts both.
 //!
@@ -145,7 +151,11 @@ async fn should_rate_limit(
     // generation, read once.
     let snapshot = state.snapshot();
     let (config, rules) = (&snapshot.config, &snapshot.rules);
-    let (slots, plan) = plan(state, config, rules, request)?;
+    let (slots, mut plan) = plan(state, config, rules, request)?;
+    if config.envoy.shadow_mode {
+        // SHADOW_MODE: the engine decides and counts as ever, and answers a denial OK.
+        plan.shadow_all();
+    }
     // A plan with block list entries consumes nothing and is counted by the limiter.
     let verdict = state.limiter.evaluate(&plan, Mode::Check).await;
     let mut response = answer(
@@ -170,11 +180,6 @@ async fn should_rate_limit(
             }
         }
         response.dynamic_metadata = Some(descriptor::dynamic_metadata(request, &passed));
-    }
-    if config.envoy.shadow_mode && response.overall_code == Code::OverLimit as i32 {
-        // SHADOW_MODE: decided and counted as ever, answered OK.
-        response.overall_code = Code::Ok as i32;
-        metrics::counter!("floodgate_grpc_global_shadow_mode_total").increment(1);
     }
     Ok(response)
 }
@@ -365,8 +370,15 @@ fn plan(
     let mut plan = Plan::new(Arc::clone(rules));
     let mut slots = Vec::with_capacity(selected.len());
     for (d, s) in request.descriptors.iter().zip(selected) {
+        // QUOTA_MODE counts a descriptor without a limit as a quota descriptor not over it.
+        let free = |plan: &mut Plan| {
+            if config.envoy.quota_mode {
+                plan.pass_quota();
+            }
+            Slot::Free
+        };
         let slot = match s {
-            None => Slot::Free,
+            None => free(&mut plan),
             Some(Selected {
                 leaf: Leaf::Unlimited { .. },
                 ..
@@ -377,14 +389,19 @@ fn plan(
                         name,
                         period,
                         limit_name,
+                        quota_mode,
                         ..
                     },
                 ..
             }) => {
                 if is_replaced(limit_name.as_ref()) {
-                    Slot::Free
+                    free(&mut plan)
                 } else {
-                    plan.block(Arc::from(name.as_str()));
+                    if quota_mode || config.envoy.quota_mode {
+                        plan.block_in_quota_mode(Arc::from(name.as_str()));
+                    } else {
+                        plan.block(Arc::from(name.as_str()));
+                    }
                     Slot::Blocked { name, period }
                 }
             }
@@ -399,7 +416,7 @@ fn plan(
                 let limit_name = descriptor.and_then(|d| d.limit_name.as_ref());
                 // The engine says whether the rule answers gRPC (its `applies_to`).
                 if is_replaced(limit_name) || !rules.applies(r, Traffic::Grpc) {
-                    Slot::Free
+                    free(&mut plan)
                 } else {
                     let overridden = policy.is_some() || rule.override_of.is_some();
                     let label = descriptor
@@ -414,7 +431,14 @@ fn plan(
                     // A cost above the capacity is refused (and counted) by the limiter.
                     let item = plan.len();
                     let key = descriptor::counter_key(&request.domain, d, descriptor);
-                    plan.push_item(r, key, cost, ItemOptions { policy, label });
+                    let quota_mode =
+                        config.envoy.quota_mode || descriptor.is_some_and(|x| x.extras.quota_mode);
+                    let options = ItemOptions {
+                        policy,
+                        label,
+                        quota_mode,
+                    };
+                    plan.push_item(r, key, cost, options);
                     let name = match (overridden, limit_name) {
                         (false, Some(n)) => n.clone(),
                         _ => String::new(),

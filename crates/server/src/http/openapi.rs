@@ -10,6 +10,7 @@
 //! count, no configuration), so it needs no token.
 
 mod answers;
+mod cost;
 mod exclusive;
 mod paths;
 mod patterns;
@@ -22,7 +23,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-pub(crate) use answers::Cost;
+pub(crate) use cost::Cost;
 
 /// The document.
 #[derive(OpenApi)]

@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use floodgate_core::Clock;
-use floodgate_store::{AnyStore, Store};
+use floodgate_store::{AnyStore, Readiness, Store};
 use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
@@ -103,8 +103,8 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if !matches!(store, StoreReadiness::NotChecked) {
         body["store"] = store.to_json(state.store().kind());
         // `fallback = "local"`: the count each limit is divided by while Redis fails.
-        if let AnyStore::RedisWithFallback(f) = state.store() {
-            body["store"]["instances"] = json!(f.instances());
+        if let Some(instances) = state.store().fallback_instances() {
+            body["store"]["instances"] = json!(instances);
         }
         if let Some(shards) = super::readyz_shards::shards(state.store()) {
             body["store"]["shards"] = shards;
@@ -153,20 +153,11 @@ pub(crate) async fn store_state(store: &AnyStore) -> serde_json::Value {
 }
 
 async fn store_readiness(store: &AnyStore) -> StoreReadiness {
-    let Some(redis) = store.redis() else {
-        return StoreReadiness::NotChecked;
-    };
-    if let AnyStore::RedisPerSecond(both) = store {
-        if let Err(e) = both.per_second().readiness().await {
-            return StoreReadiness::Down(format!("per-second redis: {e}"));
-        }
-    }
-    match redis.readiness().await {
-        Ok(()) => StoreReadiness::Up,
-        Err(e) if matches!(store, AnyStore::RedisWithFallback(_)) => {
-            StoreReadiness::Degraded(e.to_string())
-        }
-        Err(e) => StoreReadiness::Down(e.to_string()),
+    match store.ready_state().await {
+        Readiness::NotChecked => StoreReadiness::NotChecked,
+        Readiness::Up => StoreReadiness::Up,
+        Readiness::Degraded(why) => StoreReadiness::Degraded(why),
+        Readiness::Down(why) => StoreReadiness::Down(why),
     }
 }
 

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use tokio::sync::watch;
 
+use super::args::{LogFormat, ServeArgs};
 use super::connections::Connections;
 use super::listener::{self, HttpTimeouts};
-use super::{LogFormat, ServeArgs};
 use crate::config::envoy_env::{self, EnvoyEnv};
 use crate::config::Config;
 use crate::state::AppState;

@@ -16,6 +16,7 @@
 //! connections are refused), or after `--shutdown-delay` of still serving so load balancers can
 //! notice; then in-flight requests finish (up to `--drain-timeout`).
 
+mod args;
 pub(crate) mod connections;
 pub(crate) mod envoy_env;
 mod leases;
@@ -28,7 +29,6 @@ mod store;
 mod store_per_second;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -36,174 +36,15 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use floodgate_core::{Clock, ManualClock, SystemClock};
+use floodgate_store::Store as _;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::{self, Config};
 use crate::state::AppState;
-
-/// Default address of the main listener.
-const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-
-/// Default address of the API listener in reverse-proxy mode.
-const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
-
-/// Arguments of `floodgate serve`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct ServeArgs {
-    /// TOML configuration file, or envoyproxy/ratelimit YAML (a `.yaml`/`.yml` file or a
-    /// directory of them, one domain per file; see `floodgate check-config`). Without it the
-    /// embedded default runs: one rule, 10 requests per 10 seconds per client IP (token
-    /// bucket).
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub(crate) config: Option<PathBuf>,
-
-    /// Address to listen on [default: `[server] listen`, else 127.0.0.1:8080]. Port 0 picks a
-    /// free port; the chosen address is printed on stdout.
-    #[arg(long, value_name = "ADDR")]
-    pub(crate) listen: Option<SocketAddr>,
-
-    /// Serve Envoy's rate limit service (gRPC RLS v3), gRPC health and reflection on this
-    /// address [default: `[server] grpc_listen`, else no gRPC listener]. Port 0 picks a free
-    /// port, printed on stdout.
-    #[arg(long, value_name = "ADDR")]
-    pub(crate) grpc_listen: Option<SocketAddr>,
-
-    #[command(flatten)]
-    pub(crate) envoy: config::envoy::EnvoyArgs,
-
-    /// Reverse-proxy mode: forward every request on --listen to this `http://host:port` after
-    /// applying the rules [default: `[server] upstream`].
-    #[arg(long, value_name = "URL")]
-    pub(crate) upstream: Option<String>,
-
-    /// Where the API, metrics and health endpoints listen in reverse-proxy mode [default:
-    /// 127.0.0.1:9090].
-    #[arg(long, value_name = "ADDR")]
-    admin_listen: Option<SocketAddr>,
-
-    /// Bearer token for the admin API (`/v1/keys/...`); overrides `[server] admin_token`.
-    /// At least 16 printable ASCII characters without spaces (as in the file); an empty value
-    /// counts as none. Without any token the admin API is disabled.
-    #[arg(
-        long,
-        env = "FLOODGATE_ADMIN_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN",
-        value_parser = parse_admin_token
-    )]
-    pub(crate) admin_token: Option<String>,
-
-    /// Bearer token `/v1/check`, `/v1/peek`, `/v1/settle`, `/v1/simulate` and `/v1/ui/live`
-    /// then require; overrides `[server] api_token`. The same rule as the admin token; empty
-    /// counts as none. Without any, whoever reaches the API listener may decide (and create keys).
-    #[arg(
-        long,
-        env = "FLOODGATE_API_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN",
-        value_parser = parse_admin_token
-    )]
-    pub(crate) api_token: Option<String>,
-
-    /// The secret that signs reservation tokens (`/v1/check` with `"reserve": true`,
-    /// `/v1/settle`); overrides `[server] reservation_secret`. At least 32 printable ASCII
-    /// characters without spaces; empty counts as none. Without any, a random secret per
-    /// process: every instance sharing a store must be given the same one.
-    #[arg(
-        long,
-        env = "FLOODGATE_RESERVATION_SECRET",
-        hide_env_values = true,
-        value_name = "SECRET",
-        value_parser = parse_reservation_secret
-    )]
-    pub(crate) reservation_secret: Option<String>,
-
-    /// Log format on stderr.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-
-    /// How often the config file is checked for changes: a duration such as `1s`, `500ms`,
-    /// `2min`, or a bare number of seconds (0: only reload on SIGHUP).
-    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
-    watch_interval: Duration,
-
-    /// How long in-flight requests may finish after the listeners close: a duration such as
-    /// `10s` or `500ms`, or a bare number of seconds.
-    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
-    drain_timeout: Duration,
-
-    /// After SIGTERM/SIGINT, keep serving this long with `/readyz` answering 503, so load
-    /// balancers stop sending before the listeners close (a second signal ends the wait).
-    /// Default 0: the listeners close at once.
-    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
-    shutdown_delay: Duration,
-
-    /// Where rate-limit state lives: `memory` (this process only) or a Redis URL
-    /// (`redis://host:port`, shared by every process using it) [default: `[store]`].
-    #[arg(long, value_name = "memory|URL")]
-    pub(crate) store: Option<String>,
-
-    /// TEST ONLY, never for production: run on a manual clock starting at START_US
-    /// (microseconds since the Unix epoch) and enable `POST /v1/debug/clock/advance`, so tests
-    /// can move time deterministically instead of sleeping.
-    #[arg(long, hide = true, value_name = "START_US")]
-    pub(crate) manual_clock: Option<u64>,
-
-    /// Do not serve the web page (`/ui/`, `/v1/ui/live`) [default: `[server] ui`, on].
-    #[arg(long)]
-    no_ui: bool,
-
-    /// BENCH ONLY: also serve `POST /v1/bench/bare`, a bare axum handler behind the same
-    /// server stack (see [`crate::http::bare`]): the baseline of `floodgate bench --what http`.
-    #[arg(long, hide = true)]
-    pub(crate) bench_baseline: bool,
-
-    /// Run as envoyproxy/ratelimit: read its environment variables (RUNTIME_ROOT, PORT,
-    /// GRPC_PORT, REDIS_URL, ...; docs/envoy.md) instead of --config, --listen, --grpc-listen
-    /// and --store. Also on when the binary is called `ratelimit`.
-    #[arg(
-        long,
-        env = "FLOODGATE_ENVOY_RATELIMIT_ENV",
-        conflicts_with_all = ["config", "listen", "grpc_listen", "store", "upstream", "admin_listen"]
-    )]
-    pub(crate) envoy_ratelimit_env: bool,
-
-    /// What `--envoy-ratelimit-env` read (see [`envoy_env`]).
-    #[arg(skip)]
-    envoy_env: Option<Box<crate::config::envoy_env::EnvoyEnv>>,
-
-    /// The log filter when `RUST_LOG` is unset [default: info] (`LOG_LEVEL` in that mode).
-    #[arg(skip)]
-    log_filter: Option<String>,
-}
-
-/// Parses a command-line duration: a bare number of seconds (`10`) or a count with a unit as
-/// in quotas (`500ms`, `1s`, `2min`, `1h`; see [`floodgate_core::quota::parse_period`]).
-///
-/// # Errors
-/// A reason naming the accepted forms when `text` is neither.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        return text
-            .parse()
-            .map(Duration::from_secs)
-            .map_err(|_| format!("{text:?} is too large"));
-    }
-    floodgate_core::quota::parse_period(text)
-        .map(Duration::from_micros)
-        .map_err(|e| format!("{e}; give e.g. 1s, 500ms, 2min or a number of seconds"))
-}
-
-/// `--log-format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+pub(crate) use args::ServeArgs;
+use args::{LogFormat, DEFAULT_ADMIN_LISTEN, DEFAULT_LISTEN};
+use reload::fingerprint;
 
 /// Runs `floodgate serve` until SIGTERM/SIGINT.
 ///
@@ -331,25 +172,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     );
     config::describe::log_rules(&state.config());
 
-    let mut background = vec![
-        tokio::spawn(reload::watch(
-            Arc::clone(&state),
-            signals.hup,
-            text,
-            args.watch_interval,
-            shutdown_rx.clone(),
-        )),
-        tokio::spawn(store::housekeeping(Arc::clone(&state), shutdown_rx.clone())),
-        tokio::spawn(leases::keep(Arc::clone(&state), shutdown_rx.clone())),
-    ];
-    background.extend(secret::spawn_refresh(&state, &shutdown_rx));
-    if let Some(live) = &state.ui {
-        background.push(tokio::spawn(crate::ui::live::sample(
-            Arc::clone(&state),
-            Arc::clone(live),
-            shutdown_rx.clone(),
-        )));
-    }
+    let background = spawn_background(&state, signals.hup, text, &args, &shutdown_rx);
 
     let code = shut_down(
         &state,
@@ -366,6 +189,37 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         task.abort();
     }
     Ok(code)
+}
+
+/// The tasks that run beside the listeners until shutdown: the reload watcher, the store's
+/// housekeeping, the quota leases' keeper, the shared secret's refresh and the page's sampler.
+fn spawn_background(
+    state: &Arc<AppState>,
+    hup: tokio::signal::unix::Signal,
+    text: Option<String>,
+    args: &ServeArgs,
+    shutdown_rx: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut background = vec![
+        tokio::spawn(reload::watch(
+            Arc::clone(state),
+            hup,
+            text,
+            args.watch_interval,
+            shutdown_rx.clone(),
+        )),
+        tokio::spawn(store::housekeeping(Arc::clone(state), shutdown_rx.clone())),
+        tokio::spawn(leases::keep(Arc::clone(state), shutdown_rx.clone())),
+    ];
+    background.extend(secret::spawn_refresh(state, shutdown_rx));
+    if let Some(live) = &state.ui {
+        background.push(tokio::spawn(crate::ui::live::sample(
+            Arc::clone(state),
+            Arc::clone(live),
+            shutdown_rx.clone(),
+        )));
+    }
+    background
 }
 
 /// The system clock, or with `--manual-clock START_US` (tests only) a manual clock, also
@@ -402,12 +256,12 @@ async fn configure(
             crate::http::settle::Signer::new(Some(secret), state.reservations.ttl());
     }
     let mut share_secret_later = false;
-    if state.store().redis().is_none() {
+    if !state.store().is_shared() {
         // The memory store's claims are this process's: its tokens settle only here.
         state.reservations = state.reservations.clone().bound_to_this_process();
     }
     if state.reservations.source() == crate::http::settle::SecretSource::Process {
-        if state.store().redis().is_some() {
+        if state.store().is_shared() {
             // Every process on one store signs with one secret, shared through it.
             state.reservations = crate::http::settle::Signer::shared(state.reservations.ttl());
             share_secret_later = !secret::share_reservation_secret(&state, false).await;
@@ -587,18 +441,6 @@ async fn shut_down(
     }
 }
 
-/// The text a reload compares to see whether the configuration changed: the one file's text,
-/// or every file's name and text.
-fn fingerprint(sources: &[(String, String)]) -> String {
-    match sources {
-        [(_, text)] => text.clone(),
-        _ => sources
-            .iter()
-            .map(|(name, text)| format!("{name}\0{text}\0"))
-            .collect(),
-    }
-}
-
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -627,30 +469,9 @@ impl Signals {
     }
 }
 
-/// `--admin-token` / `FLOODGATE_ADMIN_TOKEN`: the file's rule ([`config::check_admin_token`]);
-/// empty means unset.
-fn parse_admin_token(text: &str) -> Result<String, String> {
-    if !text.is_empty() {
-        config::check_admin_token(text).map_err(|msg| {
-            format!(
-                "{msg} (the rule of [server] admin_token and api_token, also from the environment)"
-            )
-        })?;
-    }
-    Ok(text.to_string())
-}
-
-/// `--reservation-secret` / `FLOODGATE_RESERVATION_SECRET`: the file's rule
-/// ([`config::check_reservation_secret`]); empty means unset.
-fn parse_reservation_secret(text: &str) -> Result<String, String> {
-    if !text.is_empty() {
-        config::check_reservation_secret(text)?;
-    }
-    Ok(text.to_string())
-}
-
 #[cfg(test)]
 mod tests {
+    use super::args::parse_duration;
     use super::*;
 
     #[test]

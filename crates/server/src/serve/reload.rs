@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::signal::unix::Signal;
 use tokio::sync::watch;
 
-use super::AppState;
+use crate::state::AppState;
 
 /// Reloads the configuration on SIGHUP (always) and when the file's contents differ from the
 /// last contents tried (every `interval`; zero disables polling). `last_text` is the text of the
@@ -47,7 +47,7 @@ pub(super) async fn watch(
         let read = tokio::task::spawn_blocking(move || crate::config::read_sources(&path)).await;
         let (sources, text) = match read {
             Ok(Ok(sources)) => {
-                let text = super::fingerprint(&sources);
+                let text = fingerprint(&sources);
                 (sources, text)
             }
             Ok(Err(e)) => {
@@ -84,5 +84,17 @@ pub(super) async fn watch(
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
         last_text = Some(text);
+    }
+}
+
+/// The text a reload compares to see whether the configuration changed: the one file's text,
+/// or every file's name and text.
+pub(super) fn fingerprint(sources: &[(String, String)]) -> String {
+    match sources {
+        [(_, text)] => text.clone(),
+        _ => sources
+            .iter()
+            .map(|(name, text)| format!("{name}\0{text}\0"))
+            .collect(),
     }
 }

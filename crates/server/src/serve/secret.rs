@@ -8,6 +8,7 @@
 //! A settle of a token of an unknown secret reads the store at once, at most once per
 //! [`RECHECK_EVERY`] (an unknown key id costs a stranger nothing more).
 
+use floodgate_store::Store as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,16 +75,18 @@ pub(crate) async fn recheck(state: &AppState) -> bool {
 /// through the Redis store, and signs with it: `true` once done. `quiet` leaves a failure
 /// unlogged (the retries after the first).
 pub(super) async fn share_reservation_secret(state: &AppState, quiet: bool) -> bool {
-    let Some(redis) = state.store().redis() else {
+    if !state.store().is_shared() {
         return true;
-    };
+    }
     // Ours when we have one: written back if the store lost it.
     let candidate = state
         .reservations
         .shared_secret()
         .unwrap_or_else(crate::http::settle::Signer::candidate);
-    let failed = match redis.share_secret(&candidate).await {
-        Ok(secret) => match crate::config::check_reservation_secret(&secret) {
+    let failed = match state.store().shared_secret(&candidate).await {
+        // A store not shared between processes: nothing to share.
+        Ok(None) => return true,
+        Ok(Some(secret)) => match crate::config::check_reservation_secret(&secret) {
             Ok(()) => {
                 let had = state.reservations.key_id();
                 match state.reservations.share(&secret, state.clock.now()) {

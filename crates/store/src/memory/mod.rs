@@ -554,6 +554,11 @@ impl Store for MemoryStore {
     fn stats(&self) -> Option<StoreStats> {
         Some(MemoryStore::stats(self))
     }
+
+    /// [`MemoryStore::sweep`].
+    fn sweep_some(&self, now: Timestamp) {
+        self.sweep(now);
+    }
 }
 
 #[cfg(test)]

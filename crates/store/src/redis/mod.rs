@@ -93,6 +93,23 @@ pub use readiness::{policy_may_evict, ServerCheck, READINESS_PING_INTERVAL};
 pub use store::{RedisStore, ERROR_REASONS};
 
 impl Store for RedisStore {
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    /// [`RedisStore::share_secret`].
+    async fn shared_secret(&self, candidate: &str) -> Result<Option<String>, StoreError> {
+        RedisStore::share_secret(self, candidate).await.map(Some)
+    }
+
+    /// [`RedisStore::readiness`]: up, or down with the reason.
+    async fn ready_state(&self) -> crate::Readiness {
+        match RedisStore::readiness(self).await {
+            Ok(()) => crate::Readiness::Up,
+            Err(e) => crate::Readiness::Down(e.to_string()),
+        }
+    }
+
     async fn holds(
         &self,
         rule: &str,

@@ -125,28 +125,14 @@ pub(crate) fn parse(
                 }
                 names.insert(name.to_ascii_lowercase(), (f.file, f.line));
                 let at = rules.len();
-                rules.push(RuleConfig {
-                    name: name.clone(),
-                    matcher: Matcher::default(),
-                    key: KeySource::Constant("descriptor".into()),
-                    policy: (**policy).clone(),
-                    cost: CostSource::Fixed(1),
-                    shadow: *shadow,
-                    failure_mode: *failure_mode,
-                    delay: None,
-                    lease: None,
-                    descriptor: Some(DescriptorRule {
-                        domain: f.domain.clone(),
-                        entries: f.entries.clone(),
-                        limit_name: f.limit_name.clone(),
-                        replaces: f.replaces.clone(),
-                        overrides: overrides.clone(),
-                        extras: f.extras.clone(),
-                    }),
-                    override_of: None,
-                    max_keys: None,
-                    applies_to: floodgate_tower::Scope::GRPC_AND_API,
-                });
+                rules.push(yaml_rule(
+                    &name,
+                    f,
+                    policy,
+                    *shadow,
+                    *failure_mode,
+                    overrides,
+                ));
                 if !overrides.is_empty() {
                     base_overrides.push((at, overrides.clone()));
                 }
@@ -160,6 +146,7 @@ pub(crate) fn parse(
                 period: *period,
                 replaces: f.replaces.clone(),
                 limit_name: f.limit_name.clone(),
+                quota_mode: f.extras.quota_mode,
             },
         };
         if let Err(dup) = index.insert(&f.domain, &f.entries, leaf) {
@@ -185,6 +172,39 @@ pub(crate) fn parse(
         w.errors
             .sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
         Err(ConfigErrors(w.errors))
+    }
+}
+
+/// The rule of a YAML descriptor `f` with a limit, named `name`.
+fn yaml_rule(
+    name: &str,
+    f: &Found,
+    policy: &floodgate_core::Policy,
+    shadow: bool,
+    failure_mode: floodgate_tower::FailureMode,
+    overrides: &[Quota],
+) -> RuleConfig {
+    RuleConfig {
+        name: name.to_string(),
+        matcher: Matcher::default(),
+        key: KeySource::Constant("descriptor".into()),
+        policy: policy.clone(),
+        cost: CostSource::Fixed(1),
+        shadow,
+        failure_mode,
+        delay: None,
+        lease: None,
+        descriptor: Some(DescriptorRule {
+            domain: f.domain.clone(),
+            entries: f.entries.clone(),
+            limit_name: f.limit_name.clone(),
+            replaces: f.replaces.clone(),
+            overrides: overrides.to_vec(),
+            extras: f.extras.clone(),
+        }),
+        override_of: None,
+        max_keys: None,
+        applies_to: floodgate_tower::Scope::GRPC_AND_API,
     }
 }
 

@@ -6,6 +6,7 @@
 //! [envoy]
 //! merge_domain_config = false        # MERGE_DOMAIN_CONFIG: files may share a domain
 //! shadow_mode = false                # SHADOW_MODE: every answer OK, decisions still counted
+//! quota_mode = false                 # QUOTA_MODE: every descriptor in quota mode
 //! response_dynamic_metadata = false  # RESPONSE_DYNAMIC_METADATA: dynamic_metadata in answers
 //! request_limit_overrides = true     # a request's RateLimitDescriptor.limit is honoured
 //! metric_values_per_rule = 100       # distinct descriptor labels per rule, the rest "other"
@@ -27,6 +28,10 @@ pub(crate) struct EnvoySettings {
     /// `shadow_mode` (`SHADOW_MODE`): every answer is `OK`; decisions are made and counted as
     /// ever, and an answer turned `OK` is counted in `floodgate_grpc_global_shadow_mode_total`.
     pub(crate) shadow_mode: bool,
+    /// `quota_mode` (`QUOTA_MODE`): every descriptor is in quota mode, as if its YAML said
+    /// `quota_mode: true` (over its limit, it refuses a request only when every descriptor of
+    /// the request is over; one that selects no limit is never over).
+    pub(crate) quota_mode: bool,
     /// `response_dynamic_metadata` (`RESPONSE_DYNAMIC_METADATA`): answers carry
     /// `dynamic_metadata` (domain, descriptors, hits_addend, admitted descriptors' `metadata`).
     pub(crate) response_dynamic_metadata: bool,
@@ -55,6 +60,7 @@ impl Default for EnvoySettings {
         Self {
             merge_domain_config: false,
             shadow_mode: false,
+            quota_mode: false,
             response_dynamic_metadata: false,
             request_limit_overrides: true,
             metric_values_per_rule: 100,
@@ -76,6 +82,10 @@ pub(crate) struct EnvoyArgs {
     /// [default: `[envoy] shadow_mode`].
     #[arg(long)]
     pub(crate) envoy_shadow_mode: bool,
+    /// Every descriptor in quota mode: over its limit, it refuses a request only when all the
+    /// request's descriptors are over (QUOTA_MODE) [default: `[envoy] quota_mode`].
+    #[arg(long)]
+    pub(crate) envoy_quota_mode: bool,
     /// Answers carry dynamic_metadata (RESPONSE_DYNAMIC_METADATA) [default: `[envoy]
     /// response_dynamic_metadata`].
     #[arg(long)]
@@ -99,6 +109,7 @@ impl EnvoyArgs {
     pub(crate) fn apply(&self, mut settings: EnvoySettings) -> EnvoySettings {
         settings.merge_domain_config |= self.envoy_merge_domains;
         settings.shadow_mode |= self.envoy_shadow_mode;
+        settings.quota_mode |= self.envoy_quota_mode;
         settings.response_dynamic_metadata |= self.envoy_response_dynamic_metadata;
         settings.request_limit_overrides &= !self.envoy_no_request_limit_overrides;
         settings.ok_response_headers |= self.envoy_ok_response_headers;

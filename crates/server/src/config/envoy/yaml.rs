@@ -166,6 +166,7 @@ impl Walker<'_> {
                     value_to_metric: flags.iter().map(|f| f.1).collect(),
                     detailed_metric: d.detailed_metric,
                     metadata: d.metadata,
+                    quota_mode: d.quota_mode,
                 };
                 let at = format!("{here}.rate_limit");
                 self.rate_limit(file, domain, rl, &at, &entries, (d.shadow, extras));
@@ -197,18 +198,7 @@ impl Walker<'_> {
                 "detailed_metric" => d.detailed_metric = flag(self),
                 "value_to_metric" => d.value_to_metric = flag(self),
                 "share_threshold" => d.share_threshold = flag(self),
-                "quota_mode" => {
-                    if flag(self) {
-                        self.error(
-                            file,
-                            key_line,
-                            &field,
-                            "quota_mode is not supported by Floodgate yet: the descriptors of a \
-                             request are decided as one batch, so an over-limit quota descriptor \
-                             would refuse the others (remove it, or set false)",
-                        );
-                    }
-                }
+                "quota_mode" => d.quota_mode = flag(self),
                 "metadata" => d.metadata = self.metadata(file, v, &field),
                 other => self.unknown(
                     file,
@@ -302,5 +292,6 @@ struct DescriptorFields<'n, 'i> {
     detailed_metric: bool,
     value_to_metric: bool,
     share_threshold: bool,
+    quota_mode: bool,
     metadata: Option<serde_json::Value>,
 }

@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 
-use super::Reader;
+use super::reader::Reader;
 use crate::grpc::tls::{GrpcTlsSettings, TlsField};
 
 const FIELDS: [TlsField; 4] = [

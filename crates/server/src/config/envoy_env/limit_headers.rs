@@ -4,7 +4,7 @@
 
 use http::HeaderName;
 
-use super::Reader;
+use super::reader::Reader;
 use crate::config::envoy::LimitHeaders;
 
 /// The three names when `LIMIT_RESPONSE_HEADERS_ENABLED=true` (each a valid header name, or

@@ -6,8 +6,9 @@
 
 use floodgate_store::redis::{MasterAuth, RedisTarget, RedisTls};
 
+use super::reader::Reader;
 use super::MAX_REDIS_TIMEOUT;
-use super::{Reader, RedisConfig, DEFAULT_BREAKER_WINDOW_MS, DEFAULT_REDIS_TIMEOUT_MS};
+use super::{RedisConfig, DEFAULT_BREAKER_WINDOW_MS, DEFAULT_REDIS_TIMEOUT_MS};
 
 /// `REDIS_*` as a Redis store, with `REDIS_PERSECOND_*` as its
 /// [`per_second`](RedisConfig::per_second) store when `REDIS_PERSECOND=true`.

@@ -147,7 +147,7 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
     let err = from_vars(&vars(&[
         ("BACKEND_TYPE", "memcache"),
         ("SHADOW_MODE", "maybe"),
-        ("QUOTA_MODE", "1"),
+        ("QUOTA_MODE", "sometimes"),
         ("REDIS_PERSECOND", "true"),
         ("REDIS_PERSECOND_TYPE", "ring"),
         ("GRPC_SERVER_USE_TLS", "true"),
@@ -167,7 +167,7 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
     for needle in [
         "BACKEND_TYPE=\"memcache\": Floodgate keeps shared limits in Redis only",
         "SHADOW_MODE=\"maybe\": expected true or false",
-        "QUOTA_MODE=\"1\"",
+        "QUOTA_MODE=\"sometimes\": expected true or false",
         "REDIS_PERSECOND_TYPE=\"ring\": expected single, cluster or sentinel",
         "GRPC_SERVER_TLS_CERT=\"\": GRPC_SERVER_USE_TLS=true needs the server's certificate",
         "GRPC_SERVER_TLS_KEY=\"\": GRPC_SERVER_USE_TLS=true needs",

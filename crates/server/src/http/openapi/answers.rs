@@ -4,11 +4,7 @@
 
 #![allow(dead_code)]
 
-use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type};
-use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
-
-use crate::config::MAX_COST;
 
 use crate::http::api::DecisionEntry;
 use crate::http::settle::SettledEntry;
@@ -37,23 +33,6 @@ pub(crate) struct Problem {
     /// and the decisions' problems.
     rule: Option<String>,
 }
-
-/// A whole number of units from 0 to [`MAX_COST`] (1,000,000): an item of `costs`.
-pub(crate) struct Cost;
-
-impl utoipa::PartialSchema for Cost {
-    fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(Type::Integer)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
-            .minimum(Some(0))
-            .maximum(Some(MAX_COST))
-            .description(Some("A whole number of units from 0 to 1,000,000."))
-            .into()
-    }
-}
-
-impl ToSchema for Cost {}
 
 /// The answer of `/v1/check` and `/v1/peek` (`api::Answer`). The top-level `limit`,
 /// `remaining`, `reset_after_us`, `retry_after_us`, `retry_after_s` and `rule` repeat the
