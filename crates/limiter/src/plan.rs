@@ -163,6 +163,20 @@ impl Plan {
         (before > 0 && together > capacity).then_some((together, capacity))
     }
 
+    /// The first item whose rule counts in calendar periods (`Policy::with_calendar`), which
+    /// takes no reservation: its periods are counted at once, and a settle could not give
+    /// units back into a period that has ended. A reservation (`Mode::Reserve`) of such a
+    /// plan is refused before the store is asked, on every store alike.
+    pub fn calendar_item(&self) -> Option<usize> {
+        self.checks.iter().position(|c| {
+            c.policy
+                .as_deref()
+                .unwrap_or(&self.rules.rules[c.rule].policy)
+                .calendar()
+                .is_some()
+        })
+    }
+
     /// The longest the plan's request may be held in the delay mode, in microseconds: the
     /// smallest [`Rule::delay`](crate::Rule::delay) of its enforcing items (each clamped to
     /// its policy's horizon, [`floodgate_core::Policy::max_wait`]); 0 (decide as a check)

@@ -4,7 +4,6 @@
 
 use std::fmt;
 
-
 /// One kind of traffic a rule may apply to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Traffic {

@@ -2,9 +2,9 @@
 //! [`Scope`] (apart from `scope`, which `rule` imports).
 
 use crate::rule::RuleSet;
-use crate::scope::{FindError, Traffic};
 #[cfg(doc)]
 use crate::scope::Scope;
+use crate::scope::{FindError, Traffic};
 
 impl RuleSet {
     /// The position of the rule named `name` when it applies to `traffic` (a decision call

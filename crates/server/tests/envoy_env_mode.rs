@@ -267,7 +267,8 @@ async fn the_runtime_directory_is_served_over_grpc_json_and_healthcheck_from_red
     let (status, answer) = post_json(http, &json!({"domian": "edge"})).await;
     assert_eq!((status, answer["field"].as_str()), (400, Some("domian")));
 
-    // The body bound: 1 MiB (docs/security.md).
+    // The body bound: 1 MiB (docs/security.md), answered as a problem naming the body (it
+    // was axum's plain-text rejection, as were the body deadline and a full body budget).
     let r = client()
         .post(format!("{http}/json"))
         .body(vec![b' '; 1024 * 1024 + 1])
@@ -275,6 +276,9 @@ async fn the_runtime_directory_is_served_over_grpc_json_and_healthcheck_from_red
         .await
         .unwrap();
     assert_eq!(r.status(), 413);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(problem["field"], "body", "{problem}");
 
     // /healthcheck on PORT.
     let r = client()

@@ -58,8 +58,18 @@ type Body = StreamBody<
 
 /// An HTTP/2 connection to the gRPC listener.
 async fn connect(fg: &Floodgate) -> Sender {
+    connect_from(fg, 2).await
+}
+
+/// An HTTP/2 connection from 127.0.0.`host` (a loopback address of its own: the listener
+/// shares its budget by client address).
+async fn connect_from(fg: &Floodgate, host: u8) -> Sender {
     let addr = fg.grpc.as_deref().unwrap().trim_start_matches("http://");
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from(([127, 0, 0, host], 0)))
+        .unwrap();
+    let tcp = socket.connect(addr.parse().unwrap()).await.unwrap();
     let (sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
             .await
@@ -135,12 +145,13 @@ async fn an_unfinished_request_message_ends_at_the_header_read_timeout() {
 #[tokio::test]
 async fn the_calls_together_hold_at_most_16_mib_of_request_messages() {
     let fg = Floodgate::with_config(&config("60s"), &["--grpc-listen", "127.0.0.1:0"]);
-    // 9 connections of 32 calls, each announcing 65,000 bytes: a connection's 2 MiB share
+    // 9 clients of 32 calls, each announcing 65,000 bytes: a client address's 2 MiB share
     // holds its 32, the 16 MiB of the listener 258 of the 288; the others are refused at once
     // instead of reserving their buffers.
     let mut senders = Vec::new();
-    for _ in 0..9 {
-        let mut sender = connect(&fg).await;
+    for host in 0..9 {
+        // From nine addresses: one address's connections share 2 MiB.
+        let mut sender = connect_from(&fg, 10 + host).await;
         sender.ready().await.unwrap();
         senders.push(sender);
     }

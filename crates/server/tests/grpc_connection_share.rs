@@ -40,8 +40,18 @@ type Body = StreamBody<
 >;
 
 async fn connect(fg: &Floodgate) -> Sender {
+    connect_from(fg, 2).await
+}
+
+/// An HTTP/2 connection from 127.0.0.`host` (a loopback address of its own: the listener
+/// shares its budget by client address).
+async fn connect_from(fg: &Floodgate, host: u8) -> Sender {
     let addr = fg.grpc.as_deref().unwrap().trim_start_matches("http://");
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from(([127, 0, 0, host], 0)))
+        .unwrap();
+    let tcp = socket.connect(addr.parse().unwrap()).await.unwrap();
     let (mut sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
             .await
@@ -142,6 +152,18 @@ async fn one_connection_holding_its_share_leaves_the_budget_to_the_others() {
     assert!(timeout(Duration::from_millis(200), calls.next())
         .await
         .is_err());
+    // A second connection from the same address gets no share of its own (an attacker's
+    // nine connections took the whole budget when the share was per connection).
+    let mut again = connect(&fg).await;
+    let answer = timeout(
+        Duration::from_secs(10),
+        again.send_request(stalled(prefix(65_000))),
+    )
+    .await
+    .expect("a second connection of the same address was let hold more")
+    .unwrap();
+    let (code, message) = grpc_status(&answer);
+    assert_eq!(code.as_deref(), Some("8"), "{message}");
     // Another client's largest message is still answered.
     let mut other = RateLimitServiceClient::connect(fg.grpc.clone().unwrap())
         .await

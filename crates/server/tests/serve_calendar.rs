@@ -109,3 +109,57 @@ async fn redis_store_counts_in_los_angeles_days_across_the_spring_change() {
         .unwrap();
     assert!(ttl > 0, "{ttl}");
 }
+
+/// A reservation of a calendar rule (`max_wait_ms`, `reserve`, alone or beside another rule)
+/// is a 400 naming the member, on both stores, and charges nothing: on Redis it was admitted
+/// uncounted as a store failure, and on the memory store its settle missed the calendar's
+/// counter (found by a new user's review).
+async fn reservations_of_a_calendar_rule_are_refused(fg: &Floodgate) {
+    let c = client();
+    let asks = [
+        serde_json::json!({"rule": "daily", "key": "bob", "max_wait_ms": 0}),
+        serde_json::json!({"rule": "daily", "key": "bob", "max_wait_ms": 5}),
+        serde_json::json!({"rule": "daily", "key": "bob", "reserve": true}),
+        serde_json::json!({"descriptors": [
+            {"rule": "guard", "key": "bob"}, {"rule": "daily", "key": "bob"}
+        ], "max_wait_ms": 10}),
+    ];
+    for ask in asks {
+        let (status, _, body) = post_json(&c, &fg.url("/v1/check"), &ask).await;
+        assert_eq!(status, 400, "{ask} {body}");
+        let field = if ask.get("reserve").is_some() {
+            "reserve"
+        } else {
+            "max_wait_ms"
+        };
+        assert_eq!(body["field"], field, "{body}");
+        assert!(
+            body["detail"].as_str().unwrap().contains("\"daily\""),
+            "{body}"
+        );
+    }
+    // Nothing was charged: the day's two units are still there.
+    for _ in 0..2 {
+        let (status, _, body) = post_json(&c, &fg.url("/v1/check"), &check("daily", "bob")).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, _, _) = post_json(&c, &fg.url("/v1/check"), &check("daily", "bob")).await;
+    assert_eq!(status, 429);
+}
+
+#[tokio::test]
+async fn a_calendar_rule_takes_no_reservation_on_the_memory_store() {
+    let fg = Floodgate::with_config(RULE, &[]);
+    reservations_of_a_calendar_rule_are_refused(&fg).await;
+}
+
+#[tokio::test]
+async fn a_calendar_rule_takes_no_reservation_on_redis() {
+    let redis = RedisServer::start().unwrap();
+    let config = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\n{RULE}",
+        redis.url()
+    );
+    let fg = Floodgate::with_config(&config, &[]);
+    reservations_of_a_calendar_rule_are_refused(&fg).await;
+}

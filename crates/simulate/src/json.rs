@@ -78,6 +78,9 @@ fn header(report: &Report) -> Value {
     if let Some(max_wait) = report.max_wait {
         header["max_wait_us"] = max_wait.into();
     }
+    if let Some((zone, start)) = &report.calendar {
+        header["calendar"] = json!({ "zone": zone, "start": start });
+    }
     header
 }
 
@@ -185,6 +188,7 @@ mod tests {
             preset: None,
             runs: vec![run],
             max_wait: None,
+            calendar: None,
         };
         let text = render(&report);
         let value: Value = serde_json::from_str(&text).unwrap();

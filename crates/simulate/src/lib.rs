@@ -73,6 +73,9 @@ pub struct Report {
     pub runs: Vec<Run>,
     /// `--max-wait`, microseconds, when requests waited.
     pub max_wait: Option<Micros>,
+    /// `--calendar`: the time zone whose days the limit counts, and the local date the run
+    /// starts on (at its midnight).
+    pub calendar: Option<(String, String)>,
 }
 
 impl Report {
@@ -231,6 +234,10 @@ pub fn build_report(spec: &Spec) -> Result<Report, Error> {
         preset: spec.preset,
         runs,
         max_wait: spec.max_wait,
+        calendar: calendar.as_ref().map(|c| {
+            let start = c.local_date(engine::epoch_base(quota.period()));
+            (c.zone().to_string(), start.unwrap_or_default())
+        }),
     })
 }
 

@@ -32,6 +32,12 @@ pub fn render(report: &Report) -> String {
         q.describe(),
         q.burst()
     );
+    if let Some((zone, start)) = &report.calendar {
+        let _ = writeln!(
+            out,
+            "calendar: the limit per calendar day of {zone}, the run from local midnight of {start}"
+        );
+    }
     let _ = writeln!(out, "setup:    {}", report.setup.describe());
     if let Some(max_wait) = report.max_wait {
         let _ = writeln!(

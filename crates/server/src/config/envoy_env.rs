@@ -79,6 +79,9 @@ impl EnvoyEnv {
         config.server.limits.grpc_max_connection_age = self.grpc_max_connection_age;
         config.server.grpc_tls.clone_from(&self.grpc_tls);
         config.envoy.limit_headers.clone_from(&self.limit_headers);
+        // LIMIT_RESPONSE_HEADERS_ENABLED asks for headers on every answer, as upstream sends
+        // them: Floodgate's own RateLimit-Policy/RateLimit then ride on OK answers too.
+        config.envoy.ok_response_headers |= self.limit_headers.is_some();
     }
 }
 

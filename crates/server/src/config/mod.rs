@@ -39,6 +39,7 @@ pub(crate) mod error;
 mod key;
 pub(crate) mod listen;
 mod load;
+pub(crate) mod pem;
 mod raw;
 mod schema;
 mod units;

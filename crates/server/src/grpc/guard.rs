@@ -8,9 +8,11 @@
 //!   Tonic reserves a message's announced length as soon as its prefix arrives, so a call is
 //!   charged the announced length (not only the bytes received) until its body is dropped; a
 //!   call beyond the budget ends `RESOURCE_EXHAUSTED`;
-//! - the calls of one connection hold at most [`CONNECTION_SHARE`] of it (2 MiB), so that one
-//!   client cannot take the whole budget (Envoy then fails open for everyone): a call beyond
-//!   its connection's share ends `RESOURCE_EXHAUSTED` while other connections' calls go on;
+//! - the calls of one client address (the peer's IP: every connection from one host shares
+//!   it) hold at most [`CONNECTION_SHARE`] of it (2 MiB), so that one client cannot take the
+//!   whole budget, with one connection or with many (Envoy then fails open for everyone): a
+//!   call beyond its address's share ends `RESOURCE_EXHAUSTED` while other clients' calls go
+//!   on;
 //! - a `ShouldRateLimit` message is scanned as it arrives ([`super::prescan`]): more
 //!   descriptors or entries than a request may hold end the call before tonic decodes it.
 
@@ -160,7 +162,8 @@ impl Guarded {
 
     /// This body charged to the share of the connection of `peer`.
     pub(super) fn of_connection(mut self, peer: Option<SocketAddr>) -> Self {
-        self.connection = peer;
+        // By the IP alone: a client opening more connections gets no larger share.
+        self.connection = peer.map(|p| SocketAddr::new(p.ip(), 0));
         self
     }
 
@@ -215,7 +218,8 @@ impl Guarded {
                     }
                     Err(Full::Connection) => {
                         return Err(Status::resource_exhausted(format!(
-                            "this connection's calls hold as many request bytes as one \
+                            "this connection's calls (with those of every other connection from \
+                             its address) hold as many request bytes as one \
                              connection may ({CONNECTION_SHARE}); retry when they finish"
                         )))
                     }
@@ -326,12 +330,14 @@ mod tests {
     async fn one_connection_holds_at_most_its_share() {
         let budget = Budget::new(4 * (PREFIX + 1000), 2 * (PREFIX + 1000));
         let a: SocketAddr = "127.0.0.1:1000".parse().unwrap();
-        let b: SocketAddr = "127.0.0.1:1001".parse().unwrap();
+        // Another connection of the same host shares its share.
+        let a_again: SocketAddr = "127.0.0.1:1002".parse().unwrap();
+        let b: SocketAddr = "127.0.0.2:1001".parse().unwrap();
         let call = |peer| {
             Guarded::new(Body::empty(), Arc::clone(&budget), Duration::from_secs(1))
                 .of_connection(Some(peer))
         };
-        let (mut a1, mut a2, mut a3) = (call(a), call(a), call(a));
+        let (mut a1, mut a2, mut a3) = (call(a), call(a_again), call(a));
         a1.charge(&prefix(1000)).unwrap();
         a2.charge(&prefix(1000)).unwrap();
         let e = a3.charge(&prefix(1000)).unwrap_err();

@@ -23,7 +23,7 @@
 //! matched: a `*.example.com` certificate matches `a.example.com`). A failed handshake closes
 //! the connection and is counted in `floodgate_connections_closed_total{reason="tls_handshake"}`.
 //!
-//! Bounds: each file is read up to [`MAX_PEM_BYTES`]; a handshake must be complete within
+//! Bounds: each file is read up to [`MAX_PEM_BYTES`](crate::config::pem::MAX_PEM_BYTES); a handshake must be complete within
 //! `header_read_timeout` of the connection (with its budget slot held meanwhile, as any
 //! connection); rustls bounds each handshake message to 64 KiB.
 
@@ -48,9 +48,6 @@ use rustls::{
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-
-/// Largest PEM file read (certificate chain, key or CA bundle): 1 MiB.
-pub(crate) const MAX_PEM_BYTES: u64 = 1 << 20;
 
 /// How often the files are read to see whether they changed.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -257,14 +254,7 @@ impl GrpcTlsSettings {
 fn read_pem(path: &Path, field: TlsField) -> Result<Vec<u8>, TlsError> {
     let fail = |message: String| TlsError { field, message };
     let shown = format!("{:?}", path.display().to_string());
-    let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot read {shown}: {e}")))?;
-    if meta.len() > MAX_PEM_BYTES {
-        return Err(fail(format!(
-            "{shown} is {} bytes, above the {MAX_PEM_BYTES} a PEM file may have",
-            meta.len()
-        )));
-    }
-    std::fs::read(path).map_err(|e| fail(format!("cannot read {shown}: {e}")))
+    crate::config::pem::read(path).map_err(|e| fail(e.message(&shown)))
 }
 
 /// The CA's verification, then the expected subject alternative name.
@@ -637,7 +627,7 @@ mod tests {
         write_pair(dir.path(), "localhost");
         let big = dir.path().join("big.pem");
         let file = std::fs::File::create(&big).unwrap();
-        file.set_len(MAX_PEM_BYTES + 1).unwrap();
+        file.set_len(crate::config::pem::MAX_PEM_BYTES + 1).unwrap();
         let s = GrpcTlsSettings {
             key_file: big,
             ..settings(dir.path())

@@ -206,6 +206,22 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
         Ok(items) => items,
         Err(response) => return response,
     };
+    // A calendar period is counted at once: no reservation (which a settle could not give
+    // back into a period that ended), on every store alike (the engine names the item).
+    if consume && (max_wait.is_some() || reserve) {
+        if let Some(i) = plan.calendar_item() {
+            let field = if reserve { "reserve" } else { "max_wait_ms" };
+            let rule = &*plan.rules().rules[items[i].rule].name;
+            return invalid(
+                StatusCode::BAD_REQUEST,
+                field,
+                format!(
+                    "rule {rule:?} counts in calendar periods, which take no reservation: \
+                     send the check without max_wait_ms and reserve"
+                ),
+            );
+        }
+    }
     let mode = match (consume, max_wait, reserve) {
         (false, _, _) => Mode::Peek,
         (true, None, false) => Mode::Check,

@@ -43,27 +43,37 @@ pub(crate) fn whole_number(n: &serde_json::Number, max: u64, what: &str) -> Resu
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, Response> {
+    let bytes = body_within(body, MAX_BODY_BYTES)?;
+    parse_json(&bytes)
+}
+
+/// A body of at most `max` bytes, or the problem answering why not: a 408 past the body
+/// deadline and a 503 with the body budget full ([`super::body_budget::refusal`]), a 413 above
+/// `max`, else the rejection's status, each naming `body`.
+pub(crate) fn body_within(
+    body: Result<Bytes, BytesRejection>,
+    max: usize,
+) -> Result<Bytes, Response> {
+    let too_large = || {
+        invalid(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body",
+            format!("must be at most {max} bytes"),
+        )
+    };
     let bytes = body.map_err(|rejection| {
         if let Some(refused) = super::body_budget::refusal(&rejection) {
             refused
         } else if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            invalid(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body",
-                format!("must be at most {MAX_BODY_BYTES} bytes"),
-            )
+            too_large()
         } else {
             invalid(rejection.status(), "body", rejection.body_text())
         }
     })?;
-    if bytes.len() > MAX_BODY_BYTES {
-        return Err(invalid(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body",
-            format!("must be at most {MAX_BODY_BYTES} bytes"),
-        ));
+    if bytes.len() > max {
+        return Err(too_large());
     }
-    parse_json(&bytes)
+    Ok(bytes)
 }
 
 /// Parses a JSON object into `T`, refusing what the typed request refuses: unknown and

@@ -84,7 +84,16 @@ async fn healthcheck(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn json_endpoint(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+async fn json_endpoint(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    // Past the body deadline, with the body budget full or above the bound: the problem the
+    // API answers (408, 503 with `Retry-After`, 413), not axum's plain-text rejection.
+    let body = match super::body::body_within(body, MAX_JSON_BODY) {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
     let request = match serde_json::from_slice::<Value>(&body)
         .map_err(|e| (String::new(), format!("not JSON: {e}")))
         .and_then(|v| parse_request(&v))

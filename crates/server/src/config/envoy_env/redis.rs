@@ -190,10 +190,14 @@ fn tls_files(r: &mut Reader<'_>, tls: bool) -> RedisTls {
             );
             return None;
         }
-        match std::fs::read(&path) {
+        match crate::config::pem::read(std::path::Path::new(&path)) {
             Ok(bytes) => Some(bytes),
             Err(e) => {
-                r.fail(name, &path, format!("cannot read: {e}"));
+                let why = match e {
+                    crate::config::pem::PemError::Io(e) => format!("cannot read: {e}"),
+                    too_large => too_large.message("the file"),
+                };
+                r.fail(name, &path, why);
                 None
             }
         }

@@ -295,13 +295,13 @@ impl Validator<'_> {
                 || Path::new(v.get_ref()).to_path_buf(),
                 |d| d.join(v.get_ref()),
             );
-            match std::fs::read(&path) {
+            match crate::config::pem::read(&path) {
                 Ok(bytes) => Some(bytes),
                 Err(e) => {
                     self.push(
                         v,
                         format!("store.{field}"),
-                        format!("cannot read {:?}: {e}", path.display().to_string()),
+                        e.message(&format!("{:?}", path.display().to_string())),
                     );
                     None
                 }
