@@ -28,8 +28,7 @@
 
 use std::sync::Arc;
 
-use crate::algorithm::fixed_window::{FixedCalendar, FixedCalendarRef};
-use crate::algorithm::sliding_window::{SlidingCalendar, SlidingCalendarRef};
+use crate::algorithm::base::{CalendarRef, WindowCalendar};
 use crate::algorithm::{FixedWindowState, Policy, SlidingWindowState};
 use crate::calendar::{
     decide_fixed_window, decide_sliding_window, Calendar, CalendarError, CalendarQuota, Periods,
@@ -48,8 +47,8 @@ impl Policy {
     pub fn with_calendar(mut self, calendar: Calendar) -> Result<Self, CalendarError> {
         let quota = CalendarQuota::new(self.kind(), self.quota().limit(), calendar)?;
         match &mut self {
-            Policy::FixedWindow(a) => a.calendar = Some(FixedCalendarRef(Arc::new(quota))),
-            Policy::SlidingWindow(a) => a.calendar = Some(SlidingCalendarRef(Arc::new(quota))),
+            Policy::FixedWindow(a) => a.calendar = Some(CalendarRef(Arc::new(quota))),
+            Policy::SlidingWindow(a) => a.calendar = Some(CalendarRef(Arc::new(quota))),
             _ => unreachable!("CalendarQuota::new accepts the two windows only"),
         }
         Ok(self)
@@ -84,7 +83,7 @@ fn quota_of(calendar: &dyn std::any::Any) -> Option<&CalendarQuota> {
     calendar.downcast_ref::<CalendarQuota>()
 }
 
-impl FixedCalendar for CalendarQuota {
+impl WindowCalendar<FixedWindowState> for CalendarQuota {
     fn decide(
         &self,
         s: &mut FixedWindowState,
@@ -121,7 +120,7 @@ impl FixedCalendar for CalendarQuota {
     }
 }
 
-impl SlidingCalendar for CalendarQuota {
+impl WindowCalendar<SlidingWindowState> for CalendarQuota {
     fn decide(
         &self,
         s: &mut SlidingWindowState,

@@ -124,7 +124,7 @@ async fn four_instances_with_leases_stay_within_the_bound_with_few_redis_calls()
     // The start-up log stated the bound.
     assert!(
         instances[0].logs().contains(
-            "lease 1s, at most 100 units per lease; beyond the exact count at most 1 units at \
+            "lease 1s, at most 100 units per lease; beyond the exact count at most 1 unit at \
              once or over any span (one instance), min(N x 100, 1) for N instances"
         ),
         "{}",

@@ -298,6 +298,43 @@ pub(crate) fn still_ahead(latest: Timestamp, now: Timestamp) -> Timestamp {
     }
 }
 
+/// Calendar periods for a window algorithm whose per-key state is `S`
+/// ([`crate::Policy::with_calendar`]), implemented by `crate::calendar_policy`: a trait here,
+/// generic over the state, so that the algorithms never import the calendar module, which
+/// imports them. Same contracts as the [`Algorithm`] methods they stand in for.
+pub(crate) trait WindowCalendar<S>: fmt::Debug + Send + Sync + 'static {
+    fn decide(&self, s: &mut S, now: Timestamp, cost: u64, consume: bool) -> Decision;
+    fn reserve(&self, s: &mut S, now: Timestamp, cost: u64, wait: Micros) -> Option<Reservation>;
+    fn settle(
+        &self,
+        s: &mut S,
+        now: Timestamp,
+        scheduled_at: Timestamp,
+        reserved: u64,
+        actual: u64,
+    ) -> Decision;
+    /// The implementation, for `Policy::calendar`.
+    fn as_any(&self) -> &dyn std::any::Any;
+    /// The same calendar quota (zone, unit, first weekday, algorithm, limit) as `other`.
+    fn same(&self, other: &dyn std::any::Any) -> bool;
+}
+
+/// A window's calendar, shared by the policy's clones.
+#[derive(Debug)]
+pub(crate) struct CalendarRef<S>(pub(crate) std::sync::Arc<dyn WindowCalendar<S>>);
+
+impl<S: 'static> Clone for CalendarRef<S> {
+    fn clone(&self) -> Self {
+        Self(std::sync::Arc::clone(&self.0))
+    }
+}
+
+impl<S: 'static> PartialEq for CalendarRef<S> {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.0.same(other.0.as_any())
+    }
+}
+
 /// `Ok(())` when `cost <= capacity`, else [`CheckError::InsufficientCapacity`].
 #[inline]
 pub(crate) fn validate_cost(cost: u64, capacity: u64) -> Result<(), CheckError> {

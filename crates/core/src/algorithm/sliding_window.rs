@@ -41,7 +41,7 @@
 //! assert_eq!(denied.retry_after, Some(99_999));
 //! ```
 
-use crate::algorithm::base::{Algorithm, AlgorithmKind};
+use crate::algorithm::base::{Algorithm, AlgorithmKind, CalendarRef};
 use crate::decision::{Decision, Reservation};
 use crate::div::Divisor;
 use crate::error::QuotaError;
@@ -56,7 +56,7 @@ pub struct SlidingWindow {
     /// `period` as a multiply-and-shift divisor: `now mod period` without a hardware division.
     period_div: Divisor,
     /// Calendar periods of a time zone in place of epoch-aligned ones ([`crate::Policy::with_calendar`]).
-    pub(crate) calendar: Option<SlidingCalendarRef>,
+    pub(crate) calendar: Option<CalendarRef<SlidingWindowState>>,
 }
 
 /// Sliding window counter state of one key. The initial state is all zeros.
@@ -326,49 +326,6 @@ impl Algorithm for SlidingWindow {
             previous_count: previous,
         };
         self.standing(state, now)
-    }
-}
-
-/// Calendar periods for this window ([`crate::Policy::with_calendar`]), implemented by
-/// `crate::calendar_policy`: a trait here, so that this module never imports the calendar
-/// module, which imports it. Same contracts as the [`Algorithm`](crate::Algorithm) methods
-/// they stand in for.
-pub(crate) trait SlidingCalendar: std::fmt::Debug + Send + Sync + 'static {
-    fn decide(
-        &self,
-        s: &mut SlidingWindowState,
-        now: Timestamp,
-        cost: u64,
-        consume: bool,
-    ) -> Decision;
-    fn reserve(
-        &self,
-        s: &mut SlidingWindowState,
-        now: Timestamp,
-        cost: u64,
-        wait: Micros,
-    ) -> Option<Reservation>;
-    fn settle(
-        &self,
-        s: &mut SlidingWindowState,
-        now: Timestamp,
-        scheduled_at: Timestamp,
-        reserved: u64,
-        actual: u64,
-    ) -> Decision;
-    /// The implementation, for `Policy::calendar`.
-    fn as_any(&self) -> &dyn std::any::Any;
-    /// The same calendar quota (zone, unit, first weekday, algorithm, limit) as `other`.
-    fn same(&self, other: &dyn std::any::Any) -> bool;
-}
-
-/// This window's calendar, shared by the policy's clones.
-#[derive(Debug, Clone)]
-pub(crate) struct SlidingCalendarRef(pub(crate) std::sync::Arc<dyn SlidingCalendar>);
-
-impl PartialEq for SlidingCalendarRef {
-    fn eq(&self, other: &Self) -> bool {
-        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.0.same(other.0.as_any())
     }
 }
 

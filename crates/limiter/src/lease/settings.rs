@@ -111,11 +111,14 @@ impl Lease {
             AlgorithmKind::SlidingLog => "per trailing period",
             _ => "per window",
         };
+        let units = |n: u64| if n == 1 { "unit" } else { "units" };
         format!(
-            "lease {}, at most {} units per lease; beyond the exact count at most {one} units \
+            "lease {}, at most {} {} per lease; beyond the exact count at most {one} {} \
              {per} (one instance), min(N x {}, {cap}) for N instances",
             whole(floodgate_core::quota::format_period(self.lifetime)),
             self.max_units,
+            units(self.max_units),
+            units(one),
             self.max_units,
         )
     }
