@@ -14,6 +14,7 @@
 //!   with its ports replaced, its rate limit filter pointing at `GRPC_PORT`): 20 requests
 //!   admit exactly 5.
 
+mod envoy_support;
 mod serve_support;
 mod tls_support;
 
@@ -23,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use envoy_support::{docs, free_port, Envoy};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -472,37 +474,6 @@ fn the_mode_takes_no_flags_that_the_environment_sets() {
     assert!(err.contains("--listen"), "{err}");
 }
 
-/// The Envoy binary: `FLOODGATE_ENVOY`, else `.venv-test/bin/envoy` at the repository root,
-/// else `envoy` on the `PATH` (as `envoy_proxy.rs` finds it).
-fn envoy_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("FLOODGATE_ENVOY") {
-        return path.into();
-    }
-    let venv = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../.venv-test/bin/envoy"
-    ));
-    if venv.exists() {
-        return venv;
-    }
-    PathBuf::from("envoy")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn docs(name: &str) -> String {
-    std::fs::read_to_string(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/envoy/").to_string() + name,
-    )
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn called_as_ratelimit_behind_the_real_envoy_it_admits_exactly_five_of_twenty() {
     let redis = RedisServer::start().unwrap();
@@ -531,37 +502,8 @@ async fn called_as_ratelimit_behind_the_real_envoy_it_admits_exactly_five_of_twe
         .replace("port_value: 10000", &format!("port_value: {listener}"))
         .replace("port_value: 3000", &format!("port_value: {upstream_port}"))
         .replace("port_value: 8081", &format!("port_value: {grpc_port}"));
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("envoy.yaml");
-    std::fs::write(&path, config).unwrap();
-    let envoy_log = dir.path().join("envoy.log");
-    let mut envoy = Command::new(envoy_binary())
-        .args(["-c", path.to_str().unwrap()])
-        .args(["--disable-hot-restart", "-l", "warning"])
-        .args(["--log-path", envoy_log.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start envoy (scripts/test installs it into .venv-test)");
+    let envoy = Envoy::start(&config, admin, listener).await;
     let http = client();
-    // Bounded: Envoy is live within a second or two, or it failed (see its log).
-    for attempt in 0.. {
-        let ready = http
-            .get(format!("http://127.0.0.1:{admin}/ready"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        if ready {
-            break;
-        }
-        assert!(
-            attempt < 400,
-            "envoy did not become ready:\n{}",
-            std::fs::read_to_string(&envoy_log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 
     let mut statuses = Vec::new();
     let mut denial = None;
@@ -576,8 +518,7 @@ async fn called_as_ratelimit_behind_the_real_envoy_it_admits_exactly_five_of_twe
             denial = Some(r.headers().clone());
         }
     }
-    let _ = envoy.kill();
-    let _ = envoy.wait();
+    drop(envoy);
     assert_eq!(
         statuses.iter().filter(|s| **s == 200).count(),
         5,
@@ -599,34 +540,6 @@ async fn called_as_ratelimit_behind_the_real_envoy_it_admits_exactly_five_of_twe
     // `everyone`'s minute window (per-client's GCRA state of 5 requests at 100/s expires
     // within 50 ms of real time, so it may be gone already).
     assert!(counters(&redis) >= 1, "the counters live in REDIS_URL");
-}
-
-/// Envoy's counters from its admin `/stats` on `admin`.
-async fn envoy_stats(admin: u16) -> BTreeMap<String, u64> {
-    let text = client()
-        .get(format!("http://127.0.0.1:{admin}/stats"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter_map(|l| {
-            let (name, value) = l.split_once(": ")?;
-            Some((name.to_string(), value.trim().parse().ok()?))
-        })
-        .collect()
-}
-
-/// A process, killed on drop.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -687,35 +600,8 @@ async fn behind_the_real_envoy_over_mutual_tls_it_admits_exactly_five_of_twenty(
             &format!("port_value: {}", port_of(fg.url("gRPC"))),
         )
         .replace("/etc/envoy/tls/", &format!("{}/", tls.display()));
-    let path = runtime.dir.path().join("envoy.yaml");
-    std::fs::write(&path, config).unwrap();
-    let envoy_log = runtime.dir.path().join("envoy.log");
-    let _envoy = Killed(
-        Command::new(envoy_binary())
-            .args(["-c", path.to_str().unwrap()])
-            .args(["--disable-hot-restart", "-l", "warning"])
-            .args(["--log-path", envoy_log.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start envoy (scripts/test installs it into .venv-test)"),
-    );
+    let envoy = Envoy::start(&config, admin, listener).await;
     let http = client();
-    // Bounded: Envoy is live within a second or two, or it failed (see its log).
-    for attempt in 0.. {
-        let ready = http
-            .get(format!("http://127.0.0.1:{admin}/ready"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        if ready {
-            break;
-        }
-        let log = std::fs::read_to_string(&envoy_log).unwrap_or_default();
-        assert!(attempt < 400, "envoy did not become ready:\n{log}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let mut statuses = Vec::new();
     for _ in 0..20 {
         let r = http
@@ -728,9 +614,7 @@ async fn behind_the_real_envoy_over_mutual_tls_it_admits_exactly_five_of_twenty(
     let admitted = statuses.iter().filter(|s| **s == 200).count();
     assert_eq!(admitted, 5, "{statuses:?}\n{}", fg.logs());
     // Over TLS, decided by Floodgate (no call failed open).
-    let stats = envoy_stats(admin).await;
-    let stat = |name: &str| stats.get(name).copied().unwrap_or(0);
-    assert!(stat("cluster.floodgate.ssl.handshake") >= 1, "{stats:?}");
-    assert_eq!(stat("cluster.app.ratelimit.error"), 0);
-    assert_eq!(stat("cluster.app.ratelimit.over_limit"), 15);
+    assert!(envoy.stat("cluster.floodgate.ssl.handshake").await >= 1);
+    assert_eq!(envoy.stat("cluster.app.ratelimit.error").await, 0);
+    assert_eq!(envoy.stat("cluster.app.ratelimit.over_limit").await, 15);
 }

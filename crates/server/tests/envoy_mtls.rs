@@ -6,158 +6,49 @@
 //! carries another SAN is refused by Floodgate (its calls fail, and `failure_mode_deny: false`
 //! lets every request through undecided).
 
+mod envoy_support;
 mod serve_support;
 mod tls_support;
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
+use envoy_support::{docs, free_port, Envoy};
 use serve_support::{client, metric, Floodgate, Upstream};
 use tls_support::{port_of, Ca, Pair};
 
-/// The Envoy binary: `FLOODGATE_ENVOY`, else `.venv-test/bin/envoy` at the repository root,
-/// else `envoy` on the `PATH` (as `envoy_proxy.rs` finds it).
-fn envoy_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("FLOODGATE_ENVOY") {
-        return path.into();
+/// Envoy on `docs/envoy/envoy-mtls.yaml` in front of `upstream`, calling Floodgate's gRPC
+/// port `floodgate`, with the CA `ca` and the client certificate `identity`.
+async fn start_envoy(upstream: &str, floodgate: u16, ca: &Ca, identity: &Pair) -> Envoy {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    std::fs::write(tls.join("ca.crt"), &ca.pem).unwrap();
+    std::fs::write(tls.join("envoy.crt"), &identity.cert).unwrap();
+    std::fs::write(tls.join("envoy.key"), &identity.key).unwrap();
+    let (admin, listener) = (free_port(), free_port());
+    let text = docs("envoy-mtls.yaml");
+    for needle in ["port_value: 8081", "/etc/envoy/tls/envoy.crt"] {
+        assert!(text.contains(needle), "{needle}");
     }
-    let venv = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../.venv-test/bin/envoy"
-    ));
-    if venv.exists() {
-        return venv;
-    }
-    PathBuf::from("envoy")
+    let config = text
+        .replace("port_value: 9901", &format!("port_value: {admin}"))
+        .replace("port_value: 10000", &format!("port_value: {listener}"))
+        .replace(
+            "port_value: 3000",
+            &format!("port_value: {}", port_of(upstream)),
+        )
+        .replace("port_value: 8081", &format!("port_value: {floodgate}"))
+        .replace("/etc/envoy/tls/", &format!("{}/", tls.display()));
+    Envoy::start_in(dir, &config, admin, listener).await
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn docs(name: &str) -> String {
-    std::fs::read_to_string(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/envoy/").to_string() + name,
-    )
-    .unwrap()
-}
-
-/// A running Envoy, killed on drop.
-struct Envoy {
-    child: Child,
-    url: String,
-    admin: u16,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Envoy {
-    /// Envoy on `docs/envoy/envoy-mtls.yaml` in front of `upstream`, calling Floodgate's
-    /// gRPC port `floodgate`, with the CA `ca` and the client certificate `identity`.
-    async fn start(upstream: &str, floodgate: u16, ca: &Ca, identity: &Pair) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let tls = dir.path().join("tls");
-        std::fs::create_dir(&tls).unwrap();
-        std::fs::write(tls.join("ca.crt"), &ca.pem).unwrap();
-        std::fs::write(tls.join("envoy.crt"), &identity.cert).unwrap();
-        std::fs::write(tls.join("envoy.key"), &identity.key).unwrap();
-        let (admin, listener) = (free_port(), free_port());
-        let text = docs("envoy-mtls.yaml");
-        for needle in ["port_value: 8081", "/etc/envoy/tls/envoy.crt"] {
-            assert!(text.contains(needle), "{needle}");
-        }
-        let config = text
-            .replace("port_value: 9901", &format!("port_value: {admin}"))
-            .replace("port_value: 10000", &format!("port_value: {listener}"))
-            .replace(
-                "port_value: 3000",
-                &format!("port_value: {}", port_of(upstream)),
-            )
-            .replace("port_value: 8081", &format!("port_value: {floodgate}"))
-            .replace("/etc/envoy/tls/", &format!("{}/", tls.display()));
-        let path = dir.path().join("envoy.yaml");
-        std::fs::write(&path, config).unwrap();
-        let log = dir.path().join("envoy.log");
-        let child = Command::new(envoy_binary())
-            .args(["-c", path.to_str().unwrap()])
-            .args(["--disable-hot-restart", "-l", "warning"])
-            .args(["--log-path", log.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start envoy (scripts/test installs it into .venv-test)");
-        let envoy = Self {
-            child,
-            url: format!("http://127.0.0.1:{listener}"),
-            admin,
-            log,
-            _dir: dir,
-        };
-        let http = client();
-        // Bounded: Envoy is live within a second or two, or it failed (see its log).
-        for _ in 0..200 {
-            if let Ok(r) = http
-                .get(format!("http://127.0.0.1:{admin}/ready"))
-                .send()
-                .await
-            {
-                if r.status().is_success() {
-                    return envoy;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!(
-            "envoy did not become ready:\n{}",
-            std::fs::read_to_string(&envoy.log).unwrap_or_default()
-        );
+/// The statuses of `n` GETs through `envoy`.
+async fn send(envoy: &Envoy, n: usize) -> Vec<u16> {
+    let http = client();
+    let mut statuses = Vec::new();
+    for _ in 0..n {
+        let r = http.get(format!("{}/", envoy.url)).send().await.unwrap();
+        statuses.push(r.status().as_u16());
     }
-
-    /// One counter of its admin `/stats` (0 when absent).
-    async fn stat(&self, name: &str) -> u64 {
-        let text = client()
-            .get(format!("http://127.0.0.1:{}/stats", self.admin))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix(name)?
-                    .strip_prefix(": ")?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or(0)
-    }
-
-    /// The statuses of `n` GETs through it.
-    async fn send(&self, n: usize) -> Vec<u16> {
-        let http = client();
-        let mut statuses = Vec::new();
-        for _ in 0..n {
-            let r = http.get(format!("{}/", self.url)).send().await.unwrap();
-            statuses.push(r.status().as_u16());
-        }
-        statuses
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    statuses
 }
 
 /// Floodgate on `docs/envoy/floodgate-mtls.toml` with its certificates in `tls/`.
@@ -192,8 +83,8 @@ async fn envoy_over_mutual_tls_admits_exactly_five_of_twenty() {
     let ca = Ca::new("mesh CA");
     let fg = floodgate(&ca);
     let grpc = port_of(fg.grpc.as_ref().unwrap());
-    let envoy = Envoy::start(&upstream.url, grpc, &ca, &ca.client("envoy.internal")).await;
-    let statuses = envoy.send(20).await;
+    let envoy = start_envoy(&upstream.url, grpc, &ca, &ca.client("envoy.internal")).await;
+    let statuses = send(&envoy, 20).await;
     assert_eq!(
         (count(&statuses, 200), count(&statuses, 429)),
         (5, 15),
@@ -214,10 +105,10 @@ async fn envoy_with_another_san_is_refused_and_fails_open() {
     let fg = floodgate(&ca);
     let grpc = port_of(fg.grpc.as_ref().unwrap());
     let intruder = ca.client("intruder.internal");
-    let envoy = Envoy::start(&upstream.url, grpc, &ca, &intruder).await;
+    let envoy = start_envoy(&upstream.url, grpc, &ca, &intruder).await;
     // Floodgate refuses every handshake: Envoy's calls fail, and with failure_mode_deny:
     // false each request passes undecided.
-    let statuses = envoy.send(20).await;
+    let statuses = send(&envoy, 20).await;
     assert_eq!(count(&statuses, 200), 20, "{statuses:?}");
     assert!(envoy.stat("cluster.app.ratelimit.error").await >= 1);
     assert_eq!(envoy.stat("cluster.app.ratelimit.over_limit").await, 0);

