@@ -66,6 +66,14 @@ pub(crate) async fn evaluate<S: Store>(
         tally.verdict.action = refused(set, refusal, tally.consume);
         return tally.verdict;
     }
+    // A calendar period is counted at once: it takes no reservation, on every store alike.
+    if let (Mode::Reserve { .. }, Some(item)) = (mode, plan.calendar_item()) {
+        tally.verdict.action = Action::NoReservation {
+            rule: Arc::clone(&rules[checks[item].rule].name),
+            item,
+        };
+        return tally.verdict;
+    }
 
     if let Some((_, first)) = enforcing().next() {
         let item = |c| check_item(rules, c);
