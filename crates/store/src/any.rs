@@ -205,7 +205,10 @@ mod tests {
             ManualClock::new(1_700_000_000_000_000),
         ))));
         assert_eq!(store.kind(), "memory");
-        assert!(store.redis().is_none());
+        assert_eq!(
+            store.ready_state().await,
+            crate::ReadyState::of(crate::Readiness::NotChecked)
+        );
         let p = Policy::new(AlgorithmKind::FixedWindow, "1/h".parse().unwrap()).unwrap();
         let item = CheckItem {
             rule: "r",
