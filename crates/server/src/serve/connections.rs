@@ -105,7 +105,7 @@ pub(crate) struct Connections {
     full: AtomicBool,
     /// Notified when a connection becomes idle (a waiting [`Connections::reserve`] evicts it).
     became_idle: Notify,
-    /// What connections' deadlines count from ([`Conn::deadline`]).
+    /// What connections' deadlines count from ([`Conn::expiry`]).
     epoch: tokio::time::Instant,
 }
 
@@ -250,7 +250,7 @@ pub(crate) struct Conn {
     closing: AtomicBool,
     /// Wakes the connection's task to look at the state again (eviction, and while closing
     /// the end of a request). Phase changes of a running connection wake nobody: its task's
-    /// one timer reads [`Conn::deadline`] when it fires.
+    /// one timer reads [`Conn::expiry`] when it fires.
     changed: Notify,
     /// When the header or idle timer of the phase now runs out, in microseconds since
     /// [`Connections`]' epoch; [`NO_DEADLINE`] while a request is in flight.
