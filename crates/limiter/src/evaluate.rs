@@ -60,10 +60,10 @@ pub(crate) async fn evaluate<S: Store>(
         },
     };
 
-    // A cost that cannot be read, or that the rule can never admit, refuses the request
-    // before any rule is charged.
-    if let Some(refusal) = &plan.refusal {
-        tally.verdict.action = refused(set, refusal, tally.consume);
+    // A cost that cannot be read, or that the rule can never admit, or a reservation a rule
+    // cannot take, refuses the request before any rule is charged.
+    if let Some(action) = refused_before_store(plan, mode, tally.consume) {
+        tally.verdict.action = action;
         return tally.verdict;
     }
 
@@ -329,6 +329,23 @@ impl Tally<'_> {
         }
         self.verdict
     }
+}
+
+/// The action of a plan refused before the store is asked: a cost refusal ([`refused`]), or a
+/// reservation ([`Mode::Reserve`]) of a plan with a calendar item, which takes none (a
+/// calendar period is counted at once), on every store alike.
+fn refused_before_store(plan: &Plan, mode: Mode, consume: bool) -> Option<Action> {
+    let set = &**plan.rules();
+    if let Some(refusal) = &plan.refusal {
+        return Some(refused(set, refusal, consume));
+    }
+    let item = plan
+        .calendar_item()
+        .filter(|_| matches!(mode, Mode::Reserve { .. }))?;
+    Some(Action::NoReservation {
+        rule: Arc::clone(&set.rules[plan.checks()[item].rule].name),
+        item,
+    })
 }
 
 /// The action of a plan refused before the store is asked, counted (unless a peek) under the

@@ -166,7 +166,9 @@ impl Plan {
     /// The first item whose rule counts in calendar periods (`Policy::with_calendar`), which
     /// takes no reservation: its periods are counted at once, and a settle could not give
     /// units back into a period that has ended. A reservation (`Mode::Reserve`) of such a
-    /// plan is refused before the store is asked, on every store alike.
+    /// plan is refused before the store is asked, on every store alike
+    /// ([`Action::NoReservation`](crate::Action::NoReservation)), and such an item never holds
+    /// a request in the delay mode ([`Plan::delay`] is 0: the plan is decided as a check).
     pub fn calendar_item(&self) -> Option<usize> {
         self.checks.iter().position(|c| {
             c.policy
@@ -181,10 +183,11 @@ impl Plan {
     /// smallest [`Rule::delay`](crate::Rule::delay) of its enforcing items (each clamped to
     /// its policy's horizon, [`floodgate_core::Policy::max_wait`]); 0 (decide as a check)
     /// when an enforcing item's rule has no delay, when there is no enforcing item, or when
-    /// the plan is refused before the store is asked; at most [`Plan::limit_delay`]'s bound.
-    /// Shadow items never hold a request.
+    /// the plan is refused before the store is asked, or when an item counts in calendar
+    /// periods ([`Plan::calendar_item`]: it schedules nothing for later); at most
+    /// [`Plan::limit_delay`]'s bound. Shadow items never hold a request.
     pub fn delay(&self) -> Micros {
-        if self.refusal.is_some() || self.is_blocked() {
+        if self.refusal.is_some() || self.is_blocked() || self.calendar_item().is_some() {
             return 0;
         }
         let rules = &self.rules.rules;

@@ -53,6 +53,17 @@ pub enum Action {
         /// The header.
         header: http::HeaderName,
     },
+    /// A [`Mode::Reserve`] of a plan with an item whose rule counts in calendar periods
+    /// ([`Plan::calendar_item`](crate::Plan::calendar_item)), which take no reservation (a
+    /// settle could not give units back into a period that has ended): answer 400
+    /// (`floodgate_tower::response::no_reservation`; the JSON API names the member that asked
+    /// for the reservation); nothing was charged or counted.
+    NoReservation {
+        /// The calendar rule.
+        rule: Arc<str>,
+        /// The item of that rule, in plan order.
+        item: usize,
+    },
 }
 
 /// One rule's decision for one request, as reported to the client.

@@ -27,24 +27,6 @@ pub enum AnyStore {
 }
 
 impl AnyStore {
-    /// The memory store, when this is one (for housekeeping such as sweeps and stats).
-    pub fn memory(&self) -> Option<&Arc<MemoryStore>> {
-        match self {
-            AnyStore::Memory(m) => Some(m),
-            _ => None,
-        }
-    }
-
-    /// The Redis store, when this is one (with or without fallback).
-    pub fn redis(&self) -> Option<&RedisStore> {
-        match self {
-            AnyStore::Memory(_) => None,
-            AnyStore::Redis(r) => Some(r),
-            AnyStore::RedisWithFallback(f) => Some(f.primary()),
-            AnyStore::RedisPerSecond(p) => Some(p.main()),
-        }
-    }
-
     /// `"memory"` or `"redis"`, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -175,7 +157,7 @@ impl Store for AnyStore {
         }
     }
 
-    async fn ready_state(&self) -> crate::Readiness {
+    async fn ready_state(&self) -> crate::ReadyState {
         match self {
             AnyStore::Memory(s) => Store::ready_state(s).await,
             AnyStore::Redis(s) => Box::pin(Store::ready_state(s)).await,
@@ -223,7 +205,10 @@ mod tests {
             ManualClock::new(1_700_000_000_000_000),
         ))));
         assert_eq!(store.kind(), "memory");
-        assert!(store.redis().is_none());
+        assert_eq!(
+            store.ready_state().await,
+            crate::ReadyState::of(crate::Readiness::NotChecked)
+        );
         let p = Policy::new(AlgorithmKind::FixedWindow, "1/h".parse().unwrap()).unwrap();
         let item = CheckItem {
             rule: "r",

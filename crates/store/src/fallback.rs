@@ -252,11 +252,12 @@ impl<S: Store> Store for FallbackStore<S> {
     }
 
     /// The primary's, where down is degraded: the local fallback decides meanwhile.
-    async fn ready_state(&self) -> crate::Readiness {
-        match self.primary.ready_state().await {
-            crate::Readiness::Down(why) => crate::Readiness::Degraded(why),
-            other => other,
+    async fn ready_state(&self) -> crate::ReadyState {
+        let mut state = self.primary.ready_state().await;
+        if let crate::Readiness::Down(why) = state.readiness {
+            state.readiness = crate::Readiness::Degraded(why);
         }
+        state
     }
 
     /// What the shared store holds: the local fallback's state is not the key's.

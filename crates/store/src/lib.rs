@@ -50,7 +50,7 @@ pub use items::{
 #[cfg(feature = "tokio")]
 pub use memory::Jitter;
 pub use memory::{KeyedLimiter, MemoryStore, MemoryStoreConfig, StoreStats};
-pub use ready::Readiness;
+pub use ready::{Readiness, ReadyState, ShardState};
 pub use store::Store;
 
 #[cfg(test)]

@@ -318,20 +318,23 @@ impl<M: Store, S: Store> Store for PerSecondStore<M, S> {
         self.main.shared_secret(candidate).await
     }
 
-    async fn ready_state(&self) -> crate::Readiness {
+    /// Both stores' readiness; the shards are the main store's.
+    async fn ready_state(&self) -> crate::ReadyState {
         use crate::Readiness;
         let (main, fast) = (
             self.main.ready_state().await,
             self.per_second.ready_state().await,
         );
-        match (main, fast) {
+        let shards = main.shards;
+        let readiness = match (main.readiness, fast.readiness) {
             (Readiness::Down(why), _) => Readiness::Down(format!("main: {why}")),
             (_, Readiness::Down(why)) => Readiness::Down(format!("per-second: {why}")),
             (Readiness::Degraded(why), _) => Readiness::Degraded(format!("main: {why}")),
             (_, Readiness::Degraded(why)) => Readiness::Degraded(format!("per-second: {why}")),
             (Readiness::NotChecked, Readiness::NotChecked) => Readiness::NotChecked,
             _ => Readiness::Up,
-        }
+        };
+        crate::ReadyState { readiness, shards }
     }
 
     fn sweep_some(&self, now: Timestamp) {

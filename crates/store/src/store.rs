@@ -8,7 +8,7 @@ use floodgate_core::{Decision, Micros, Policy, Timestamp};
 use crate::error::StoreError;
 use crate::items::{BatchDecision, BatchReservation, CheckItem, SettleItem};
 use crate::memory::StoreStats;
-use crate::ready::Readiness;
+use crate::ready::{Readiness, ReadyState};
 
 /// A place that keeps per-key state and decides check batches atomically.
 ///
@@ -182,10 +182,11 @@ pub trait Store: Send + Sync + 'static {
         std::future::ready(Ok(None))
     }
 
-    /// What a readiness probe reports ([`Readiness`]): [`Readiness::NotChecked`] (the default)
-    /// for a store in this process, else whether the remote store answers.
-    fn ready_state(&self) -> impl Future<Output = Readiness> + Send {
-        std::future::ready(Readiness::NotChecked)
+    /// What a readiness probe reports ([`ReadyState`]): [`Readiness::NotChecked`] and no shards
+    /// (the default) for a store in this process, else whether the remote store answers and,
+    /// for a store spread over shards (a Redis Cluster), each shard's recent calls.
+    fn ready_state(&self) -> impl Future<Output = ReadyState> + Send {
+        std::future::ready(ReadyState::of(Readiness::NotChecked))
     }
 
     /// Drops some expired state, as of `now`: what a store whose keys do not expire on their
@@ -288,7 +289,7 @@ impl<S: Store> Store for Arc<S> {
         (**self).shared_secret(candidate)
     }
 
-    fn ready_state(&self) -> impl Future<Output = Readiness> + Send {
+    fn ready_state(&self) -> impl Future<Output = ReadyState> + Send {
         (**self).ready_state()
     }
 

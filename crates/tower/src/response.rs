@@ -96,6 +96,7 @@ pub fn for_verdict_denying_with(
         Action::InvalidCost { rule, header } => Some(invalid_cost(rule, header)),
         Action::NoClientAddress { rule } => Some(no_client_address(rule)),
         Action::AmbiguousKey { rule, header } => Some(ambiguous_key(rule, header)),
+        Action::NoReservation { rule, .. } => Some(no_reservation(rule)),
     }
 }
 
@@ -292,6 +293,25 @@ pub fn ambiguous_key(rule: &str, header: &HeaderName) -> Response<Bytes> {
         ),
         "rule": rule,
         "field": header.as_str(),
+    });
+    problem_response(StatusCode::BAD_REQUEST, &body)
+}
+
+/// Problem type of a reservation a rule cannot take ([`no_reservation`]).
+pub const PROBLEM_INVALID_REQUEST: &str = "urn:floodgate:problem:invalid-request";
+
+/// `400 Bad Request` for a reservation (a check that may wait) of a plan with an item of
+/// `rule`, which counts in calendar periods: those take no reservation.
+pub fn no_reservation(rule: &str) -> Response<Bytes> {
+    let body = serde_json::json!({
+        "type": PROBLEM_INVALID_REQUEST,
+        "title": "invalid request",
+        "status": 400,
+        "detail": format!(
+            "rule {rule:?} counts in calendar periods, which take no reservation: send the \
+             check without a wait or reservation"
+        ),
+        "rule": rule,
     });
     problem_response(StatusCode::BAD_REQUEST, &body)
 }

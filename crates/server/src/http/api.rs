@@ -206,22 +206,6 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
         Ok(items) => items,
         Err(response) => return response,
     };
-    // A calendar period is counted at once: no reservation (which a settle could not give
-    // back into a period that ended), on every store alike (the engine names the item).
-    if consume && (max_wait.is_some() || reserve) {
-        if let Some(i) = plan.calendar_item() {
-            let field = if reserve { "reserve" } else { "max_wait_ms" };
-            let rule = &*plan.rules().rules[items[i].rule].name;
-            return invalid(
-                StatusCode::BAD_REQUEST,
-                field,
-                format!(
-                    "rule {rule:?} counts in calendar periods, which take no reservation: \
-                     send the check without max_wait_ms and reserve"
-                ),
-            );
-        }
-    }
     let mode = match (consume, max_wait, reserve) {
         (false, _, _) => Mode::Peek,
         (true, None, false) => Mode::Check,
@@ -230,6 +214,19 @@ async fn handle(state: &AppState, request: Request, consume: bool) -> Response {
         },
     };
     let verdict = state.limiter.evaluate(&plan, mode).await;
+    // A calendar rule takes no reservation (the engine refuses it): named by the member that
+    // asked for one.
+    if let Action::NoReservation { rule, .. } = &verdict.action {
+        let field = if reserve { "reserve" } else { "max_wait_ms" };
+        return invalid(
+            StatusCode::BAD_REQUEST,
+            field,
+            format!(
+                "rule {rule:?} counts in calendar periods, which take no reservation: \
+                 send the check without max_wait_ms and reserve"
+            ),
+        );
+    }
     let token = signing.and_then(|rules| reservation_token(state, &rules, &items, &verdict));
     answer(&items, &verdict, consume, token.as_ref())
 }

@@ -5,28 +5,22 @@
 //!   The idle timer (`body_idle_timeout`) alone let a body that trickles a byte now and then
 //!   live for ever;
 //! - **a budget**: all API requests together hold at most [`BODY_BUDGET`] bytes of request
-//!   body, each charged what it has read until its answer is made. A request that finds the
+//!   body, each charged what it has read until its answer is sent. A request that finds the
 //!   budget spent is answered 503 with `Retry-After` before its body is read; one whose body
 //!   does not fit fails with [`BodyBudgetFull`] (the same 503). Without it HTTP/2 multiplied
 //!   the 64 KiB bound of a body by the streams of a connection (256 x 64 KiB = 16 MiB each).
 //!
-//! The reverse proxy's bodies are streamed to the upstream, not held: they have the proxy's
-//! own bounds (docs/security.md).
+//! Both are applied where every request body is wrapped anyway, by the API listeners'
+//! connections (`crate::serve::listener`): one body wrapper and one lazily made timer for the
+//! idle timer and the deadline together, which most requests (a body that arrives with its
+//! head) never need. The reverse proxy's bodies are streamed to the upstream, not held: they
+//! have the proxy's own bounds (docs/security.md).
 
-use std::future::Future as _;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
 use axum::response::Response;
-use bytes::Bytes;
 use http::StatusCode;
-use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use super::problem::invalid;
 
@@ -74,54 +68,42 @@ impl std::fmt::Display for BodyBudgetFull {
 
 impl std::error::Error for BodyBudgetFull {}
 
-/// What one request has charged to the budget, given back when the last holder drops it
-/// (the body and the middleware, which outlives the handler).
+/// What one request has charged to the budget, given back when dropped (by the last holder:
+/// its body, and its connection's record of the request, which lasts until the answer is
+/// sent).
 #[derive(Debug, Default)]
-struct Charge(AtomicUsize);
+pub(crate) struct Charge(AtomicUsize);
 
 impl Charge {
-    fn take(&self, n: usize) -> bool {
-        let taken = USED
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(n).filter(|&total| total <= BODY_BUDGET)
-            })
-            .is_ok();
-        if taken {
-            self.0.fetch_add(n, Ordering::AcqRel);
+    /// Charges `n` more bytes, or `false` (nothing charged) when they do not fit.
+    pub(crate) fn take(&self, n: usize) -> bool {
+        // One atomic add in the usual case; an add that overshot is taken back.
+        let before = USED.fetch_add(n, Ordering::AcqRel);
+        if before
+            .checked_add(n)
+            .is_none_or(|total| total > BODY_BUDGET)
+        {
+            USED.fetch_sub(n, Ordering::AcqRel);
+            return false;
         }
-        taken
+        self.0.fetch_add(n, Ordering::Relaxed);
+        true
     }
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        USED.fetch_sub(*self.0.get_mut(), Ordering::AcqRel);
+        let n = *self.0.get_mut();
+        if n > 0 {
+            USED.fetch_sub(n, Ordering::AcqRel);
+        }
     }
 }
 
-/// The middleware: a spent budget is a 503 at once; otherwise the body is read under the
-/// deadline and the budget, and its charge is held until the answer is made. `after` is
-/// `header_read_timeout` (read at start, as the listeners' other timers).
-pub(crate) async fn bound(State(after): State<Duration>, request: Request, next: Next) -> Response {
-    if request.body().is_end_stream() {
-        return next.run(request).await;
-    }
-    if USED.load(Ordering::Acquire) >= BODY_BUDGET {
-        return budget_full();
-    }
-    let charge = Arc::new(Charge::default());
-    let (parts, inner) = request.into_parts();
-    let body = Bounded {
-        inner,
-        charge: Arc::clone(&charge),
-        deadline: Box::pin(tokio::time::sleep(after)),
-        after,
-        failed: false,
-    };
-    let response = next.run(Request::from_parts(parts, Body::new(body))).await;
-    // The handler has made its answer: what it read is no longer held.
-    drop(charge);
-    response
+/// Whether the budget is spent: a request with a body is then answered [`budget_full`] before
+/// its body is read.
+pub(crate) fn spent() -> bool {
+    USED.load(Ordering::Acquire) >= BODY_BUDGET
 }
 
 /// The 503 of a spent budget.
@@ -158,57 +140,6 @@ pub(crate) fn refusal(error: &(dyn std::error::Error + 'static)) -> Option<Respo
         next = e.source();
     }
     None
-}
-
-/// A request body under the deadline and the budget.
-struct Bounded {
-    inner: Body,
-    charge: Arc<Charge>,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-    after: Duration,
-    failed: bool,
-}
-
-impl HttpBody for Bounded {
-    type Data = Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = &mut *self;
-        if this.failed {
-            return Poll::Ready(None);
-        }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                let n = frame.data_ref().map_or(0, Bytes::len);
-                if n > 0 && !this.charge.take(n) {
-                    this.failed = true;
-                    return Poll::Ready(Some(Err(Box::new(BodyBudgetFull))));
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => {
-                if this.deadline.as_mut().poll(cx).is_ready() {
-                    this.failed = true;
-                    return Poll::Ready(Some(Err(Box::new(BodyDeadline(this.after)))));
-                }
-                Poll::Pending
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.failed || self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }
 
 #[cfg(test)]

@@ -44,10 +44,7 @@ pub(crate) fn routes(state: Arc<AppState>) -> Router {
         .route("/json", post(json_endpoint))
         .route("/healthcheck", get(healthcheck))
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
-        .layer(axum::middleware::from_fn_with_state(
-            state.config_now().server.limits.header_read_timeout,
-            super::body_budget::bound,
-        ))
+        // The body deadline and budget are the API listener's (`super::body_budget`).
         .with_state(state)
 }
 

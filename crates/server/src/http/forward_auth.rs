@@ -27,12 +27,10 @@
 //! delay is reserved and answered 200 at its slot, so the proxy forwards it then; the proxy's
 //! auth timeout must be longer than the delay (`docs/proxies.md`).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
-use floodgate_tower::PeerAddr;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 
 use crate::state::AppState;
@@ -42,10 +40,8 @@ use crate::state::AppState;
 /// snippet asks for 403 and maps it back to 429 with `error_page`.
 pub(super) async fn forward_auth(
     State(state): State<Arc<AppState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     query: super::query::QueryParams,
-    method: Method,
-    headers: HeaderMap,
+    request: Request,
 ) -> Response {
     let deny_status = match query.u16("deny_status") {
         Err(problem) => return problem,
@@ -59,7 +55,7 @@ pub(super) async fn forward_auth(
             )
         }
     };
-    decide(&state, peer, deny_status, method, headers, None).await
+    decide(&state, deny_status, request, None).await
 }
 
 /// `/v1/forward-auth/<original path>` (Envoy `ext_authz`, which appends the original path to
@@ -67,12 +63,10 @@ pub(super) async fn forward_auth(
 /// the client sent along.
 pub(super) async fn forward_auth_suffix(
     State(state): State<Arc<AppState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    uri: Uri,
-    method: Method,
-    headers: HeaderMap,
+    request: Request,
 ) -> Response {
-    let suffix = uri
+    let suffix = request
+        .uri()
         .path_and_query()
         .map(|pq| pq.as_str())
         .and_then(|pq| pq.strip_prefix("/v1/forward-auth"))
@@ -84,36 +78,37 @@ pub(super) async fn forward_auth_suffix(
     };
     decide(
         &state,
-        peer,
         StatusCode::TOO_MANY_REQUESTS,
-        method,
-        headers,
+        request,
         Some(original),
     )
     .await
 }
 
 /// Evaluates the original request and answers; `suffix` is its URI as Envoy put it in the
-/// URL (then no forwarding header is read), `None` on the bare endpoint.
+/// URL (then no forwarding header is read), `None` on the bare endpoint. The sub-request's
+/// parts are taken as they are (its headers are not copied; its extensions carry the peer
+/// address, `ConnectInfo`, which the limiter reads); its body is not read.
 async fn decide(
     state: &AppState,
-    peer: SocketAddr,
     deny_status: StatusCode,
-    method: Method,
-    mut headers: HeaderMap,
+    request: Request,
     suffix: Option<Uri>,
 ) -> Response {
-    let (method, uri) = match original_request(&method, &mut headers, suffix) {
+    let (mut parts, _body) = request.into_parts();
+    let headers = &mut parts.headers;
+    let (method, uri) = match original_request(&parts.method, headers, suffix) {
         Ok(original) => original,
         Err(problem) => return problem,
     };
-    let mut extensions = http::Extensions::new();
-    extensions.insert(PeerAddr(peer));
-    let mut plan = state.limiter.plan(&method, &uri, &headers, &extensions);
+    let headers = &parts.headers;
+    let mut plan = state
+        .limiter
+        .plan(&method, &uri, headers, &parts.extensions);
     // Read only when the request could be held: without a delay the header means nothing
     // here, and a client's own junk value (nginx passes client headers on) must not fail it.
     if headers.contains_key(EXPECTED_TIMEOUT) && plan.delay() > 0 {
-        match caller_patience(&headers) {
+        match caller_patience(headers) {
             Ok(Some(max)) => plan.limit_delay(max),
             Ok(None) => {}
             Err(problem) => return problem,

@@ -101,9 +101,6 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         // The body limit is checked again while reading (see `body::read_json`) so that the
         // answer is a problem+json 413 rather than axum's plain text.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn_with_state(
-            state.config_now().server.limits.header_read_timeout,
-            body_budget::bound,
-        ))
+        // The body deadline and budget are the listener's (`body_budget`, `Bodies::Api`).
         .with_state(state)
 }

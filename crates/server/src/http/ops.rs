@@ -61,7 +61,7 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let config_json =
         json!({ "file": config.file, "generation": state.generation(), "rules": rules });
     let shutting_down = state.shutting_down.load(Ordering::SeqCst);
-    let store = store_readiness(state.store()).await;
+    let (store, shards) = store_readiness(state.store()).await;
     if !shutting_down {
         if let StoreReadiness::Down(reason) = &store {
             // A problem+json body (RFC 9457: `status` is the HTTP status here) with the store
@@ -78,7 +78,7 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
                 "config": config_json,
             });
             let mut body = body;
-            if let Some(shards) = super::readyz_shards::shards(state.store()) {
+            if let Some(shards) = shards {
                 body["store"]["shards"] = shards;
             }
             let mut response = (StatusCode::SERVICE_UNAVAILABLE, body.to_string()).into_response();
@@ -106,7 +106,7 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         if let Some(instances) = state.store().fallback_instances() {
             body["store"]["instances"] = json!(instances);
         }
-        if let Some(shards) = super::readyz_shards::shards(state.store()) {
+        if let Some(shards) = shards {
             body["store"]["shards"] = shards;
         }
     }
@@ -149,16 +149,20 @@ impl StoreReadiness {
 
 /// The store's state as `/readyz` reports it (`kind`, `state`, `reason`), for the web page.
 pub(crate) async fn store_state(store: &AnyStore) -> serde_json::Value {
-    store_readiness(store).await.to_json(store.kind())
+    store_readiness(store).await.0.to_json(store.kind())
 }
 
-async fn store_readiness(store: &AnyStore) -> StoreReadiness {
-    match store.ready_state().await {
+/// The store's readiness and, for a store spread over shards, `store.shards`.
+async fn store_readiness(store: &AnyStore) -> (StoreReadiness, Option<serde_json::Value>) {
+    let state = store.ready_state().await;
+    let shards = super::readyz_shards::shards(&state);
+    let readiness = match state.readiness {
         Readiness::NotChecked => StoreReadiness::NotChecked,
         Readiness::Up => StoreReadiness::Up,
         Readiness::Degraded(why) => StoreReadiness::Degraded(why),
         Readiness::Down(why) => StoreReadiness::Down(why),
-    }
+    };
+    (readiness, shards)
 }
 
 /// A route that exists but not for this method: 405 problem+json naming the `method` field

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -104,6 +105,8 @@ pub(crate) struct Connections {
     full: AtomicBool,
     /// Notified when a connection becomes idle (a waiting [`Connections::reserve`] evicts it).
     became_idle: Notify,
+    /// What connections' deadlines count from ([`Conn::expiry`]).
+    epoch: tokio::time::Instant,
 }
 
 /// Why a connection was closed by the server (the `reason` label of
@@ -126,6 +129,7 @@ impl Connections {
             next_idle: AtomicU64::new(0),
             full: AtomicBool::new(false),
             became_idle: Notify::new(),
+            epoch: tokio::time::Instant::now(),
         })
     }
 
@@ -176,17 +180,23 @@ impl Connections {
         }
     }
 
-    /// A new HTTP connection's shared state, listed as idle (no request yet).
-    pub(crate) fn track(self: &Arc<Self>) -> Arc<Conn> {
+    /// A new HTTP connection's shared state, listed as idle (no request yet), with its
+    /// header timer (`header_read`, from now) and the idle timer of its later pauses.
+    pub(crate) fn track(self: &Arc<Self>, header_read: Duration, idle: Duration) -> Arc<Conn> {
         let conn = Arc::new(Conn {
             in_flight: AtomicUsize::new(0),
             reading_head: AtomicBool::new(false),
             served: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             changed: Notify::new(),
+            deadline_us: AtomicU64::new(NO_DEADLINE),
+            header_read,
+            idle,
             idle_key: Mutex::new(None),
             connections: Arc::clone(self),
         });
+        conn.set_deadline(header_read);
         conn.become_idle();
         conn
     }
@@ -236,11 +246,34 @@ pub(crate) struct Conn {
     served: AtomicBool,
     /// Asked to close to make room.
     evicted: AtomicBool,
-    /// Wakes the connection's task to look at the state again.
+    /// Its task is closing it (shutdown or eviction): a request's end wakes the task.
+    closing: AtomicBool,
+    /// Wakes the connection's task to look at the state again (eviction, and while closing
+    /// the end of a request). Phase changes of a running connection wake nobody: its task's
+    /// one timer reads [`Conn::expiry`] when it fires.
     changed: Notify,
+    /// When the header or idle timer of the phase now runs out, in microseconds since
+    /// [`Connections`]' epoch; [`NO_DEADLINE`] while a request is in flight.
+    deadline_us: AtomicU64,
+    header_read: Duration,
+    idle: Duration,
     /// Its key in [`Connections::idle`] while listed there.
     idle_key: Mutex<Option<u64>>,
     connections: Arc<Connections>,
+}
+
+/// [`Conn::deadline_us`] while no timer runs.
+const NO_DEADLINE: u64 = u64::MAX;
+
+/// What a connection's timer found when it fired ([`Conn::expiry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// The header timer ran out.
+    Header,
+    /// The idle timer ran out.
+    Idle,
+    /// Not yet: fire again at this instant.
+    Later(tokio::time::Instant),
 }
 
 /// What a connection's task should wait for now.
@@ -271,37 +304,101 @@ impl Conn {
         }
     }
 
-    /// Resolves when the state changed (a request began or ended, a header began, eviction).
+    /// Resolves when the task should look at the state again (eviction; while closing, a
+    /// request's end or a header's start).
     pub(crate) async fn changed(&self) {
         self.changed.notified().await;
     }
 
-    /// Bytes arrived from the client.
+    /// The connection's task is closing it: wake it when no request is in flight any more.
+    pub(crate) fn closing(&self) {
+        self.closing.store(true, Ordering::Release);
+    }
+
+    /// Microseconds since the epoch of [`Connections`].
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.connections.epoch.elapsed().as_micros()).unwrap_or(NO_DEADLINE - 1)
+    }
+
+    /// The timer of the phase now runs out `after` from now.
+    fn set_deadline(&self, after: Duration) {
+        let after = u64::try_from(after.as_micros()).unwrap_or(NO_DEADLINE);
+        let at = self.now_us().saturating_add(after).min(NO_DEADLINE - 1);
+        self.deadline_us.store(at, Ordering::Release);
+    }
+
+    /// Wakes the task while it is closing (it waits for the connection to fall idle).
+    fn wake_if_closing(&self) {
+        if self.closing.load(Ordering::Acquire) {
+            self.changed.notify_one();
+        }
+    }
+
+    /// The longest the task's timer may wait before it looks again: no phase change can
+    /// set a deadline earlier than that from now, so a timer armed at most this far ahead
+    /// never fires late, and no phase change needs to wake the task.
+    pub(crate) fn check_interval(&self) -> Duration {
+        self.header_read.min(self.idle)
+    }
+
+    /// What the task's timer finds when it fires: a timer of the phase now ran out, or when
+    /// to look again (at the phase's deadline, at most [`Conn::check_interval`] ahead).
+    pub(crate) fn expiry(&self) -> Expiry {
+        let now = self.now_us();
+        let phase = self.phase();
+        let check = u64::try_from(self.check_interval().as_micros()).unwrap_or(NO_DEADLINE);
+        let mut next = now.saturating_add(check);
+        let (after, ran_out) = match phase {
+            Phase::Header => (self.header_read, Expiry::Header),
+            Phase::Idle => (self.idle, Expiry::Idle),
+            // No timer in flight (a request's deadline is read at the next phase change).
+            Phase::Busy | Phase::Evicted => {
+                return Expiry::Later(self.connections.epoch + Duration::from_micros(next));
+            }
+        };
+        let mut deadline = self.deadline_us.load(Ordering::Acquire);
+        if deadline == NO_DEADLINE {
+            // A request ended as another began (HTTP/2): the timer starts now.
+            self.set_deadline(after);
+            deadline = self.deadline_us.load(Ordering::Acquire);
+        }
+        if deadline <= now {
+            return ran_out;
+        }
+        next = next.min(deadline);
+        Expiry::Later(self.connections.epoch + Duration::from_micros(next))
+    }
+
+    /// Bytes arrived from the client: with no request in flight, a header began (its timer
+    /// starts).
     pub(crate) fn received(&self) {
         if self.in_flight.load(Ordering::Acquire) == 0
             && !self.reading_head.swap(true, Ordering::AcqRel)
         {
-            self.changed.notify_one();
+            self.set_deadline(self.header_read);
+            self.wake_if_closing();
         }
     }
 
-    /// A request's header is complete: it is in flight until [`Conn::finish`].
+    /// A request's header is complete: it is in flight until [`Conn::finish`] (no timer).
     pub(crate) fn start(&self) {
         self.reading_head.store(false, Ordering::Release);
         self.served.store(true, Ordering::Release);
         if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.deadline_us.store(NO_DEADLINE, Ordering::Release);
             if let Some(key) = self.idle_key.lock().take() {
                 self.connections.idle.lock().remove(&key);
             }
-            self.changed.notify_one();
         }
     }
 
-    /// A request's response ended (its body was sent or dropped).
+    /// A request's response ended (its body was sent or dropped): the idle timer starts
+    /// when it was the last in flight.
     pub(crate) fn finish(self: &Arc<Self>) {
         if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.set_deadline(self.idle);
             self.become_idle();
-            self.changed.notify_one();
+            self.wake_if_closing();
         }
     }
 
@@ -350,9 +447,10 @@ mod tests {
     async fn at_the_cap_the_longest_idle_connection_is_asked_to_close() {
         let connections = Connections::new(2);
         let a = connections.reserve().await;
-        let conn_a = connections.track();
+        let second = Duration::from_secs(1);
+        let conn_a = connections.track(second, second);
         let b = connections.reserve().await;
-        let conn_b = connections.track();
+        let conn_b = connections.track(second, second);
         // b is busy: only a may be evicted.
         conn_b.start();
         let waiting = tokio::spawn({
@@ -366,5 +464,41 @@ mod tests {
         drop(a);
         let c = waiting.await.unwrap();
         drop((b, c));
+    }
+
+    #[test]
+    fn the_timer_reads_the_deadline_of_the_phase_it_fires_in() {
+        let connections = Connections::new(4);
+        let hour = Duration::from_secs(3600);
+        // A header timer that has run out (0 s) on a new connection.
+        let conn = connections.track(Duration::ZERO, hour);
+        assert_eq!(conn.expiry(), Expiry::Header);
+        // In flight: no timer, whatever the deadlines.
+        conn.start();
+        assert!(matches!(conn.expiry(), Expiry::Later(_)));
+        // Idle, an hour to go: looked at again within the check interval (0 s: now).
+        conn.finish();
+        assert_eq!(conn.phase(), Phase::Idle);
+        assert!(matches!(conn.expiry(), Expiry::Later(_)));
+        // A header began: its timer (0 s) has run out.
+        conn.received();
+        assert_eq!(conn.expiry(), Expiry::Header);
+        // An idle timer that has run out.
+        let idle = connections.track(hour, Duration::ZERO);
+        idle.start();
+        idle.finish();
+        assert_eq!(idle.expiry(), Expiry::Idle);
+        // Neither ran out: looked at again no later than the shorter of the two from now.
+        let calm = connections.track(hour, 2 * hour);
+        let before = tokio::time::Instant::now();
+        match calm.expiry() {
+            Expiry::Later(at) => {
+                assert!(
+                    at >= before && at <= tokio::time::Instant::now() + hour,
+                    "{at:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -153,6 +153,7 @@ pub(super) async fn spawn_listeners(
             router,
             Arc::clone(connections),
             timeouts,
+            listener::Bodies::Api,
             shutdown.clone(),
         ));
     };

@@ -37,8 +37,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tower::ServiceExt as _;
 
-use super::connections::{Conn, Connections, Phase, Slot};
+use super::connections::{Conn, Connections, Expiry, Phase, Slot};
 use crate::config::listen::ConnectionLimits;
+use crate::http::body_budget;
 
 /// The timers of an HTTP listener's connections.
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +80,16 @@ const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// How long accepting pauses after the process ran out of file descriptors (or memory).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// What a listener's request bodies are held to beyond the idle timer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bodies {
+    /// The API's bounds (`crate::http::body_budget`): each body whole within
+    /// `header_read_timeout` of its head, all of them within one budget.
+    Api,
+    /// Streamed elsewhere (the reverse proxy): the idle timer only.
+    Streamed,
+}
+
 /// Serves `router` on `listener` until `shutdown` turns true, then closes idle connections
 /// and lets in-flight requests finish.
 pub(crate) fn spawn_http(
@@ -86,6 +97,7 @@ pub(crate) fn spawn_http(
     router: axum::Router,
     connections: Arc<Connections>,
     timeouts: HttpTimeouts,
+    bodies: Bodies,
     mut shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
     tokio::spawn(async move {
@@ -102,7 +114,11 @@ pub(crate) fn spawn_http(
             .keep_alive_interval(Some(H2_KEEPALIVE.0))
             .keep_alive_timeout(H2_KEEPALIVE.1)
             .max_concurrent_streams(H2_MAX_STREAMS);
-        let builder = Arc::new(builder);
+        let serving = Arc::new(Serving {
+            builder,
+            timeouts,
+            bodies,
+        });
         let mut tasks = JoinSet::new();
         loop {
             let (stream, peer) = tokio::select! {
@@ -128,8 +144,7 @@ pub(crate) fn spawn_http(
                 peer,
                 slot,
                 router.clone(),
-                Arc::clone(&builder),
-                timeouts,
+                Arc::clone(&serving),
                 shutdown.clone(),
             ));
         }
@@ -158,18 +173,32 @@ pub(crate) async fn accept_failed(e: &std::io::Error) {
     }
 }
 
+/// What every connection of one listener is served with.
+struct Serving {
+    builder: auto::Builder<TokioExecutor>,
+    timeouts: HttpTimeouts,
+    bodies: Bodies,
+}
+
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     mut slot: Slot,
     router: axum::Router,
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    timeouts: HttpTimeouts,
+    serving: Arc<Serving>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let Serving {
+        builder,
+        timeouts,
+        bodies,
+    } = &*serving;
+    let (timeouts, bodies) = (*timeouts, *bodies);
     slot.accepted();
     let _ = stream.set_nodelay(true);
-    let conn = slot.connections().track();
+    let conn = slot
+        .connections()
+        .track(timeouts.header_read, timeouts.idle);
     let io = TokioIo::new(Watched {
         inner: stream,
         conn: Arc::clone(&conn),
@@ -179,9 +208,15 @@ async fn serve_connection(
         conn: Arc::clone(&conn),
         peer,
         body_idle: timeouts.body_idle,
+        body_deadline: (bodies == Bodies::Api).then_some(timeouts.header_read),
     };
     let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
+    // One timer for the connection's life, not one per request: a phase change only writes
+    // the connection's deadline; the timer reads it when it fires (at most the shorter of
+    // the two timeouts ahead, so never late) and moves itself on (`Conn::expiry`).
+    let timer = tokio::time::sleep(conn.check_interval());
+    tokio::pin!(timer);
     let mut closing = false;
     loop {
         let phase = conn.phase();
@@ -191,16 +226,10 @@ async fn serve_connection(
         if phase == Phase::Evicted && !closing {
             closed("evicted");
             closing = true;
+            conn.closing();
             connection.as_mut().graceful_shutdown();
             continue;
         }
-        let timer = async {
-            match phase {
-                Phase::Header => tokio::time::sleep(timeouts.header_read).await,
-                Phase::Idle => tokio::time::sleep(timeouts.idle).await,
-                Phase::Busy | Phase::Evicted => std::future::pending().await,
-            }
-        };
         tokio::select! {
             result = connection.as_mut() => {
                 if let Err(e) = result {
@@ -209,12 +238,20 @@ async fn serve_connection(
                 break;
             }
             () = conn.changed() => {}
-            () = timer => {
-                closed(if phase == Phase::Header { "header_timeout" } else { "idle_timeout" });
-                break;
-            }
+            () = timer.as_mut() => match conn.expiry() {
+                Expiry::Header => {
+                    closed("header_timeout");
+                    break;
+                }
+                Expiry::Idle => {
+                    closed("idle_timeout");
+                    break;
+                }
+                Expiry::Later(at) => timer.as_mut().reset(at),
+            },
             () = stopped(&mut shutdown), if !closing => {
                 closing = true;
+                conn.closing();
                 connection.as_mut().graceful_shutdown();
             }
         }
@@ -230,13 +267,16 @@ fn closed(reason: &'static str) {
 }
 
 /// The per-connection service: marks the request in flight until its response body ends,
-/// gives the router the peer address and a request body with the idle timer.
+/// gives the router the peer address and a request body with the idle timer (and on an API
+/// listener the body deadline and budget, `crate::http::body_budget`).
 #[derive(Clone)]
 struct ConnService {
     router: axum::Router,
     conn: Arc<Conn>,
     peer: SocketAddr,
     body_idle: Duration,
+    /// The API's body deadline after the head (`header_read_timeout`); `None`: streamed.
+    body_deadline: Option<Duration>,
 }
 
 impl hyper::service::Service<http::Request<Incoming>> for ConnService {
@@ -247,9 +287,34 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
 
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
         self.conn.start();
-        let guard = InFlight(Arc::clone(&self.conn));
+        let mut guard = InFlight {
+            conn: Arc::clone(&self.conn),
+            _charge: None,
+        };
+        let mut bounds = None;
+        if let Some(after) = self.body_deadline {
+            if !request.body().is_end_stream() {
+                if body_budget::spent() {
+                    let response = body_budget::budget_full();
+                    return Box::pin(std::future::ready(Ok(response.map(|inner| InFlightBody {
+                        inner,
+                        _guard: guard,
+                    }))));
+                }
+                // Held by the body while it is read and by the guard until the answer is sent.
+                let charge = Arc::new(body_budget::Charge::default());
+                guard._charge = Some(Arc::clone(&charge));
+                bounds = Some((after, charge));
+            }
+        }
         let body_idle = self.body_idle;
-        let mut request = request.map(|body| Body::new(IdleBody::new(body, body_idle)));
+        let mut request = request.map(|inner| {
+            let body = IdleBody::new(inner, body_idle);
+            Body::new(match bounds {
+                Some((after, charge)) => body.within(after, charge),
+                None => body,
+            })
+        });
         request.extensions_mut().insert(ConnectInfo(self.peer));
         let router = self.router.clone();
         Box::pin(async move {
@@ -265,12 +330,16 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
     }
 }
 
-/// Ends a request's time in flight when dropped (its response body ended or was dropped).
-struct InFlight(Arc<Conn>);
+/// Ends a request's time in flight when dropped (its response body ended or was dropped),
+/// and with it what its body holds of the API's budget.
+struct InFlight {
+    conn: Arc<Conn>,
+    _charge: Option<Arc<body_budget::Charge>>,
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.finish();
+        self.conn.finish();
     }
 }
 
@@ -330,17 +399,32 @@ pub(crate) fn is_body_idle_timeout(error: &(dyn std::error::Error + 'static)) ->
 
 /// A body that fails with [`BodyIdleTimeout`] when its reader waited `timeout` for a frame.
 /// The timer starts when a read finds nothing to take, so time spent between reads (the
-/// reader's own) never counts.
+/// reader's own) never counts. With [`IdleBody::within`] it also holds an API body's bounds
+/// (`crate::http::body_budget`): whole by a deadline, charged to the budget; the one timer
+/// then runs to whichever comes first.
 pub(crate) struct IdleBody<B> {
     inner: B,
     timeout: Duration,
     /// Made at the first read that has to wait (most bodies never need one).
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// The last read had to wait (the timer runs).
-    waiting: bool,
-    timed_out: bool,
-    /// Called once when the timer fires (to count it).
+    /// When the idle timer runs out, while the last read had to wait (the timer runs).
+    idle_at: Option<tokio::time::Instant>,
+    /// The body deadline and its length (`header_read_timeout`), for an API body.
+    deadline: Option<(tokio::time::Instant, Duration)>,
+    /// What this body has taken of the API's budget.
+    charge: Option<Arc<body_budget::Charge>>,
+    /// Why the body failed, once it has: every later read fails the same way.
+    failed: Option<Failure>,
+    /// Called once when the idle timer fires (to count it).
     on_timeout: Option<fn()>,
+}
+
+/// How an [`IdleBody`] failed.
+#[derive(Debug, Clone, Copy)]
+enum Failure {
+    Idle,
+    Deadline,
+    Budget,
 }
 
 impl<B> IdleBody<B> {
@@ -350,16 +434,37 @@ impl<B> IdleBody<B> {
             inner,
             timeout,
             sleep: None,
-            waiting: false,
-            timed_out: false,
+            idle_at: None,
+            deadline: None,
+            charge: None,
+            failed: None,
             on_timeout: None,
         }
     }
 
-    /// Calls `hook` once when the timer fires.
+    /// Calls `hook` once when the idle timer fires.
     pub(crate) fn on_timeout(mut self, hook: fn()) -> Self {
         self.on_timeout = Some(hook);
         self
+    }
+
+    /// Also fails with [`body_budget::BodyDeadline`] unless the body is whole `after` from now,
+    /// and with [`body_budget::BodyBudgetFull`] when a frame does not fit the budget (what it
+    /// read is charged to `charge`).
+    pub(crate) fn within(mut self, after: Duration, charge: Arc<body_budget::Charge>) -> Self {
+        self.deadline = Some((tokio::time::Instant::now() + after, after));
+        self.charge = Some(charge);
+        self
+    }
+
+    fn error(&self, failure: Failure) -> Box<dyn std::error::Error + Send + Sync> {
+        match failure {
+            Failure::Idle => Box::new(BodyIdleTimeout(self.timeout)),
+            Failure::Deadline => Box::new(body_budget::BodyDeadline(
+                self.deadline.map_or(Duration::ZERO, |(_, after)| after),
+            )),
+            Failure::Budget => Box::new(body_budget::BodyBudgetFull),
+        }
     }
 }
 
@@ -376,29 +481,50 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        if this.timed_out {
-            return Poll::Ready(Some(Err(Box::new(BodyIdleTimeout(this.timeout)))));
+        if let Some(failure) = this.failed {
+            return Poll::Ready(Some(Err(this.error(failure))));
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.idle_at = None;
+                let n = frame.data_ref().map_or(0, Bytes::len);
+                if let Some(charge) = &this.charge {
+                    if n > 0 && !charge.take(n) {
+                        this.failed = Some(Failure::Budget);
+                        return Poll::Ready(Some(Err(this.error(Failure::Budget))));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
             Poll::Ready(frame) => {
-                this.waiting = false;
+                this.idle_at = None;
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             Poll::Pending => {
-                let timeout = this.timeout;
+                let now = tokio::time::Instant::now();
+                let idle_at = *this.idle_at.get_or_insert(now + this.timeout);
+                let at = match this.deadline {
+                    Some((deadline, _)) => idle_at.min(deadline),
+                    None => idle_at,
+                };
                 let sleep = this
                     .sleep
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-                if !this.waiting {
-                    this.waiting = true;
-                    sleep.as_mut().reset(tokio::time::Instant::now() + timeout);
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+                if sleep.deadline() != at {
+                    sleep.as_mut().reset(at);
                 }
                 if sleep.as_mut().poll(cx).is_ready() {
-                    this.timed_out = true;
-                    if let Some(hook) = this.on_timeout {
-                        hook();
-                    }
-                    return Poll::Ready(Some(Err(Box::new(BodyIdleTimeout(timeout)))));
+                    let failure = match this.deadline {
+                        Some((deadline, _)) if deadline <= idle_at => Failure::Deadline,
+                        _ => {
+                            if let Some(hook) = this.on_timeout {
+                                hook();
+                            }
+                            Failure::Idle
+                        }
+                    };
+                    this.failed = Some(failure);
+                    return Poll::Ready(Some(Err(this.error(failure))));
                 }
                 Poll::Pending
             }
@@ -406,7 +532,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        !self.timed_out && self.inner.is_end_stream()
+        self.failed.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

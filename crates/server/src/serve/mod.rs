@@ -329,7 +329,8 @@ impl Listening<'_> {
                 let listener = bind(listen).await?;
                 println!("floodgate: listening on {} (API)", listener.local_addr()?);
                 let api = crate::http::router(Arc::clone(self.state));
-                servers.push(self.http(listener, envoy_env::router(args, self.state, api)));
+                let router = envoy_env::router(args, self.state, api);
+                servers.push(self.http(listener, router, listener::Bodies::Api));
             }
             Some(up) => {
                 let listener = bind(listen).await?;
@@ -349,8 +350,10 @@ impl Listening<'_> {
                     listener.local_addr()?
                 );
                 println!("floodgate: listening on {} (API)", admin.local_addr()?);
-                servers.push(self.http(listener, crate::proxy::router(Arc::clone(self.state))));
-                servers.push(self.http(admin, crate::http::router(Arc::clone(self.state))));
+                let proxy = crate::proxy::router(Arc::clone(self.state));
+                servers.push(self.http(listener, proxy, listener::Bodies::Streamed));
+                let api = crate::http::router(Arc::clone(self.state));
+                servers.push(self.http(admin, api, listener::Bodies::Api));
             }
         }
         if let Some(addr) = args.grpc_listen.or(self.state.config().server.grpc_listen) {
@@ -376,12 +379,18 @@ impl Listening<'_> {
         Ok(servers)
     }
 
-    fn http(&self, listener: TcpListener, router: axum::Router) -> Server {
+    fn http(
+        &self,
+        listener: TcpListener,
+        router: axum::Router,
+        bodies: listener::Bodies,
+    ) -> Server {
         listener::spawn_http(
             listener,
             router,
             Arc::clone(self.connections),
             self.timeouts,
+            bodies,
             self.shutdown.clone(),
         )
     }

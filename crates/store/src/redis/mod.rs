@@ -102,12 +102,26 @@ impl Store for RedisStore {
         RedisStore::share_secret(self, candidate).await.map(Some)
     }
 
-    /// [`RedisStore::readiness`]: up, or down with the reason.
-    async fn ready_state(&self) -> crate::Readiness {
-        match RedisStore::readiness(self).await {
+    /// [`RedisStore::readiness`]: up, or down with the reason; on a cluster each master's
+    /// recent calls ([`RedisStore::shard_readiness`]).
+    async fn ready_state(&self) -> crate::ReadyState {
+        let readiness = match RedisStore::readiness(self).await {
             Ok(()) => crate::Readiness::Up,
             Err(e) => crate::Readiness::Down(e.to_string()),
-        }
+        };
+        let shards = self.is_cluster().then(|| {
+            self.shard_readiness()
+                .into_iter()
+                .map(|s| crate::ShardState {
+                    slots: s.slot_text(),
+                    node: s.node,
+                    calls: s.calls,
+                    failed: s.failed,
+                    ready: s.ready,
+                })
+                .collect()
+        });
+        crate::ReadyState { readiness, shards }
     }
 
     async fn holds(
