@@ -3,11 +3,18 @@
 --
 -- State: tat (us), tat_ticks (0 <= tat_ticks < den), i.e. the theoretical arrival time
 -- tat x den + tat_ticks in ticks, and last_update (us, the effective now of the last
--- admission, never after tat). Stored as '<tat x den + tat_ticks>:<tat - last_update>' (pack2
--- with m = den; the second number is short, at most burst x T in us, which keeps the value in
--- a smaller allocation); when den > 2^23 as '<tat>:<tat_ticks>:<tat - last_update>'. A value of
--- a version without last_update (one packed integer, or '<tat>:<tat_ticks>' for den > 2^23)
--- reads with last_update = 0. A missing key is (0, 0, 0).
+-- admission, never after tat). Stored (docs/redis.md, "Values") as
+-- - '-<c><tat x den + tat_ticks as 16 digits>' (one negative integer, which Redis keeps inside
+--   the key's object: 56 B) when the last admission left the key c whole cells ahead of
+--   last_update, 1 <= c <= 921 (tat - last_update = c x interval ticks exactly) and
+--   tat x den + tat_ticks < 2^53 (den 1 until the year 2255): at most -9219999999999999999,
+--   within 64 bits. The sign tells it from every earlier form (none is negative);
+-- - else '<tat x den + tat_ticks>:<tat - last_update>' (pack2 with m = den; the second number is
+--   short, at most burst x T in us), or '<tat>:<tat_ticks>:<tat - last_update>' when
+--   den > 2^23; ';<last_scheduled_at - last_update>' is appended (and the compact form not
+--   used) while a reservation for later lies ahead.
+-- A value of a version without last_update (one non-negative packed integer, or
+-- '<tat>:<tat_ticks>' for den > 2^23) reads with last_update = 0. A missing key is (0, 0, 0).
 -- p = {limit, period, burst, num, den}: interval = num ticks per unit, tau = burst x num <= 2^51.
 -- decide(s, p, now, cost, consume) -> allowed, remaining, reset_after, retry_after (-1 = none),
 --   mark (unused, 0).
@@ -19,7 +26,7 @@ function gcra.load(key, p)
   local v = redis.call('GET', key)
   if not v then
     return { tat = 0, tat_ticks = 0, last_update = 0, last_scheduled_at = 0, den = p.den,
-      exists = false }
+      num = p.num, exists = false }
   end
   local s = gcra.decode(v, p)
   s.last_scheduled_at = 0
@@ -30,9 +37,19 @@ function gcra.load(key, p)
 end
 
 function gcra.decode(value, p)
+  local s = { tat = 0, tat_ticks = 0, last_update = 0, den = p.den, num = p.num,
+    exists = true, offset = 0 }
+  if string.byte(value, 1) == 45 then
+    -- '-<c><x: 16 digits>': x = tat x den + tat_ticks, tat - last_update = c x interval ticks
+    local x = tonumber(string.sub(value, -16))
+    local c = tonumber(string.sub(value, 2, -17))
+    local q = fdiv(x, p.den)
+    s.tat, s.tat_ticks = q, x - q * p.den
+    s.last_update = q - fdiv(c * p.num - s.tat_ticks, p.den)
+    return s
+  end
   local v, offset = split_scheduled(value)
-  local s = { tat = 0, tat_ticks = 0, last_update = 0, den = p.den, exists = true,
-    offset = offset }
+  s.offset = offset
   local first = string.find(v, ':', 1, true)
   if not first then
     s.tat, s.tat_ticks = unpack2(v, p.den)
@@ -54,9 +71,18 @@ end
 
 -- Packed with the den the state was loaded with (one key, one quota, in practice).
 function gcra.save(key, s, ttl)
-  local packed = pack2(s.tat, s.den, s.tat_ticks)
-  local v
   local lag = s.tat - s.last_update
+  local packed = pack2(s.tat, s.den, s.tat_ticks)
+  if type(packed) == 'number' and s.last_scheduled_at <= s.last_update then
+    -- the ticks from last_update to the arrival time (< packed < 2^53), in whole cells?
+    local ahead = lag * s.den + s.tat_ticks
+    local c = fdiv(ahead, s.num)
+    if c >= 1 and c <= 921 and c * s.num == ahead then
+      save_value(key, string.format('-%d%016d', c, packed), ttl)
+      return
+    end
+  end
+  local v
   if type(packed) == 'number' then
     v = string.format('%d:%d', packed, lag)
   elseif packed then

@@ -46,15 +46,16 @@ async fn every_written_key_has_a_ttl_equal_to_reset_after() {
             .await
             .unwrap();
         assert_eq!(kind_of, "string", "{kind}");
-        // The fixed window keeps one integer, which Redis stores in the object header (GCRA
-        // keeps its last admission time beside its arrival time, as the leaky bucket does).
+        // The fixed window keeps one integer, which Redis stores in the object header; so does
+        // GCRA when its last admission left it a whole number of cells ahead (here 3), its
+        // last admission time included (docs/redis.md, "Values").
         let encoding: String = redis::cmd("OBJECT")
             .arg("ENCODING")
             .arg(&name)
             .query_async(&mut con)
             .await
             .unwrap();
-        let packed = matches!(kind, AlgorithmKind::FixedWindow);
+        let packed = matches!(kind, AlgorithmKind::FixedWindow | AlgorithmKind::Gcra);
         assert_eq!(encoding == "int", packed, "{kind}: {encoding}");
     }
     // Denials and peeks write nothing: still exactly six keys, every one with a TTL.
@@ -221,6 +222,86 @@ async fn a_gcra_value_stored_without_last_update_still_decides() {
             .await
             .unwrap();
         assert_ne!(value, old_value, "{quota}: rewritten in the new form");
+    }
+}
+
+/// A GCRA value in the form of the previous version, `<tat x den + tat_ticks>:<tat -
+/// last_update>`, still decides exactly as its state, stale `now`s included, and its next
+/// admission writes the compact form when that is exact (a rolling upgrade: the old form is
+/// read, never reset).
+#[tokio::test]
+async fn a_gcra_value_in_the_two_number_form_still_decides() {
+    let server = RedisServer::start().unwrap();
+    let mut config = slow_ok(&server);
+    config.time_source = TimeSource::Caller;
+    config.ttl_extra = Duration::from_secs(3600);
+    let store = RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap();
+    let mut con = raw(&server).await;
+    // (quota, tat, tat_ticks, last_update): 2/s (den 1) one cell and a fifth ahead; 7/s (den 7,
+    // interval 1,000,000 ticks) with a fraction of a microsecond.
+    for (quota, tat, ticks, last_update) in [
+        ("2/s", T0 + 600_000, 0u64, T0),
+        ("7/s", T0 + 200_000, 3u64, T0 + 100_000),
+    ] {
+        let p = policy(AlgorithmKind::Gcra, quota);
+        let den = match quota {
+            "7/s" => 7,
+            _ => 1,
+        };
+        let value = format!("{}:{}", tat * den + ticks, tat - last_update);
+        let name = store.key_name("two", &p, "k");
+        let _: () = redis::cmd("SET")
+            .arg(&name)
+            .arg(&value)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let mut state = p.initial_state();
+        if let floodgate_core::State::Gcra(g) = &mut state {
+            *g = floodgate_core::GcraState {
+                tat,
+                tat_ticks: ticks,
+                last_update,
+                last_scheduled_at: 0,
+            };
+        }
+        // A stale now first (before last_update: no time passed), then forward.
+        for (at, cost) in [
+            (T0 - 3_600_000_000, 1u64),
+            (T0 - 1, 0),
+            (last_update + 50_000, 1),
+            (T0 - 5, 1),
+            (T0 + 5_000_000, 2),
+            (T0 + 1_000, 1),
+        ] {
+            let want = p.check(&mut state, at, cost).unwrap();
+            let got = store
+                .check_at(&[item("two", &p, "k", cost)], at)
+                .await
+                .unwrap();
+            assert_eq!(got.decisions[0], want, "{quota} at {at} cost {cost}");
+        }
+        let stored: String = redis::cmd("GET")
+            .arg(&name)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        // 2/s: the last admission (cost 2 at T0 + 5 s, on an empty bucket) left it two whole
+        // cells ahead: the compact form, one integer. 7/s: the stale cost-1 check after it was
+        // admitted at T0 + 5 s (3 cells ahead), but tat x 7 passes 2^53: the two-number form.
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(&name)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        if den == 1 {
+            assert_eq!(stored, format!("-2{:016}", T0 + 6_000_000), "{quota}");
+            assert_eq!(encoding, "int", "{quota}: {stored}");
+        } else {
+            assert_eq!(stored, format!("{}:428571", (T0 + 5_428_571) * 7 + 3));
+            assert_eq!(encoding, "embstr", "{quota}: {stored}");
+        }
     }
 }
 

@@ -36,6 +36,10 @@ pub(super) fn layout(len: u64, head: &[u8]) -> (&'static str, Vec<AlgorithmKind>
     if all_text && digits(head) {
         return ("one integer", vec![FixedWindow, Gcra]);
     }
+    // GCRA's compact form (docs/redis.md, "Values"): no other value is negative.
+    if all_text && head.first() == Some(&b'-') && digits(&head[1..]) {
+        return ("one negative integer", vec![Gcra]);
+    }
     if all_text {
         let parts: Vec<&[u8]> = head.split(|b| *b == b':').collect();
         if parts.iter().all(|p| digits(p)) {

@@ -20,7 +20,7 @@
 //! configuration ([`FloodgateRules`]), a key is attributed **exactly** when its name is
 //! recomputed from a rule and a known partition key (a rule keyed by a constant, or a key given
 //! with `--key`); otherwise **by layout**: the value's layout (one integer: fixed window or
-//! GCRA; two numbers: token or leaky bucket; three: sliding window counter; a binary log:
+//! GCRA; one negative integer: GCRA; two numbers: token or leaky bucket; three: sliding window counter; a binary log:
 //! sliding log) and a TTL no longer than the rule's longest leave exactly one rule of the
 //! configuration; when several rules fit, the key is reported as ambiguous with every
 //! candidate, never assigned to one of them.
@@ -367,6 +367,14 @@ mod tests {
     #[test]
     fn layouts() {
         assert_eq!(layout(16, b"1800000000123456").0, "one integer");
+        assert_eq!(
+            layout(20, b"-3600000000246912001"),
+            (
+                "one negative integer",
+                vec![floodgate_core::AlgorithmKind::Gcra]
+            )
+        );
+        assert_eq!(layout(1, b"-").0, "not a Floodgate value");
         assert_eq!(layout(5, b"3:123").0, "two numbers");
         assert_eq!(layout(7, b"1:2:345").0, "three numbers");
         assert_eq!(layout(32, &[0u8; 24]).0, "a binary log");
