@@ -381,7 +381,10 @@ fn time_axis(s: &mut String, span_us: Micros, bottom: f64, x_of: &dyn Fn(f64) ->
         let text = label(t);
         let w = text_width(&text, SMALL, false);
         // Centred under the tick, kept inside the canvas at either end.
-        let anchor = if x + w / 2.0 > WIDTH - 2.0 {
+        // The first starts at its tick, clear of the count axis' `0` to its left.
+        let anchor = if t == 0 {
+            "start"
+        } else if x + w / 2.0 > WIDTH - 2.0 {
             "end"
         } else {
             "middle"
