@@ -3,7 +3,7 @@
 //! x pattern on top, dashed lines at the window edges, and a shaded band over the window of
 //! `period` that admitted the most (the true rate). Plain string formatting, no dependencies.
 //!
-//! The layout is computed from the text: every line is measured ([`text_width`], an upper
+//! The layout is computed from the text: every line is measured (`text_width`, an upper
 //! estimate for DejaVu Sans, Helvetica and Arial) and wrapped to the canvas, the legend flows
 //! onto further lines when it does not fit, and every block starts below the one before, so no
 //! text is cut and nothing overlaps. Time axes read in the unit the span reads in (`19 h`, not
