@@ -189,3 +189,28 @@ fn runners_and_every_shape_the_jobs_and_wrong_flags_are_errors() {
         assert!(err.contains(message), "{args:?}: {err}");
     }
 }
+
+/// The queue table reads waits to about three figures: `1.88 s` for GCRA's mean wait on the
+/// calm spike (32 s over 17 queued requests: 1.882352... s), never every microsecond.
+#[test]
+fn the_queue_table_prints_waits_rounded() {
+    let out = simulate(&["--scenario", "calm-spike", "--max-wait", "2s", "-a", "gcra"]);
+    assert!(out.status.success());
+    let table = String::from_utf8(out.stdout).unwrap();
+    let row = table
+        .lines()
+        .skip_while(|l| !l.starts_with("queue vs reject"))
+        .find(|l| l.starts_with("gcra"))
+        .unwrap_or_else(|| panic!("no queue row: {table}"));
+    let cells: Vec<&str> = row
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        cells,
+        ["gcra", "31/4", "17", "2 s", "1.88 s", "29/6"],
+        "{row}"
+    );
+    assert!(!table.contains("1.882"), "{table}");
+}

@@ -1,9 +1,9 @@
-//! `floodgate simulate` output formats: the table with its terminal chart, the SVG chart, and
-//! errors for flags that do not apply.
+//! `floodgate simulate` output formats: the table with its terminal chart, the SVG chart,
+//! `-a` as a list or repeated, and errors for flags that do not apply.
 
 mod simulate_support;
 
-use simulate_support::simulate;
+use simulate_support::{simulate, simulate_json, totals};
 
 fn stdout_of(args: &[&str]) -> String {
     let out = simulate(args);
@@ -122,4 +122,51 @@ fn flags_that_do_not_fit_are_clear_errors() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
+}
+
+/// `-a` takes a comma-separated list and may be repeated: each named algorithm runs once, in
+/// the usual order, and no other; an unknown name in a list is refused, naming it.
+#[test]
+fn algorithms_as_a_list_or_repeated_run_each_once() {
+    let names = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["--scenario", "calm-spike"];
+        all.extend(args);
+        simulate_json(&all)["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["algorithm"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let two = ["fixed_window", "token_bucket"];
+    assert_eq!(names(&["-a", "fixed_window,token_bucket"]), two);
+    assert_eq!(names(&["-a", "token_bucket", "-a", "fixed_window"]), two);
+    assert_eq!(
+        names(&[
+            "-a",
+            "token_bucket,fixed_window",
+            "--algorithm",
+            "token_bucket"
+        ]),
+        two
+    );
+    assert_eq!(names(&["-a", "gcra"]), ["gcra"]);
+    assert_eq!(names(&[]).len(), 6);
+    // The totals are the same as each algorithm run alone.
+    let pair = simulate_json(&["--scenario", "calm-spike", "-a", "fixed_window,gcra"]);
+    for one in ["fixed_window", "gcra"] {
+        let alone = simulate_json(&["--scenario", "calm-spike", "-a", one]);
+        assert_eq!(totals(&pair, one), totals(&alone, one), "{one}");
+    }
+    // The table and the SVG show the two panels.
+    let table = stdout_of(&["-a", "fixed_window,gcra"]);
+    assert!(
+        table.contains("fixed_window:") && table.contains("gcra:"),
+        "{table}"
+    );
+    assert!(!table.contains("token_bucket"), "{table}");
+    let out = simulate(&["-a", "fixed_window,nope"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown algorithm \"nope\""), "{err}");
 }

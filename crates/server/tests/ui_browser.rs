@@ -2,7 +2,10 @@
 //! and chromium-driver; `scripts/test` installs them), against the real `floodgate serve` on
 //! the manual clock. The simulator's three exercises must show the documents' numbers and
 //! exactly what `floodgate simulate --format json` prints for the same inputs; the live view
-//! must show a rule's denials rise. Screenshots go to `target/tmp/ui-screenshots/`.
+//! must show a rule's denials rise, a shadow rule's would-be decisions as `/metrics` counts
+//! them, and keep its address (`/ui/#live`) across a reload; `floodgate simulate --format svg`
+//! must lay out within its canvas in Chromium's own font metrics. Screenshots go to
+//! `target/tmp/ui-screenshots/`.
 
 mod serve_support;
 
@@ -13,7 +16,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
-use serve_support::{client, post_json, Floodgate};
+use serve_support::{client, metric, post_json, Floodgate};
 
 /// A chromedriver on a free port, killed on drop.
 struct Driver {
@@ -489,5 +492,175 @@ async fn with_an_api_token_the_page_asks_for_it_and_sends_it_as_a_header() {
         "fixed_window, 2/min"
     );
     screenshot(&b, "live-with-token").await;
+    b.close().await.unwrap();
+}
+
+/// Whether the Live view is the one shown.
+async fn live_shown(b: &Client) -> bool {
+    b.execute(
+        "return document.querySelector('#tab-live').getAttribute('aria-selected') === 'true' \
+         && !document.querySelector('#live').hidden \
+         && document.querySelector('#simulator').hidden;",
+        vec![],
+    )
+    .await
+    .unwrap()
+        == json!(true)
+}
+
+/// A shadow rule never denies; the live view shows what it would have admitted and denied,
+/// the same numbers as `/metrics`' `shadow_allowed` and `shadow_denied` series (issue 23: it
+/// showed "admitted 0, shadow 41" where `/metrics` had `shadow_allowed 13`). The view has its
+/// own address, `/ui/#live`, which opens it and survives a reload.
+#[tokio::test]
+async fn a_shadow_rule_shows_what_it_would_admit_and_deny_as_metrics_does() {
+    let fg = Floodgate::with_config(
+        r#"
+[[rules]]
+name = "trial"
+limit = "3/min"
+algorithm = "fixed_window"
+key = "client_ip"
+shadow = true
+
+[[rules]]
+name = "enforced"
+limit = "1000/s"
+key = "client_ip"
+"#,
+        &[],
+    );
+    let driver = Driver::start();
+    let b = driver.browser().await;
+    b.goto(&fg.url("/ui/#live")).await.unwrap();
+    wait_text(&b, "[data-rule=trial] dd.shadow_denied", "0").await;
+    assert!(live_shown(&b).await);
+    // A shadow rule shows would-admit and would-deny, not admitted and denied.
+    assert!(text(&b, "[data-rule=trial] dd.admitted").await.is_none());
+    assert!(text(&b, "[data-rule=enforced] dd.shadow_allowed")
+        .await
+        .is_none());
+
+    // Seven checks on the manual clock: the shadow rule would admit 3 and deny 4; all pass.
+    let c = client();
+    for _ in 0..7 {
+        let (status, _, body) = post_json(
+            &c,
+            &fg.url("/v1/check"),
+            &json!({"rule": "trial", "key": "alice"}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let series = |outcome: &str| {
+        format!("floodgate_decisions_total{{rule=\"trial\",outcome=\"{outcome}\"}}")
+    };
+    let allowed = metric(&c, &fg, &series("shadow_allowed")).await.unwrap();
+    let denied = metric(&c, &fg, &series("shadow_denied")).await.unwrap();
+    assert_eq!((allowed, denied), (3.0, 4.0));
+    wait_text(
+        &b,
+        "[data-rule=trial] dd.shadow_allowed",
+        &allowed.to_string(),
+    )
+    .await;
+    wait_text(
+        &b,
+        "[data-rule=trial] dd.shadow_denied",
+        &denied.to_string(),
+    )
+    .await;
+    // The last second in large type beside the chart, without hovering: present for each
+    // series shown.
+    for g in ["shadow_allowed", "shadow_denied", "error"] {
+        assert!(text(&b, &format!("[data-rule=trial] [data-now={g}]"))
+            .await
+            .is_some());
+    }
+    let label = b
+        .find(Locator::Css("[data-rule=trial] .chart"))
+        .await
+        .unwrap()
+        .attr("aria-label")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(label.contains("3 would admit, 4 would deny"), "{label}");
+    screenshot(&b, "live-shadow").await;
+
+    // The address survives a reload; the simulator tab takes `#live` off, the back to `#live`.
+    b.refresh().await.unwrap();
+    wait_text(&b, "[data-rule=trial] dd.shadow_denied", "4").await;
+    assert!(live_shown(&b).await);
+    click(&b, "#tab-simulator").await;
+    assert_eq!(b.current_url().await.unwrap().fragment(), None);
+    assert!(!live_shown(&b).await);
+    click(&b, "#tab-live").await;
+    assert_eq!(b.current_url().await.unwrap().fragment(), Some("live"));
+    b.close().await.unwrap();
+}
+
+/// `floodgate simulate --format svg` in Chromium's own layout: every text inside the canvas,
+/// no two texts overlapping, the legend's items clear of each other and of the plots
+/// (issue 23: daily-jobs' subtitle was cut and its legend overlapped).
+#[tokio::test]
+async fn simulate_svg_fits_its_canvas_in_a_browser() {
+    let driver = Driver::start();
+    let b = driver.browser().await;
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        ("daily-jobs", &["--scenario", "daily-jobs"][..]),
+        (
+            "calm-spike",
+            &["--scenario", "calm-spike", "--max-wait", "2s"][..],
+        ),
+        ("flood", &["--scenario", "flood", "--instances", "3"][..]),
+    ] {
+        let path = dir.path().join(format!("{name}.svg"));
+        let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args(["simulate", "--format", "svg", "--output"])
+            .arg(&path)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}");
+        b.goto(&format!("file://{}", path.display())).await.unwrap();
+        let problems = b
+            .execute(
+                r#"
+const svg = document.documentElement;
+const W = svg.width.baseVal.value, H = svg.height.baseVal.value;
+const box = (e) => { const r = e.getBBox(); return [r.x, r.y, r.x + r.width, r.y + r.height]; };
+const meets = (a, b) => a[0] < b[2] - 0.5 && b[0] < a[2] - 0.5 && a[1] < b[3] - 0.5 && b[1] < a[3] - 0.5;
+const texts = [...svg.querySelectorAll("text")].map((t) => [box(t), t.textContent]);
+const plots = [...svg.querySelectorAll(".plot-area")].map(box);
+const legend = [...svg.querySelectorAll(".legend-item")].map(box);
+const out = [];
+for (const [b, t] of texts) {
+  if (b[0] < 0 || b[1] < 0 || b[2] > W || b[3] > H) out.push(`outside: ${t} ${b}`);
+  for (const p of plots) if (meets(b, p)) out.push(`on a plot: ${t}`);
+}
+for (let i = 0; i < texts.length; i++)
+  for (let j = i + 1; j < texts.length; j++)
+    if (meets(texts[i][0], texts[j][0])) out.push(`overlap: ${texts[i][1]} / ${texts[j][1]}`);
+for (let i = 0; i < legend.length; i++) {
+  for (let j = i + 1; j < legend.length; j++) if (meets(legend[i], legend[j])) out.push(`legend ${i}/${j}`);
+  for (const p of plots) if (meets(legend[i], p)) out.push(`legend ${i} on a plot`);
+}
+return [out, texts.length, legend.length, plots.length];
+"#,
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(problems[0], json!([]), "{name}: {problems}");
+        assert!(problems[1].as_u64().unwrap() > 20, "{name}: {problems}");
+        assert_eq!(problems[2], 4, "{name}");
+        assert_eq!(problems[3], 6, "{name}");
+        if name == "daily-jobs" {
+            let png = b.screenshot().await.unwrap();
+            std::fs::write(screenshot_dir().join("simulate-daily-jobs.png"), png).unwrap();
+        }
+    }
     b.close().await.unwrap();
 }

@@ -26,7 +26,8 @@ let token = sessionStorage.getItem("floodgate-token") || "";
   if (fragment.has("token")) {
     token = fragment.get("token");
     sessionStorage.setItem("floodgate-token", token);
-    history.replaceState(null, "", location.pathname + location.search);
+    // The token leaves the address bar; the view (`#live`) stays.
+    history.replaceState(null, "", location.pathname + location.search + (fragment.has("live") ? "#live" : ""));
   }
   const field = $("#token");
   field.value = token;
@@ -47,17 +48,24 @@ function tokenProblem(answer) {
 }
 
 // ---------- the views (tabs, keyboard: arrows move between them) ----------
+// The live view has an address of its own, `/ui/#live`: it opens that view, survives a
+// reload and can be bookmarked; the simulator is plain `/ui/`.
 const tabs = [...document.querySelectorAll("[role=tab]")];
-function selectTab(tab) {
+function selectTab(tab, focus = true) {
   for (const t of tabs) {
     const on = t === tab;
     t.setAttribute("aria-selected", on);
     t.tabIndex = on ? 0 : -1;
     $("#" + t.getAttribute("aria-controls")).hidden = !on;
   }
-  tab.focus();
-  if (tab.id === "tab-live") startLive(); else stopLive();
+  if (focus) tab.focus();
+  const live = tab.id === "tab-live";
+  const address = location.pathname + location.search + (live ? "#live" : "");
+  if (location.pathname + location.search + location.hash !== address) history.replaceState(null, "", address);
+  if (live) startLive(); else stopLive();
 }
+const tabOfAddress = () => $(new URLSearchParams(location.hash.slice(1)).has("live") ? "#tab-live" : "#tab-simulator");
+window.addEventListener("hashchange", () => selectTab(tabOfAddress(), false));
 for (const t of tabs) {
   t.addEventListener("click", () => selectTab(t));
   t.addEventListener("keydown", (e) => {
@@ -154,7 +162,9 @@ function syncControls() {
 /** The /v1/simulate body the controls describe, and the algorithms to show. */
 function request() {
   const shown = [...document.querySelectorAll("[name=algorithm]:checked")].map((b) => b.value);
-  const body = { algorithm: shown.length === 1 ? shown[0] : "all", limit: $("#limit").value.trim() };
+  // The checked algorithms as one list (`fixed_window,sliding_window`): the engine runs
+  // exactly those, as `floodgate simulate -a fixed_window,sliding_window` does.
+  const body = { algorithm: shown.join(","), limit: $("#limit").value.trim() };
   const scenario = document.querySelector("[name=scenario]:checked").value;
   if (scenario === "trace") body.trace = $("#trace").value; else body.scenario = scenario;
   if ($("#burst").value !== "") body.burst = Number($("#burst").value);
@@ -379,42 +389,97 @@ function drawStore(store) {
   dl.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { class: k.replace(/ /g, "-"), text: String(v) })]));
 }
 
-const LIVE_SERIES = [["admitted", GREEN], ["denied", RED], ["shadow", "#8e44ad"], ["error", "#d68910"]];
+// What a rule's chart and totals show: an enforcing rule what it admitted and denied, a
+// shadow rule what it would have admitted and denied (the `shadow_allowed` and `shadow_denied`
+// series of /metrics); both the store errors. [group in /v1/ui/live, label, colour, filled].
+const ENFORCING = [["admitted", "admitted", GREEN, true], ["denied", "denied", RED, true]];
+const SHADOW = [["shadow_allowed", "would admit", GREEN, true], ["shadow_denied", "would deny", RED, true]];
+const ERRORS = ["error", "store errors", "#d68910", false];
+const seriesOf = (rule) => [...(rule.shadow ? SHADOW : ENFORCING), ERRORS];
+
+/** The value of the last second of each series, written at the right end of its line. */
+function drawCurrent(u, series) {
+  const ctx = u.ctx;
+  const last = u.data[0].length - 1;
+  if (last < 0) return;
+  ctx.save();
+  ctx.font = `${12 * devicePixelRatio}px system-ui, sans-serif`;
+  ctx.textAlign = "left";
+  ctx.textBaseline = "middle";
+  const x = u.bbox.left + u.bbox.width + 4 * devicePixelRatio;
+  let previous = -Infinity;
+  // Lowest value first, each label at least a line below the one above it.
+  const order = series.map((s, i) => [u.data[i + 1][last] || 0, i]).sort((a, b) => b[0] - a[0]);
+  for (const [value, i] of order) {
+    let y = u.valToPos(value, "y", true);
+    y = Math.max(y, previous + 14 * devicePixelRatio);
+    previous = y;
+    ctx.fillStyle = series[i][2];
+    ctx.fillText(`${value}/s`, x, y);
+  }
+  ctx.restore();
+}
+
+function liveChart(rule, doc, box, chart) {
+  const series = seriesOf(rule);
+  const width = Math.max(320, Math.min(1100, (box.clientWidth || 700) - 40));
+  return new uPlot({
+    width, height: 200,
+    padding: [12, 56, 0, 0],
+    legend: { show: false },
+    cursor: { show: false },
+    scales: { x: { time: false, range: [1 - doc.window_s, 0] }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+    axes: [
+      { label: "seconds ago", labelSize: 20, values: (u, v) => v.map((x) => `${-x}`) },
+      { label: "decisions per second", labelSize: 20, size: 44, incrs: COUNT_STEPS },
+    ],
+    series: [{}, ...series.map(([, label, colour, filled]) => ({
+      label, stroke: colour, width: 2, points: { show: false },
+      fill: filled ? colour + "33" : undefined, paths: uPlot.paths.stepped({ align: 1 }),
+    }))],
+    hooks: { draw: [(u) => drawCurrent(u, series)] },
+  }, [[], ...series.map(() => [])], chart);
+}
 
 function drawRules(doc) {
   const box = $("#rules");
   const names = doc.rules.map((r) => r.name);
   for (const [name, entry] of liveCharts) {
-    if (!names.includes(name)) { entry.chart.destroy(); entry.panel.remove(); liveCharts.delete(name); }
+    if (!names.includes(name) || entry.shadow !== doc.rules.find((r) => r.name === name).shadow) {
+      entry.chart.destroy(); entry.panel.remove(); liveCharts.delete(name);
+    }
   }
   for (const rule of doc.rules) {
+    const series = seriesOf(rule);
     let entry = liveCharts.get(rule.name);
     if (!entry) {
       const panel = el("article", { class: "rule", "data-rule": rule.name },
         el("h3", { text: rule.name }),
         el("p", { class: "meta", text: `${rule.algorithm}, ${rule.quota}${rule.shadow ? ", shadow" : ""}` }));
+      if (rule.shadow) {
+        panel.append(el("p", { class: "note", text: "A shadow rule never denies: these are the " +
+          "requests it would have admitted and denied (/metrics: outcome shadow_allowed and shadow_denied)." }));
+      }
+      const now = el("dl", { class: "now" });
       const totals = el("dl", { class: "totals" });
       const chart = el("div", { class: "chart", role: "img" });
-      panel.append(totals, chart);
+      panel.append(now, chart, totals);
       box.append(panel);
-      const c = new uPlot({
-        width: Math.max(280, box.clientWidth - 40 || 600), height: 160,
-        scales: { x: { time: false, range: [1 - doc.window_s, 0] }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
-        axes: [{ values: (u, v) => v.map((x) => `${x}s`) }, { size: 40, incrs: COUNT_STEPS }],
-        series: [{ label: "seconds ago" }, ...LIVE_SERIES.map(([label, stroke]) =>
-          ({ label, stroke, width: 2, points: { show: false }, paths: uPlot.paths.stepped({ align: 1 }) }))],
-      }, [[], [], [], [], []], chart);
-      entry = { panel, totals, chart: c };
+      entry = { panel, now, totals, shadow: rule.shadow, chart: liveChart(rule, doc, box, chart) };
       liveCharts.set(rule.name, entry);
     }
     const n = rule.per_second.admitted.length;
     const xs = rule.per_second.admitted.map((_, i) => i - n + 1);
-    entry.chart.setData([xs, ...LIVE_SERIES.map(([g]) => rule.per_second[g])]);
+    entry.chart.setData([xs, ...series.map(([g]) => rule.per_second[g])]);
     const window = `${Math.max(1, n)} s`;
-    entry.totals.replaceChildren(...LIVE_SERIES.flatMap(([g]) => [
-      el("dt", { text: `${g} in the last ${window}` }), el("dd", { class: g, text: String(rule.totals[g]) })]));
+    // The last second, in large type: readable at a glance, without hovering.
+    entry.now.replaceChildren(...series.flatMap(([g, label]) => [
+      el("dt", { text: `${label} per second` }),
+      el("dd", { "data-now": g, text: String(rule.per_second[g][n - 1] ?? 0) })]));
+    entry.totals.replaceChildren(...series.flatMap(([g, label]) => [
+      el("dt", { text: `${label} in the last ${window}` }), el("dd", { class: g, text: String(rule.totals[g]) })]));
     entry.panel.querySelector(".chart").setAttribute("aria-label",
-      `${rule.name}: ${LIVE_SERIES.map(([g]) => `${rule.totals[g]} ${g}`).join(", ")} in the last ${window}`);
+      `${rule.name}: ${series.map(([g, label]) => `${rule.totals[g]} ${label}`).join(", ")} in the last ${window}`);
   }
 }
 
@@ -436,3 +501,4 @@ function drawDeniedKeys(d) {
 }
 
 setupControls();
+selectTab(tabOfAddress(), false);

@@ -32,7 +32,7 @@ use crate::engine::{epoch_base, run_with, simulate, Outcome, Run};
 use crate::error::Error;
 use crate::setup::StoreSpec;
 use crate::setup::{Balance, Balancer, CounterError, CounterMode, CounterStore, Setup};
-use crate::spec::{AlgorithmChoice, Spec};
+use crate::spec::Spec;
 use crate::traffic::{Request, Traffic};
 
 /// One shared counter per key under a calendar quota (every instance sees the same state, as
@@ -124,13 +124,15 @@ pub(crate) fn calendar_of(spec: &Spec, quota: &Quota) -> Result<Option<Calendar>
         return Ok(None);
     };
     let fail = |m: String| Err(Error::invalid("calendar", m));
-    if !matches!(
-        spec.algorithm,
-        AlgorithmChoice::One(AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow)
-    ) {
+    if !spec
+        .algorithm
+        .kinds()
+        .iter()
+        .all(|k| matches!(k, AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow))
+    {
         return fail(
-            "--calendar needs --algorithm fixed_window or sliding_window (the algorithms that \
-             count in calendar periods)"
+            "--calendar needs --algorithm fixed_window or sliding_window, or both (the algorithms \
+             that count in calendar periods)"
                 .into(),
         );
     }

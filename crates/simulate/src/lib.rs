@@ -53,8 +53,8 @@ use engine::Run;
 pub use error::Error;
 use setup::{Balance, Setup, StoreSpec};
 pub use spec::{
-    AlgorithmChoice, Format, Preset, ScenarioName, Spec, TraceInput, DEFAULT_MAX_REQUESTS,
-    MAX_COLUMNS,
+    AlgorithmChoice, AlgorithmSet, Format, Preset, ScenarioName, Spec, TraceInput,
+    DEFAULT_MAX_REQUESTS, MAX_COLUMNS,
 };
 use traffic::Traffic;
 

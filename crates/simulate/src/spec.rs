@@ -227,21 +227,82 @@ pub enum Format {
     Svg,
 }
 
-/// `--algorithm`: one algorithm or all six.
+/// `--algorithm`: one algorithm, several of them (`-a fixed_window,token_bucket` or a repeated
+/// `-a`, each run once) or all six. The page's comparison of a subset is this choice too
+/// (`/v1/simulate`'s `algorithm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlgorithmChoice {
     /// Every algorithm, in [`AlgorithmKind::ALL`] order.
     All,
     /// One algorithm.
     One(AlgorithmKind),
+    /// Two to five algorithms, run in [`AlgorithmKind::ALL`] order.
+    Several(AlgorithmSet),
+}
+
+/// A set of algorithms (each at most once), iterated in [`AlgorithmKind::ALL`] order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AlgorithmSet {
+    /// Bit `i` set: `AlgorithmKind::ALL[i]` is in the set.
+    bits: u8,
+}
+
+impl AlgorithmSet {
+    /// The set with `kind` added.
+    #[must_use]
+    pub fn with(self, kind: AlgorithmKind) -> Self {
+        let i = AlgorithmKind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or_default();
+        Self {
+            bits: self.bits | 1 << i,
+        }
+    }
+
+    /// The algorithms in the set, in [`AlgorithmKind::ALL`] order.
+    pub fn kinds(self) -> Vec<AlgorithmKind> {
+        AlgorithmKind::ALL
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.bits & (1 << i) != 0)
+            .map(|(_, k)| *k)
+            .collect()
+    }
 }
 
 impl AlgorithmChoice {
-    /// The algorithms to run.
+    /// The algorithms to run, each once, in [`AlgorithmKind::ALL`] order.
     pub fn kinds(self) -> Vec<AlgorithmKind> {
         match self {
             AlgorithmChoice::All => AlgorithmKind::ALL.to_vec(),
             AlgorithmChoice::One(kind) => vec![kind],
+            AlgorithmChoice::Several(set) => set.kinds(),
+        }
+    }
+
+    /// The choice that runs the algorithms of both (a repeated `-a`).
+    #[must_use]
+    pub fn union(self, other: AlgorithmChoice) -> AlgorithmChoice {
+        let set = other
+            .kinds()
+            .into_iter()
+            .fold(self.set(), AlgorithmSet::with);
+        Self::of(set)
+    }
+
+    fn set(self) -> AlgorithmSet {
+        self.kinds()
+            .into_iter()
+            .fold(AlgorithmSet::default(), AlgorithmSet::with)
+    }
+
+    /// `set` as the smallest choice that names it: one algorithm, several, or all.
+    fn of(set: AlgorithmSet) -> AlgorithmChoice {
+        match set.kinds().as_slice() {
+            [one] => AlgorithmChoice::One(*one),
+            kinds if kinds.len() == AlgorithmKind::ALL.len() => AlgorithmChoice::All,
+            _ => AlgorithmChoice::Several(set),
         }
     }
 }
@@ -265,12 +326,57 @@ impl Choice for Format {
 impl std::str::FromStr for AlgorithmChoice {
     type Err = String;
 
-    /// `all` (any case) or an algorithm name.
+    /// `all` (any case), an algorithm name, or a comma-separated list of them
+    /// (`fixed_window,token_bucket`; a name given twice runs once). An empty item is an error.
     fn from_str(text: &str) -> Result<Self, String> {
-        if text.trim().eq_ignore_ascii_case("all") {
-            Ok(AlgorithmChoice::All)
-        } else {
-            text.parse().map(AlgorithmChoice::One)
+        let mut set = AlgorithmSet::default();
+        for item in text.split(',') {
+            let item = item.trim();
+            if item.is_empty() {
+                return Err(format!(
+                    "empty algorithm name in {text:?}; give names separated by commas, e.g. \
+                     fixed_window,token_bucket"
+                ));
+            }
+            if item.eq_ignore_ascii_case("all") {
+                return Ok(AlgorithmChoice::All);
+            }
+            set = set.with(item.parse()?);
         }
+        Ok(AlgorithmChoice::of(set))
+    }
+}
+
+#[cfg(test)]
+mod algorithm_choice_tests {
+    use super::*;
+
+    fn choice(text: &str) -> Result<Vec<&'static str>, String> {
+        text.parse::<AlgorithmChoice>()
+            .map(|c| c.kinds().into_iter().map(AlgorithmKind::as_str).collect())
+    }
+
+    #[test]
+    fn lists_run_each_algorithm_once_in_the_usual_order() {
+        assert_eq!(
+            choice("token_bucket,fixed_window,token-bucket"),
+            Ok(vec!["fixed_window", "token_bucket"])
+        );
+        assert_eq!(choice(" gcra "), Ok(vec!["gcra"]));
+        assert_eq!(choice("gcra,ALL").unwrap().len(), 6);
+        let every = "fixed_window,sliding_log,sliding_window,token_bucket,leaky_bucket,gcra";
+        assert_eq!(
+            every.parse::<AlgorithmChoice>().unwrap(),
+            AlgorithmChoice::All
+        );
+        assert!(choice("gcra,,fixed_window").unwrap_err().contains("empty"));
+        assert!(choice("gcra,nope").unwrap_err().contains("\"nope\""));
+        let a: AlgorithmChoice = "gcra".parse().unwrap();
+        let b: AlgorithmChoice = "fixed_window,gcra".parse().unwrap();
+        assert_eq!(
+            a.union(b).kinds(),
+            vec![AlgorithmKind::FixedWindow, AlgorithmKind::Gcra]
+        );
+        assert_eq!(a.union(a), a);
     }
 }

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use floodgate_core::Micros;
 
 use super::engine::{Column, Run};
-use super::traffic::format_duration;
+use super::traffic::{format_duration, format_in_unit, format_readable, span_unit};
 use super::Report;
 
 /// Rows of the terminal chart.
@@ -18,7 +18,7 @@ const CHART_HEIGHT: u64 = 8;
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let q = &report.quota;
-    let period = format_duration(q.period());
+    let period = format_readable(q.period());
     let preset = report
         .preset
         .map(|p| format!(" (preset {})", p.as_str()))
@@ -43,7 +43,7 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(
             out,
             "waiting:  up to {} for a slot (--max-wait), instead of a rejection",
-            format_duration(max_wait)
+            format_readable(max_wait)
         );
     }
     out.push('\n');
@@ -179,15 +179,16 @@ pub fn render(report: &Report) -> String {
     // Per-column table: admitted/rejected of each algorithm.
     out.push('\n');
     let column_us = report.runs[0].summary.column_us;
-    let _ = write!(out, "{:<12}", format!("per {}", format_duration(column_us)));
+    let _ = write!(out, "{:<12}", format!("per {}", format_readable(column_us)));
     for run in &report.runs {
         let _ = write!(out, "{:>16}", run.kind.as_str());
     }
     out.push('\n');
     let n_columns = report.runs[0].summary.columns.len();
+    let span_us = n_columns as u64 * column_us;
     for i in 0..n_columns {
         let start = report.runs[0].summary.columns[i].start_us;
-        let _ = write!(out, "{:<12}", format_duration(start));
+        let _ = write!(out, "{:<12}", time_label(start, span_us));
         for run in &report.runs {
             let c = &run.summary.columns[i];
             let _ = write!(
@@ -201,7 +202,7 @@ pub fn render(report: &Report) -> String {
     let _ = writeln!(
         out,
         "(admitted/rejected requests in each {} from the time shown)",
-        format_duration(column_us)
+        format_readable(column_us)
     );
     if report.traffic.requests.iter().any(|r| r.cost != 1) {
         // Weighted costs: what was spent, in units, per column and in all.
@@ -213,7 +214,7 @@ pub fn render(report: &Report) -> String {
         out.push('\n');
         for i in 0..n_columns {
             let start = report.runs[0].summary.columns[i].start_us;
-            let _ = write!(out, "{:<12}", format_duration(start));
+            let _ = write!(out, "{:<12}", time_label(start, span_us));
             for run in &report.runs {
                 let _ = write!(out, "{:>16}", run.summary.columns[i].units_admitted);
             }
@@ -227,7 +228,7 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(
             out,
             "(units admitted in each {}; the limit is {} per {period})",
-            format_duration(column_us),
+            format_readable(column_us),
             q.limit()
         );
     }
@@ -314,14 +315,15 @@ fn chart(out: &mut String, run: &Run, scale: u64, period: Micros) {
         while labels.chars().count() < pos {
             labels.push(' ');
         }
-        labels.push_str(&format_duration(c.start_us).replace(" s", "s"));
+        let span_us = cols.len() as u64 * column_us;
+        labels.push_str(&time_label(c.start_us, span_us).replace(' ', ""));
     }
     let _ = writeln!(out, "{:>label_width$}  {labels}", "");
     let _ = writeln!(
         out,
         "{:>label_width$}  (one column per {}{})",
         "",
-        format_duration(column_us),
+        format_readable(column_us),
         if edges { "; | marks a window edge" } else { "" }
     );
 }
@@ -341,6 +343,15 @@ fn bar_rows(c: &Column, scale: u64) -> (u64, u64) {
         }
     }
     (admitted_rows, total_rows)
+}
+
+/// A time from the start of traffic spanning `span_us`, in the span's unit (`19 h` in a day,
+/// [`span_unit`]); exact seconds below two minutes.
+fn time_label(t_us: u64, span_us: u64) -> String {
+    match span_unit(span_us) {
+        (1_000_000, _) => format_duration(t_us),
+        unit => format_in_unit(t_us, unit),
+    }
 }
 
 /// A wait for the queue table, to about three significant figures: `1.88 s` (where

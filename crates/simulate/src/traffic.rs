@@ -506,13 +506,73 @@ pub fn parse_rate(text: &str) -> Result<(u64, Micros), String> {
     Ok((count, per))
 }
 
-/// Formats a length of time for people: whole milliseconds below a second as `14 ms`, else as
+/// Formats a length of time for people: whole milliseconds below a second as `14 ms`, from two
+/// minutes on in minutes, hours or days ([`format_readable`]: `10 min`, `24 h`), else as
 /// [`format_duration`].
 pub fn format_span(us: Micros) -> String {
     if us < MICROS_PER_SECOND && us.is_multiple_of(1_000) && us > 0 {
         format!("{} ms", us / 1_000)
     } else {
+        format_readable(us)
+    }
+}
+
+const MICROS_PER_MINUTE: Micros = 60 * MICROS_PER_SECOND;
+const MICROS_PER_HOUR: Micros = 60 * MICROS_PER_MINUTE;
+const MICROS_PER_DAY: Micros = 24 * MICROS_PER_HOUR;
+
+/// The unit a length of time reads in: days from two days on, hours from two hours (or a
+/// whole number of them), minutes from two minutes (or a whole number of them), else seconds:
+/// `(microseconds per unit, symbol)`.
+pub fn readable_unit(us: Micros) -> (Micros, &'static str) {
+    let whole = |unit: Micros| us >= unit && us.is_multiple_of(unit);
+    if us >= 2 * MICROS_PER_DAY {
+        (MICROS_PER_DAY, "d")
+    } else if us >= 2 * MICROS_PER_HOUR || whole(MICROS_PER_HOUR) {
+        (MICROS_PER_HOUR, "h")
+    } else if us >= 2 * MICROS_PER_MINUTE || whole(MICROS_PER_MINUTE) {
+        (MICROS_PER_MINUTE, "min")
+    } else {
+        (MICROS_PER_SECOND, "s")
+    }
+}
+
+/// The unit the times along a span of `us` read in (a chart's axis, a table's rows): days
+/// from two days on, hours from two hours, minutes from two minutes, else seconds.
+pub fn span_unit(us: Micros) -> (Micros, &'static str) {
+    if us >= 2 * MICROS_PER_DAY {
+        (MICROS_PER_DAY, "d")
+    } else if us >= 2 * MICROS_PER_HOUR {
+        (MICROS_PER_HOUR, "h")
+    } else if us >= 2 * MICROS_PER_MINUTE {
+        (MICROS_PER_MINUTE, "min")
+    } else {
+        (MICROS_PER_SECOND, "s")
+    }
+}
+
+/// `us` in `unit` (as [`readable_unit`] gives) with at most two decimals, trailing zeros
+/// trimmed: `19 h`, `1.5 h`, `0.25 s`.
+pub fn format_in_unit(us: Micros, (per, symbol): (Micros, &str)) -> String {
+    // Hundredths of the unit, rounded to the nearest.
+    let hundredths = (u128::from(us) * 100 + u128::from(per) / 2) / u128::from(per.max(1));
+    let (whole, frac) = (hundredths / 100, hundredths % 100);
+    if frac == 0 {
+        format!("{whole} {symbol}")
+    } else {
+        let frac = format!("{frac:02}");
+        format!("{whole}.{} {symbol}", frac.trim_end_matches('0'))
+    }
+}
+
+/// A length of time in the unit it reads in ([`readable_unit`]): `10 min`, `19 h`, `1.5 h`,
+/// `3 d`; below two minutes as [`format_duration`] (exact: `0.95 s`, `250 us`).
+pub fn format_readable(us: Micros) -> String {
+    let unit = readable_unit(us);
+    if unit.0 == MICROS_PER_SECOND {
         format_duration(us)
+    } else {
+        format_in_unit(us, unit)
     }
 }
 
@@ -613,6 +673,30 @@ mod tests {
         assert_eq!(
             Boundary::for_quota(&quota("1000000000000/1us")).count(),
             2_000_000_000_000
+        );
+    }
+
+    #[test]
+    fn long_spans_read_in_minutes_hours_and_days() {
+        for (us, text) in [
+            (600 * MICROS_PER_SECOND, "10 min"),
+            (68_400 * MICROS_PER_SECOND, "19 h"),
+            (86_400 * MICROS_PER_SECOND, "24 h"),
+            (5_400 * MICROS_PER_SECOND, "90 min"),
+            (9_000 * MICROS_PER_SECOND, "2.5 h"),
+            (3 * 86_400 * MICROS_PER_SECOND, "3 d"),
+            (119 * MICROS_PER_SECOND, "119 s"),
+            (3_600 * MICROS_PER_SECOND, "1 h"),
+            (60 * MICROS_PER_SECOND, "1 min"),
+            (90 * MICROS_PER_SECOND, "90 s"),
+            (950_000, "0.95 s"),
+        ] {
+            assert_eq!(format_readable(us), text, "{us}");
+        }
+        assert_eq!(format_span(14_000), "14 ms");
+        assert_eq!(
+            format_in_unit(1_880_000, (MICROS_PER_SECOND, "s")),
+            "1.88 s"
         );
     }
 

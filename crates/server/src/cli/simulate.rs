@@ -53,10 +53,11 @@ pub(crate) struct Args {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["scenario", "preset"])]
     pub(crate) trace: Option<PathBuf>,
 
-    /// The algorithm, or `all` to compare the six on the same traffic: fixed_window,
-    /// sliding_log, sliding_window, token_bucket, leaky_bucket, gcra.
-    #[arg(long, short, default_value = "all", value_parser = parse_algorithms)]
-    pub(crate) algorithm: AlgorithmChoice,
+    /// The algorithm, several to compare side by side (`-a fixed_window,token_bucket` or
+    /// `-a` repeated; each runs once), or `all` to compare the six on the same traffic:
+    /// fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra.
+    #[arg(long, short, default_value = "all", value_parser = parse_algorithms, action = clap::ArgAction::Append)]
+    pub(crate) algorithm: Vec<AlgorithmChoice>,
 
     /// The declared limit as LIMIT/PERIOD, e.g. 100/s, 10/10s, 5/min
     /// [default: 10/10s as in the documents' chart; 100/s with a preset].
@@ -176,7 +177,12 @@ impl Args {
             scenario: self.scenario,
             preset: self.preset,
             trace: self.trace.clone().map(TraceInput::File),
-            algorithm: self.algorithm,
+            algorithm: self
+                .algorithm
+                .iter()
+                .copied()
+                .reduce(AlgorithmChoice::union)
+                .unwrap_or(AlgorithmChoice::All),
             limit: self.limit,
             burst: self.burst,
             instances: self.instances,
@@ -297,6 +303,33 @@ mod tests {
         assert_eq!(trace(3).unwrap().traffic.requests.len(), 3);
         assert!(format!("{:#}", trace(2).unwrap_err()).contains("--max-requests 2"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn algorithms_as_a_list_or_a_repeated_flag_run_each_once() {
+        let kinds = |line: &str| -> Vec<&str> {
+            args_spec(line)
+                .algorithm
+                .kinds()
+                .into_iter()
+                .map(|k| k.as_str())
+                .collect()
+        };
+        assert_eq!(kinds("").len(), 6);
+        assert_eq!(
+            kinds("-a token_bucket,fixed_window"),
+            ["fixed_window", "token_bucket"]
+        );
+        assert_eq!(
+            kinds("-a gcra --algorithm fixed_window -a gcra"),
+            ["fixed_window", "gcra"]
+        );
+        assert_eq!(kinds("-a gcra -a all").len(), 6);
+        let err = Cli::try_parse_from(["simulate", "-a", "gcra,token_bucket,nope"]).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown algorithm \"nope\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -7,9 +7,11 @@
 //! force, so memory is bounded by the rules, never by the traffic. `GET /v1/ui/live` answers
 //! [`Live::to_json`].
 //!
-//! The outcomes are grouped as the page shows them: `admitted` (allowed), `denied` (denied,
-//! store_full, cost_exceeds_capacity, invalid_cost), `shadow` (shadow_denied: what a shadow rule
-//! would have denied) and `error` (error_open, error_closed).
+//! The outcomes are grouped as the page shows them ([`GROUPS`]): `admitted` (allowed),
+//! `denied` (denied, store_full, cost_exceeds_capacity, invalid_cost), `shadow_allowed` and
+//! `shadow_denied` (what a shadow rule would have admitted and denied: the `/metrics` series of
+//! the same names) and `error` (error_open, error_closed). A further view (leases, say) adds a
+//! [`Group`] to [`GROUPS`]; the rings, the totals and the document follow.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -24,18 +26,51 @@ use super::denied_keys::DeniedKeys;
 /// Seconds of history kept per rule (5 minutes).
 const WINDOW_SECONDS: usize = 300;
 
-/// The groups of outcomes the page shows, in order.
-const GROUPS: [&str; 4] = ["admitted", "denied", "shadow", "error"];
+/// A group of decisions the live view shows: its member name in `/v1/ui/live`'s `per_second`
+/// and `totals`, and the `outcome` labels of `floodgate_decisions_total` it sums.
+#[derive(Debug)]
+pub(crate) struct Group {
+    /// The member name in `per_second` and `totals`.
+    pub(crate) name: &'static str,
+    /// The `outcome` label values counted in it.
+    pub(crate) outcomes: &'static [&'static str],
+}
+
+/// The groups the page shows, in order.
+pub(crate) const GROUPS: [Group; 5] = [
+    Group {
+        name: "admitted",
+        outcomes: &["allowed"],
+    },
+    Group {
+        name: "denied",
+        outcomes: &[
+            "denied",
+            "store_full",
+            "cost_exceeds_capacity",
+            "invalid_cost",
+        ],
+    },
+    Group {
+        name: "shadow_allowed",
+        outcomes: &["shadow_allowed"],
+    },
+    Group {
+        name: "shadow_denied",
+        outcomes: &["shadow_denied"],
+    },
+    Group {
+        name: "error",
+        outcomes: &["error_open", "error_closed"],
+    },
+];
+
+/// One count per group of [`GROUPS`].
+type Counts = [u64; GROUPS.len()];
 
 /// The group of an `outcome` label, if it is shown.
 fn group(outcome: &str) -> Option<usize> {
-    match outcome {
-        "allowed" => Some(0),
-        "denied" | "store_full" | "cost_exceeds_capacity" | "invalid_cost" => Some(1),
-        "shadow_denied" => Some(2),
-        "error_open" | "error_closed" => Some(3),
-        _ => None,
-    }
+    GROUPS.iter().position(|g| g.outcomes.contains(&outcome))
 }
 
 /// The live view's state: the per-second rings and, when opted in, the busiest denied keys.
@@ -51,9 +86,9 @@ struct Rings {
     /// Samples taken so far.
     samples: u64,
     /// The cumulative counts at the previous sample, per rule and group.
-    previous: HashMap<String, [u64; 4]>,
-    /// Per rule: one `[admitted, denied, shadow, error]` per second, oldest first.
-    seconds: HashMap<String, VecDeque<[u64; 4]>>,
+    previous: HashMap<String, Counts>,
+    /// Per rule: one count per group per second, oldest first.
+    seconds: HashMap<String, VecDeque<Counts>>,
 }
 
 impl Live {
@@ -81,7 +116,7 @@ impl Live {
                 (false, Some(before)) => std::array::from_fn(|i| now[i].saturating_sub(before[i])),
                 // A rule new since the last sample: everything it counted happened since.
                 (false, None) => now,
-                (true, _) => [0; 4],
+                (true, _) => [0; GROUPS.len()],
             };
             let ring = r.seconds.entry(rule.to_string()).or_default();
             if ring.len() == WINDOW_SECONDS {
@@ -106,8 +141,8 @@ impl Live {
                 let mut totals = serde_json::Map::new();
                 for (g, group) in GROUPS.iter().enumerate() {
                     let series: Vec<u64> = ring.iter().map(|s| s[g]).collect();
-                    totals.insert((*group).into(), series.iter().sum::<u64>().into());
-                    per_second.insert((*group).into(), series.into());
+                    totals.insert(group.name.into(), series.iter().sum::<u64>().into());
+                    per_second.insert(group.name.into(), series.into());
                 }
                 rule["per_second"] = per_second.into();
                 rule["totals"] = totals.into();
@@ -162,8 +197,8 @@ pub(crate) async fn sample<S: Sampled>(
 }
 
 /// `floodgate_decisions_total` in Prometheus text, summed per rule into the page's groups.
-fn decision_totals(metrics: &str) -> HashMap<String, [u64; 4]> {
-    let mut out: HashMap<String, [u64; 4]> = HashMap::new();
+fn decision_totals(metrics: &str) -> HashMap<String, Counts> {
+    let mut out: HashMap<String, Counts> = HashMap::new();
     for line in metrics.lines() {
         let Some(rest) = line.strip_prefix("floodgate_decisions_total{") else {
             continue;
@@ -232,6 +267,8 @@ mod tests {
              floodgate_decisions_total{{rule=\"per-ip\",outcome=\"store_full\"}} 1\n\
              floodgate_decisions_total{{rule=\"odd \\\"name\\\"\",outcome=\"error_open\"}} 4\n\
              floodgate_decisions_total{{rule=\"per-ip\",outcome=\"skipped\"}} 9\n\
+             floodgate_decisions_total{{rule=\"trial\",outcome=\"shadow_allowed\"}} 13\n\
+             floodgate_decisions_total{{rule=\"trial\",outcome=\"shadow_denied\"}} 41\n\
              floodgate_store_keys 3\n"
         )
     }
@@ -239,8 +276,10 @@ mod tests {
     #[test]
     fn totals_group_the_outcomes_per_rule() {
         let t = decision_totals(&metrics(5, 2));
-        assert_eq!(t["per-ip"], [5, 3, 0, 0]);
-        assert_eq!(t["odd \"name\""], [0, 0, 0, 4]);
+        assert_eq!(t["per-ip"], [5, 3, 0, 0, 0]);
+        assert_eq!(t["odd \"name\""], [0, 0, 0, 0, 4]);
+        // A shadow rule: what it would have admitted and denied, apart.
+        assert_eq!(t["trial"], [0, 0, 13, 41, 0]);
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //!
 //! The answer is exactly the document `floodgate simulate --format json` prints for the same
 //! inputs. Work is bounded (docs/ui.md lists the bounds): at most [`MAX_SIMULATE_REQUESTS`]
-//! requests with one algorithm and [`MAX_SIMULATE_REQUESTS_ALL`] with all six (`max_requests`
+//! requests with one algorithm and [`MAX_SIMULATE_REQUESTS_ALL`] with several (`max_requests`
 //! may lower it, never raise it), at most [`MAX_INSTANCES`] instances, `max_wait` at most
 //! [`MAX_WAIT_US`], every other duration at most [`MAX_DURATION_US`], a body of at most
 //! [`MAX_SIMULATE_BODY_BYTES`] arriving within [`BODY_TIMEOUT`], an answer of at most [`MAX_ANSWER_BYTES`], counters in memory
@@ -55,7 +55,7 @@ use crate::state::AppState;
 /// may lower it, never raise it). The answer holds every decision (about 175 bytes each).
 const MAX_SIMULATE_REQUESTS: u64 = 50_000;
 
-/// Most requests with `"algorithm": "all"`: six decisions each, so the largest answer of the
+/// Most requests with `"algorithm": "all"` or a list of several: up to six decisions each, so the largest answer of the
 /// default key is about 12,000 x 6 x 175 bytes = 12.6 MB, within [`MAX_ANSWER_BYTES`].
 const MAX_SIMULATE_REQUESTS_ALL: u64 = 12_000;
 
@@ -102,7 +102,8 @@ pub(crate) struct SimulateRequest {
     preset: Option<String>,
     /// A trace instead of a scenario: one request time per line.
     trace: Option<String>,
-    /// An algorithm (`GET /ui/choices.json`: `algorithm`) or `all`.
+    /// An algorithm (`GET /ui/choices.json`: `algorithm`), several separated by commas
+    /// (`fixed_window,token_bucket`: each runs once), or `all`.
     algorithm: Option<String>,
     /// The quota, e.g. `10/s`, `100/min`.
     limit: Option<String>,
@@ -457,6 +458,7 @@ fn spec_of(r: SimulateRequest) -> Result<Spec, Bad> {
     // Every decision of every algorithm is in the answer: all six get fewer requests.
     let (cap, with) = match algorithm {
         AlgorithmChoice::All => (MAX_SIMULATE_REQUESTS_ALL, " with algorithm all"),
+        AlgorithmChoice::Several(_) => (MAX_SIMULATE_REQUESTS_ALL, " with more than one algorithm"),
         AlgorithmChoice::One(_) => (MAX_SIMULATE_REQUESTS, ""),
     };
     let max_requests = match r.max_requests {
