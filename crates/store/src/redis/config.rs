@@ -176,9 +176,11 @@ pub struct RedisStoreConfig {
     /// How long an open breaker fails fast before letting one probe through. Default 1 s.
     pub breaker_cool_down: Duration,
     /// Answer repeated cost-1 checks of a key Redis just denied locally until its
-    /// `retry_after`, without a round trip (see [`deny_cache`](super::deny_cache): exact within this process,
-    /// but a reset made through another process is not seen). Standalone Redis and Sentinel
-    /// only (a cluster's refunds can give units back). Default `false`.
+    /// `retry_after`, without a round trip (see [`deny_cache`](super::deny_cache)). Exact
+    /// across processes: every reset, settle and reservation that can end a denial early
+    /// publishes the key's name, every store with the cache subscribes, and the cache is off
+    /// while its subscription is not live. Standalone Redis and Sentinel only (off on a
+    /// cluster). Default `false` (the service turns it on: `[store] deny_cache`).
     pub deny_cache: bool,
     /// Announce this process in Redis every [`instances::ANNOUNCE_INTERVAL`](super::instances::ANNOUNCE_INTERVAL) (a background
     /// task), so that [`RedisStore::live_instances`](super::RedisStore::live_instances) counts the processes sharing this Redis

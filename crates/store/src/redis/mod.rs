@@ -161,12 +161,20 @@ impl Store for RedisStore {
         if let Some(cache) = &self.deny_cache {
             cache.invalidate(&name);
         }
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(&name);
         async move {
+            // `DEL` and the deny caches' invalidation in one script (`reset.lua`).
+            let keys = [name];
+            let call = connection::ScriptCall {
+                script: &scripts::RESET,
+                source: scripts::RESET_SOURCE,
+                keys: &keys,
+                args: Vec::new(),
+                now: None,
+            };
             let deleted = self
-                .guarded(async { Ok(self.conn.query::<u64>(&cmd).await? > 0) })
+                .guarded(async { Ok(self.conn.invoke::<u64>(&call).await? > 0) })
                 .await;
+            let [name] = keys;
             // Again once done (or failed): a check answered before the DEL caches nothing.
             if let Some(cache) = &self.deny_cache {
                 cache.invalidate(&name);
