@@ -182,6 +182,10 @@ pub struct RedisStoreConfig {
     /// while its subscription is not live. Standalone Redis and Sentinel only (off on a
     /// cluster). Default `false` (the service turns it on: `[store] deny_cache`).
     pub deny_cache: bool,
+    /// Most keys the deny cache holds (clamped to 1 ..= [`deny_cache::CAPACITY`](super::deny_cache::CAPACITY),
+    /// each at most [`deny_cache::ENTRY_BYTES`](super::deny_cache::ENTRY_BYTES)). Default
+    /// [`deny_cache::CAPACITY`](super::deny_cache::CAPACITY).
+    pub deny_cache_keys: usize,
     /// Announce this process in Redis every [`instances::ANNOUNCE_INTERVAL`](super::instances::ANNOUNCE_INTERVAL) (a background
     /// task), so that [`RedisStore::live_instances`](super::RedisStore::live_instances) counts the processes sharing this Redis
     /// (see [`instances`](super::instances)). Default `false`.
@@ -228,6 +232,7 @@ impl RedisStoreConfig {
             tls: RedisTls::default(),
             announce: false,
             deny_cache: false,
+            deny_cache_keys: super::deny_cache::CAPACITY,
             coalesce: 2,
             master_auth: None,
         }

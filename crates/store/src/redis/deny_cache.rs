@@ -42,17 +42,25 @@
 //! decided: it expires up to one round trip early (never late), and the `Retry-After` it gives
 //! is up to one round trip short.
 //!
-//! Bounded: at most [`CAPACITY`] keys (when full, expired entries are dropped, at most once a
-//! second; a new denial that finds no room is not cached), each entry the key's name (the
-//! prefix + 11 bytes) and 64 bytes: about 1 MiB at most with the default prefix.
+//! Bounded: at most [`RedisStoreConfig::deny_cache_keys`](super::RedisStoreConfig::deny_cache_keys)
+//! keys, [`CAPACITY`] by default and at most (when full, expired entries are dropped, at most
+//! once a second; a new denial that finds no room is not cached), each at most
+//! [`ENTRY_BYTES`].
 
 use std::collections::HashMap;
 
 use floodgate_core::{Decision, Timestamp};
 use parking_lot::Mutex;
 
-/// Most keys held.
+/// Most keys held (the default and the largest
+/// [`RedisStoreConfig::deny_cache_keys`](super::RedisStoreConfig::deny_cache_keys)).
 pub const CAPACITY: usize = 10_000;
+
+/// The most memory one entry takes, in bytes, with a prefix of up to 64 bytes (the service's
+/// bound): the name (at most 75 bytes, its allocation and `String`), the entry (64 bytes) and
+/// the hash table's slot and control byte at its lowest load. `deny_cache_keys` entries take
+/// at most `deny_cache_keys * ENTRY_BYTES` (2.56 MB at [`CAPACITY`]).
+pub const ENTRY_BYTES: usize = 256;
 
 pub(super) mod subscription;
 
@@ -65,8 +73,10 @@ pub fn channel(prefix: &str) -> String {
     format!("{prefix}deny-cache")
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct DenyCache {
+    /// Most keys held (1 ..= [`CAPACITY`]).
+    capacity: usize,
     state: Mutex<State>,
     /// Invalidations received on the subscription (every process's resets, settles and
     /// reservations, this one's included).
@@ -101,7 +111,24 @@ struct Entry {
     decision: Decision,
 }
 
+impl Default for DenyCache {
+    fn default() -> Self {
+        Self::new(CAPACITY)
+    }
+}
+
 impl DenyCache {
+    /// An empty cache (off until [`set_live`](Self::set_live)) of at most `capacity` keys
+    /// (clamped to 1 ..= [`CAPACITY`]).
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.clamp(1, CAPACITY),
+            state: Mutex::default(),
+            received: Default::default(),
+            subscriptions: Default::default(),
+        }
+    }
+
     /// Records that a store call decides at `now` (every call: checks, peeks, reservations,
     /// settles), so that a later call at an earlier `now` bypasses the cache.
     pub(crate) fn observe(&self, now: Timestamp) {
@@ -154,13 +181,13 @@ impl DenyCache {
             // Decided at a stale `now` (see `high_water`), or before an invalidation.
             return;
         }
-        if state.entries.len() >= CAPACITY && !state.entries.contains_key(name) {
+        if state.entries.len() >= self.capacity && !state.entries.contains_key(name) {
             if at.saturating_sub(state.swept_at) < 1_000_000 {
                 return;
             }
             state.swept_at = at;
             state.entries.retain(|_, e| e.until > at);
-            if state.entries.len() >= CAPACITY {
+            if state.entries.len() >= self.capacity {
                 return;
             }
         }
@@ -302,5 +329,14 @@ mod tests {
         // A second later every entry has expired: swept, room again.
         c.insert("late", 2_000_000, denied(10, 10), c.generation());
         assert_eq!(c.state.lock().entries.len(), 1);
+        // A configured bound, clamped to 1 ..= CAPACITY.
+        let small = DenyCache::new(5);
+        small.set_live(true);
+        for i in 0..10 {
+            small.insert(&format!("k{i}"), 1, denied(10, 10), small.generation());
+        }
+        assert_eq!(small.state.lock().entries.len(), 5);
+        assert_eq!(DenyCache::new(0).capacity, 1);
+        assert_eq!(DenyCache::new(usize::MAX).capacity, CAPACITY);
     }
 }

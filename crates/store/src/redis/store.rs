@@ -199,7 +199,7 @@ impl RedisStore {
         let deny_cache = deny_cache_source(&conn, standalone_client.as_ref())
             .filter(|_| config.deny_cache)
             .map(|source| {
-                let cache = Arc::new(deny_cache::DenyCache::default());
+                let cache = Arc::new(deny_cache::DenyCache::new(config.deny_cache_keys));
                 metrics::gauge!("floodgate_store_deny_cache_live").set(0.0);
                 deny_cache::subscription::spawn(
                     &cache,
