@@ -226,6 +226,7 @@ impl DenyCache {
         self.invalidate(name);
         self.received
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics::counter!("floodgate_store_deny_cache_invalidations_total").increment(1);
     }
 
     /// The invalidations received so far.

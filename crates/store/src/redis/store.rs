@@ -195,6 +195,7 @@ impl RedisStore {
         metrics::counter!("floodgate_store_redis_evicted_keys_total").increment(0);
         if config.deny_cache {
             metrics::counter!("floodgate_store_deny_cache_hits_total").increment(0);
+            metrics::counter!("floodgate_store_deny_cache_invalidations_total").increment(0);
         }
         let deny_cache = deny_cache_source(&conn, standalone_client.as_ref())
             .filter(|_| config.deny_cache)
