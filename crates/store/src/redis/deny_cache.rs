@@ -13,7 +13,7 @@
 //! Every script that changes a key in one of those ways (`reset.lua`, `settle.lua`,
 //! `reserve.lua`) `PUBLISH`es the key's name on [`channel`] (`<prefix>deny-cache`) in the same
 //! atomic step as its write, whichever process (and whether or not that process has the cache
-//! on). Every store with the cache holds a subscription to that channel ([`subscription`]) and
+//! on). Every store with the cache holds a subscription to that channel (the `invalidations` module) and
 //! drops the named key when the message arrives; a reset, settle or reservation made through
 //! this store also drops its keys here, before its write and again after it. A denial from a
 //! check that was already on its way to Redis at an invalidation is not cached (the
@@ -24,7 +24,7 @@
 //! goes to Redis, nothing is cached) until the `SUBSCRIBE` is confirmed, and goes off, dropping
 //! every entry, as soon as the subscription fails: the connection closes (Redis restarted, a
 //! client-output-buffer limit, the network), or a `PING` on it goes unanswered for
-//! [`PING_INTERVAL`] + the store's timeout, or (Sentinel) the sentinels name another master.
+//! `invalidations::PING_INTERVAL` + the store's timeout, or (Sentinel) the sentinels name another master.
 //! It is on again, empty, once a new subscription is confirmed: a message missed while it was
 //! down cannot matter, since nothing cached before survives. Redis Cluster: off (a
 //! cross-slot refund gives units back from several shards; not built).
@@ -52,19 +52,7 @@ use std::collections::HashMap;
 use floodgate_core::{Decision, Timestamp};
 use parking_lot::Mutex;
 
-/// Most keys held (the default and the largest
-/// [`RedisStoreConfig::deny_cache_keys`](super::RedisStoreConfig::deny_cache_keys)).
-pub const CAPACITY: usize = 10_000;
-
-/// The most memory one entry takes, in bytes, with a prefix of up to 64 bytes (the service's
-/// bound): the name (at most 75 bytes, its allocation and `String`), the entry (64 bytes) and
-/// the hash table's slot and control byte at its lowest load. `deny_cache_keys` entries take
-/// at most `deny_cache_keys * ENTRY_BYTES` (2.56 MB at [`CAPACITY`]).
-pub const ENTRY_BYTES: usize = 256;
-
-pub(super) mod subscription;
-
-pub use subscription::PING_INTERVAL;
+pub use super::config::{DENY_CACHE_ENTRY_BYTES as ENTRY_BYTES, DENY_CACHE_KEYS as CAPACITY};
 
 /// The channel the scripts publish invalidations on: `<prefix>deny-cache` (each message is one
 /// key's name). `reset.lua`, `settle.lua` and `reserve.lua` derive the same name from the key

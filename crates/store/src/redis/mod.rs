@@ -74,6 +74,7 @@ pub mod deny_cache;
 pub mod evictions;
 pub mod health;
 pub mod instances;
+pub mod invalidations;
 pub mod keys;
 mod readiness;
 mod reply;
@@ -87,7 +88,10 @@ pub mod topology;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use config::{RedisStoreConfig, RedisTarget, RedisTls, TimeSource, SENTINEL_POLL};
+pub use config::{
+    RedisStoreConfig, RedisTarget, RedisTls, TimeSource, DENY_CACHE_ENTRY_BYTES, DENY_CACHE_KEYS,
+    SENTINEL_POLL,
+};
 pub use connection::RECONNECT_MAX_DELAY;
 pub use readiness::{policy_may_evict, ServerCheck, READINESS_PING_INTERVAL};
 pub use store::{RedisStore, ERROR_REASONS};

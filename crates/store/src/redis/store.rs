@@ -13,7 +13,7 @@ use super::breaker::{self, Breaker};
 use super::coalesce;
 use super::config::{is_tls_url, RedisStoreConfig, RedisTarget, TimeSource};
 use super::connection::{connect, duration_ms, to_store_error, Conn};
-use super::{deny_cache, evictions, health, instances, keys};
+use super::{deny_cache, evictions, health, instances, invalidations, keys};
 use crate::{BatchDecision, CheckItem, StoreError};
 
 /// The Redis / Redis Cluster [`Store`](crate::Store). See the [module docs](super).
@@ -70,17 +70,10 @@ pub struct RedisStore {
 
 /// Where the deny cache subscribes: the standalone server or the Sentinel master; `None` on a
 /// cluster (no deny cache there).
-fn deny_cache_source(
-    conn: &Conn,
-    client: Option<&redis::Client>,
-) -> Option<deny_cache::subscription::Source> {
+fn deny_cache_source(conn: &Conn, client: Option<&redis::Client>) -> Option<invalidations::Source> {
     match conn {
-        Conn::Single(_) => client
-            .cloned()
-            .map(deny_cache::subscription::Source::Standalone),
-        Conn::Sentinel(link) => Some(deny_cache::subscription::Source::Sentinel(Arc::downgrade(
-            link,
-        ))),
+        Conn::Single(_) => client.map(|c| invalidations::Source::Standalone(Box::new(c.clone()))),
+        Conn::Sentinel(link) => Some(invalidations::Source::Sentinel(Arc::downgrade(link))),
         Conn::Cluster(_) => None,
     }
 }
@@ -202,7 +195,7 @@ impl RedisStore {
             .map(|source| {
                 let cache = Arc::new(deny_cache::DenyCache::new(config.deny_cache_keys));
                 metrics::gauge!("floodgate_store_deny_cache_live").set(0.0);
-                deny_cache::subscription::spawn(
+                invalidations::spawn(
                     &cache,
                     source,
                     deny_cache::channel(&config.prefix),

@@ -1,5 +1,5 @@
-//! The deny cache's subscription to the invalidations of every process (see the
-//! [module docs](super)): a background task per store holding one `SUBSCRIBE` connection to
+//! The deny cache's subscription to the invalidations of every process (see
+//! [`deny_cache`](super::deny_cache)): a background task per store holding one `SUBSCRIBE` connection to
 //! `<prefix>deny-cache` on the master, dropping each key named there, and turning the cache
 //! off (emptied) whenever it cannot prove the subscription live.
 
@@ -9,8 +9,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::Value;
 
-use super::DenyCache;
-use crate::redis::connection::SentinelLink;
+use super::connection::SentinelLink;
+use super::deny_cache::DenyCache;
 
 /// How often the subscription's connection is asked `PING`. The cache goes off when a `PING`
 /// goes unanswered for the store's timeout: a connection that stops answering (a partition, a
@@ -21,8 +21,8 @@ pub const PING_INTERVAL: Duration = Duration::from_millis(100);
 const RETRY_MAX_PAUSE: Duration = Duration::from_millis(200);
 
 /// Where to subscribe: the one server, or the master the sentinels name now.
-pub(crate) enum Source {
-    Standalone(redis::Client),
+pub(super) enum Source {
+    Standalone(Box<redis::Client>),
     Sentinel(Weak<SentinelLink>),
 }
 
@@ -30,7 +30,7 @@ impl Source {
     /// The client of the server to subscribe on and its address (`None`: no master known yet).
     fn client(&self) -> Option<(String, redis::Client)> {
         match self {
-            Source::Standalone(client) => Some((String::new(), client.clone())),
+            Source::Standalone(client) => Some((String::new(), (**client).clone())),
             Source::Sentinel(link) => link.upgrade()?.master_client(),
         }
     }
@@ -57,7 +57,7 @@ enum Ended {
 
 /// Starts the subscription task of `cache` for `channel`; it ends when the cache is dropped.
 /// `connect_timeout` bounds connecting and subscribing, `timeout` each `PING`.
-pub(crate) fn spawn(
+pub(super) fn spawn(
     cache: &Arc<DenyCache>,
     source: Source,
     channel: String,
