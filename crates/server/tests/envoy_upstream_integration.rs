@@ -23,7 +23,8 @@
 //! nothing under `key2` (all or nothing), so `key2`'s `limit_remaining` stays 10 and its
 //! refused requests are not counted, which is what upstream expects only with
 //! `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`. The local cache variants are not run
-//! (`LOCAL_CACHE_SIZE_IN_BYTES` is refused, saying why), nor memcache, xDS and `EXTRA_TAGS`
+//! (`LOCAL_CACHE_SIZE_IN_BYTES` is the deny cache, tested in `denycache.rs` and the store's
+//! `redis_deny_cache_shared.rs`; they assert upstream's `ratelimit.localcache.*` gauges), nor memcache, xDS and `EXTRA_TAGS`
 //! (refused at start, named). The clock is the manual one (`--manual-clock`): upstream's
 //! `time.Sleep(2 * time.Second)` is an advance of 2 s.
 

@@ -23,6 +23,11 @@
 -- decision (allowed 1/0, remaining, reset_after, retry_after or -1), the decision after the
 -- reservation (the same four; the peek again when denied) and its scheduled time (0 when
 -- denied)}.
+--
+-- A reservation granted for a wait > 0 moves its keys' states later than any cached denial
+-- said: it PUBLISHes each written key's name on `<prefix>deny-cache` (as settle.lua does), in
+-- the same atomic step as the write. A wait of 0 needs units now, which a key with a cached
+-- denial has none of: nothing to tell.
 
 local max_wait = tonumber(ARGV[2])
 local extra_ms = tonumber(ARGV[3])
@@ -115,6 +120,9 @@ if not commit then
 end
 for ki, reset_after in pairs(reset_of) do
   algo_of[ki].save(KEYS[ki], states[ki], ttl_ms(reset_after, extra_ms))
+  if longest > 0 then
+    redis.pcall('PUBLISH', string.sub(KEYS[ki], 1, -12) .. 'deny-cache', KEYS[ki])
+  end
 end
 reply[1] = 1
 return reply

@@ -11,6 +11,13 @@
 -- A missing (expired) key gets nothing back; a charge on it starts from the fresh state. Each
 -- settled key is written with the TTL of its new reset_after (a give-back may shorten it).
 -- Returns 2 integers per item: remaining and reset_after after the settle.
+--
+-- A settle whose actual cost differs from the reserved one changes the key other than a check
+-- does (a give-back can end a denial early): it PUBLISHes the key's name on the deny cache's
+-- channel, `<prefix>deny-cache` (the prefix is the name without its 11 hash characters, see
+-- keys.rs), in the same atomic step as the write, so every process drops a cached denial of
+-- it (deny_cache.rs). `redis.pcall`: a user whose ACL refuses the channel still settles (its
+-- processes cannot subscribe either, so their caches stay off).
 
 local extra_ms = tonumber(ARGV[2])
 local n = (#ARGV - 2) / 10
@@ -29,6 +36,9 @@ for i = 1, n do
     remaining, reset_after = a.settle(s, p, now, at, reserved, actual)
     s.exists = true
     a.save(KEYS[ki], s, ttl_ms(reset_after, extra_ms))
+    if actual ~= reserved then
+      redis.pcall('PUBLISH', string.sub(KEYS[ki], 1, -12) .. 'deny-cache', KEYS[ki])
+    end
   end
   reply[2 * i - 1], reply[2 * i] = remaining, reset_after
 end

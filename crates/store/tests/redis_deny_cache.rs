@@ -29,6 +29,7 @@ fn the_deny_cache_answers_like_redis_without_a_round_trip() {
         config.deny_cache = true;
         let store = RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap();
         store.startup_check().await.unwrap();
+        deny_cache_subscribed(&store, 1).await;
         let memory = floodgate_store::MemoryStore::with_clock(Arc::new(ManualClock::new(T0)));
         let mut con = raw(&server).await;
         // One clock for the whole test: a call at a `now` earlier than one the store has seen
@@ -85,6 +86,9 @@ fn the_deny_cache_under_a_one_key_flood() {
             config.deny_cache = on;
             let store = RedisStore::new(config, Arc::new(SystemClock)).unwrap();
             store.startup_check().await.unwrap();
+            if on {
+                deny_cache_subscribed(&store, 1).await;
+            }
             // 10 per hour: no unit comes back during the run, however slow the machine.
             let p = policy(AlgorithmKind::Gcra, "10/h");
             let rule = format!("flood-{on}");

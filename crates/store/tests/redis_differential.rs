@@ -43,6 +43,18 @@ fn harness(flavor: Flavor) -> Harness {
         let _guard = rt.enter();
         RedisStore::new(config, Arc::new(ManualClock::new(T0))).unwrap()
     };
+    // The cache answers once its subscription to the invalidations is made (a background
+    // task on the real server: polled, up to 5 s).
+    rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !store.deny_cache_live() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "deny cache not live"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
     Harness {
         _server: server,
         rt,

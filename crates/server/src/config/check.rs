@@ -116,8 +116,13 @@ fn describe_store(store: &super::schema::StoreConfig) -> String {
                 (true, None) => "local, limits / live instances (announced in Redis)".into(),
                 (false, _) => "none".into(),
             };
+            let deny_cache = if r.deny_cache {
+                format!(", deny cache on, at most {} keys", r.deny_cache_keys)
+            } else {
+                String::new()
+            };
             format!(
-                "store {target} (timeout {} ms, prefix {:?}, fallback {fallback})",
+                "store {target} (timeout {} ms, prefix {:?}, fallback {fallback}{deny_cache})",
                 r.timeout_ms, r.prefix
             )
         }
@@ -165,6 +170,8 @@ mod tests {
             local_fallback_instances: Some(4),
             tls: Default::default(),
             master_auth: None,
+            deny_cache: false,
+            deny_cache_keys: 10_000,
             per_second: None,
         });
         assert_eq!(
@@ -184,6 +191,10 @@ mod tests {
             describe_store(&redis),
             "store redis cluster [redis://a:7000, redis://b:7000] (timeout 50 ms, prefix \"fg:\", \
              fallback none)"
+        );
+        redis.redis.as_mut().unwrap().deny_cache = true;
+        assert!(
+            describe_store(&redis).ends_with("fallback none, deny cache on, at most 10000 keys)")
         );
     }
 }

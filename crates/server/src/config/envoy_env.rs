@@ -150,7 +150,6 @@ const DEFAULT_ONLY: &[(&str, &str, &str)] = &[
     ("PROMETHEUS_MAPPER_YAML", "", "Floodgate's series have their own names (docs/metrics.md); no statsd mapping"),
     ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", "floodgate_grpc_request_duration_seconds is in seconds"),
     ("EXPIRATION_JITTER_MAX_SECONDS", "300", "Floodgate's keys expire exactly when forgetting them changes nothing (docs/redis.md); there is no jitter"),
-    ("LOCAL_CACHE_SIZE_IN_BYTES", "0", "Floodgate's local over-limit cache (the Redis store's deny cache) is not offered here: it is exact only within one process, since a reset made through another instance is not seen until the cached denial's retry_after ends (docs/redis.md, \"Deny cache\"); unset it: every decision then asks Redis, one round trip that also refuses without charging, so nothing is lost without the cache"),
     ("NEAR_LIMIT_RATIO", "0.8", "Floodgate has no near-limit statistic"),
     ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false", "Floodgate always verifies the Redis server's name"),
     ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", "Floodgate's health does not follow Redis (the rules' failure modes apply; /readyz reports the store)"),
@@ -180,6 +179,7 @@ const POOL_TUNING: &[&str] = &[
 /// [`POOL_TUNING`] and [`INERT_WITHOUT_THEIR_MODE`]).
 #[cfg(test)]
 const MAPPED: &[&str] = &[
+    "LOCAL_CACHE_SIZE_IN_BYTES",
     "HOST",
     "PORT",
     "DEBUG_HOST",

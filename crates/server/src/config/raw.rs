@@ -75,6 +75,7 @@ pub(crate) struct RawStore {
     pub(crate) tls_ca_file: Option<Spanned<String>>,
     pub(crate) tls_cert_file: Option<Spanned<String>>,
     pub(crate) tls_key_file: Option<Spanned<String>>,
+    pub(crate) deny_cache: Option<Spanned<bool>>,
 }
 
 /// One `[[rules]]` entry.

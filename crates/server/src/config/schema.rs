@@ -222,6 +222,13 @@ pub(crate) struct RedisConfig {
     /// The master's credentials with Redis Sentinel (`REDIS_AUTH` with `REDIS_TYPE=sentinel`
     /// in `--envoy-ratelimit-env`); `None` for a master without a password.
     pub(crate) master_auth: Option<floodgate_store::redis::MasterAuth>,
+    /// `deny_cache = true|false`: answer repeated checks of a key Redis just denied in this
+    /// process until its `retry_after`, without a round trip (the store's deny cache, exact
+    /// across processes: `docs/redis.md`, "Deny cache"). Default `false`; not on a cluster.
+    pub(crate) deny_cache: bool,
+    /// Most keys the deny cache holds: `floodgate_store::redis::deny_cache::CAPACITY`, or
+    /// fewer from `LOCAL_CACHE_SIZE_IN_BYTES` in `--envoy-ratelimit-env`.
+    pub(crate) deny_cache_keys: usize,
     /// A second Redis for the rules whose period is a second or less (envoyproxy/ratelimit's
     /// `REDIS_PERSECOND`; `[store.per_second]`); `None`: this one holds every rule.
     pub(crate) per_second: Option<Box<RedisConfig>>,

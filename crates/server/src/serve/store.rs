@@ -15,11 +15,13 @@ use crate::config;
 use crate::state::AppState;
 
 /// The `[store]` file settings that also apply when `--store redis://...` names the server:
-/// timeout, breaker window, key prefix and TLS files.
+/// timeout, breaker window, key prefix, deny cache and TLS files.
 fn apply_redis_settings(redis: &mut RedisStoreConfig, file: &config::RedisConfig) {
     redis.timeout = Duration::from_millis(file.timeout_ms);
     redis.breaker_window = Duration::from_millis(file.breaker_window_ms);
     redis.prefix.clone_from(&file.prefix);
+    redis.deny_cache = file.deny_cache;
+    redis.deny_cache_keys = file.deny_cache_keys;
     redis.tls.clone_from(&file.tls);
     redis.master_auth.clone_from(&file.master_auth);
 }

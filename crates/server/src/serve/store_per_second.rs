@@ -36,6 +36,8 @@ pub(super) async fn join(
     config.prefix.clone_from(&fast.prefix);
     config.tls.clone_from(&fast.tls);
     config.master_auth.clone_from(&fast.master_auth);
+    config.deny_cache = fast.deny_cache;
+    config.deny_cache_keys = fast.deny_cache_keys;
     config.announce = false;
     let per_second = RedisStore::new(config, Arc::clone(clock))
         .map_err(|e| anyhow::anyhow!("per-second redis store: {e}"))?;

@@ -138,6 +138,17 @@ pub enum TimeSource {
     Caller,
 }
 
+/// Most keys a deny cache holds: the default and the largest
+/// [`RedisStoreConfig::deny_cache_keys`] (also `deny_cache::CAPACITY`).
+pub const DENY_CACHE_KEYS: usize = 10_000;
+
+/// The most memory one deny cache entry takes, in bytes, with a prefix of up to 64 bytes (the
+/// service's bound): the name (at most 75 bytes, its allocation and `String`), the entry (64
+/// bytes) and the hash table's slot and control byte at its lowest load. `deny_cache_keys`
+/// entries take at most `deny_cache_keys * DENY_CACHE_ENTRY_BYTES` (2.56 MB at
+/// [`DENY_CACHE_KEYS`]; also `deny_cache::ENTRY_BYTES`).
+pub const DENY_CACHE_ENTRY_BYTES: usize = 256;
+
 /// Settings of a [`RedisStore`](super::RedisStore).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisStoreConfig {
@@ -176,10 +187,15 @@ pub struct RedisStoreConfig {
     /// How long an open breaker fails fast before letting one probe through. Default 1 s.
     pub breaker_cool_down: Duration,
     /// Answer repeated cost-1 checks of a key Redis just denied locally until its
-    /// `retry_after`, without a round trip (see [`deny_cache`](super::deny_cache): exact within this process,
-    /// but a reset made through another process is not seen). Standalone Redis and Sentinel
-    /// only (a cluster's refunds can give units back). Default `false`.
+    /// `retry_after`, without a round trip (see the `deny_cache` module). Exact
+    /// across processes: every reset, settle and reservation that can end a denial early
+    /// publishes the key's name, every store with the cache subscribes, and the cache is off
+    /// while its subscription is not live. Standalone Redis and Sentinel only (off on a
+    /// cluster). Default `false` (the service turns it on: `[store] deny_cache`).
     pub deny_cache: bool,
+    /// Most keys the deny cache holds (clamped to 1 ..= [`DENY_CACHE_KEYS`], each at most
+    /// [`DENY_CACHE_ENTRY_BYTES`]). Default [`DENY_CACHE_KEYS`].
+    pub deny_cache_keys: usize,
     /// Announce this process in Redis every [`instances::ANNOUNCE_INTERVAL`](super::instances::ANNOUNCE_INTERVAL) (a background
     /// task), so that [`RedisStore::live_instances`](super::RedisStore::live_instances) counts the processes sharing this Redis
     /// (see [`instances`](super::instances)). Default `false`.
@@ -226,6 +242,7 @@ impl RedisStoreConfig {
             tls: RedisTls::default(),
             announce: false,
             deny_cache: false,
+            deny_cache_keys: DENY_CACHE_KEYS,
             coalesce: 2,
             master_auth: None,
         }

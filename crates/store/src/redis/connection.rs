@@ -35,9 +35,17 @@ pub(super) struct SentinelLink {
     manager_config: ConnectionManagerConfig,
     /// The master's address and the connection to it; `None` until first found.
     current: parking_lot::Mutex<Option<(String, ConnectionManager)>>,
+    /// The master's address and its client, as last named by the sentinels (the deny cache
+    /// subscribes there); `None` until first found.
+    master: parking_lot::Mutex<Option<(String, redis::Client)>>,
 }
 
 impl SentinelLink {
+    /// The master the sentinels named last (address and client), if any yet.
+    pub(super) fn master_client(&self) -> Option<(String, redis::Client)> {
+        self.master.lock().clone()
+    }
+
     /// The connection to the current master (asking the sentinels first if none is known).
     async fn manager(&self) -> Result<ConnectionManager, RedisError> {
         if let Some((_, m)) = self.current.lock().clone() {
@@ -58,6 +66,7 @@ impl SentinelLink {
             .master(&self.master_name, self.node_info.as_ref())
             .await?;
         let addr = client.get_connection_info().addr().to_string();
+        *self.master.lock() = Some((addr.clone(), client.clone()));
         let mut current = self.current.lock();
         if let Some((known, m)) = current.as_ref() {
             if *known == addr {
@@ -230,6 +239,7 @@ pub(super) fn connect(
                 // trying (the next call on a live one reconnects anew).
                 manager_config: manager_config(config).set_number_of_retries(40),
                 current: parking_lot::Mutex::new(None),
+                master: parking_lot::Mutex::new(None),
             });
             spawn_sentinel_poll(Arc::downgrade(&link));
             Conn::Sentinel(link)

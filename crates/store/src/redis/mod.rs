@@ -74,6 +74,7 @@ pub mod deny_cache;
 pub mod evictions;
 pub mod health;
 pub mod instances;
+pub mod invalidations;
 pub mod keys;
 mod readiness;
 mod reply;
@@ -87,7 +88,10 @@ pub mod topology;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use config::{RedisStoreConfig, RedisTarget, RedisTls, TimeSource, SENTINEL_POLL};
+pub use config::{
+    RedisStoreConfig, RedisTarget, RedisTls, TimeSource, DENY_CACHE_ENTRY_BYTES, DENY_CACHE_KEYS,
+    SENTINEL_POLL,
+};
 pub use connection::RECONNECT_MAX_DELAY;
 pub use readiness::{policy_may_evict, ServerCheck, READINESS_PING_INTERVAL};
 pub use store::{RedisStore, ERROR_REASONS};
@@ -175,12 +179,20 @@ impl Store for RedisStore {
         if let Some(cache) = &self.deny_cache {
             cache.invalidate(&name);
         }
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(&name);
         async move {
+            // `DEL` and the deny caches' invalidation in one script (`reset.lua`).
+            let keys = [name];
+            let call = connection::ScriptCall {
+                script: &scripts::RESET,
+                source: scripts::RESET_SOURCE,
+                keys: &keys,
+                args: Vec::new(),
+                now: None,
+            };
             let deleted = self
-                .guarded(async { Ok(self.conn.query::<u64>(&cmd).await? > 0) })
+                .guarded(async { Ok(self.conn.invoke::<u64>(&call).await? > 0) })
                 .await;
+            let [name] = keys;
             // Again once done (or failed): a check answered before the DEL caches nothing.
             if let Some(cache) = &self.deny_cache {
                 cache.invalidate(&name);

@@ -186,6 +186,13 @@ pub static RESERVE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::ne
 /// The settle script: settles the items of one slot group.
 pub static SETTLE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SETTLE_SOURCE));
 
+/// The source of the reset script (`reset.lua`: `DEL` and the deny cache's `PUBLISH`, in one
+/// atomic step).
+pub const RESET_SOURCE: &str = include_str!("../../lua/reset.lua");
+
+/// The reset script: clears one key and publishes its name to every deny cache.
+pub static RESET: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RESET_SOURCE));
+
 /// The batch script: decides one slot group of a batch all-or-nothing.
 pub static BATCH: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(BATCH_SOURCE));
 

@@ -13,7 +13,7 @@ use super::breaker::{self, Breaker};
 use super::coalesce;
 use super::config::{is_tls_url, RedisStoreConfig, RedisTarget, TimeSource};
 use super::connection::{connect, duration_ms, to_store_error, Conn};
-use super::{deny_cache, evictions, health, instances, keys};
+use super::{deny_cache, evictions, health, instances, invalidations, keys};
 use crate::{BatchDecision, CheckItem, StoreError};
 
 /// The Redis / Redis Cluster [`Store`](crate::Store). See the [module docs](super).
@@ -55,7 +55,7 @@ pub struct RedisStore {
     /// Readiness: `evicted_keys` per node (see [`evictions`]).
     pub(super) evictions: evictions::Evictions,
     /// `Some` with [`RedisStoreConfig::deny_cache`] (not on a cluster).
-    pub(super) deny_cache: Option<deny_cache::DenyCache>,
+    pub(super) deny_cache: Option<Arc<deny_cache::DenyCache>>,
     /// This process's id in the instance set, and the live count last seen (0: none yet).
     pub(super) instance_id: String,
     pub(super) live_instances: Arc<std::sync::atomic::AtomicU64>,
@@ -66,6 +66,16 @@ pub struct RedisStore {
     pub(super) health: health::Health,
     /// Cluster: the same per master (see [`shards`](super::shards)).
     pub(super) shards: Option<super::shards::Shards>,
+}
+
+/// Where the deny cache subscribes: the standalone server or the Sentinel master; `None` on a
+/// cluster (no deny cache there).
+fn deny_cache_source(conn: &Conn, client: Option<&redis::Client>) -> Option<invalidations::Source> {
+    match conn {
+        Conn::Single(_) => client.map(|c| invalidations::Source::Standalone(Box::new(c.clone()))),
+        Conn::Sentinel(link) => Some(invalidations::Source::Sentinel(Arc::downgrade(link))),
+        Conn::Cluster(_) => None,
+    }
 }
 
 /// Pause between two recovery `PING`s that failed at once.
@@ -178,9 +188,22 @@ impl RedisStore {
         metrics::counter!("floodgate_store_redis_evicted_keys_total").increment(0);
         if config.deny_cache {
             metrics::counter!("floodgate_store_deny_cache_hits_total").increment(0);
+            metrics::counter!("floodgate_store_deny_cache_invalidations_total").increment(0);
         }
-        let deny_cache = (config.deny_cache && !matches!(config.target, RedisTarget::Cluster(_)))
-            .then(deny_cache::DenyCache::default);
+        let deny_cache = deny_cache_source(&conn, standalone_client.as_ref())
+            .filter(|_| config.deny_cache)
+            .map(|source| {
+                let cache = Arc::new(deny_cache::DenyCache::new(config.deny_cache_keys));
+                metrics::gauge!("floodgate_store_deny_cache_live").set(0.0);
+                invalidations::spawn(
+                    &cache,
+                    source,
+                    deny_cache::channel(&config.prefix),
+                    config.connect_timeout,
+                    config.timeout,
+                );
+                cache
+            });
         let instance_id = instances::process_id(clock.now());
         let live_instances = Arc::new(std::sync::atomic::AtomicU64::new(0));
         if config.announce {
@@ -242,6 +265,28 @@ impl RedisStore {
             .map_err(|e| to_store_error(e, self.config.timeout))?;
         publish_live(&self.live_instances, n);
         Ok(n)
+    }
+
+    /// Whether the deny cache ([`RedisStoreConfig::deny_cache`]) answers now: `false` without
+    /// it, on a cluster, and while its subscription to the other processes' invalidations is
+    /// not confirmed (see [`deny_cache`](super::deny_cache)); with it, true within about a
+    /// round trip of the store's start.
+    pub fn deny_cache_live(&self) -> bool {
+        self.deny_cache.as_ref().is_some_and(|c| c.is_live())
+    }
+
+    /// The deny cache's invalidations received so far on its subscription (every process's
+    /// resets, settles and reservations that can end a denial early, this one's included); 0
+    /// without the cache.
+    pub fn deny_cache_invalidations(&self) -> u64 {
+        self.deny_cache.as_ref().map_or(0, |c| c.received())
+    }
+
+    /// The deny cache's subscriptions confirmed so far: 1 after the first, one more after
+    /// each time it failed and was made again (each turned the cache on, empty); 0 without
+    /// the cache.
+    pub fn deny_cache_subscriptions(&self) -> u64 {
+        self.deny_cache.as_ref().map_or(0, |c| c.subscriptions())
     }
 
     /// The configuration in force.

@@ -151,3 +151,29 @@ pub fn signaller(server: &RedisServer) -> impl Fn(&str) {
         assert!(ok, "kill {sig} {pid}");
     }
 }
+
+/// Waits (polling, up to 5 s of real time: the subscription is made by a background task on
+/// a real server) until `store`'s deny cache has made `n` subscriptions and is live.
+pub async fn deny_cache_subscribed(store: &RedisStore, n: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !(store.deny_cache_live() && store.deny_cache_subscriptions() >= n) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "deny cache not subscribed (subscription {n}) within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Waits (polling, up to 5 s) until `store`'s deny cache has received `n` invalidations.
+pub async fn deny_cache_received(store: &RedisStore, n: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while store.deny_cache_invalidations() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "deny cache: {} of {n} invalidations within 5 s",
+            store.deny_cache_invalidations()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}

@@ -32,7 +32,58 @@ pub(super) fn redis_config(r: &mut Reader<'_>) -> RedisConfig {
     if tls_main {
         main.tls = files;
     }
+    local_cache(r, &mut main);
     main
+}
+
+/// `LOCAL_CACHE_SIZE_IN_BYTES` (upstream's over-limit cache, default 0: off) as the Redis
+/// store's deny cache (`[store] deny_cache`), holding as many keys as fit in that many bytes at
+/// [`ENTRY_BYTES`](floodgate_store::redis::deny_cache::ENTRY_BYTES) each (at most
+/// [`CAPACITY`](floodgate_store::redis::deny_cache::CAPACITY)); with `REDIS_PERSECOND` the
+/// two stores' caches share the bytes. Never on a cluster (`REDIS_TYPE=cluster`): an error.
+fn local_cache(r: &mut Reader<'_>, main: &mut RedisConfig) {
+    use floodgate_store::redis::deny_cache::{CAPACITY, ENTRY_BYTES};
+    const NAME: &str = "LOCAL_CACHE_SIZE_IN_BYTES";
+    let text = r.text(NAME, "0");
+    let bytes = match text.trim().parse::<u64>() {
+        Ok(0) => return,
+        Ok(n) => n,
+        Err(_) => {
+            r.fail(NAME, &text, "expected a whole number of bytes (0: off)");
+            return;
+        }
+    };
+    let stores = 1 + u64::from(main.per_second.is_some());
+    let keys = bytes / stores / ENTRY_BYTES as u64;
+    if keys == 0 {
+        let least = stores * ENTRY_BYTES as u64;
+        r.fail(
+            NAME,
+            &text,
+            format!(
+                "too small for one key of Floodgate's deny cache ({least} bytes at least; 0: off)"
+            ),
+        );
+        return;
+    }
+    let keys = usize::try_from(keys).unwrap_or(CAPACITY).min(CAPACITY);
+    let cluster = |c: &RedisConfig| matches!(c.target, RedisTarget::Cluster(_));
+    if cluster(main) || main.per_second.as_deref().is_some_and(cluster) {
+        r.fail(
+            NAME,
+            &text,
+            "Floodgate's deny cache is not offered on a Redis Cluster (REDIS_TYPE=cluster): a \
+             cross-slot refund gives units back from several shards, which its invalidations \
+             do not cover; unset it",
+        );
+        return;
+    }
+    main.deny_cache = true;
+    main.deny_cache_keys = keys;
+    if let Some(fast) = main.per_second.as_deref_mut() {
+        fast.deny_cache = true;
+        fast.deny_cache_keys = keys;
+    }
 }
 
 /// One store from the variables `<var>_SOCKET_TYPE`, `<var>_TYPE`, `<var>_URL`, `<var>_AUTH`,
@@ -143,6 +194,8 @@ fn one(r: &mut Reader<'_>, var: &str, default_url: &str, tls: bool) -> RedisConf
         local_fallback_instances: None,
         tls: RedisTls::default(),
         master_auth,
+        deny_cache: false,
+        deny_cache_keys: floodgate_store::redis::deny_cache::CAPACITY,
         per_second: None,
     }
 }

@@ -153,7 +153,7 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
         ("GRPC_SERVER_USE_TLS", "true"),
         ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
         ("LIMIT_RESET_HEADER", "bad header"),
-        ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
+        ("LOCAL_CACHE_SIZE_IN_BYTES", "100"),
         ("USE_STATSD", "true"),
         ("PORT", "http"),
         ("LOG_LEVEL", "loud"),
@@ -172,9 +172,8 @@ fn every_refusal_names_its_variable_and_value_and_all_are_reported_at_once() {
         "GRPC_SERVER_TLS_CERT=\"\": GRPC_SERVER_USE_TLS=true needs the server's certificate",
         "GRPC_SERVER_TLS_KEY=\"\": GRPC_SERVER_USE_TLS=true needs",
         "LIMIT_RESET_HEADER=\"bad header\": not a valid HTTP header name",
-        "LOCAL_CACHE_SIZE_IN_BYTES=\"1048576\": Floodgate's local over-limit cache (the Redis \
-         store's deny cache) is not offered here: it is exact only within one process",
-        "; unset it: every decision then asks Redis",
+        "LOCAL_CACHE_SIZE_IN_BYTES=\"100\": too small for one key of Floodgate's deny cache \
+         (512 bytes at least; 0: off)",
         "USE_STATSD=\"true\": Floodgate sends no statsd",
         "PORT=\"http\": expected a port number",
         "LOG_LEVEL=\"loud\"",
@@ -573,4 +572,48 @@ fn the_kubernetes_deployment_of_docs_envoy_md_is_accepted_as_it_is() {
     assert_eq!(mapped.http.port(), 8080);
     assert_eq!(mapped.grpc.port(), 8081);
     assert_eq!(mapped.debug.port(), 6070);
+}
+
+#[test]
+fn local_cache_size_in_bytes_turns_on_the_deny_cache_holding_what_fits() {
+    let tcp = [("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", "redis:6379")];
+    let env = from_vars(&vars(&tcp)).unwrap();
+    assert!(!env.redis.deny_cache, "upstream's default 0: off");
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut all = tcp.to_vec();
+        all.extend_from_slice(extra);
+        from_vars(&vars(&all))
+    };
+    let env = with(&[("LOCAL_CACHE_SIZE_IN_BYTES", "1048576")]).unwrap();
+    assert!(env.redis.deny_cache);
+    assert_eq!(env.redis.deny_cache_keys, 1_048_576 / 256);
+    // Never more than the cache's own bound; with a per-second Redis the bytes are shared.
+    let env = with(&[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000000")]).unwrap();
+    assert_eq!(env.redis.deny_cache_keys, 10_000);
+    let env = with(&[
+        ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+        ("REDIS_PERSECOND_URL", "fast:6379"),
+    ])
+    .unwrap();
+    let fast = env.redis.per_second.as_ref().unwrap();
+    assert!(env.redis.deny_cache && fast.deny_cache);
+    assert_eq!(
+        env.redis.deny_cache_keys + fast.deny_cache_keys,
+        1_048_576 / 256
+    );
+    let err = with(&[("LOCAL_CACHE_SIZE_IN_BYTES", "lots")]).unwrap_err();
+    assert!(err
+        .to_string()
+        .contains("LOCAL_CACHE_SIZE_IN_BYTES=\"lots\": expected a whole number of bytes"));
+    let err = with(&[
+        ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
+        ("REDIS_TYPE", "cluster"),
+    ])
+    .unwrap_err();
+    assert!(err.to_string().contains(
+        "LOCAL_CACHE_SIZE_IN_BYTES=\"1048576\": Floodgate's deny cache is not offered on a Redis \
+         Cluster"
+    ));
 }

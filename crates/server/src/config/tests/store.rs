@@ -215,3 +215,36 @@ fn max_claims_is_read_and_bad_values_name_file_line_and_field() {
             .starts_with("rules.toml:4: store.max_claims: only for kind = \"memory\""),
     );
 }
+
+#[test]
+fn deny_cache_is_read_and_bad_uses_name_file_line_and_field() {
+    let redis = "[store]\nkind = \"redis\"\nurl = \"redis://a\"\n";
+    let r = parse("rules.toml", redis).unwrap().store.redis.unwrap();
+    assert!(!r.deny_cache, "off unless asked");
+    for (text, on) in [("true", true), ("false", false)] {
+        let c = parse("rules.toml", &format!("{redis}deny_cache = {text}\n")).unwrap();
+        let r = c.store.redis.unwrap();
+        assert_eq!(r.deny_cache, on);
+        assert_eq!(r.deny_cache_keys, 10_000);
+    }
+    assert_eq!(
+        err("[store]\ndeny_cache = true\n"),
+        "rules.toml:2: store.deny_cache: only for kind = \"redis\""
+    );
+    let cluster = "[store]\nkind = \"redis\"\nnodes = [\"redis://a:7000\"]\ndeny_cache = true\n";
+    assert!(err(cluster)
+        .starts_with("rules.toml:4: store.deny_cache: not on a Redis Cluster (nodes = [...])"));
+    let sentinel = "[store]\nkind = \"redis\"\nsentinels = [\"redis://s:26379\"]\n\
+                    master_name = \"m\"\ndeny_cache = true\n";
+    assert!(
+        parse("rules.toml", sentinel)
+            .unwrap()
+            .store
+            .redis
+            .unwrap()
+            .deny_cache
+    );
+    let wrong = err(&format!("{redis}deny_cache = \"yes\"\n"));
+    assert!(wrong.starts_with("rules.toml:4"), "{wrong}");
+    assert!(wrong.contains("deny_cache"), "{wrong}");
+}

@@ -48,6 +48,7 @@ impl Validator<'_> {
                     .as_ref()
                     .map(|v| (v.span(), "tls_cert_file")),
                 s.tls_key_file.as_ref().map(|v| (v.span(), "tls_key_file")),
+                s.deny_cache.as_ref().map(|v| (v.span(), "deny_cache")),
             ];
             for (span, field) in only_redis.into_iter().flatten() {
                 self.errors.push(self.src.error(
@@ -185,6 +186,15 @@ impl Validator<'_> {
             (None, true) | (None, false) => {}
         }
         let tls = self.redis_tls(s);
+        let deny_cache = s.deny_cache.as_ref().is_some_and(|d| *d.get_ref());
+        if let (Some(d), true) = (&s.deny_cache, deny_cache && !s.nodes.is_empty()) {
+            self.push(
+                d,
+                "store.deny_cache".into(),
+                "not on a Redis Cluster (nodes = [...]): a cross-slot refund gives units back                  from several shards, which the cache's invalidations do not cover; use it with                  url = \"...\" or sentinels = [...]"
+                    .into(),
+            );
+        }
         (self.errors.len() == before).then(|| RedisConfig {
             target: target.expect("no error, so a target"),
             timeout_ms,
@@ -194,6 +204,8 @@ impl Validator<'_> {
             local_fallback_instances: instances,
             tls,
             master_auth: None,
+            deny_cache,
+            deny_cache_keys: floodgate_store::redis::deny_cache::CAPACITY,
             per_second: None,
         })
     }
