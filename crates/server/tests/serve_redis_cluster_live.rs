@@ -181,7 +181,7 @@ async fn four_failed_calls_are_not_ready_and_an_idle_serve_sees_a_master_die() {
     }
     let (status, body) = readyz(&c, &fg).await;
     assert_eq!(status, 503, "{body}");
-    assert_eq!(down(&body), [dead.clone()], "{body}");
+    assert_eq!(down(&body), [dead.as_str()], "{body}");
     let reason = body["store"]["reason"].as_str().unwrap_or_default();
     assert!(
         reason.contains(&format!("node {dead} (slots "))
@@ -237,14 +237,14 @@ type Tally = BTreeMap<usize, (u64, u64)>;
 
 /// Issue 30: a live `redis-cli --cluster reshard` through `serve`. 9,000 keys are filled
 /// (one check each, spread over four rules of four algorithms, 5 per hour, frozen manual
-/// clock), then 24 clients check 1,000 of them while 4,000 slots (about 2,200 of the keys)
-/// move from the first master to the second (`MIGRATE` in pipelines of 20 keys: slots stay
+/// clock), then 24 clients check 1,000 of them while `slots` slots (4,000 on redis-server:
+/// about 2,200 of the keys) move from the first master to the second (`MIGRATE` in pipelines of 20 keys: slots stay
 /// mid-migration while their keys move, so requests get `ASK` and `MOVED`). No answer other
 /// than 200 or 429, and each key admitted exactly what an exact counter admits: its first 5
 /// checks, fill included.
 // Over 120 lines: one scenario (fill, load, reshard, drain, count) whose steps share the
 // cluster, the process, the clients and their tallies.
-async fn a_live_reshard_through_serve_on(flavor: Flavor) {
+async fn a_live_reshard_through_serve_on(flavor: Flavor, slots: u64) {
     const LIMIT: u64 = 5;
     const KEYS: usize = 9_000;
     let cluster = RedisCluster::start_flavor(flavor).unwrap();
@@ -307,7 +307,7 @@ async fn a_live_reshard_through_serve_on(flavor: Flavor) {
             "--cluster-to",
             &ids[1],
             "--cluster-slots",
-            "4000",
+            &slots.to_string(),
             "--cluster-pipeline",
             "20",
             "--cluster-yes",
@@ -346,8 +346,13 @@ async fn a_live_reshard_through_serve_on(flavor: Flavor) {
         tally.values().map(|t| t.0).sum::<u64>(),
         errors.len()
     );
-    assert_eq!(moved, 4000, "slots moved");
-    assert!(keys_moved > 2_000, "only {keys_moved} keys moved");
+    assert_eq!(moved as u64, slots, "slots moved");
+    // About KEYS * slots / 16,384 keys live in the slots that moved.
+    let expected = KEYS as u64 * slots / 16_384;
+    assert!(
+        keys_moved > expected * 3 / 4,
+        "only {keys_moved} keys moved, about {expected} expected"
+    );
     assert!(during > 1_000, "only {during} checks during the reshard");
     assert!(
         errors.is_empty(),
@@ -370,12 +375,14 @@ async fn a_live_reshard_through_serve_on(flavor: Flavor) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_reshard_through_serve_fails_nothing_and_counts_exactly_on_redis() {
-    a_live_reshard_through_serve_on(Flavor::Redis).await;
+    a_live_reshard_through_serve_on(Flavor::Redis, 4_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_reshard_through_serve_fails_nothing_and_counts_exactly_on_valkey() {
-    a_live_reshard_through_serve_on(Flavor::Valkey).await;
+    // valkey-server takes about 15 times as long per slot under `redis-cli --cluster
+    // reshard` (43 ms against 3 ms, measured): 400 slots, about 220 keys, keep it to seconds.
+    a_live_reshard_through_serve_on(Flavor::Valkey, 400).await;
 }
 
 /// Polls `ready` every 50 ms for up to `within` (outside processes: real time).
@@ -456,7 +463,7 @@ fn load_until(
 }
 
 /// Issue 30: an automatic failover through `serve`. Three masters with a replica each
-/// (`cluster-node-timeout` 1000 ms); 8 clients check one key under four rules (400 a day
+/// (`cluster-node-timeout` 1000 ms); 8 clients check one key under four rules (150 a day
 /// each, frozen manual clock) while the master of the first rule's key is killed (SIGKILL),
 /// and the cluster promotes its replica. Asserted: `/readyz` turns 503 naming the dead
 /// master, the replica is promoted, `/readyz` is ready again and checks succeed without a
@@ -468,7 +475,7 @@ fn load_until(
 // steps share the cluster, the process and the load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_fails_over_and_serve_recovers_without_restart() {
-    const LIMIT: usize = 400;
+    const LIMIT: usize = 150;
     let mut cluster = RedisCluster::start_with_replicas_and_node_timeout(1000).unwrap();
     let fg = Arc::new(Floodgate::with_config(
         &config(&cluster, "timeout_ms = 500", &rules(LIMIT as u64, "d")),
@@ -537,8 +544,8 @@ async fn a_killed_master_fails_over_and_serve_recovers_without_restart() {
         }
         errors.extend(seen.errors);
     }
-    // Without a restart: every check decides again (100 more, each rule 25).
-    for n in 0..100 {
+    // Without a restart: every check decides again (400 more, each rule 100: past its limit).
+    for n in 0..400 {
         let r = n % 4;
         match check(&c, &fg, &format!("r{r}"), "hot").await {
             (200, _) => admitted[r].push(load_started.elapsed()),
@@ -564,6 +571,10 @@ async fn a_killed_master_fails_over_and_serve_recovers_without_restart() {
             .filter(|t| **t <= killed_at && killed_at - **t <= Duration::from_secs(1))
             .count();
         println!("r{r}: admitted {total} of {LIMIT}; {last_second} in the second before the kill");
+        assert!(
+            total >= LIMIT,
+            "r{r} admitted {total}: its limit {LIMIT} was never reached"
+        );
         assert!(
             total <= LIMIT + last_second,
             "r{r} admitted {total} of {LIMIT}, more than its {last_second} admissions of the \

@@ -1,7 +1,7 @@
 //! The recent outcomes of a cluster's calls per shard (master node), and its probes, for
 //! readiness.
 //!
-//! [`health`](super::health) counts a store's calls as a whole: one dead master of three,
+//! [`health`] counts a store's calls as a whole: one dead master of three,
 //! with traffic spread evenly, fails a third of the calls, but a shard that holds few of the
 //! keys in use can fail every one of its calls while the store as a whole stays under the
 //! threshold. So each decision call on a cluster is also counted under the master of its
@@ -15,8 +15,8 @@
 //! - its last probe failed, with no call or probe succeeding since. Traffic alone cannot
 //!   see a master that gets no calls (an idle or freshly started process reported a dead
 //!   master ready), so the store probes every master of the slot map that had no call during
-//!   the last [`SHARD_PROBE_INTERVAL`](super::shard_probe::SHARD_PROBE_INTERVAL) (see
-//!   [`shard_probe`](super::shard_probe)).
+//!   the last [`SHARD_PROBE_INTERVAL`](super::SHARD_PROBE_INTERVAL) (see
+//!   `shard_probe.rs`).
 //!
 //! Only the masters of the current slot map (or every shard, before a map was read) decide
 //! readiness: a master replaced by its promoted replica keeps its failures in the report but
@@ -130,6 +130,9 @@ fn node_entry<'a>(per_node: &'a mut Vec<(String, Node)>, node: &str) -> &'a mut 
     &mut per_node[i].1
 }
 
+/// A master to probe: its address and its slot ranges (inclusive).
+pub(super) type IdleMaster = (String, Vec<(u16, u16)>);
+
 /// Calls, failures and probes per master over the last seconds.
 pub(crate) struct Shards {
     /// The configured nodes' `host:port`, which pick this cluster's slot map.
@@ -180,13 +183,13 @@ impl Shards {
 
     /// The masters of the slot map (address and slot ranges) that had no call since the
     /// last time this was asked, for the probe; `None` before a slot map was read.
-    pub(super) fn idle_masters(&self) -> Option<Vec<(String, Vec<(u16, u16)>)>> {
+    pub(super) fn idle_masters(&self) -> Option<Vec<IdleMaster>> {
         let mut state = self.state.lock();
         state.refresh(&self.seeds);
         if state.map.is_empty() {
             return None;
         }
-        let mut idle: Vec<(String, Vec<(u16, u16)>)> = Vec::new();
+        let mut idle: Vec<IdleMaster> = Vec::new();
         for range in &state.map {
             let called = state
                 .per_node
