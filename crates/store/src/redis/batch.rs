@@ -151,8 +151,8 @@ impl RedisStore {
         let result = match result {
             Err(e) if self.is_cluster() => {
                 note_probe_key(&self.probe_key, &groups[0].keys[0]);
-                log_cluster_failure(&e, &groups, self.shards.as_ref());
-                Err(name_slots(e, &groups, self.shards.as_ref()))
+                log_cluster_failure(&e, &groups, self.shards.as_deref());
+                Err(name_slots(e, &groups, self.shards.as_deref()))
             }
             other => other,
         };

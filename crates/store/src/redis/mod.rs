@@ -81,6 +81,7 @@ mod reply;
 mod reserve;
 pub mod scripts;
 mod sentinels;
+mod shard_probe;
 pub mod shards;
 mod store;
 pub mod topology;
@@ -94,6 +95,7 @@ pub use config::{
 };
 pub use connection::RECONNECT_MAX_DELAY;
 pub use readiness::{policy_may_evict, ServerCheck, READINESS_PING_INTERVAL};
+pub use shard_probe::SHARD_PROBE_INTERVAL;
 pub use store::{RedisStore, ERROR_REASONS};
 
 impl Store for RedisStore {

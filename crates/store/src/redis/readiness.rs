@@ -47,8 +47,10 @@ impl RedisStore {
     }
 
     /// Whether Redis can decide now, for a readiness probe: `Err` while the circuit breaker is
-    /// open, while one shard of a cluster is failing (see
-    /// [`shard_readiness`](Self::shard_readiness)), while at least [`health::MAX_FAILED_PERCENT`] % of the calls of the last
+    /// open, while one shard of a cluster is not ready (its recent calls failed, its last
+    /// [`FAILED_IN_A_ROW`](super::shards::FAILED_IN_A_ROW) calls failed, or the background
+    /// probe of a master without calls failed, see [`shard_readiness`](Self::shard_readiness)
+    /// and [`SHARD_PROBE_INTERVAL`](super::SHARD_PROBE_INTERVAL)), while at least [`health::MAX_FAILED_PERCENT`] % of the calls of the last
     /// [`health::WINDOW_SECONDS`] s failed (of at least [`health::MIN_CALLS`]: a partial
     /// outage, e.g. one cluster master dead, that neither opens the breaker nor fails the
     /// probe), or when the last readiness probe failed. The probe is `INFO stats` (on every
@@ -87,10 +89,7 @@ impl RedisStore {
         }
         if let Some(shard) = shard {
             return Err(StoreError::Unavailable {
-                reason: format!(
-                    "redis cluster shard not ready: {shard} (not ready from {} %)",
-                    health::MAX_FAILED_PERCENT
-                ),
+                reason: format!("redis cluster shard not ready: {shard}"),
             });
         }
         let last = self.ping_at.load(Ordering::Acquire);
@@ -217,8 +216,8 @@ impl RedisStore {
 impl RedisStore {
     /// A cluster's shards as readiness sees them (see [`shards`](super::shards)): each
     /// master of the client's slot map and each that had calls in the last
-    /// [`WINDOW_SECONDS`](health::WINDOW_SECONDS), with its calls, failures and
-    /// whether it is ready. Empty on standalone Redis and Sentinel. Reads no Redis.
+    /// [`WINDOW_SECONDS`](health::WINDOW_SECONDS) or whose probe failed, with its calls,
+    /// failures and whether it is ready (and why not). Empty on standalone Redis and Sentinel. Reads no Redis.
     pub fn shard_readiness(&self) -> Vec<super::shards::ShardReport> {
         self.shards
             .as_ref()
@@ -226,8 +225,8 @@ impl RedisStore {
             .unwrap_or_default()
     }
 
-    /// The shards that are not ready (`node 10.0.0.1:7000 (slots 0-5460): 112 of the 112
-    /// calls of the last 10 s failed`, joined by `; `), for readiness' reason.
+    /// The shards that are not ready (`node 10.0.0.1:7000 (slots 0-5460): its last 4 calls
+    /// failed (not ready from 3 in a row)`, joined by `; `), for readiness' reason.
     pub(super) fn failing_shards(&self) -> Option<String> {
         let shards = self.shard_readiness();
         let failing: Vec<String> = shards
@@ -235,12 +234,10 @@ impl RedisStore {
             .filter(|s| !s.ready)
             .map(|s| {
                 format!(
-                    "node {} (slots {}): {} of the {} calls of the last {} s failed",
+                    "node {} (slots {}): {}",
                     s.node,
                     s.slot_text(),
-                    s.failed,
-                    s.calls,
-                    health::WINDOW_SECONDS,
+                    s.reason.as_deref().unwrap_or("not ready"),
                 )
             })
             .collect();

@@ -1,27 +1,45 @@
-//! The recent error rate of a cluster's calls per shard (master node), for readiness.
+//! The recent outcomes of a cluster's calls per shard (master node), and its probes, for
+//! readiness.
 //!
-//! [`health`](super::health) counts a store's calls as a whole: one dead master of three,
+//! [`health`] counts a store's calls as a whole: one dead master of three,
 //! with traffic spread evenly, fails a third of the calls, but a shard that holds few of the
 //! keys in use can fail every one of its calls while the store as a whole stays under the
 //! threshold. So each decision call on a cluster is also counted under the master of its
-//! slot, as the client's slot map last named it ([`topology`]), and
-//! readiness asks every shard the same question as the store: at least
-//! [`MIN_CALLS`](super::health::MIN_CALLS) calls in the last
-//! [`WINDOW_SECONDS`](super::health::WINDOW_SECONDS) and at least
-//! [`MAX_FAILED_PERCENT`](super::health::MAX_FAILED_PERCENT) % of them failed. Bounded: one
-//! ten-bucket ring per master, at most [`topology::MAX_NODES`]
-//! of them (the rest counted under `"other"`).
-
-use std::collections::HashMap;
+//! slot, as the client's slot map last named it ([`topology`]). A shard is not ready when
+//! any of these holds (checked in this order, the first one named):
+//! - at least [`MIN_CALLS`](super::health::MIN_CALLS) calls in the last
+//!   [`WINDOW_SECONDS`](super::health::WINDOW_SECONDS) and at least
+//!   [`MAX_FAILED_PERCENT`](super::health::MAX_FAILED_PERCENT) % of them failed;
+//! - its last [`FAILED_IN_A_ROW`] calls (or more) failed, with no success since (so 4 of 4
+//!   failed calls are not ready at once; issue 30: they needed 20 calls first);
+//! - its last probe failed, with no call or probe succeeding since. Traffic alone cannot
+//!   see a master that gets no calls (an idle or freshly started process reported a dead
+//!   master ready), so the store probes every master of the slot map that had no call during
+//!   the last [`SHARD_PROBE_INTERVAL`](super::SHARD_PROBE_INTERVAL) (see
+//!   `shard_probe.rs`).
+//!
+//! Only the masters of the current slot map (or every shard, before a map was read) decide
+//! readiness: a master replaced by its promoted replica keeps its failures in the report but
+//! serves no slot, so it fails no decision any more. Bounded: one ten-bucket ring and two
+//! counters per master, at most [`topology::MAX_NODES`] of them (the rest counted under
+//! `"other"`).
 
 use floodgate_core::Timestamp;
 
-use super::health::Health;
+use super::health::{self, Health};
 use super::topology::{self, SlotRange};
 
 /// The name counted for a slot that no master serves in the client's slot map (deleted
 /// slots, or no map read yet).
 pub const NO_MASTER: &str = "none";
+
+/// A shard whose last this many calls (or more) all failed is not ready, however few calls
+/// it had.
+pub const FAILED_IN_A_ROW: u64 = 3;
+
+/// Longest text kept of a failed probe's error (bytes; longer is cut at a character
+/// boundary): what `/readyz` shows of it.
+pub const MAX_PROBE_ERROR_BYTES: usize = 200;
 
 /// One shard's recent calls, as readiness reports them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,8 +52,11 @@ pub struct ShardReport {
     pub calls: u64,
     /// Of which failed.
     pub failed: u64,
-    /// `false` when the failures make the shard not ready (see the [module docs](self)).
+    /// `false` when the shard is not ready (see the [module docs](self)).
     pub ready: bool,
+    /// Why it is not ready (`12 of the 40 calls of the last 10 s failed`, `its last 4 calls
+    /// failed`, `its probe (EXISTS on slot 2) failed: ...`); `None` when ready.
+    pub reason: Option<String>,
 }
 
 impl ShardReport {
@@ -59,15 +80,60 @@ impl ShardReport {
     }
 }
 
+/// One master's outcomes.
+#[derive(Debug, Default)]
+struct Node {
+    /// Decision calls per second over the window (store clock).
+    health: Health,
+    /// Calls that failed since the last success (of a call or a probe).
+    failed_in_a_row: u64,
+    /// The last probe failed (why), and nothing succeeded since.
+    probe_failed: Option<String>,
+    /// A call ended since the probe task last looked ([`Shards::idle_masters`]).
+    called: bool,
+}
+
 #[derive(Default)]
 struct State {
     /// [`topology::generation`] when `map` was read.
     generation: Option<u64>,
     map: Vec<SlotRange>,
-    per_node: HashMap<String, Health>,
+    per_node: Vec<(String, Node)>,
 }
 
-/// Calls and failures per master over the last seconds.
+impl State {
+    /// Reads the slot map again when any node's reply changed since.
+    fn refresh(&mut self, seeds: &[String]) {
+        let generation = topology::generation();
+        if self.generation != Some(generation) {
+            self.map = topology::slot_map(seeds);
+            self.generation = Some(generation);
+        }
+    }
+}
+
+/// The entry of `node` (or of `"other"` past [`topology::MAX_NODES`]); allocates only for a
+/// new one. A list: a cluster has a few masters, looked up by a short scan.
+fn node_entry<'a>(per_node: &'a mut Vec<(String, Node)>, node: &str) -> &'a mut Node {
+    let name = if per_node.len() < topology::MAX_NODES || per_node.iter().any(|(n, _)| n == node) {
+        node
+    } else {
+        "other"
+    };
+    let i = match per_node.iter().position(|(n, _)| n == name) {
+        Some(i) => i,
+        None => {
+            per_node.push((name.to_string(), Node::default()));
+            per_node.len() - 1
+        }
+    };
+    &mut per_node[i].1
+}
+
+/// A master to probe: its address and its slot ranges (inclusive).
+pub(super) type IdleMaster = (String, Vec<(u16, u16)>);
+
+/// Calls, failures and probes per master over the last seconds.
 pub(crate) struct Shards {
     /// The configured nodes' `host:port`, which pick this cluster's slot map.
     seeds: Vec<String>,
@@ -87,27 +153,19 @@ impl Shards {
 
     /// Counts one call on `slot` that ended at `now`.
     pub(crate) fn record(&self, now: Timestamp, slot: u16, ok: bool) {
-        let generation = topology::generation();
         let mut state = self.state.lock();
-        if state.generation != Some(generation) {
-            state.map = topology::slot_map(&self.seeds);
-            state.generation = Some(generation);
-        }
+        state.refresh(&self.seeds);
         let State { map, per_node, .. } = &mut *state;
-        let node = topology::node_of(map, slot).unwrap_or(NO_MASTER);
-        if let Some(health) = per_node.get(node) {
-            health.record(now, ok);
-            return;
-        }
-        let name = if per_node.len() < topology::MAX_NODES {
-            node
+        let name = topology::node_of(map, slot).unwrap_or(NO_MASTER);
+        let node = node_entry(per_node, name);
+        node.health.record(now, ok);
+        node.called = true;
+        if ok {
+            node.failed_in_a_row = 0;
+            node.probe_failed = None;
         } else {
-            "other"
-        };
-        per_node
-            .entry(name.to_string())
-            .or_default()
-            .record(now, ok);
+            node.failed_in_a_row += 1;
+        }
     }
 
     /// Counts one call of a batch under the master of each of its slots.
@@ -123,10 +181,62 @@ impl Shards {
         topology::node_of(&state.map, slot).map(str::to_string)
     }
 
-    /// Every shard that had calls in the window ending at `now`, and every master of the
-    /// slot map, sorted by node.
+    /// The masters of the slot map (address and slot ranges) that had no call since the
+    /// last time this was asked, for the probe; `None` before a slot map was read.
+    pub(super) fn idle_masters(&self) -> Option<Vec<IdleMaster>> {
+        let mut state = self.state.lock();
+        state.refresh(&self.seeds);
+        if state.map.is_empty() {
+            return None;
+        }
+        let mut idle: Vec<IdleMaster> = Vec::new();
+        for range in &state.map {
+            let called = state
+                .per_node
+                .iter()
+                .any(|(n, node)| *n == range.node && node.called);
+            if called {
+                continue;
+            }
+            match idle.iter_mut().find(|(n, _)| *n == range.node) {
+                Some((_, ranges)) => ranges.push((range.start, range.end)),
+                None => idle.push((range.node.clone(), vec![(range.start, range.end)])),
+            }
+        }
+        for (_, node) in &mut state.per_node {
+            node.called = false;
+        }
+        Some(idle)
+    }
+
+    /// A probe of `node` (see [`shard_probe`](super::shard_probe)) succeeded (`Ok`) or
+    /// failed (why).
+    pub(super) fn record_probe(&self, node: &str, outcome: Result<(), String>) {
+        let mut state = self.state.lock();
+        let node = node_entry(&mut state.per_node, node);
+        match outcome {
+            Ok(()) => {
+                node.failed_in_a_row = 0;
+                node.probe_failed = None;
+            }
+            Err(mut why) => {
+                if why.len() > MAX_PROBE_ERROR_BYTES {
+                    let mut end = MAX_PROBE_ERROR_BYTES;
+                    while !why.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    why.truncate(end);
+                }
+                node.probe_failed = Some(why);
+            }
+        }
+    }
+
+    /// Every shard that had calls in the window ending at `now` or a failed probe, and every
+    /// master of the slot map, sorted by node.
     pub(crate) fn report(&self, now: Timestamp) -> Vec<ShardReport> {
-        let state = self.state.lock();
+        let mut state = self.state.lock();
+        state.refresh(&self.seeds);
         let mut out: Vec<ShardReport> = Vec::new();
         let mut entry = |node: &str| -> usize {
             match out.iter().position(|r| r.node == node) {
@@ -138,6 +248,7 @@ impl Shards {
                         calls: 0,
                         failed: 0,
                         ready: true,
+                        reason: None,
                     });
                     out.len() - 1
                 }
@@ -146,35 +257,65 @@ impl Shards {
         let mut slots: Vec<(usize, (u16, u16))> = Vec::new();
         // The map is sorted by slot: its gaps are the slots no master serves.
         let mut next = 0u32;
+        let mut gaps = false;
         for range in &state.map {
             if u32::from(range.start) > next {
                 let gap = (u16::try_from(next).unwrap_or(0), range.start - 1);
+                gaps = true;
                 slots.push((entry(NO_MASTER), gap));
             }
             slots.push((entry(&range.node), (range.start, range.end)));
             next = u32::from(range.end) + 1;
         }
         if !state.map.is_empty() && next < 16_384 {
+            gaps = true;
             slots.push((entry(NO_MASTER), (u16::try_from(next).unwrap_or(0), 16_383)));
         }
         let mut counts = Vec::new();
-        for (node, health) in &state.per_node {
-            let (failed, calls) = health.recent(now);
-            if calls > 0 {
-                counts.push((entry(node), failed, calls, health.failing(now).is_none()));
+        for (name, node) in &state.per_node {
+            let (failed, calls) = node.health.recent(now);
+            // A node that serves no slot of the map (a master replaced by its replica)
+            // decides nothing: shown while it has calls in the window, never not ready.
+            let decides = state.map.is_empty()
+                || (name == NO_MASTER && gaps)
+                || state.map.iter().any(|r| r.node == *name);
+            let reason = decides.then(|| not_ready(node, now)).flatten();
+            if calls > 0 || reason.is_some() {
+                counts.push((entry(name), failed, calls, reason));
             }
         }
         for (i, range) in slots {
             out[i].slots.push(range);
         }
-        for (i, failed, calls, ready) in counts {
+        for (i, failed, calls, reason) in counts {
             out[i].failed = failed;
             out[i].calls = calls;
-            out[i].ready = ready;
+            out[i].ready = reason.is_none();
+            out[i].reason = reason;
         }
         out.sort_by(|a, b| a.node.cmp(&b.node));
         out
     }
+}
+
+/// Why `node` is not ready at `now` (see the [module docs](self)), or `None`.
+fn not_ready(node: &Node, now: Timestamp) -> Option<String> {
+    if let Some((failed, calls)) = node.health.failing(now) {
+        return Some(format!(
+            "{failed} of the {calls} calls of the last {} s failed (not ready from {} %)",
+            health::WINDOW_SECONDS,
+            health::MAX_FAILED_PERCENT
+        ));
+    }
+    if node.failed_in_a_row >= FAILED_IN_A_ROW {
+        return Some(format!(
+            "its last {} calls failed (not ready from {FAILED_IN_A_ROW} in a row)",
+            node.failed_in_a_row
+        ));
+    }
+    node.probe_failed
+        .as_ref()
+        .map(|why| format!("its probe failed: {why}"))
 }
 
 #[cfg(test)]
@@ -196,7 +337,11 @@ mod tests {
         assert_eq!((report[0].failed, report[0].calls), (30, 30));
         assert!(!report[0].ready);
         assert_eq!(report[0].slot_text(), "-");
-        // Ten seconds later the window has passed: nothing to report.
+        // Ten seconds later the window has passed, but nothing succeeded since: still not
+        // ready (its last 30 calls failed) until a call or a probe succeeds.
+        let later = shards.report(T0 + 11_000_000);
+        assert_eq!((later[0].calls, later[0].ready), (0, false));
+        shards.record_probe(NO_MASTER, Ok(()));
         assert!(shards.report(T0 + 11_000_000).is_empty());
     }
 
@@ -208,7 +353,57 @@ mod tests {
             calls: 0,
             failed: 0,
             ready: true,
+            reason: None,
         };
         assert_eq!(r.slot_text(), "0-5460, 16383");
+    }
+
+    /// Issue 30: a shard whose 4 calls of 4 failed was "up" (20 calls were needed before the
+    /// error rate counted). Three in a row are enough now; a success clears them.
+    #[test]
+    fn the_last_calls_all_failing_is_not_ready_at_once() {
+        let shards = Shards::new(&["redis://192.0.2.78:1".to_string()]);
+        shards.record(T0, 7, true);
+        shards.record(T0, 7, false);
+        shards.record(T0, 7, false);
+        assert!(shards.report(T0)[0].ready, "2 failed in a row");
+        shards.record(T0, 7, false);
+        shards.record(T0, 7, false);
+        let report = &shards.report(T0)[0];
+        assert_eq!((report.failed, report.calls), (4, 5));
+        assert!(!report.ready);
+        assert_eq!(
+            report.reason.as_deref(),
+            Some("its last 4 calls failed (not ready from 3 in a row)")
+        );
+        shards.record(T0, 7, true);
+        assert!(shards.report(T0)[0].ready);
+    }
+
+    /// A failed probe makes a shard without calls not ready until a probe or a call on it
+    /// succeeds; the error's text is bounded.
+    #[test]
+    fn a_failed_probe_is_not_ready_until_something_succeeds() {
+        let shards = Shards::new(&["redis://192.0.2.79:1".to_string()]);
+        assert!(shards.report(T0).is_empty());
+        shards.record_probe(NO_MASTER, Err("é".repeat(MAX_PROBE_ERROR_BYTES)));
+        let report = &shards.report(T0)[0];
+        assert!(!report.ready);
+        assert_eq!((report.failed, report.calls), (0, 0));
+        let reason = report.reason.as_deref().unwrap_or_default();
+        assert!(reason.starts_with("its probe failed: é"), "{reason}");
+        assert!(reason.len() <= MAX_PROBE_ERROR_BYTES + "its probe failed: ".len());
+        shards.record_probe(NO_MASTER, Ok(()));
+        assert!(shards.report(T0).is_empty());
+        shards.record_probe(NO_MASTER, Err("refused".into()));
+        shards.record(T0, 9, true);
+        assert!(shards.report(T0)[0].ready, "a call succeeded since");
+    }
+
+    /// Idle masters are those without a call since the last look (none before a map).
+    #[test]
+    fn no_map_no_idle_masters() {
+        let shards = Shards::new(&["redis://192.0.2.80:1".to_string()]);
+        assert_eq!(shards.idle_masters(), None);
     }
 }

@@ -64,8 +64,9 @@ pub struct RedisStore {
     pub(super) probe_key: Arc<parking_lot::Mutex<Option<String>>>,
     /// Readiness: the outcomes of the last seconds' calls (see [`health`]).
     pub(super) health: health::Health,
-    /// Cluster: the same per master (see [`shards`](super::shards)).
-    pub(super) shards: Option<super::shards::Shards>,
+    /// Cluster: the same per master, and its probes (see [`shards`](super::shards) and
+    /// [`shard_probe`](super::shard_probe)).
+    pub(super) shards: Option<Arc<super::shards::Shards>>,
 }
 
 /// Where the deny cache subscribes: the standalone server or the Sentinel master; `None` on a
@@ -215,9 +216,17 @@ impl RedisStore {
             );
         }
         let shards = match &config.target {
-            RedisTarget::Cluster(nodes) => Some(super::shards::Shards::new(nodes)),
+            RedisTarget::Cluster(nodes) => Some(Arc::new(super::shards::Shards::new(nodes))),
             _ => None,
         };
+        if let Some(shards) = &shards {
+            super::shard_probe::spawn(
+                Arc::downgrade(shards),
+                conn.clone(),
+                config.prefix.clone(),
+                config.connect_timeout + config.timeout,
+            );
+        }
         Ok(Self {
             conn,
             client: standalone_client,

@@ -50,8 +50,24 @@ impl RedisCluster {
     /// # Errors
     /// As [`RedisCluster::start`], or when a replica does not sync within 10 s.
     pub fn start_with_replicas() -> io::Result<Self> {
+        Self::start_with_replicas_args(&[])
+    }
+
+    /// Like [`RedisCluster::start_with_replicas`] with `--cluster-node-timeout <node_timeout_ms>`
+    /// instead of the harness's 5 s: a killed master's replica is promoted about two node
+    /// timeouts later (the failure is agreed on, then the replica waits 0.5 to 1 s and is
+    /// elected).
+    ///
+    /// # Errors
+    /// As [`RedisCluster::start_with_replicas`].
+    pub fn start_with_replicas_and_node_timeout(node_timeout_ms: u64) -> io::Result<Self> {
+        let timeout = node_timeout_ms.to_string();
+        Self::start_with_replicas_args(&["--cluster-node-timeout", &timeout])
+    }
+
+    fn start_with_replicas_args(args: &[&str]) -> io::Result<Self> {
         let nodes = (0..6)
-            .map(|_| RedisServer::start_with(Flavor::Redis, true, &[]))
+            .map(|_| RedisServer::start_with(Flavor::Redis, true, args))
             .collect::<io::Result<Vec<_>>>()?;
         let addrs: Vec<String> = nodes
             .iter()
@@ -75,6 +91,28 @@ impl RedisCluster {
     /// Kills node `i` (SIGKILL, see [`RedisServer::kill`]).
     pub fn kill(&mut self, i: usize) {
         self.nodes[i].kill();
+    }
+
+    /// Starts node `i` again after [`kill`](Self::kill), on the same port and with its
+    /// `nodes.conf`: it rejoins the cluster with the role and slots it had, and no keys
+    /// (persistence is off).
+    ///
+    /// # Errors
+    /// As [`RedisServer::restart`].
+    pub fn restart(&mut self, i: usize) -> io::Result<()> {
+        self.nodes[i].restart()
+    }
+
+    /// Sets `cluster-require-full-coverage no` on every live node: the other masters' slots
+    /// keep answering while one master is down.
+    ///
+    /// # Errors
+    /// When `redis-cli` fails on a node.
+    pub fn partial_coverage(&self) -> io::Result<()> {
+        for n in &self.nodes {
+            n.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"])?;
+        }
+        Ok(())
     }
 
     /// A 3-master cluster whose nodes also listen with TLS (`--tls-cluster yes`: the cluster
