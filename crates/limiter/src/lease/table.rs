@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use floodgate_core::{Clock, Decision, Micros, Policy, Timestamp};
 use parking_lot::Mutex;
+use tokio::sync::watch;
 
 use super::Lease;
 use crate::reservation::same_policy;
@@ -36,8 +37,16 @@ type Shard = HashMap<Arc<str>, HashMap<String, Slot>>;
 struct Slot {
     policy: Policy,
     lease: Option<Live>,
-    /// A take is on its way to the store (at most one per slot).
-    taking: bool,
+    /// A take is on its way to the store (at most one per slot): what its waiters hear when
+    /// it ends.
+    taking: Option<watch::Sender<Outcome>>,
+    /// Units of the requests waiting for the take on its way.
+    queued: u64,
+    /// Units of the requests that waited for the last take: demand the next take counts.
+    backlog: u64,
+    /// What the store said was left (`remaining`) after the last take, granted or denied: a
+    /// key near its limit takes only its cost (one store call, never a denied lease first).
+    last_remaining: Option<u64>,
     /// A store denial, repeated locally until its `until` for requests of at least its cost.
     denied: Option<Denial>,
     /// The previous lease: when it was taken and how many units it spent (the rate estimate).
@@ -103,6 +112,17 @@ pub(crate) struct Ended {
     pub(super) live: Live,
 }
 
+/// How a take ended, for the requests waiting for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// On its way.
+    Pending,
+    /// Granted (a lease to spend from) or denied (a denial to repeat): begin again.
+    Done,
+    /// The store failed: the waiters fail too (by the rule's failure mode).
+    Failed,
+}
+
 /// What [`Leases::begin`] found for one request.
 #[derive(Debug)]
 pub(super) enum Begin {
@@ -116,7 +136,9 @@ pub(super) enum Begin {
         size: u64,
         ended: Option<Box<Ended>>,
     },
-    /// A take of this key is on its way, or no slot is free: decide by the store alone.
+    /// A take of this key is on its way: wait for it to end, then begin again.
+    Wait(watch::Receiver<Outcome>),
+    /// No slot is free: decide by the store alone.
     Plain,
 }
 
@@ -175,7 +197,10 @@ impl Leases {
                 Slot {
                     policy: policy.clone(),
                     lease: None,
-                    taking: false,
+                    taking: None,
+                    queued: 0,
+                    backlog: 0,
+                    last_remaining: None,
                     denied: None,
                     history: None,
                     generation: 0,
@@ -187,10 +212,11 @@ impl Leases {
         let Some(slot) = keys.get_mut(key) else {
             return Begin::Plain;
         };
-        if slot.taking {
-            // The slot's lease is on its way (none is live meanwhile): this request goes to
-            // the store alone, exactly as without leases.
-            return Begin::Plain;
+        if let Some(taking) = &slot.taking {
+            // The slot's lease is on its way (none is live meanwhile): this request waits for
+            // it and counts in the next lease's size.
+            slot.queued = slot.queued.saturating_add(cost);
+            return Begin::Wait(taking.subscribe());
         }
         slot.lifetime = lease.lifetime;
         let mut ended = None;
@@ -207,6 +233,7 @@ impl Leases {
             slot.policy = policy.clone();
             slot.denied = None;
             slot.history = None;
+            slot.last_remaining = None;
         }
         if let Some(live) = &mut slot.lease {
             if now < live.expires_at && now >= live.taken_at && live.size - live.used >= cost {
@@ -243,11 +270,10 @@ impl Leases {
                 }));
             }
         }
-        slot.taking = true;
+        slot.taking = Some(watch::channel(Outcome::Pending).0);
         slot.touched = now;
-        // Never above the policy's capacity (a limit override's rule keeps its base rule's
-        // lease settings with a smaller quota); `cost` is within it (the plan refuses more).
-        let size = estimate(slot.history, now, cost, lease).min(policy.capacity().max(cost));
+        let size = size(slot, now, cost, lease, policy);
+        slot.backlog = 0;
         Begin::Take { size, ended }
     }
 
@@ -256,7 +282,8 @@ impl Leases {
         let mut shard = self.shard(rule, key).lock();
         match shard.get_mut(rule).and_then(|keys| keys.get_mut(key)) {
             Some(slot) => {
-                slot.taking = false;
+                slot.last_remaining = Some(live.store_remaining);
+                slot.end_take(Outcome::Done);
                 slot.generation += 1;
                 slot.lease = Some(live);
                 slot.touched = live.taken_at;
@@ -268,14 +295,19 @@ impl Leases {
     }
 
     /// The take of a [`Begin::Take`] was denied (`denial` repeated locally until `until`), or
-    /// failed, or was given up (`denial = None`).
-    pub(super) fn abandon(&self, rule: &str, key: &str, denial: Option<Denial>) {
+    /// failed (`failed`: its waiters fail too), or was given up (neither).
+    pub(super) fn abandon(&self, rule: &str, key: &str, denial: Option<Denial>, failed: bool) {
         let mut shard = self.shard(rule, key).lock();
         if let Some(slot) = shard.get_mut(rule).and_then(|keys| keys.get_mut(key)) {
-            slot.taking = false;
-            if denial.is_some() {
-                slot.denied = denial;
+            if let Some(denial) = denial {
+                slot.last_remaining = Some(denial.decision.remaining);
+                slot.denied = Some(denial);
             }
+            slot.end_take(if failed {
+                Outcome::Failed
+            } else {
+                Outcome::Done
+            });
         }
     }
 
@@ -318,7 +350,7 @@ impl Leases {
                     }
                     let lifetime = slot.lifetime;
                     let idle = slot.lease.is_none()
-                        && !slot.taking
+                        && slot.taking.is_none()
                         && slot.denied.is_none_or(|d| now >= d.until)
                         && now.saturating_sub(slot.touched) > 4 * lifetime.max(1);
                     let keep = !(all || idle);
@@ -332,6 +364,34 @@ impl Leases {
         }
         ended
     }
+}
+
+impl Slot {
+    /// The take on its way ended with `outcome`: its waiters hear it, and their demand is
+    /// the next take's backlog.
+    fn end_take(&mut self, outcome: Outcome) {
+        if let Some(taking) = self.taking.take() {
+            taking.send_replace(outcome);
+        }
+        self.backlog = std::mem::take(&mut self.queued);
+    }
+}
+
+/// The size of the next take of `slot` for a request of `cost`: the rate estimate, or the
+/// demand that waited for the last take (with this request) when more; at most
+/// `max(cost, max_units)`, and at most the policy's capacity (a limit override's rule keeps
+/// its base rule's lease settings with a smaller quota; `cost` is within it, the plan refuses
+/// more); and at most `cost` plus what the store said was left after the last take, so a key
+/// near its limit asks for its cost alone, as without leases.
+fn size(slot: &Slot, now: Timestamp, cost: u64, lease: &Lease, policy: &Policy) -> u64 {
+    let most = lease.max_units.max(cost);
+    let mut size = estimate(slot.history, now, cost, lease)
+        .max(slot.backlog.saturating_add(cost).min(most))
+        .min(policy.capacity().max(cost));
+    if let Some(left) = slot.last_remaining {
+        size = size.min(cost.saturating_add(left));
+    }
+    size
 }
 
 /// The size of the next lease: the previous lease's use scaled to the lifetime (units used,
