@@ -233,6 +233,13 @@ async fn begun_draw<S: Store>(
             ));
         }
         Begin::Denied(decision) => return Ok(Drawing::Denied(decision)),
+        Begin::SpentRenew(decision, generation, size) => {
+            renew(leases, store, rule, lease, item, size, now).await;
+            return Ok(Drawing::Admitted(
+                decision,
+                Drawn::Lease { index, generation },
+            ));
+        }
         Begin::Wait(_) | Begin::Plain => {
             *asked = true;
             let reserved = store.reserve(std::slice::from_ref(item), 0).await?;
@@ -310,13 +317,79 @@ async fn begun_draw<S: Store>(
         store_remaining: decision.remaining,
         reset_at: now.saturating_add(decision.reset_after),
         limit: decision.limit,
+        renewing: false,
     };
-    let generation = leases.install(rule, item.key, live);
+    let (generation, replaced) = leases.install(rule, item.key, live);
     guard.done = true;
+    if let Some(replaced) = replaced {
+        settle_ended(store, std::slice::from_ref(&replaced)).await;
+    }
     Ok(Drawing::Admitted(
         live.decision(now),
         Drawn::Lease { index, generation },
     ))
+}
+
+/// Takes the successor of a key's live lease (`size` units, asked at `now`) after this request
+/// was spent from it; the other requests go on spending the old one meanwhile. Granted: the
+/// new lease replaces the old, whose rest is settled. Denied or failed: the old lease lives
+/// out its time (no second renewal); a failure is counted and logged, and the next take
+/// meets it.
+async fn renew<S: Store>(
+    leases: &Leases,
+    store: &S,
+    rule: &Arc<str>,
+    lease: &Lease,
+    item: &CheckItem<'_>,
+    size: u64,
+    now: Timestamp,
+) {
+    let mut guard = TakeGuard {
+        leases,
+        rule,
+        key: item.key,
+        denial: None,
+        failed: false,
+        done: false,
+    };
+    let reserved = match store.reserve(&[CheckItem { cost: size, ..*item }], 0).await {
+        Ok(reserved) => reserved,
+        Err(error) => {
+            count_store_error(&error);
+            log_store_failure(&error, false);
+            return;
+        }
+    };
+    let Some(&scheduled_at) = reserved
+        .scheduled_at
+        .first()
+        .filter(|_| reserved.batch.allowed)
+    else {
+        return;
+    };
+    let decision = reserved
+        .batch
+        .decisions
+        .first()
+        .copied()
+        .unwrap_or(NO_ANSWER);
+    super::counters::taken(rule, size);
+    let live = Live {
+        size,
+        used: 0,
+        scheduled_at,
+        taken_at: now,
+        expires_at: now.saturating_add(lease.lifetime),
+        store_remaining: decision.remaining,
+        reset_at: now.saturating_add(decision.reset_after),
+        limit: decision.limit,
+        renewing: false,
+    };
+    let (_, replaced) = leases.install(rule, item.key, live);
+    guard.done = true;
+    if let Some(replaced) = replaced {
+        settle_ended(store, std::slice::from_ref(&replaced)).await;
+    }
 }
 
 /// Clears a slot's take when the take did not install a lease.

@@ -73,6 +73,8 @@ pub(crate) struct Live {
     pub(super) store_remaining: u64,
     pub(super) reset_at: Timestamp,
     pub(super) limit: u64,
+    /// A renewal was started for this lease (at most one).
+    pub(super) renewing: bool,
 }
 
 impl Live {
@@ -128,6 +130,10 @@ pub(super) enum Outcome {
 pub(super) enum Begin {
     /// Spent from the live lease `generation`.
     Spent(Decision, u64),
+    /// Spent from the live lease `generation`, which is late in its life or low: take its
+    /// successor of `size` units now (the caller must finish with `Leases::install` or
+    /// `Leases::abandon`), while the other requests go on spending it.
+    SpentRenew(Decision, u64, u64),
     /// Denied again until the store's `retry_after` (capped at the lifetime).
     Denied(Decision),
     /// Take a lease of `size` units; `ended` is the lease it replaces (to settle first). The
@@ -238,7 +244,16 @@ impl Leases {
         if let Some(live) = &mut slot.lease {
             if now < live.expires_at && now >= live.taken_at && live.size - live.used >= cost {
                 live.used += cost;
-                return Begin::Spent(live.decision(now), slot.generation);
+                let decision = live.decision(now);
+                if let Some(size) = renewal(live, slot.taking.is_none(), now, lease, policy) {
+                    live.renewing = true;
+                    slot.taking = Some(watch::channel(Outcome::Pending).0);
+                    let size = slot
+                        .last_remaining
+                        .map_or(size, |left| size.min(left.max(1)));
+                    return Begin::SpentRenew(decision, slot.generation, size);
+                }
+                return Begin::Spent(decision, slot.generation);
             }
         }
         if let Some(Denial {
@@ -277,20 +292,31 @@ impl Leases {
         Begin::Take { size, ended }
     }
 
-    /// The take of a [`Begin::Take`] was granted: `live` is the key's lease now.
-    pub(super) fn install(&self, rule: &str, key: &str, live: Live) -> u64 {
+    /// The take of a [`Begin::Take`] or [`Begin::SpentRenew`] was granted: `live` is the
+    /// key's lease now. Returns its generation, and the lease it replaces (a renewal's
+    /// predecessor), to settle.
+    pub(super) fn install(&self, rule: &str, key: &str, live: Live) -> (u64, Option<Ended>) {
         let mut shard = self.shard(rule, key).lock();
         match shard.get_mut(rule).and_then(|keys| keys.get_mut(key)) {
             Some(slot) => {
                 slot.last_remaining = Some(live.store_remaining);
                 slot.end_take(Outcome::Done);
                 slot.generation += 1;
-                slot.lease = Some(live);
+                let policy = slot.policy.clone();
+                let ended = slot.lease.replace(live).map(|old| {
+                    slot.history = Some((old.taken_at, old.used));
+                    Ended {
+                        rule: Arc::from(rule),
+                        key: key.to_owned(),
+                        policy,
+                        live: old,
+                    }
+                });
                 slot.touched = live.taken_at;
-                slot.generation
+                (slot.generation, ended)
             }
             // Dropped meanwhile (a return of every lease): the units stay spent.
-            None => 0,
+            None => (0, None),
         }
     }
 
@@ -375,6 +401,25 @@ impl Slot {
         }
         self.backlog = std::mem::take(&mut self.queued);
     }
+}
+
+/// When the request that just spent from `live` should start its successor: when no take is
+/// on its way (`free`), none was started for it, and it is past three quarters of its life or
+/// below a quarter of its units. The size: its use so far scaled to the lifetime (at least 1),
+/// at most the share minus its balance, so that the units this instance holds for the key,
+/// the lease's balance and its successor's together, stay at most `max_units`
+/// (`docs/spec/leases.md`, "carry"). `None` when there is no room.
+fn renewal(live: &Live, free: bool, now: Timestamp, lease: &Lease, policy: &Policy) -> Option<u64> {
+    let life = live.expires_at - live.taken_at;
+    let balance = live.size - live.used;
+    let late = now.saturating_sub(live.taken_at).saturating_mul(4) >= life.saturating_mul(3);
+    let low = balance.saturating_mul(4) < live.size;
+    if !free || live.renewing || !(late || low) {
+        return None;
+    }
+    let room = lease.max_units.min(policy.capacity()).saturating_sub(balance);
+    let size = estimate(Some((live.taken_at, live.used)), now, 1, lease).min(room);
+    (size > 0).then_some(size)
 }
 
 /// The size of the next take of `slot` for a request of `cost`: the rate estimate, or the
