@@ -352,7 +352,16 @@ async fn renew<S: Store>(
         failed: false,
         done: false,
     };
-    let reserved = match store.reserve(&[CheckItem { cost: size, ..*item }], 0).await {
+    let reserved = match store
+        .reserve(
+            &[CheckItem {
+                cost: size,
+                ..*item
+            }],
+            0,
+        )
+        .await
+    {
         Ok(reserved) => reserved,
         Err(error) => {
             count_store_error(&error);

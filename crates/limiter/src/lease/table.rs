@@ -417,7 +417,10 @@ fn renewal(live: &Live, free: bool, now: Timestamp, lease: &Lease, policy: &Poli
     if !free || live.renewing || !(late || low) {
         return None;
     }
-    let room = lease.max_units.min(policy.capacity()).saturating_sub(balance);
+    let room = lease
+        .max_units
+        .min(policy.capacity())
+        .saturating_sub(balance);
     let size = estimate(Some((live.taken_at, live.used)), now, 1, lease).min(room);
     (size > 0).then_some(size)
 }
