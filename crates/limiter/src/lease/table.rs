@@ -405,15 +405,16 @@ impl Slot {
 
 /// When the request that just spent from `live` should start its successor: when no take is
 /// on its way (`free`), none was started for it, and it is past three quarters of its life or
-/// below a quarter of its units. The size: its use so far scaled to the lifetime (at least 1),
-/// at most the share minus its balance, so that the units this instance holds for the key,
+/// below half of its units. The size: twice its use so far scaled to the lifetime (at least 1;
+/// headroom for a rate that grows, so the successor does not run out before its own renewal
+/// is back), at most the share minus its balance, so that the units this instance holds for the key,
 /// the lease's balance and its successor's together, stay at most `max_units`
 /// (`docs/spec/leases.md`, "carry"). `None` when there is no room.
 fn renewal(live: &Live, free: bool, now: Timestamp, lease: &Lease, policy: &Policy) -> Option<u64> {
     let life = live.expires_at - live.taken_at;
     let balance = live.size - live.used;
     let late = now.saturating_sub(live.taken_at).saturating_mul(4) >= life.saturating_mul(3);
-    let low = balance.saturating_mul(4) < live.size;
+    let low = balance.saturating_mul(2) < live.size;
     if !free || live.renewing || !(late || low) {
         return None;
     }
@@ -421,7 +422,9 @@ fn renewal(live: &Live, free: bool, now: Timestamp, lease: &Lease, policy: &Poli
         .max_units
         .min(policy.capacity())
         .saturating_sub(balance);
-    let size = estimate(Some((live.taken_at, live.used)), now, 1, lease).min(room);
+    let size = estimate(Some((live.taken_at, live.used)), now, 1, lease)
+        .saturating_mul(2)
+        .min(room);
     (size > 0).then_some(size)
 }
 
