@@ -1,13 +1,15 @@
 //! Quota leases end to end (`docs/spec/leases.md`): four `floodgate serve` processes on the
-//! system clock share one real redis-server; a hot key of a leased rule under concurrent load
-//! is admitted at most the exact count plus the rule's bound, with far fewer Redis script
-//! calls than decisions; the same key of a rule without a lease costs a script run per decision.
+//! system clock share one real redis-server, and again a 3-master Redis Cluster; a hot key of
+//! a leased rule under concurrent load is admitted at most the exact count plus the rule's
+//! bound, with far fewer Redis script calls than decisions; the same key of a rule without a
+//! lease costs a script run per decision; the page's live view names the leased rule and its
+//! bound.
 
 mod serve_support;
 
 use std::sync::Arc;
 
-use floodgate_store::redis::testing::RedisServer;
+use floodgate_store::redis::testing::{RedisCluster, RedisServer};
 use serde_json::json;
 use serve_support::{client, Floodgate};
 
@@ -98,11 +100,11 @@ async fn four_instances_with_leases_stay_within_the_bound_with_few_redis_calls()
     // Units held by another instance may be denied here: at most 4 leases of 100.
     assert!(admitted >= 1_000 - 4 * 100, "admitted {admitted}");
     let per_decision = leased_calls as f64 / 4_000.0;
-    // Far below one call per decision. Not the 1/50 of one process in a steady stream
-    // (crates/limiter/tests/lease_bound.rs): 25 clients per process, two cores for all, and
-    // requests that arrive while a take is on its way each go to Redis on their own.
+    // Requests that arrive while a take is on its way wait for it, and a denial is repeated
+    // locally until its retry_after (here most of a day): 0.012 and 0.0175 in two runs, where
+    // 0.06 to 0.08 were measured before either (each waiting request went to Redis alone).
     assert!(
-        per_decision < 0.1,
+        per_decision < 0.05,
         "{leased_calls} Redis calls for 4,000 decisions with leases"
     );
 
@@ -131,7 +133,61 @@ async fn four_instances_with_leases_stay_within_the_bound_with_few_redis_calls()
         instances[0].logs()
     );
 
+    // The page's live view names the leased rule and its bound, and only that rule.
+    let live: serde_json::Value = client()
+        .get(instances[0].url("/v1/ui/live"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        live["leases"],
+        json!([{
+            "rule": "leased",
+            "lease_us": 1_000_000,
+            "max_units": 100,
+            "bound_one_instance": 1,
+            "bound": "lease 1s, at most 100 units per lease; beyond the exact count at most 1 \
+                      unit at once or over any span (one instance), min(N x 100, 1) for N \
+                      instances",
+        }]),
+        "{live}"
+    );
+
     // A shutdown gives the unspent rest back: every instance's leases are settled.
+    for mut fg in instances {
+        fg.signal("TERM");
+        assert!(fg.wait().success());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_with_leases_on_a_cluster_stay_within_the_bound() {
+    let cluster = RedisCluster::start().unwrap();
+    let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    let config = format!(
+        "[store]\nkind = \"redis\"\nnodes = [{}]\ntimeout_ms = 2000\n{RULES}",
+        nodes.join(", ")
+    );
+    let instances: Vec<Floodgate> = (0..4)
+        .map(|_| Floodgate::with_config_on_real_clock(&config, &[]))
+        .collect();
+    for node in cluster.nodes() {
+        node.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    }
+    let (admitted, denied) = hammer(&instances, "leased").await;
+    let calls: u64 = cluster.nodes().iter().map(redis_calls).sum();
+    assert_eq!(admitted + denied, 4_000);
+    // The exact count (1,000, and 1 unit refilled within a minute) plus the bound (1).
+    assert!(admitted <= 1_000 + 1 + 1, "admitted {admitted}");
+    assert!(admitted >= 1_000 - 4 * 100, "admitted {admitted}");
+    assert!(
+        calls * 20 < 4_000,
+        "{calls} Redis calls on the cluster for 4,000 decisions with leases"
+    );
+    eprintln!("cluster, leased: {admitted} admitted, {calls} Redis calls");
     for mut fg in instances {
         fg.signal("TERM");
         assert!(fg.wait().success());

@@ -378,6 +378,7 @@ async function poll() {
   drawStore(doc.store);
   drawRules(doc);
   drawDeniedKeys(doc.denied_keys);
+  drawLeases(doc.leases);
 }
 
 function drawStore(store) {
@@ -498,6 +499,22 @@ function drawDeniedKeys(d) {
   box.replaceChildren(el("p", { class: "note", text: `The ${d.capacity} busiest of ${d.denials} denials. ` +
     "Secret values (API keys, users, headers) are shown as a hash (#…) that the admin API " +
     "resolves: GET /v1/keys/{rule}/{key}?encoded=true with # written %23." }), t);
+}
+
+// Rules with a quota lease and their bound (docs/spec/leases.md).
+function drawLeases(leases) {
+  const box = $("#leases");
+  if (!leases || leases.length === 0) {
+    box.replaceChildren(el("p", { class: "note", text: "No rule in force has a lease: every decision is exact." }));
+    return;
+  }
+  const t = el("table", {}, el("tr", {}, el("th", { text: "rule" }), el("th", { text: "lease" }),
+    el("th", { text: "units per lease" }), el("th", { text: "beyond exact, one instance" })));
+  for (const l of leases) {
+    t.append(el("tr", { "data-rule": l.rule }, el("td", { text: l.rule }), el("td", { text: seconds(l.lease_us) }),
+      el("td", { text: String(l.max_units) }), el("td", { class: "bound", text: String(l.bound_one_instance) })));
+  }
+  box.replaceChildren(t, ...leases.map((l) => el("p", { class: "note", text: `${l.rule}: ${l.bound}` })));
 }
 
 setupControls();

@@ -184,6 +184,15 @@ impl Store for AnyStore {
         }
     }
 
+    fn round_trip_deadline(&self) -> Option<std::time::Duration> {
+        match self {
+            AnyStore::Memory(s) => Store::round_trip_deadline(s),
+            AnyStore::Redis(s) => s.round_trip_deadline(),
+            AnyStore::RedisWithFallback(s) => s.round_trip_deadline(),
+            AnyStore::RedisPerSecond(s) => s.round_trip_deadline(),
+        }
+    }
+
     fn stats(&self) -> Option<crate::StoreStats> {
         match self {
             AnyStore::Memory(s) => Store::stats(s),

@@ -247,6 +247,10 @@ impl<S: Store> Store for FallbackStore<S> {
         Some(self.instances())
     }
 
+    fn round_trip_deadline(&self) -> Option<std::time::Duration> {
+        self.primary.round_trip_deadline()
+    }
+
     async fn shared_secret(&self, candidate: &str) -> Result<Option<String>, StoreError> {
         self.primary.shared_secret(candidate).await
     }

@@ -313,6 +313,16 @@ impl<M: Store, S: Store> Store for PerSecondStore<M, S> {
         self.main.is_shared() || self.per_second.is_shared()
     }
 
+    fn round_trip_deadline(&self) -> Option<std::time::Duration> {
+        match (
+            self.main.round_trip_deadline(),
+            self.per_second.round_trip_deadline(),
+        ) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     async fn shared_secret(&self, candidate: &str) -> Result<Option<String>, StoreError> {
         // Reservations are claimed and signed through the main store.
         self.main.shared_secret(candidate).await

@@ -203,6 +203,14 @@ pub trait Store: Send + Sync + 'static {
     fn fallback_instances(&self) -> Option<u64> {
         None
     }
+
+    /// The longest one call to this store may take before it fails with
+    /// [`StoreError::Timeout`]: what a request waiting for another request's call (a quota
+    /// lease's take) waits at most. `None` (the default) for a store in this process, whose
+    /// calls never wait on I/O.
+    fn round_trip_deadline(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -299,5 +307,9 @@ impl<S: Store> Store for Arc<S> {
 
     fn fallback_instances(&self) -> Option<u64> {
         (**self).fallback_instances()
+    }
+
+    fn round_trip_deadline(&self) -> Option<std::time::Duration> {
+        (**self).round_trip_deadline()
     }
 }

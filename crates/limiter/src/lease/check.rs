@@ -8,7 +8,7 @@ use std::sync::Arc;
 use floodgate_core::{Decision, Timestamp};
 use floodgate_store::{BatchDecision, CheckItem, SettleItem, Store, StoreError};
 
-use super::table::{Begin, Denial, Ended, Leases, Live};
+use super::table::{Begin, Denial, Ended, Leases, Live, Outcome};
 use super::Lease;
 use crate::plan::PlannedCheck;
 use crate::rule::Rule;
@@ -151,7 +151,10 @@ pub(crate) async fn check<S: Store>(
     (Ok(batch), asked)
 }
 
-/// Spends `item` from its key's lease, taking a lease first when there is none with room.
+/// Spends `item` from its key's lease, taking a lease first when there is none with room;
+/// while a take of the key is on its way, waits for it (at most the store's
+/// [`Store::round_trip_deadline`]: longer fails as the store would, by the rule's failure
+/// mode) and begins again.
 async fn draw<S: Store>(
     leases: &Leases,
     store: &S,
@@ -161,8 +164,68 @@ async fn draw<S: Store>(
     index: usize,
     asked: &mut bool,
 ) -> Result<Drawing, StoreError> {
+    let mut deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    loop {
+        let now = leases.now();
+        match leases.begin(rule, item.policy, item.key, item.cost, lease, now) {
+            Begin::Wait(taking) => {
+                let limit = store.round_trip_deadline();
+                if deadline.is_none() {
+                    deadline = limit.map(|d| Box::pin(tokio::time::sleep(d)));
+                }
+                wait(taking, deadline.as_mut(), limit).await?;
+            }
+            begun => {
+                return begun_draw(leases, store, rule, lease, item, index, asked, begun).await
+            }
+        }
+    }
+}
+
+/// Waits for a take on its way to end (`taking`), at most until `deadline`.
+///
+/// # Errors
+/// [`StoreError::Timeout`] past the deadline, [`StoreError::Unavailable`] when the take
+/// failed.
+async fn wait(
+    mut taking: tokio::sync::watch::Receiver<Outcome>,
+    deadline: Option<&mut std::pin::Pin<Box<tokio::time::Sleep>>>,
+    limit: Option<std::time::Duration>,
+) -> Result<(), StoreError> {
+    let ended = taking.wait_for(|o| *o != Outcome::Pending);
+    let outcome = match deadline {
+        Some(deadline) => tokio::select! {
+            ended = ended => ended.map(|o| *o),
+            () = deadline.as_mut() => {
+                let after_ms = limit.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                return Err(StoreError::Timeout { after_ms });
+            }
+        },
+        None => ended.await.map(|o| *o),
+    };
+    match outcome {
+        Ok(Outcome::Failed) => Err(StoreError::Unavailable {
+            reason: "the lease take this request waited for failed".into(),
+        }),
+        // Done, or the take was given up (its future dropped): begin again.
+        _ => Ok(()),
+    }
+}
+
+/// [`draw`] after [`Leases::begin`] said what to do (anything but wait).
+#[allow(clippy::too_many_arguments)]
+async fn begun_draw<S: Store>(
+    leases: &Leases,
+    store: &S,
+    rule: &Arc<str>,
+    lease: &Lease,
+    item: &CheckItem<'_>,
+    index: usize,
+    asked: &mut bool,
+    begun: Begin,
+) -> Result<Drawing, StoreError> {
     let now = leases.now();
-    let (size, ended) = match leases.begin(rule, item.policy, item.key, item.cost, lease, now) {
+    let (size, ended) = match begun {
         Begin::Spent(decision, generation) => {
             return Ok(Drawing::Admitted(
                 decision,
@@ -170,7 +233,14 @@ async fn draw<S: Store>(
             ));
         }
         Begin::Denied(decision) => return Ok(Drawing::Denied(decision)),
-        Begin::Plain => {
+        Begin::SpentRenew(decision, generation, size) => {
+            renew(leases, store, rule, lease, item, size, now).await;
+            return Ok(Drawing::Admitted(
+                decision,
+                Drawn::Lease { index, generation },
+            ));
+        }
+        Begin::Wait(_) | Begin::Plain => {
             *asked = true;
             let reserved = store.reserve(std::slice::from_ref(item), 0).await?;
             let decision = reserved
@@ -198,6 +268,7 @@ async fn draw<S: Store>(
         rule,
         key: item.key,
         denial: None,
+        failed: false,
         done: false,
     };
     *asked = true;
@@ -206,12 +277,15 @@ async fn draw<S: Store>(
     }
     let take = |cost| CheckItem { cost, ..*item };
     let mut size = size;
-    let mut reserved = store.reserve(&[take(size)], 0).await?;
-    if !reserved.batch.allowed && size > item.cost {
+    let mut reserved = store.reserve(&[take(size)], 0).await;
+    if reserved.as_ref().is_ok_and(|r| !r.batch.allowed) && size > item.cost {
         // A lease the key cannot give: the request alone may still fit.
         size = item.cost;
-        reserved = store.reserve(&[take(size)], 0).await?;
+        reserved = store.reserve(&[take(size)], 0).await;
     }
+    // A failed take fails the requests waiting for it too (by the rule's failure mode).
+    guard.failed = reserved.is_err();
+    let reserved = reserved?;
     let decision = reserved
         .batch
         .decisions
@@ -223,9 +297,11 @@ async fn draw<S: Store>(
         .first()
         .filter(|_| reserved.batch.allowed)
     else {
+        // Until the store's retry_after: it admits nothing of this cost before then (unless
+        // units are given back), so a key at its limit costs one call per retry_after.
         guard.denial = Some(Denial {
             at: now,
-            until: now.saturating_add(decision.retry_after.unwrap_or(0).min(lease.lifetime)),
+            until: now.saturating_add(decision.retry_after.unwrap_or(0)),
             cost: item.cost,
             decision,
         });
@@ -241,13 +317,88 @@ async fn draw<S: Store>(
         store_remaining: decision.remaining,
         reset_at: now.saturating_add(decision.reset_after),
         limit: decision.limit,
+        renewing: false,
     };
-    let generation = leases.install(rule, item.key, live);
+    let (generation, replaced) = leases.install(rule, item.key, live);
     guard.done = true;
+    if let Some(replaced) = replaced {
+        settle_ended(store, std::slice::from_ref(&replaced)).await;
+    }
     Ok(Drawing::Admitted(
         live.decision(now),
         Drawn::Lease { index, generation },
     ))
+}
+
+/// Takes the successor of a key's live lease (`size` units, asked at `now`) after this request
+/// was spent from it; the other requests go on spending the old one meanwhile. Granted: the
+/// new lease replaces the old, whose rest is settled. Denied or failed: the old lease lives
+/// out its time (no second renewal); a failure is counted and logged, and the next take
+/// meets it.
+async fn renew<S: Store>(
+    leases: &Leases,
+    store: &S,
+    rule: &Arc<str>,
+    lease: &Lease,
+    item: &CheckItem<'_>,
+    size: u64,
+    now: Timestamp,
+) {
+    let mut guard = TakeGuard {
+        leases,
+        rule,
+        key: item.key,
+        denial: None,
+        failed: false,
+        done: false,
+    };
+    let reserved = match store
+        .reserve(
+            &[CheckItem {
+                cost: size,
+                ..*item
+            }],
+            0,
+        )
+        .await
+    {
+        Ok(reserved) => reserved,
+        Err(error) => {
+            count_store_error(&error);
+            log_store_failure(&error, false);
+            return;
+        }
+    };
+    let Some(&scheduled_at) = reserved
+        .scheduled_at
+        .first()
+        .filter(|_| reserved.batch.allowed)
+    else {
+        return;
+    };
+    let decision = reserved
+        .batch
+        .decisions
+        .first()
+        .copied()
+        .unwrap_or(NO_ANSWER);
+    super::counters::taken(rule, size);
+    let live = Live {
+        size,
+        used: 0,
+        scheduled_at,
+        taken_at: now,
+        expires_at: now.saturating_add(lease.lifetime),
+        store_remaining: decision.remaining,
+        reset_at: now.saturating_add(decision.reset_after),
+        limit: decision.limit,
+        renewing: false,
+    };
+    let (_, replaced) = leases.install(rule, item.key, live);
+    guard.done = true;
+    if let Some(replaced) = replaced {
+        settle_ended(store, std::slice::from_ref(&replaced)).await;
+    }
 }
 
 /// Clears a slot's take when the take did not install a lease.
@@ -256,13 +407,16 @@ struct TakeGuard<'a> {
     rule: &'a str,
     key: &'a str,
     denial: Option<Denial>,
+    /// The store failed (a dropped future gives up: its waiters begin again).
+    failed: bool,
     done: bool,
 }
 
 impl Drop for TakeGuard<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.leases.abandon(self.rule, self.key, self.denial.take());
+            self.leases
+                .abandon(self.rule, self.key, self.denial.take(), self.failed);
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use floodgate_core::{Clock, Decision, Micros, Policy, Timestamp};
 use parking_lot::Mutex;
+use tokio::sync::watch;
 
 use super::Lease;
 use crate::reservation::same_policy;
@@ -36,8 +37,16 @@ type Shard = HashMap<Arc<str>, HashMap<String, Slot>>;
 struct Slot {
     policy: Policy,
     lease: Option<Live>,
-    /// A take is on its way to the store (at most one per slot).
-    taking: bool,
+    /// A take is on its way to the store (at most one per slot): what its waiters hear when
+    /// it ends.
+    taking: Option<watch::Sender<Outcome>>,
+    /// Units of the requests waiting for the take on its way.
+    queued: u64,
+    /// Units of the requests that waited for the last take: demand the next take counts.
+    backlog: u64,
+    /// What the store said was left (`remaining`) after the last take, granted or denied: a
+    /// key near its limit takes only its cost (one store call, never a denied lease first).
+    last_remaining: Option<u64>,
     /// A store denial, repeated locally until its `until` for requests of at least its cost.
     denied: Option<Denial>,
     /// The previous lease: when it was taken and how many units it spent (the rate estimate).
@@ -64,6 +73,8 @@ pub(crate) struct Live {
     pub(super) store_remaining: u64,
     pub(super) reset_at: Timestamp,
     pub(super) limit: u64,
+    /// A renewal was started for this lease (at most one).
+    pub(super) renewing: bool,
 }
 
 impl Live {
@@ -103,11 +114,26 @@ pub(crate) struct Ended {
     pub(super) live: Live,
 }
 
+/// How a take ended, for the requests waiting for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// On its way.
+    Pending,
+    /// Granted (a lease to spend from) or denied (a denial to repeat): begin again.
+    Done,
+    /// The store failed: the waiters fail too (by the rule's failure mode).
+    Failed,
+}
+
 /// What [`Leases::begin`] found for one request.
 #[derive(Debug)]
 pub(super) enum Begin {
     /// Spent from the live lease `generation`.
     Spent(Decision, u64),
+    /// Spent from the live lease `generation`, which is late in its life or low: take its
+    /// successor of `size` units now (the caller must finish with `Leases::install` or
+    /// `Leases::abandon`), while the other requests go on spending it.
+    SpentRenew(Decision, u64, u64),
     /// Denied again until the store's `retry_after` (capped at the lifetime).
     Denied(Decision),
     /// Take a lease of `size` units; `ended` is the lease it replaces (to settle first). The
@@ -116,7 +142,9 @@ pub(super) enum Begin {
         size: u64,
         ended: Option<Box<Ended>>,
     },
-    /// A take of this key is on its way, or no slot is free: decide by the store alone.
+    /// A take of this key is on its way: wait for it to end, then begin again.
+    Wait(watch::Receiver<Outcome>),
+    /// No slot is free: decide by the store alone.
     Plain,
 }
 
@@ -175,7 +203,10 @@ impl Leases {
                 Slot {
                     policy: policy.clone(),
                     lease: None,
-                    taking: false,
+                    taking: None,
+                    queued: 0,
+                    backlog: 0,
+                    last_remaining: None,
                     denied: None,
                     history: None,
                     generation: 0,
@@ -187,10 +218,11 @@ impl Leases {
         let Some(slot) = keys.get_mut(key) else {
             return Begin::Plain;
         };
-        if slot.taking {
-            // The slot's lease is on its way (none is live meanwhile): this request goes to
-            // the store alone, exactly as without leases.
-            return Begin::Plain;
+        if let Some(taking) = &slot.taking {
+            // The slot's lease is on its way (none is live meanwhile): this request waits for
+            // it and counts in the next lease's size.
+            slot.queued = slot.queued.saturating_add(cost);
+            return Begin::Wait(taking.subscribe());
         }
         slot.lifetime = lease.lifetime;
         let mut ended = None;
@@ -207,11 +239,21 @@ impl Leases {
             slot.policy = policy.clone();
             slot.denied = None;
             slot.history = None;
+            slot.last_remaining = None;
         }
         if let Some(live) = &mut slot.lease {
             if now < live.expires_at && now >= live.taken_at && live.size - live.used >= cost {
                 live.used += cost;
-                return Begin::Spent(live.decision(now), slot.generation);
+                let decision = live.decision(now);
+                if let Some(size) = renewal(live, slot.taking.is_none(), now, lease, policy) {
+                    live.renewing = true;
+                    slot.taking = Some(watch::channel(Outcome::Pending).0);
+                    let size = slot
+                        .last_remaining
+                        .map_or(size, |left| size.min(left.max(1)));
+                    return Begin::SpentRenew(decision, slot.generation, size);
+                }
+                return Begin::Spent(decision, slot.generation);
             }
         }
         if let Some(Denial {
@@ -243,39 +285,55 @@ impl Leases {
                 }));
             }
         }
-        slot.taking = true;
+        slot.taking = Some(watch::channel(Outcome::Pending).0);
         slot.touched = now;
-        // Never above the policy's capacity (a limit override's rule keeps its base rule's
-        // lease settings with a smaller quota); `cost` is within it (the plan refuses more).
-        let size = estimate(slot.history, now, cost, lease).min(policy.capacity().max(cost));
+        let size = size(slot, now, cost, lease, policy);
+        slot.backlog = 0;
         Begin::Take { size, ended }
     }
 
-    /// The take of a [`Begin::Take`] was granted: `live` is the key's lease now.
-    pub(super) fn install(&self, rule: &str, key: &str, live: Live) -> u64 {
+    /// The take of a [`Begin::Take`] or [`Begin::SpentRenew`] was granted: `live` is the
+    /// key's lease now. Returns its generation, and the lease it replaces (a renewal's
+    /// predecessor), to settle.
+    pub(super) fn install(&self, rule: &str, key: &str, live: Live) -> (u64, Option<Ended>) {
         let mut shard = self.shard(rule, key).lock();
         match shard.get_mut(rule).and_then(|keys| keys.get_mut(key)) {
             Some(slot) => {
-                slot.taking = false;
+                slot.last_remaining = Some(live.store_remaining);
+                slot.end_take(Outcome::Done);
                 slot.generation += 1;
-                slot.lease = Some(live);
+                let policy = slot.policy.clone();
+                let ended = slot.lease.replace(live).map(|old| {
+                    slot.history = Some((old.taken_at, old.used));
+                    Ended {
+                        rule: Arc::from(rule),
+                        key: key.to_owned(),
+                        policy,
+                        live: old,
+                    }
+                });
                 slot.touched = live.taken_at;
-                slot.generation
+                (slot.generation, ended)
             }
             // Dropped meanwhile (a return of every lease): the units stay spent.
-            None => 0,
+            None => (0, None),
         }
     }
 
     /// The take of a [`Begin::Take`] was denied (`denial` repeated locally until `until`), or
-    /// failed, or was given up (`denial = None`).
-    pub(super) fn abandon(&self, rule: &str, key: &str, denial: Option<Denial>) {
+    /// failed (`failed`: its waiters fail too), or was given up (neither).
+    pub(super) fn abandon(&self, rule: &str, key: &str, denial: Option<Denial>, failed: bool) {
         let mut shard = self.shard(rule, key).lock();
         if let Some(slot) = shard.get_mut(rule).and_then(|keys| keys.get_mut(key)) {
-            slot.taking = false;
-            if denial.is_some() {
-                slot.denied = denial;
+            if let Some(denial) = denial {
+                slot.last_remaining = Some(denial.decision.remaining);
+                slot.denied = Some(denial);
             }
+            slot.end_take(if failed {
+                Outcome::Failed
+            } else {
+                Outcome::Done
+            });
         }
     }
 
@@ -318,7 +376,7 @@ impl Leases {
                     }
                     let lifetime = slot.lifetime;
                     let idle = slot.lease.is_none()
-                        && !slot.taking
+                        && slot.taking.is_none()
                         && slot.denied.is_none_or(|d| now >= d.until)
                         && now.saturating_sub(slot.touched) > 4 * lifetime.max(1);
                     let keep = !(all || idle);
@@ -332,6 +390,59 @@ impl Leases {
         }
         ended
     }
+}
+
+impl Slot {
+    /// The take on its way ended with `outcome`: its waiters hear it, and their demand is
+    /// the next take's backlog.
+    fn end_take(&mut self, outcome: Outcome) {
+        if let Some(taking) = self.taking.take() {
+            taking.send_replace(outcome);
+        }
+        self.backlog = std::mem::take(&mut self.queued);
+    }
+}
+
+/// When the request that just spent from `live` should start its successor: when no take is
+/// on its way (`free`), none was started for it, and it is past three quarters of its life or
+/// below half of its units. The size: twice its use so far scaled to the lifetime (at least 1;
+/// headroom for a rate that grows, so the successor does not run out before its own renewal
+/// is back), at most the share minus its balance, so that the units this instance holds for the key,
+/// the lease's balance and its successor's together, stay at most `max_units`
+/// (`docs/spec/leases.md`, "carry"). `None` when there is no room.
+fn renewal(live: &Live, free: bool, now: Timestamp, lease: &Lease, policy: &Policy) -> Option<u64> {
+    let life = live.expires_at - live.taken_at;
+    let balance = live.size - live.used;
+    let late = now.saturating_sub(live.taken_at).saturating_mul(4) >= life.saturating_mul(3);
+    let low = balance.saturating_mul(2) < live.size;
+    if !free || live.renewing || !(late || low) {
+        return None;
+    }
+    let room = lease
+        .max_units
+        .min(policy.capacity())
+        .saturating_sub(balance);
+    let size = estimate(Some((live.taken_at, live.used)), now, 1, lease)
+        .saturating_mul(2)
+        .min(room);
+    (size > 0).then_some(size)
+}
+
+/// The size of the next take of `slot` for a request of `cost`: the rate estimate, or the
+/// demand that waited for the last take (with this request) when more; at most
+/// `max(cost, max_units)`, and at most the policy's capacity (a limit override's rule keeps
+/// its base rule's lease settings with a smaller quota; `cost` is within it, the plan refuses
+/// more); and at most `cost` plus what the store said was left after the last take, so a key
+/// near its limit asks for its cost alone, as without leases.
+fn size(slot: &Slot, now: Timestamp, cost: u64, lease: &Lease, policy: &Policy) -> u64 {
+    let most = lease.max_units.max(cost);
+    let mut size = estimate(slot.history, now, cost, lease)
+        .max(slot.backlog.saturating_add(cost).min(most))
+        .min(policy.capacity().max(cost));
+    if let Some(left) = slot.last_remaining {
+        size = size.min(cost.saturating_add(left));
+    }
+    size
 }
 
 /// The size of the next lease: the previous lease's use scaled to the lifetime (units used,

@@ -2,6 +2,8 @@
 //! counters a test recorded.
 #![allow(dead_code)]
 
+pub mod lease;
+
 use std::sync::Arc;
 
 use floodgate_core::{AlgorithmKind, ManualClock, Policy};

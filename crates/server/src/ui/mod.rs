@@ -6,7 +6,7 @@
 //! | `GET /ui/` | the page: a simulator of the algorithms and a live view of the rules in force |
 //! | `GET /ui/choices.json` | the simulator's choices (algorithms, scenarios, counters, balances) |
 //! | `GET /ui/{asset}` | its script, style sheet and the vendored charting library (uPlot, MIT) |
-//! | `GET /v1/ui/live` | the live view's data: per-rule decisions per second, the store ([`live`]) |
+//! | `GET /v1/ui/live` | the live view's data: per-rule decisions per second, the store ([`live`]), the leased rules and their bound ([`leases`]) |
 //!
 //! Everything the page loads is embedded in the binary: it works offline and loads nothing from
 //! elsewhere. `--no-ui` or `[server] ui = false` turn the page and `/v1/ui/live` off;
@@ -16,6 +16,7 @@
 
 // Fed by `floodgate_tower::RateLimiter`'s denial observer when `[server] ui_denied_keys` > 0.
 pub(crate) mod denied_keys;
+pub(crate) mod leases;
 pub(crate) mod live;
 pub(crate) mod simulate;
 
@@ -190,5 +191,6 @@ async fn live_data(State(state): State<Arc<AppState>>, headers: http::HeaderMap)
     }
     doc["store"] = store;
     doc["generation"] = state.generation().into();
+    doc["leases"] = leases::leased_rules(&config.rules);
     Json(doc).into_response()
 }

@@ -103,6 +103,11 @@ impl Store for RedisStore {
         true
     }
 
+    /// [`RedisStoreConfig::timeout`]: every call is bounded by it.
+    fn round_trip_deadline(&self) -> Option<std::time::Duration> {
+        Some(self.config.timeout)
+    }
+
     /// [`RedisStore::share_secret`].
     async fn shared_secret(&self, candidate: &str) -> Result<Option<String>, StoreError> {
         RedisStore::share_secret(self, candidate).await.map(Some)
