@@ -79,7 +79,9 @@ fn base_image() -> String {
         let tmp = dir.join(format!("debian-{suite}.tar.tmp"));
         // The essential packages: bash, coreutils, glibc; no apt.
         run(Command::new("mmdebstrap")
-            .args(["--variant=essential", "--quiet", &suite])
+            // `--format=tar`: mmdebstrap picks the format from the name's ending, and `.tmp`
+            // is none it knows (it made a directory).
+            .args(["--variant=essential", "--format=tar", "--quiet", &suite])
             .arg(&tmp));
         std::fs::rename(&tmp, &tar).unwrap();
     }
