@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use floodgate_core::{Decision, Timestamp};
-use floodgate_store::{BatchDecision, CheckItem, SettleItem, Store, StoreError};
+use floodgate_store::{BatchDecision, BatchReservation, CheckItem, SettleItem, Store, StoreError};
 
 use super::table::{Begin, Denial, Ended, Leases, Live, Outcome};
 use super::Lease;
@@ -243,14 +243,9 @@ async fn begun_draw<S: Store>(
         Begin::Wait(_) | Begin::Plain => {
             *asked = true;
             let reserved = store.reserve(std::slice::from_ref(item), 0).await?;
-            let decision = reserved
-                .batch
-                .decisions
-                .first()
-                .copied()
-                .unwrap_or(NO_ANSWER);
-            return Ok(match reserved.scheduled_at.first() {
-                Some(&scheduled_at) if reserved.batch.allowed => Drawing::Admitted(
+            let (decision, granted) = answer(&reserved);
+            return Ok(match granted {
+                Some(scheduled_at) => Drawing::Admitted(
                     decision,
                     Drawn::Store {
                         index,
@@ -285,18 +280,8 @@ async fn begun_draw<S: Store>(
     }
     // A failed take fails the requests waiting for it too (by the rule's failure mode).
     guard.failed = reserved.is_err();
-    let reserved = reserved?;
-    let decision = reserved
-        .batch
-        .decisions
-        .first()
-        .copied()
-        .unwrap_or(NO_ANSWER);
-    let Some(&scheduled_at) = reserved
-        .scheduled_at
-        .first()
-        .filter(|_| reserved.batch.allowed)
-    else {
+    let (decision, granted) = answer(&reserved?);
+    let Some(scheduled_at) = granted else {
         // Until the store's retry_after: it admits nothing of this cost before then (unless
         // units are given back), so a key at its limit costs one call per retry_after.
         guard.denial = Some(Denial {
@@ -307,23 +292,15 @@ async fn begun_draw<S: Store>(
         });
         return Ok(Drawing::Denied(decision));
     };
-    super::counters::taken(rule, size);
-    let live = Live {
+    let taken = Taken {
         size,
         used: item.cost,
         scheduled_at,
-        taken_at: now,
-        expires_at: now.saturating_add(lease.lifetime),
-        store_remaining: decision.remaining,
-        reset_at: now.saturating_add(decision.reset_after),
-        limit: decision.limit,
-        renewing: false,
+        decision,
+        now,
     };
-    let (generation, replaced) = leases.install(rule, item.key, live);
     guard.done = true;
-    if let Some(replaced) = replaced {
-        settle_ended(store, std::slice::from_ref(&replaced)).await;
-    }
+    let (generation, live) = install(leases, store, rule, item.key, lease, taken).await;
     Ok(Drawing::Admitted(
         live.decision(now),
         Drawn::Lease { index, generation },
@@ -369,23 +346,68 @@ async fn renew<S: Store>(
             return;
         }
     };
-    let Some(&scheduled_at) = reserved
-        .scheduled_at
-        .first()
-        .filter(|_| reserved.batch.allowed)
-    else {
+    let (decision, Some(scheduled_at)) = answer(&reserved) else {
         return;
     };
+    let taken = Taken {
+        size,
+        used: 0,
+        scheduled_at,
+        decision,
+        now,
+    };
+    guard.done = true;
+    install(leases, store, rule, item.key, lease, taken).await;
+}
+
+/// The store's answer to a one-item reservation: its decision, and the scheduled time when
+/// it was granted.
+fn answer(reserved: &BatchReservation) -> (Decision, Option<Timestamp>) {
     let decision = reserved
         .batch
         .decisions
         .first()
         .copied()
         .unwrap_or(NO_ANSWER);
+    let granted = reserved
+        .scheduled_at
+        .first()
+        .copied()
+        .filter(|_| reserved.batch.allowed);
+    (decision, granted)
+}
+
+/// A lease the store just granted: `size` units taken at `now`, `used` of them by the request
+/// that took it.
+struct Taken {
+    size: u64,
+    used: u64,
+    scheduled_at: Timestamp,
+    decision: Decision,
+    now: Timestamp,
+}
+
+/// Counts and installs a lease just taken, and settles the one it replaced; returns its
+/// generation and the lease.
+async fn install<S: Store>(
+    leases: &Leases,
+    store: &S,
+    rule: &Arc<str>,
+    key: &str,
+    lease: &Lease,
+    taken: Taken,
+) -> (u64, Live) {
+    let Taken {
+        size,
+        used,
+        scheduled_at,
+        decision,
+        now,
+    } = taken;
     super::counters::taken(rule, size);
     let live = Live {
         size,
-        used: 0,
+        used,
         scheduled_at,
         taken_at: now,
         expires_at: now.saturating_add(lease.lifetime),
@@ -394,11 +416,11 @@ async fn renew<S: Store>(
         limit: decision.limit,
         renewing: false,
     };
-    let (_, replaced) = leases.install(rule, item.key, live);
-    guard.done = true;
+    let (generation, replaced) = leases.install(rule, key, live);
     if let Some(replaced) = replaced {
         settle_ended(store, std::slice::from_ref(&replaced)).await;
     }
+    (generation, live)
 }
 
 /// Clears a slot's take when the take did not install a lease.
