@@ -145,7 +145,10 @@ async fn two_thousand_idle_and_a_hundred_half_header_connections_leave_healthz_a
 {
     // A soft limit of 1024 (the common default): the server raises it to the hard limit, or
     // 2,100 connections would run it out of file descriptors.
-    let fg = Floodgate::with_config_under_ulimit(RULES, "-S -n 1024", &[]);
+    // The idle ones are closed after `header_read_timeout` (10 s by default) from their
+    // accept: a longer one keeps them all open while a slow machine opens the rest.
+    let config = format!("[server]\nheader_read_timeout = \"60s\"\n{RULES}");
+    let fg = Floodgate::with_config_under_ulimit(&config, "-S -n 1024", &[]);
     let logs = fg.logs();
     assert!(
         logs.contains("raised the open-file limit (RLIMIT_NOFILE) from=1024"),

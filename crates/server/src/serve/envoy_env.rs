@@ -157,7 +157,7 @@ pub(super) async fn spawn_listeners(
             shutdown.clone(),
         ));
     };
-    let debug_listener = bind(*debug, "DEBUG_HOST:DEBUG_PORT").await?;
+    let debug_listener = bind(*debug, "DEBUG_HOST:DEBUG_PORT")?;
     println!(
         "floodgate: listening on {} (debug)",
         debug_listener.local_addr()?
@@ -167,7 +167,7 @@ pub(super) async fn spawn_listeners(
         crate::http::envoy_json::debug(Arc::clone(state)),
     );
     if let Some((addr, path)) = prometheus {
-        let listener = bind(*addr, "PROMETHEUS_ADDR").await?;
+        let listener = bind(*addr, "PROMETHEUS_ADDR")?;
         println!(
             "floodgate: listening on {} (Prometheus {path})",
             listener.local_addr()?
@@ -180,13 +180,8 @@ pub(super) async fn spawn_listeners(
     Ok(servers)
 }
 
-async fn bind(
-    addr: std::net::SocketAddr,
-    variables: &str,
-) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} ({variables})"))
+fn bind(addr: std::net::SocketAddr, variables: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    super::listener::listen(addr).with_context(|| format!("cannot listen on {addr} ({variables})"))
 }
 
 #[cfg(test)]

@@ -41,6 +41,29 @@ use super::connections::{Conn, Connections, Expiry, Phase, Slot};
 use crate::config::listen::ConnectionLimits;
 use crate::http::body_budget;
 
+/// The accept queue asked of the kernel for every listener (Linux caps it at
+/// `net.core.somaxconn`, 4096 by default). Tokio's own default, 1024, is too short for a burst
+/// of connections: once the queue is full the kernel drops the client's last handshake packet
+/// (or answers with a SYN cookie it then cannot honour), and a client that sends nothing
+/// first is left with a connection the server never sees.
+pub(crate) const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, as the standard
+/// library's own `bind` sets it, so a restart can listen while old connections linger).
+///
+/// # Errors
+/// The address cannot be bound (in use, not local, no permission).
+pub(crate) fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// The timers of an HTTP listener's connections.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HttpTimeouts {

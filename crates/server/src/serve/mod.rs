@@ -326,14 +326,14 @@ impl Listening<'_> {
         let mut servers = Vec::new();
         match upstream {
             None => {
-                let listener = bind(listen).await?;
+                let listener = bind(listen)?;
                 println!("floodgate: listening on {} (API)", listener.local_addr()?);
                 let api = crate::http::router(Arc::clone(self.state));
                 let router = envoy_env::router(args, self.state, api);
                 servers.push(self.http(listener, router, listener::Bodies::Api));
             }
             Some(up) => {
-                let listener = bind(listen).await?;
+                let listener = bind(listen)?;
                 let admin_addr = args.admin_listen.unwrap_or_else(|| {
                     DEFAULT_ADMIN_LISTEN.parse().expect("valid default address")
                 });
@@ -344,7 +344,7 @@ impl Listening<'_> {
                          proxy and the API need one each"
                     );
                 }
-                let admin = bind(admin_addr).await?;
+                let admin = bind(admin_addr)?;
                 println!(
                     "floodgate: listening on {} (proxy to {up})",
                     listener.local_addr()?
@@ -357,7 +357,7 @@ impl Listening<'_> {
             }
         }
         if let Some(addr) = args.grpc_listen.or(self.state.config().server.grpc_listen) {
-            let listener = bind(addr).await?;
+            let listener = bind(addr)?;
             println!("floodgate: listening on {} (gRPC)", listener.local_addr()?);
             servers.push(crate::grpc::spawn(
                 listener,
@@ -454,10 +454,8 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))
+fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    listener::listen(addr).with_context(|| format!("cannot listen on {addr}"))
 }
 
 /// The signals `serve` handles, registered up front.
