@@ -455,6 +455,13 @@ async fn a_dead_master_bounds_client_logs_and_slot_refreshes_and_readyz_names_it
     assert_eq!(down.len(), 1, "{readyz}");
     assert_eq!(down[0]["node"], dead_addr.as_str(), "{readyz}");
     assert!(down[0]["failed"].as_u64().unwrap() > 0);
+    // The shard says why it is down; the ones up say nothing.
+    let why = down[0]["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("calls") && why.contains("failed"), "{readyz}");
+    assert!(shards
+        .iter()
+        .filter(|s| s["state"] == "up")
+        .all(|s| s["reason"].is_null()));
     let survivors = shards
         .iter()
         .filter(|s| s["state"] == "up" && s["calls"].as_u64().unwrap_or(0) > 0)

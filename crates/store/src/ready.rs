@@ -49,4 +49,7 @@ pub struct ShardState {
     pub failed: u64,
     /// `false` when its failures make the shard not ready.
     pub ready: bool,
+    /// Why it is not ready (`its last 4 calls failed (not ready from 3 in a row)`); `None`
+    /// while ready.
+    pub reason: Option<String>,
 }

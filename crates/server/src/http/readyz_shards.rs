@@ -4,7 +4,7 @@
 use floodgate_store::{ReadyState, ShardState};
 use serde_json::{json, Value};
 
-/// `[{"node", "slots", "calls", "failed", "state"}]`, one per shard the store reports (on a
+/// `[{"node", "slots", "calls", "failed", "state", "reason"}]`, one per shard the store reports (on a
 /// Redis Cluster: per master of the client's slot map and per master that had calls in the
 /// last 10 s, `"node": "none"` for slots no master serves); `None` for a store of one piece.
 pub(crate) fn shards(state: &ReadyState) -> Option<Value> {
@@ -19,5 +19,6 @@ fn shard(s: &ShardState) -> Value {
         "calls": s.calls,
         "failed": s.failed,
         "state": if s.ready { "up" } else { "down" },
+        "reason": s.reason,
     })
 }

@@ -129,6 +129,7 @@ impl Store for RedisStore {
                     calls: s.calls,
                     failed: s.failed,
                     ready: s.ready,
+                    reason: s.reason,
                 })
                 .collect()
         });

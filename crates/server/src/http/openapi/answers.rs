@@ -167,8 +167,12 @@ pub(crate) struct ShardState {
     calls: u64,
     /// Of which failed.
     failed: u64,
-    /// `up`, or `down` when at least 10 % of at least 20 calls failed.
+    /// `up`, or `down` when at least 10 % of at least 20 calls failed, its last 3 calls
+    /// failed, or its active probe failed.
     state: String,
+    /// Why it is `down` (`its last 4 calls failed (not ready from 3 in a row)`); `null` while
+    /// `up`.
+    reason: Option<String>,
 }
 
 /// `GET /readyz` (`ops::readyz`).
