@@ -110,16 +110,35 @@ async fn four_instances_sharing_redis_admit_exactly_the_limit() {
 
 #[tokio::test]
 async fn with_redis_down_the_local_fallback_enforces_the_divided_limit() {
+    local_fallback_with_redis_down("").await;
+}
+
+/// Issue 24: a leased rule's failed takes follow the local fallback as a plain check does (its
+/// divided share), not the rule's failure mode (`closed` here: every check would be a 503).
+#[tokio::test]
+async fn with_redis_down_a_leased_rule_follows_the_local_fallback() {
+    local_fallback_with_redis_down("lease = \"20ms\"\n").await;
+}
+
+/// 40 checks of one key with Redis down, `fallback = "local"` over 4 instances and `rule`
+/// (TOML lines) added to [`RULES`]' rule: 25 admitted (100 per 10 s over 4), 15 denied, each
+/// counted as degraded.
+async fn local_fallback_with_redis_down(rule: &str) {
     let mut redis = RedisServer::start().unwrap();
     let url = redis.url();
     redis.kill();
     let dir = tempfile::tempdir().unwrap();
-    let rules = redis_config(
+    let mut rules = redis_config(
         dir.path(),
         "rules.toml",
         &url,
         "fallback = \"local\"\ninstances = 4\n",
     );
+    if !rule.is_empty() {
+        let text = std::fs::read_to_string(&rules).unwrap() + rule;
+        rules = dir.path().join("leased.toml").to_str().unwrap().to_string();
+        std::fs::write(&rules, text).unwrap();
+    }
     // Starts although Redis is down (a warning, no crash).
     let fg = Floodgate::start(&["--config", &rules]);
     let c = client();

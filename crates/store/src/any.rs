@@ -184,6 +184,17 @@ impl Store for AnyStore {
         }
     }
 
+    fn fallback_check(
+        &self,
+        items: &[CheckItem<'_>],
+        error: StoreError,
+    ) -> Result<BatchDecision, StoreError> {
+        match self {
+            AnyStore::RedisWithFallback(s) => s.fallback_check(items, error),
+            AnyStore::Memory(_) | AnyStore::Redis(_) | AnyStore::RedisPerSecond(_) => Err(error),
+        }
+    }
+
     fn round_trip_deadline(&self) -> Option<std::time::Duration> {
         match self {
             AnyStore::Memory(s) => Store::round_trip_deadline(s),

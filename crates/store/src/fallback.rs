@@ -205,6 +205,15 @@ impl<S: Store> Store for FallbackStore<S> {
         }
     }
 
+    /// The local decision [`Store::check`] makes when the primary fails with `error`.
+    fn fallback_check(
+        &self,
+        items: &[CheckItem<'_>],
+        error: StoreError,
+    ) -> Result<BatchDecision, StoreError> {
+        self.degraded(items, error, true)
+    }
+
     /// Resets the key in the primary and in the local store (whose state is kept under the
     /// divided policy, [`FallbackStore::local_policy`]).
     async fn reset(&self, rule: &str, policy: &Policy, key: &str) -> Result<bool, StoreError> {

@@ -204,6 +204,24 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Decides `items` as a [`Store::check`] whose primary call failed with `error`, without
+    /// asking the primary again: a store with a local fallback
+    /// ([`FallbackStore`](crate::fallback::FallbackStore)) decides them there, under the
+    /// divided limits, as its own `check` would have; any other store (the default) returns
+    /// `error`. For a caller whose own call to the primary failed (a quota lease's take), so
+    /// that its items follow the fallback as a plain check does.
+    ///
+    /// # Errors
+    /// `error`, when there is no fallback or it cannot decide these items.
+    fn fallback_check(
+        &self,
+        items: &[CheckItem<'_>],
+        error: StoreError,
+    ) -> Result<BatchDecision, StoreError> {
+        let _ = items;
+        Err(error)
+    }
+
     /// The longest one call to this store may take before it fails with
     /// [`StoreError::Timeout`]: what a request waiting for another request's call (a quota
     /// lease's take) waits at most. `None` (the default) for a store in this process, whose
@@ -307,6 +325,14 @@ impl<S: Store> Store for Arc<S> {
 
     fn fallback_instances(&self) -> Option<u64> {
         (**self).fallback_instances()
+    }
+
+    fn fallback_check(
+        &self,
+        items: &[CheckItem<'_>],
+        error: StoreError,
+    ) -> Result<BatchDecision, StoreError> {
+        (**self).fallback_check(items, error)
     }
 
     fn round_trip_deadline(&self) -> Option<std::time::Duration> {

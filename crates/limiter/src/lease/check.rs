@@ -60,7 +60,8 @@ enum Drawing {
 
 /// Decides `items` (the plan's enforcing items, `checks` their planned checks, in order) as
 /// one all-or-nothing check with leases. Returns the batch's answer and whether the store was
-/// asked at all.
+/// asked at all. When a lease take fails, the whole plan is decided by the store's local
+/// fallback ([`Store::fallback_check`]), as a check without leases is.
 ///
 /// # Errors
 /// As [`Store::check`]; units already drawn for the plan are put back first.
@@ -103,8 +104,11 @@ pub(crate) async fn check<S: Store>(
                 break;
             }
             Err(error) => {
+                // A take that failed (or the take this request waited for): the plan follows
+                // the store's local fallback, as a plain check does (its divided share), or
+                // fails by the rule's failure mode without one.
                 put_back(leases, store, items, drawn).await;
-                return (Err(error), asked);
+                return (store.fallback_check(items, error), asked);
             }
         }
     }
