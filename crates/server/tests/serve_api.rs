@@ -45,7 +45,8 @@ async fn bad_requests_get_problem_json_naming_the_field_and_touch_nothing() {
         ),
         (r#"{"rule": "per-client-ip", "key": "alice", "cost": -1}"#.into(), 400, "cost", "whole number between 0 and 1000000"),
         (r#"{"rule": "per-client-ip", "key": "alice", "cost": 1.5}"#.into(), 400, "cost", "whole number between 0 and 1000000"),
-        (r#"{"rule": "per-client-ip", "key": "alice", "cost": 1.0}"#.into(), 400, "cost", "written without a fraction or exponent, got 1.0"),
+        (r#"{"rule": "per-client-ip", "key": "alice", "cost": 2.5e0}"#.into(), 400, "cost", "whole number between 0 and 1000000, got 2.5"),
+        (r#"{"rule": "per-client-ip", "key": "alice", "cost": -0.5}"#.into(), 400, "cost", "whole number between 0 and 1000000, got -0.5"),
         (r#"{"rule": "per-client-ip", "key": "alice", "cost": 1e300}"#.into(), 400, "cost", "whole number between 0 and 1000000"),
         (r#"{"rule": "per-client-ip", "key": "alice", "cost": 11}"#.into(), 400, "cost", "exceeds the capacity"),
         (r#"{"descriptors": []}"#.into(), 400, "descriptors", "between 1 and 16"),
@@ -134,6 +135,39 @@ async fn bad_requests_get_problem_json_naming_the_field_and_touch_nothing() {
         .await,
         Some(2.0)
     );
+}
+
+/// JSON Schema's `integer` (the OpenAPI document's type for costs and waits) is any number
+/// whose fraction is zero: `2.0` and `3e0` are the whole numbers 2 and 3, charged as such.
+#[tokio::test]
+async fn a_whole_number_written_with_a_fraction_or_exponent_is_that_number() {
+    let fg = Floodgate::start(&[]);
+    let c = client();
+    let body = |text: &str| {
+        let c = c.clone();
+        let url = fg.url("/v1/check");
+        let text = text.to_string();
+        async move {
+            let r = c
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(text)
+                .send()
+                .await
+                .unwrap();
+            split(r).await
+        }
+    };
+    let (status, _, answer) = body(r#"{"rule": "per-client-ip", "key": "bob", "cost": 2.0}"#).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["remaining"], 8, "{answer}");
+    let (status, _, answer) = body(r#"{"rule": "per-client-ip", "key": "bob", "cost": 3e0}"#).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["remaining"], 5, "{answer}");
+    let (status, _, answer) =
+        body(r#"{"rule": "per-client-ip", "key": "bob", "cost": 0.1e1, "max_wait_ms": 5.0}"#).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["remaining"], 4, "{answer}");
 }
 
 #[tokio::test]

@@ -126,7 +126,7 @@ async fn max_wait_ms_out_of_range_or_on_a_peek_is_a_400_naming_it() {
         (
             "/v1/check",
             r#"{"rule": "per-second", "key": "k", "max_wait_ms": 1.5}"#,
-            "without a fraction or exponent",
+            "whole number of milliseconds between 0 and 86400000, got 1.5",
         ),
         (
             "/v1/check",

@@ -21,22 +21,25 @@ where
 }
 
 /// A JSON number that must be a whole number from 0 to `max` (`what`: "whole number", or with
-/// its unit); the error says why, for a 400 naming the member.
+/// its unit); the error says why, for a 400 naming the member. A whole number written with a
+/// fraction or an exponent (`2.0`, `3e0`, `1.5e3`) is that number: JSON Schema's `integer`
+/// (the OpenAPI document's type for these members) is any number whose fraction is zero, and
+/// every `max` here is far below 2^53, where an `f64` holds each whole number exactly.
 pub(crate) fn whole_number(n: &serde_json::Number, max: u64, what: &str) -> Result<u64, String> {
-    match n.as_u64() {
-        Some(v) if v <= max => Ok(v),
-        _ => {
-            // `1.0` and `1e2` are numbers with a fraction or an exponent in JSON: say so.
-            let hint = if n.is_f64() {
-                " written without a fraction or exponent"
-            } else {
-                ""
-            };
-            Err(format!(
-                "must be a {what} between 0 and {max}{hint}, got {n}"
-            ))
+    if let Some(v) = n.as_u64() {
+        if v <= max {
+            return Ok(v);
+        }
+    } else if let Some(f) = n.as_f64() {
+        // `max as f64` is exact: every bound of the API is below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        let within = f >= 0.0 && f <= max as f64;
+        if within && f.fract() == 0.0 {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            return Ok(f as u64);
         }
     }
+    Err(format!("must be a {what} between 0 and {max}, got {n}"))
 }
 
 /// Reads a JSON body of at most [`MAX_BODY_BYTES`]; errors name the field at fault.
