@@ -60,8 +60,9 @@ pub enum Error {
         /// When the last denial was received (client clock).
         at: Timestamp,
     },
-    /// `POST /v1/settle` answered 409: the reservation was settled already (settling twice
-    /// refunds once).
+    /// `POST /v1/settle` answered 409 `reservation-settled`: the reservation was settled
+    /// already (settling twice refunds once). A 409 for a reservation made elsewhere (another
+    /// instance of a memory store, another secret) is an [`Error::Problem`].
     #[error("reservation already settled")]
     AlreadySettled,
     /// `POST /v1/settle` answered 410: the reservation expired (an unsettled reservation is
@@ -622,10 +623,22 @@ fn parse_settled(status: u16, text: &str) -> Result<Settled, Error> {
             status,
             detail: format!("{e}: {text}"),
         }),
-        409 => Err(Error::AlreadySettled),
+        // A 409 of another problem type (a reservation made elsewhere: another instance, or
+        // another secret) is that problem, not a settle made before.
+        409 if !names_another_problem(text, "urn:floodgate:problem:reservation-settled") => {
+            Err(Error::AlreadySettled)
+        }
         410 => Err(Error::ReservationExpired),
         _ => Err(problem(status, text)),
     }
+}
+
+/// Whether `text` is a problem whose `type` is not `expected`.
+fn names_another_problem(text: &str, expected: &str) -> bool {
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|v| v["type"].as_str().map(|t| t != expected))
+        .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -713,6 +726,20 @@ mod tests {
         .unwrap();
         assert_eq!(settled.decisions[0].remaining, 4);
         assert!(matches!(parse_settled(409, ""), Err(Error::AlreadySettled)));
+        assert!(matches!(
+            parse_settled(
+                409,
+                r#"{"type": "urn:floodgate:problem:reservation-settled", "field": "reservation"}"#
+            ),
+            Err(Error::AlreadySettled)
+        ));
+        assert!(matches!(
+            parse_settled(
+                409,
+                r#"{"type": "urn:floodgate:problem:reservation-elsewhere", "field": "reservation", "detail": "made by another instance"}"#
+            ),
+            Err(Error::Problem { status: 409, .. })
+        ));
         assert!(matches!(
             parse_settled(410, ""),
             Err(Error::ReservationExpired)

@@ -163,7 +163,7 @@ async fn forged_edited_replayed_and_expired_tokens_are_refused() {
     let token = answer["reservation"].as_str().unwrap().to_string();
     assert_eq!(remaining(&c, &fg, "token_bucket", "victim").await, 5);
 
-    // Signed by another service (another secret): named as such.
+    // Signed by another service (another secret): held elsewhere, named as such.
     let foreign = reserve(&c, &other, "token_bucket", "victim", 10).await;
     let (status, body) = settle(
         &c,
@@ -173,9 +173,10 @@ async fn forged_edited_replayed_and_expired_tokens_are_refused() {
     .await;
     assert_eq!(
         (status, &body["field"]),
-        (400, &json!("reservation")),
+        (409, &json!("reservation")),
         "{body}"
     );
+    assert_eq!(body["type"], "urn:floodgate:problem:reservation-elsewhere");
     assert!(
         body["detail"]
             .as_str()
@@ -192,18 +193,18 @@ async fn forged_edited_replayed_and_expired_tokens_are_refused() {
         }),
         edited(&token, |j| j.replace("\"exp\":", "\"exp\":9")),
     ] {
+        // Well-formed but not signed by this service: no such reservation (404).
         let (status, body) = settle(&c, &fg, json!({"reservation": bad, "cost": 0})).await;
         assert_eq!(
             (status, &body["field"]),
-            (400, &json!("reservation")),
+            (404, &json!("reservation")),
             "{body}"
         );
-        assert_eq!(body["type"], "urn:floodgate:problem:invalid-request");
+        assert_eq!(body["type"], "urn:floodgate:problem:reservation-unknown");
         assert!(
-            body["detail"]
-                .as_str()
-                .unwrap()
-                .starts_with("reservation: forged or edited"),
+            body["detail"].as_str().unwrap().starts_with(
+                "reservation: no reservation of this service has this token: forged or edited"
+            ),
             "{body}"
         );
     }
@@ -282,9 +283,18 @@ async fn forged_edited_replayed_and_expired_tokens_are_refused() {
 
     let rejected =
         |reason: &str| format!("floodgate_requests_rejected_total{{reason=\"{reason}\"}}");
+    // Five malformed, three edited (unknown), one of another secret (elsewhere).
     assert_eq!(
         metric(&c, &fg, &rejected("reservation_invalid")).await,
-        Some(9.0)
+        Some(5.0)
+    );
+    assert_eq!(
+        metric(&c, &fg, &rejected("reservation_unknown")).await,
+        Some(3.0)
+    );
+    assert_eq!(
+        metric(&c, &fg, &rejected("reservation_elsewhere")).await,
+        Some(1.0)
     );
     assert_eq!(
         metric(&c, &fg, &rejected("reservation_expired")).await,
@@ -414,9 +424,10 @@ async fn without_a_secret_tokens_settle_on_their_own_process_only() {
     .await;
     assert_eq!(
         (status, &body["field"]),
-        (400, &json!("reservation")),
+        (409, &json!("reservation")),
         "{body}"
     );
+    assert_eq!(body["type"], "urn:floodgate:problem:reservation-elsewhere");
     let (status, body) = settle(
         &c,
         &a,

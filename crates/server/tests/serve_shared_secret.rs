@@ -1,6 +1,6 @@
 //! The secret that signs reservation tokens, through the real binary: processes on one real
 //! redis-server without `[server] reservation_secret` share one through the store, so a
-//! reservation made on one settles on the other; a token signed with another secret is a 400
+//! reservation made on one settles on the other; a token signed with another secret is a 409
 //! that says so, naming both key ids; the memory store's per-process secret is logged at info
 //! level, not as a warning.
 
@@ -129,9 +129,10 @@ async fn a_token_signed_with_another_processes_secret_is_a_400_naming_both_key_i
     .await;
     assert_eq!(
         (status, &body["field"]),
-        (400, &json!("reservation")),
+        (409, &json!("reservation")),
         "{body}"
     );
+    assert_eq!(body["type"], "urn:floodgate:problem:reservation-elsewhere");
     let detail = body["detail"].as_str().unwrap();
     assert!(
         detail.starts_with(&format!(

@@ -26,6 +26,7 @@ pub(crate) const REJECTION_REASONS: &[&str] = &[
     "reservation_invalid",
     "reservation_expired",
     "reservation_elsewhere",
+    "reservation_unknown",
 ];
 
 /// A problem+json response. `extra` fields (e.g. `field`) are merged into the body.

@@ -49,6 +49,10 @@ pub(crate) const PROBLEM_RESERVATION_SETTLED: &str = "urn:floodgate:problem:rese
 pub(crate) const PROBLEM_RESERVATION_ELSEWHERE: &str =
     "urn:floodgate:problem:reservation-elsewhere";
 
+/// Problem type of a settle of a token this service did not sign: its key id is this
+/// service's but its MAC does not match (forged or edited; 404).
+pub(crate) const PROBLEM_RESERVATION_UNKNOWN: &str = "urn:floodgate:problem:reservation-unknown";
+
 /// Problem type of a settle of an expired reservation (410).
 pub(crate) const PROBLEM_RESERVATION_EXPIRED: &str = "urn:floodgate:problem:reservation-expired";
 
@@ -57,7 +61,14 @@ pub(crate) const PROBLEM_RESERVATION_EXPIRED: &str = "urn:floodgate:problem:rese
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SettleRequest {
-    /// The token `/v1/check` answered in `reservation`.
+    /// The token `/v1/check` answered in `reservation`: `v2.<key id>.<payload>.<mac>`, all
+    /// base64url (an 8-character key id, a 43-character HMAC-SHA256, whose last character
+    /// carries 2 zero bits). Well-formed but not
+    /// signed by this service is a 404 `reservation-unknown`; signed with another secret a 409
+    /// `reservation-elsewhere`.
+    #[schema(
+        pattern = r"^v(2\.[A-Za-z0-9_-]{8}|1)\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$"
+    )]
     reservation: String,
     /// The actual cost of a one-item reservation: a whole number from 0 to 1,000,000.
     #[serde(default, deserialize_with = "not_null")]
@@ -162,15 +173,31 @@ fn given_costs(request: &SettleRequest) -> Result<Vec<u64>, Response> {
 fn token_refused(state: &AppState, error: TokenError) -> Response {
     match error {
         TokenError::Malformed(why) => invalid_reservation(&why),
-        TokenError::Forged => invalid_reservation(
-            "forged or edited: its key id is this service's but its MAC does not match",
+        // Well-formed, but no reservation of this service: not found (the request itself is
+        // one the document describes; nothing about its key is told).
+        TokenError::Forged => rejected(
+            StatusCode::NOT_FOUND,
+            "reservation_unknown",
+            PROBLEM_RESERVATION_UNKNOWN,
+            "reservation unknown",
+            "reservation",
+            "no reservation of this service has this token: forged or edited (its key id is \
+             this service's but its MAC does not match); nothing was settled",
         ),
-        TokenError::OtherSecret { theirs, ours } => invalid_reservation(&format!(
-            "signed with another secret (key id {theirs}; this instance signs with \
+        TokenError::OtherSecret { theirs, ours } => rejected(
+            StatusCode::CONFLICT,
+            "reservation_elsewhere",
+            PROBLEM_RESERVATION_ELSEWHERE,
+            "reservation held elsewhere",
+            "reservation",
+            format!(
+                "signed with another secret (key id {theirs}; this instance signs with \
                  {ours}): another instance's or a former one; instances sharing a store \
                  must share one secret: the same [server] reservation_secret, or none on \
-                 every instance of a Redis store (they then share one through it)"
-        )),
+                 every instance of a Redis store (they then share one through it); nothing \
+                 was settled"
+            ),
+        ),
         TokenError::NotReady => secret_not_ready(),
         TokenError::OtherInstance => rejected(
             StatusCode::CONFLICT,

@@ -418,6 +418,11 @@ impl Signer {
         let tag = URL_SAFE_NO_PAD
             .decode(tag)
             .map_err(|_| malformed("the MAC is not base64url"))?;
+        // HMAC-SHA256: 32 bytes, 43 base64url characters. Another length is not a MAC of this
+        // format (a 400), where a MAC of the right length that does not match is a forgery.
+        if tag.len() != 32 {
+            return Err(malformed("the MAC is not 43 base64url characters"));
+        }
         let mut mac = key.mac.clone();
         mac.update(signed.as_bytes());
         mac.verify_slice(&tag).map_err(|_| TokenError::Forged)?;

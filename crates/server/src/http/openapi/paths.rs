@@ -25,7 +25,7 @@ use crate::ui::simulate::SimulateRequest;
 pub(crate) const PROBLEMS: &[(&str, &[u16])] = &[
     ("/v1/check", &[400, 401, 403, 405, 413, 503]),
     ("/v1/peek", &[400, 401, 403, 405, 413, 503]),
-    ("/v1/settle", &[400, 401, 403, 405, 409, 410, 413, 503]),
+    ("/v1/settle", &[400, 401, 403, 404, 405, 409, 410, 413, 503]),
     (
         "/v1/keys/{rule}/{key}",
         &[400, 401, 403, 404, 405, 409, 503],
@@ -66,10 +66,17 @@ pub(crate) fn problem_description(status: u16) -> &'static str {
         }
         401 => "A token is configured and the request carries none (`WWW-Authenticate: Bearer`).",
         403 => "The bearer token is not the configured one.",
-        404 => "An unknown rule or key, or an API that is off (no admin token, `--no-ui`).",
+        404 => {
+            "An unknown rule or key, a reservation token this service did not sign \
+                (`reservation-unknown`), or an API that is off (no admin token, `--no-ui`)."
+        }
         405 => "The path does not take this method; `Allow` lists the methods it takes.",
         408 => "The body did not arrive in time.",
-        409 => "The reservation was settled before, or a shown key names several keys.",
+        409 => {
+            "The reservation was settled before (`reservation-settled`) or is held elsewhere \
+                (`reservation-elsewhere`: another instance, or another secret), or a shown key \
+                names several keys."
+        }
         410 => "The reservation expired: its units were spent as reserved.",
         413 => "The body is above its bound (64 KiB; 1 MiB for `/v1/simulate`).",
         503 => {
