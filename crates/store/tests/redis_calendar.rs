@@ -5,8 +5,10 @@ use std::sync::Arc;
 use floodgate_core::calendar::{Calendar, CalendarQuota, CalendarUnit};
 use floodgate_core::{AlgorithmKind, Clock, ManualClock, SystemClock};
 use floodgate_store::calendar::CalendarItem;
-use floodgate_store::redis::testing::RedisServer;
-use floodgate_store::redis::{RedisStore, RedisStoreConfig};
+use floodgate_store::redis::calendar_key;
+use floodgate_store::redis::keys;
+use floodgate_store::redis::testing::{multi_thread_runtime, RedisCluster, RedisServer};
+use floodgate_store::redis::{RedisStore, RedisStoreConfig, TimeSource};
 use floodgate_store::StoreError;
 
 const HOUR: u64 = 3_600_000_000;
@@ -95,8 +97,11 @@ async fn a_denied_calendar_batch_consumes_nothing_on_redis() {
     assert_eq!(again.decisions[0].remaining, 1);
 }
 
+/// Two items on one key are one item of their summed cost (the script reads each key once):
+/// both charged, never one dropped (it was `Unsupported`, which a rule failing open admitted
+/// uncounted).
 #[tokio::test]
-async fn two_items_on_one_calendar_key_are_refused_rather_than_undercounted() {
+async fn two_items_on_one_calendar_key_are_charged_together() {
     let server = RedisServer::start().unwrap();
     let clock = Arc::new(ManualClock::new(1_805_011_200_000_000));
     let store = store(&server, clock.clone());
@@ -105,16 +110,71 @@ async fn two_items_on_one_calendar_key_are_refused_rather_than_undercounted() {
         rule: "a",
         quota: &quota,
         key: "k",
-        cost: 1,
+        cost: 2,
     };
-    let err = store
-        .calendar_check_at(&[item, item], Some(clock.now()), true)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::Unsupported { .. }), "{err:?}");
-    let standing = store
-        .calendar_check_at(&[item], Some(clock.now()), false)
+    let now = Some(clock.now());
+    let both = store
+        .calendar_check_at(&[item, item], now, true)
         .await
         .unwrap();
-    assert_eq!(standing.decisions[0].remaining, 5, "nothing was written");
+    assert!(both.allowed);
+    assert_eq!(both.decisions.len(), 2);
+    assert!(both.decisions.iter().all(|d| d.remaining == 1), "{both:?}");
+    // 4 of 5 spent: two more of 2 do not fit, and nothing is charged for them.
+    let over = store
+        .calendar_check_at(&[item, item], now, true)
+        .await
+        .unwrap();
+    assert!(!over.allowed);
+    let one = CalendarItem { cost: 1, ..item };
+    let standing = store.calendar_check_at(&[one], now, false).await.unwrap();
+    assert_eq!(standing.decisions[0].remaining, 1, "{standing:?}");
+}
+
+/// A batch over several Redis Cluster slots is decided slot by slot (peeks, then checks):
+/// every key charged when all admit, none when one denies. It was `Unsupported`, and a request
+/// matching two calendar rules was admitted uncounted by a rule failing open.
+#[test]
+fn a_calendar_batch_across_cluster_slots_is_decided_slot_by_slot() {
+    let cluster = RedisCluster::start().unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
+    rt.block_on(async {
+        let clock = Arc::new(ManualClock::new(1_805_011_200_000_000));
+        let mut config = RedisStoreConfig::cluster(cluster.urls());
+        config.time_source = TimeSource::Caller;
+        let store = RedisStore::new(config, clock.clone()).unwrap();
+        let (small, large) = (daily(2), daily(5));
+        let ip = CalendarItem {
+            rule: "ip-daily",
+            quota: &small,
+            key: "10.0.0.1",
+            cost: 1,
+        };
+        let site = CalendarItem {
+            rule: "site-daily",
+            quota: &large,
+            key: "all",
+            cost: 1,
+        };
+        let prefix = "fg:";
+        let slot = |i: &CalendarItem<'_>| keys::slot(calendar_key(prefix, i).as_bytes());
+        assert_ne!(slot(&ip), slot(&site), "the test needs two slots");
+        let now = Some(clock.now());
+        for round in 0..2 {
+            let batch = store
+                .calendar_check_at(&[ip, site], now, true)
+                .await
+                .unwrap();
+            assert!(batch.allowed, "round {round}: {batch:?}");
+        }
+        // ip-daily is spent: the batch is denied, and site-daily keeps its 3.
+        let denied = store
+            .calendar_check_at(&[ip, site], now, true)
+            .await
+            .unwrap();
+        assert!(!denied.allowed);
+        assert_eq!(denied.decisions[0].remaining, 0);
+        let standing = store.calendar_check_at(&[site], now, false).await.unwrap();
+        assert_eq!(standing.decisions[0].remaining, 3, "{standing:?}");
+    });
 }

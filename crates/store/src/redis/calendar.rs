@@ -41,14 +41,22 @@ pub fn calendar_key(prefix: &str, item: &CalendarItem<'_>) -> String {
 }
 
 impl RedisStore {
-    /// Decides calendar `items` all-or-nothing in one script call: at Redis' own time when
-    /// `now` is `None`, else at `now` (tests); `commit = false` is a peek. The boundaries sent
-    /// are computed around `now` or this store's clock.
+    /// Decides calendar `items` all-or-nothing: at Redis' own time when `now` is `None`, else
+    /// at `now` (tests); `commit = false` is a peek. The boundaries sent are computed around
+    /// `now` or this store's clock.
+    ///
+    /// Items naming one `(rule, quota, key)` more than once are decided as one item of their
+    /// summed cost (the script reads each key once), each answered with that decision. One
+    /// script call decides the batch when its keys share a slot (always on one server). On a
+    /// Redis Cluster, a batch over several slots is decided one slot at a time: each slot's
+    /// items are peeked, and only when every slot admits are they checked, slot after slot.
+    /// Nothing is consumed when a peek denies; when a concurrent request takes the last units
+    /// of a later slot between its peek and its check, the slots checked before it stay
+    /// charged for a refused request (one request too many is counted, never one too few, as
+    /// for a batch mixing calendar and other items).
     ///
     /// # Errors
     /// [`StoreError::InsufficientCapacity`] before anything is sent;
-    /// [`StoreError::Unsupported`] for a batch whose keys fall in several cluster slots or
-    /// that names one `(rule, quota, key)` twice;
     /// [`StoreError::Unavailable`] / [`StoreError::Timeout`] from Redis, and when Redis' time
     /// is more than a period away from the service's (`calendar_out_of_range`).
     pub async fn calendar_check_at(
@@ -64,30 +72,96 @@ impl RedisStore {
                 decisions: Vec::new(),
             });
         }
-        let service_now = now.unwrap_or_else(|| self.clock.now());
-        let names: Vec<String> = items
-            .iter()
-            .map(|i| calendar_key(&self.config.prefix, i))
-            .collect();
-        // The script decides each item from the stored state; two items on one key would both
-        // read it and the second write would drop the first's units.
-        if names
-            .iter()
-            .enumerate()
-            .any(|(i, n)| names[..i].contains(n))
-        {
-            return Err(StoreError::Unsupported {
-                operation: "two items on one calendar key in a batch",
-            });
-        }
-        if self.is_cluster() {
-            let first = keys::slot(names[0].as_bytes());
-            if names.iter().any(|n| keys::slot(n.as_bytes()) != first) {
-                return Err(StoreError::Unsupported {
-                    operation: "a calendar batch across Redis Cluster slots",
-                });
+        // One item per key (the script decides each item from the stored state: two items on
+        // one key would both read it, and the second write would drop the first's units).
+        let mut merged: Vec<CalendarItem<'_>> = Vec::with_capacity(items.len());
+        let mut names: Vec<String> = Vec::with_capacity(items.len());
+        let mut of_item = Vec::with_capacity(items.len());
+        for item in items {
+            let name = calendar_key(&self.config.prefix, item);
+            if let Some(at) = names.iter().position(|n| *n == name) {
+                merged[at].cost = merged[at].cost.saturating_add(item.cost);
+                of_item.push(at);
+            } else {
+                of_item.push(merged.len());
+                merged.push(*item);
+                names.push(name);
             }
         }
+        // The slots' groups, in the order their first item comes.
+        let mut groups: Vec<(Option<redis::cluster_routing::Slot>, Vec<usize>)> = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let slot = self.is_cluster().then(|| keys::slot(name.as_bytes()));
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        let decided = if groups.len() == 1 {
+            self.calendar_call(&merged, &names, now, commit).await?
+        } else {
+            self.calendar_by_slot(&merged, &names, &groups, now, commit)
+                .await?
+        };
+        Ok(CalendarBatch {
+            allowed: decided.allowed,
+            decisions: of_item.iter().map(|&at| decided.decisions[at]).collect(),
+        })
+    }
+
+    /// [`RedisStore::calendar_check_at`] over several cluster slots (`groups`: each slot's
+    /// indices into `items` and `names`): every slot peeked, then, when all admit and `commit`,
+    /// every slot checked in turn until one denies. Decisions in `items`' order.
+    async fn calendar_by_slot(
+        &self,
+        items: &[CalendarItem<'_>],
+        names: &[String],
+        groups: &[(Option<redis::cluster_routing::Slot>, Vec<usize>)],
+        now: Option<Timestamp>,
+        commit: bool,
+    ) -> Result<CalendarBatch, StoreError> {
+        let mut decisions: Vec<Option<Decision>> = vec![None; items.len()];
+        let mut allowed = true;
+        for pass in [false, true] {
+            if pass && !(commit && allowed) {
+                break;
+            }
+            for (_, members) in groups {
+                let part: Vec<CalendarItem<'_>> = members.iter().map(|&i| items[i]).collect();
+                let part_names: Vec<String> = members.iter().map(|&i| names[i].clone()).collect();
+                let answer = self.calendar_call(&part, &part_names, now, pass).await?;
+                for (&i, d) in members.iter().zip(answer.decisions) {
+                    decisions[i] = Some(d);
+                }
+                if !answer.allowed {
+                    allowed = false;
+                    if pass {
+                        // The slots after this one keep their peeks.
+                        break;
+                    }
+                }
+            }
+        }
+        let decisions = decisions
+            .into_iter()
+            .map(|d| {
+                d.ok_or_else(|| StoreError::Unavailable {
+                    reason: "a calendar slot went undecided".into(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CalendarBatch { allowed, decisions })
+    }
+
+    /// One script call deciding `items` (on distinct keys `names`, all in one slot).
+    async fn calendar_call(
+        &self,
+        items: &[CalendarItem<'_>],
+        names: &[String],
+        now: Option<Timestamp>,
+        commit: bool,
+    ) -> Result<CalendarBatch, StoreError> {
+        let service_now = now.unwrap_or_else(|| self.clock.now());
         let mut args = Vec::with_capacity(2 + 9 * items.len());
         args.push(u64::from(commit));
         args.push(duration_ms(self.config.ttl_extra));
@@ -110,7 +184,7 @@ impl RedisStore {
         let call = ScriptCall {
             script: &CALENDAR,
             source: CALENDAR_SOURCE,
-            keys: &names,
+            keys: names,
             args,
             now,
         };
