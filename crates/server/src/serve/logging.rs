@@ -1,12 +1,15 @@
 //! The service's log: the subscriber (text or JSON on stderr, `RUST_LOG` / `--log-filter`)
-//! and a throttle on the Redis client library's own lines.
+//! and a throttle on the lines of the libraries it uses (every target that is not Floodgate's).
 //!
 //! # Why the throttle
 //! The `redis` crate logs through `log` at `warn` every failed connection attempt and every
 //! slot refresh it begins; while one cluster master was down, two processes wrote 23,900
 //! such lines in 10 s (issue 30), which drowns every other line and costs a log pipeline
-//! real money. [`Throttle`] lets through at most [`BURST`] lines per [`WINDOW`] from each of
-//! that library's modules (targets `redis::*`) and counts the rest; once a window, a summary
+//! real money. The HTTP/2 library does the same for a client: `h2` warns once per connection
+//! that resets too many streams, so one client opening and resetting connections wrote 1,400
+//! lines a second. [`Throttle`] lets through at most [`BURST`] lines per [`WINDOW`] from each
+//! module of every library (each target that is not Floodgate's own: `redis::*`, `h2::*`,
+//! `hyper::*`, `tonic::*`, `rustls::*`, ...) and counts the rest; once a window, a summary
 //! line (target `floodgate::log_throttle`) says how many were suppressed, from which module.
 //! Floodgate's own store-failure line (once a second, `rate-limit store failed`) names the
 //! cluster slot and its master, so nothing an operator needs is in the suppressed lines.
@@ -23,7 +26,8 @@ use tracing_subscriber::layer::{Context, Layer};
 pub(crate) const BURST: u64 = 5;
 /// The throttle's window, and how often the summary of suppressed lines is written.
 pub(crate) const WINDOW: Duration = Duration::from_secs(10);
-/// Most modules counted apart (the library has a few dozen); the rest count under `redis`.
+/// Most modules counted apart (the libraries have a few dozen each); the rest count under
+/// `other`.
 const MAX_TARGETS: usize = 64;
 
 /// Counts per module in the current window: `(let through, suppressed)`.
@@ -35,8 +39,8 @@ struct Counts {
 
 static COUNTS: parking_lot::Mutex<Option<Counts>> = parking_lot::Mutex::new(None);
 
-/// The throttle (see the [module docs](self)): a layer that drops a `redis::*` line over the
-/// window's allowance, for every layer after it.
+/// The throttle (see the [module docs](self)): a layer that drops a library's line over its
+/// module's allowance in the window, for every layer after it.
 pub(crate) struct Throttle;
 
 impl<S: Subscriber> Layer<S> for Throttle {
@@ -52,9 +56,12 @@ impl<S: Subscriber> Layer<S> for Throttle {
     }
 }
 
-/// `true` for a line of the Redis client library (`redis`, `redis::...`).
+/// `true` for a line of a library (any target but Floodgate's own: `floodgate`,
+/// `floodgate::...`, `floodgate_<crate>...`).
 fn throttled(target: &str) -> bool {
-    target == "redis" || target.starts_with("redis::")
+    !(target == "floodgate"
+        || target.starts_with("floodgate::")
+        || target.starts_with("floodgate_"))
 }
 
 fn window_of(now_us: u64) -> u64 {
@@ -74,7 +81,7 @@ fn admit(target: &str, window: u64) -> bool {
     let key = if counts.targets.contains_key(target) || counts.targets.len() < MAX_TARGETS {
         target
     } else {
-        "redis"
+        "other"
     };
     let entry = match counts.targets.get_mut(key) {
         Some(e) => e,
@@ -106,7 +113,7 @@ fn report(targets: &HashMap<String, (u64, u64)>) {
         target: "floodgate::log_throttle",
         suppressed,
         modules = %modules.join(", "),
-        "redis client library: {suppressed} log lines suppressed in {} s (at most {BURST} per \
+        "client libraries: {suppressed} log lines suppressed in {} s (at most {BURST} per \
          module per {} s are written)",
         WINDOW.as_secs(),
         WINDOW.as_secs()
@@ -167,12 +174,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_redis_library_is_throttled() {
+    fn the_libraries_are_throttled_and_floodgate_is_not() {
         assert!(throttled("redis"));
         assert!(throttled("redis::cluster_handling::async_connection"));
-        assert!(!throttled("redis_like"));
+        assert!(throttled("h2::proto::streams::recv"));
+        assert!(throttled("hyper_util::server"));
+        assert!(throttled("tonic::transport"));
+        assert!(!throttled("floodgate"));
         assert!(!throttled("floodgate_store::redis"));
         assert!(!throttled("floodgate::log_throttle"));
+        assert!(!throttled("floodgate::serve::reload"));
     }
 
     #[test]
