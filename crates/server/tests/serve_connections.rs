@@ -647,3 +647,36 @@ async fn idle_pooled_upstream_connections_are_closed_after_the_idle_limit() {
     assert!(after >= Duration::from_millis(250), "{after:?}");
     assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
 }
+
+/// gRPC connections are not evicted, so they hold at most all but a sixteenth of the budget
+/// (at least one slot stays for the HTTP listeners): with the cap at 32, 40 idle gRPC
+/// connections (preface and SETTINGS sent, then nothing) leave `/healthz` and `/v1/check`
+/// answering, where they took every slot until their pings went unanswered (80 s).
+#[tokio::test]
+async fn idle_grpc_connections_leave_room_for_the_http_listeners() {
+    let config = r#"
+[server]
+max_connections = 32
+
+[[rules]]
+name = "api"
+limit = "100000/s"
+key = "client_ip"
+
+[[rules]]
+name = "edge"
+limit = "100000/s"
+domain = "edge"
+descriptors = [{ key = "remote_address" }]
+"#;
+    let fg = Floodgate::with_config(config, &["--grpc-listen", "127.0.0.1:0"]);
+    let grpc = addr(fg.grpc.as_ref().unwrap());
+    let preface: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+    let held = open(grpc, 40, preface).await;
+    // 30 of them hold a slot (32 less 2 kept for HTTP); the other 10 wait to be accepted.
+    // The 31st is the HTTP connection reading the metric.
+    let open_now = until_metric(&fg, "floodgate_connections", 31.0, Duration::from_secs(10)).await;
+    assert_eq!(open_now, 31.0);
+    assert_fast(&health_and_check_times(addr(&fg.api)).await);
+    drop(held);
+}

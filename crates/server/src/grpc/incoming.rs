@@ -2,6 +2,11 @@
 //! budget (accepting waits at the cap, as on the HTTP listeners) and must send its first bytes
 //! (the HTTP/2 preface) within `header_read_timeout`, or it is closed. With TLS the handshake
 //! comes first, within the same time ([`super::tls`]).
+//!
+//! gRPC connections are not evicted (a proxy keeps one open and sends calls on it at any
+//! time), so they may hold at most [`grpc_share`] of the budget: the rest stays for the HTTP
+//! listeners, whose idle connections make room at the cap, so idle gRPC connections never
+//! starve `/healthz`, `/readyz` or the API.
 
 use std::future::Future as _;
 use std::pin::Pin;
@@ -15,8 +20,16 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
 use super::tls::{Acceptors, Transport};
 use crate::serve::connections::{Connections, Slot};
+
+/// The most connections the gRPC listener holds of a budget of `max`: all but a sixteenth
+/// (at least one), which only the HTTP listeners may use.
+pub(crate) fn grpc_share(max: usize) -> usize {
+    max.saturating_sub((max / 16).max(1)).max(1)
+}
 use crate::serve::listener::{accept_failed, stopped};
 
 /// The connections accepted on `listener` until `shutdown` turns true.
@@ -27,36 +40,48 @@ pub(super) fn accept(
     tls: Option<Arc<Acceptors>>,
     shutdown: watch::Receiver<bool>,
 ) -> impl Stream<Item = Result<GrpcIo, std::io::Error>> {
+    let share = Arc::new(Semaphore::new(grpc_share(connections.max())));
     futures_util::stream::unfold(
         (listener, connections, tls, shutdown),
-        move |(listener, connections, tls, mut shutdown)| async move {
-            let stream = loop {
-                tokio::select! {
-                    accepted = listener.accept() => match accepted {
-                        Ok((stream, _)) => break stream,
-                        Err(e) => accept_failed(&e).await,
-                    },
+        move |(listener, connections, tls, mut shutdown)| {
+            let share = Arc::clone(&share);
+            async move {
+                let stream = loop {
+                    tokio::select! {
+                        accepted = listener.accept() => match accepted {
+                            Ok((stream, _)) => break stream,
+                            Err(e) => accept_failed(&e).await,
+                        },
+                        () = stopped(&mut shutdown) => return None,
+                    }
+                };
+                // The gRPC share first (waiting while it is full: nothing of gRPC is evicted),
+                // then, as on the HTTP listeners, room made once a connection is there.
+                let share_permit = tokio::select! {
+                    permit = Arc::clone(&share).acquire_owned() => {
+                        permit.expect("the gRPC share is never closed")
+                    }
                     () = stopped(&mut shutdown) => return None,
-                }
-            };
-            // As on the HTTP listeners: room is made once a connection is there.
-            let mut slot = tokio::select! {
-                slot = connections.reserve() => slot,
-                () = stopped(&mut shutdown) => return None,
-            };
-            slot.accepted();
-            let _ = stream.set_nodelay(true);
-            let info = stream.connect_info();
-            let io = GrpcIo {
-                inner: match &tls {
-                    None => Transport::Plain(stream),
-                    Some(tls) => tls.accept(stream, first_bytes),
-                },
-                info,
-                _slot: slot,
-                first_bytes: Some(Box::pin(tokio::time::sleep(first_bytes))),
-            };
-            Some((Ok(io), (listener, connections, tls, shutdown)))
+                };
+                let mut slot = tokio::select! {
+                    slot = connections.reserve() => slot,
+                    () = stopped(&mut shutdown) => return None,
+                };
+                slot.accepted();
+                let _ = stream.set_nodelay(true);
+                let info = stream.connect_info();
+                let io = GrpcIo {
+                    inner: match &tls {
+                        None => Transport::Plain(stream),
+                        Some(tls) => tls.accept(stream, first_bytes),
+                    },
+                    info,
+                    _slot: slot,
+                    _share: share_permit,
+                    first_bytes: Some(Box::pin(tokio::time::sleep(first_bytes))),
+                };
+                Some((Ok(io), (listener, connections, tls, shutdown)))
+            }
         },
     )
 }
@@ -68,6 +93,8 @@ pub(super) struct GrpcIo {
     inner: Transport,
     info: TcpConnectInfo,
     _slot: Slot,
+    /// Its place in the gRPC share ([`grpc_share`]).
+    _share: OwnedSemaphorePermit,
     /// Until the first bytes arrive.
     first_bytes: Option<Pin<Box<tokio::time::Sleep>>>,
 }

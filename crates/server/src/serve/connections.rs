@@ -133,6 +133,11 @@ impl Connections {
         })
     }
 
+    /// The cap: at most this many connections at once.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
     /// Waits for room for one more connection (the caller has just accepted it). At the cap, the
     /// longest-idle HTTP connection is asked to close; without one, this waits until some
     /// connection closes (it never spins).
