@@ -105,6 +105,8 @@ pub(crate) struct Connections {
     full: AtomicBool,
     /// Notified when a connection becomes idle (a waiting [`Connections::reserve`] evicts it).
     became_idle: Notify,
+    /// [`Connections::reserve`] calls waiting at the cap (`became_idle` is notified only then).
+    waiting: AtomicUsize,
     /// What connections' deadlines count from ([`Conn::expiry`]).
     epoch: tokio::time::Instant,
 }
@@ -129,6 +131,7 @@ impl Connections {
             next_idle: AtomicU64::new(0),
             full: AtomicBool::new(false),
             became_idle: Notify::new(),
+            waiting: AtomicUsize::new(0),
             epoch: tokio::time::Instant::now(),
         })
     }
@@ -146,6 +149,7 @@ impl Connections {
                         "connection cap reached: closing idle connections, new ones wait"
                     );
                 }
+                let _waiting = Waiting::new(&self.waiting);
                 self.evict_one();
                 let acquire = Arc::clone(&self.permits).acquire_owned();
                 tokio::pin!(acquire);
@@ -199,6 +203,23 @@ impl Connections {
         conn.set_deadline(header_read);
         conn.become_idle();
         conn
+    }
+}
+
+/// Counts a [`Connections::reserve`] waiting at the cap, for as long as it waits (also when
+/// its future is dropped).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -413,7 +434,10 @@ impl Conn {
         }
         self.connections.idle.lock().insert(key, Arc::clone(self));
         drop(slot);
-        self.connections.became_idle.notify_waiters();
+        // Only a `reserve` at the cap waits for it (it counts itself in `waiting` first).
+        if self.connections.waiting.load(Ordering::Acquire) > 0 {
+            self.connections.became_idle.notify_waiters();
+        }
     }
 
     /// The connection ended: it is no longer listed.
