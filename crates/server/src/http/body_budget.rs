@@ -91,12 +91,19 @@ impl Charge {
     }
 }
 
-impl Drop for Charge {
-    fn drop(&mut self) {
-        let n = *self.0.get_mut();
+impl Charge {
+    /// Gives back what was charged (the charge may then be used again).
+    pub(crate) fn give_back(&mut self) {
+        let n = std::mem::take(self.0.get_mut());
         if n > 0 {
             USED.fetch_sub(n, Ordering::AcqRel);
         }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
 

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::listen::DEFAULT_MAX_CONNECTIONS;
+use crate::http::body_budget::Charge;
 
 /// File descriptors kept free of client connections: the store's connections, the config
 /// file, logs, the listeners themselves, the one accepted connection per listener that may
@@ -214,6 +215,7 @@ impl Connections {
             idle,
             idle_since: AtomicU64::new(0),
             listed: AtomicU64::new(NOT_LISTED),
+            spare_charge: Mutex::new(None),
             connections: Arc::clone(self),
         });
         conn.set_deadline(header_read);
@@ -299,6 +301,8 @@ pub(crate) struct Conn {
     /// Its key in [`Connections::idle`] while listed there, else [`NOT_LISTED`] (changed
     /// only with that list locked).
     listed: AtomicU64,
+    /// A body-budget charge given back by its last request, for the next one.
+    spare_charge: Mutex<Option<Arc<Charge>>>,
     connections: Arc<Connections>,
 }
 
@@ -461,6 +465,17 @@ impl Conn {
         if self.connections.waiting.load(Ordering::Acquire) > 0 {
             self.connections.became_idle.notify_waiters();
         }
+    }
+
+    /// A charge of the API's body budget for a request's body, holding nothing: the one its
+    /// last request gave back ([`Conn::keep_charge`]), or a new one.
+    pub(crate) fn charge(&self) -> Arc<Charge> {
+        self.spare_charge.lock().take().unwrap_or_default()
+    }
+
+    /// Keeps `charge` (given back, held by nobody else) for the next request.
+    pub(crate) fn keep_charge(&self, charge: Arc<Charge>) {
+        *self.spare_charge.lock() = Some(charge);
     }
 
     /// The connection ended: it is no longer listed.

@@ -401,7 +401,7 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
         self.conn.start();
         let mut guard = InFlight {
             conn: Arc::clone(&self.conn),
-            _charge: None,
+            charge: None,
         };
         let mut bounds = None;
         if let Some(after) = self.body_deadline {
@@ -413,8 +413,8 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
                     };
                 }
                 // Held by the body while it is read and by the guard until the answer is sent.
-                let charge = Arc::new(body_budget::Charge::default());
-                guard._charge = Some(Arc::clone(&charge));
+                let charge = self.conn.charge();
+                guard.charge = Some(Arc::clone(&charge));
                 bounds = Some((after, charge));
             }
         }
@@ -468,11 +468,20 @@ impl Future for Answer {
 /// and with it what its body holds of the API's budget.
 struct InFlight {
     conn: Arc<Conn>,
-    _charge: Option<Arc<body_budget::Charge>>,
+    charge: Option<Arc<body_budget::Charge>>,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if let Some(mut charge) = self.charge.take() {
+            // The body is gone too (the usual case): its charge is given back now, and the
+            // connection keeps it for its next request (no allocation per request). Else the
+            // body gives it back when it is dropped.
+            if let Some(unique) = Arc::get_mut(&mut charge) {
+                unique.give_back();
+                self.conn.keep_charge(charge);
+            }
+        }
         self.conn.finish();
     }
 }
