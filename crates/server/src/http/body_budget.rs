@@ -68,9 +68,10 @@ impl std::fmt::Display for BodyBudgetFull {
 
 impl std::error::Error for BodyBudgetFull {}
 
-/// What one request has charged to the budget, given back when dropped (by the last holder:
-/// its body, and its connection's record of the request, which lasts until the answer is
-/// sent).
+/// What one request has charged to the budget, given back by the last holder (its body, and
+/// its connection's record of the request, which lasts until the answer is sent): when
+/// dropped, or with [`Charge::give_back`] by a record that finds itself the last, which then
+/// keeps the charge for the connection's next request.
 #[derive(Debug, Default)]
 pub(crate) struct Charge(AtomicUsize);
 
@@ -91,12 +92,19 @@ impl Charge {
     }
 }
 
-impl Drop for Charge {
-    fn drop(&mut self) {
-        let n = *self.0.get_mut();
+impl Charge {
+    /// Gives back what was charged (the charge may then be used again).
+    pub(crate) fn give_back(&mut self) {
+        let n = std::mem::take(self.0.get_mut());
         if n > 0 {
             USED.fetch_sub(n, Ordering::AcqRel);
         }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
 

@@ -129,6 +129,10 @@ async fn decide(
 }
 
 /// The headers that carry the original URI, in the order they are read.
+const X_FORWARDED_METHOD: HeaderName = HeaderName::from_static("x-forwarded-method");
+const X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
 const URI_HEADERS: [HeaderName; 2] = [
     HeaderName::from_static("x-forwarded-uri"),
     HeaderName::from_static("x-original-uri"),
@@ -196,7 +200,8 @@ pub(super) fn original_request(
     // A header that is present must be read: one that is not visible ASCII (`\xff`, an IDN in
     // UTF-8), empty or blank is refused, never skipped for the sub-request's own value (which
     // would walk around host and method rules).
-    let text = |h: &HeaderMap, name: &str| -> Result<Option<String>, Response> {
+    // (Header names as constants: a `&str` name is parsed at every lookup.)
+    fn text<'h>(h: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'h str>, Response> {
         let Some(value) = h.get(name) else {
             return Ok(None);
         };
@@ -205,35 +210,31 @@ pub(super) fn original_request(
             .ok()
             .map(str::trim)
             .filter(|v| !v.is_empty())
-            .map(|v| Some(v.to_string()))
+            .map(Some)
             .ok_or_else(|| {
                 super::problem::invalid(
                     StatusCode::BAD_REQUEST,
-                    name,
+                    name.as_str(),
                     "is empty or not visible ASCII",
                 )
             })
-    };
+    }
     // Two values of a header that says what the original request was could name two requests:
     // refused, as a repeated URI header is.
-    for name in [
-        "x-forwarded-method",
-        "x-original-method",
-        "x-forwarded-host",
-    ] {
+    for name in [&X_FORWARDED_METHOD, &X_ORIGINAL_METHOD, &X_FORWARDED_HOST] {
         if headers.get_all(name).iter().nth(1).is_some() {
             return Err(super::problem::invalid(
                 StatusCode::BAD_REQUEST,
-                name,
+                name.as_str(),
                 "sent more than once",
             ));
         }
     }
     // Present but unreadable is a 400 (`text`); an RFC 9110 token, case-sensitive as methods
     // are (`post` is not `POST`): never guessed.
-    let (name, method) = match text(headers, "x-forwarded-method")? {
+    let (name, method) = match text(headers, &X_FORWARDED_METHOD)? {
         Some(m) => ("x-forwarded-method", Some(m)),
-        None => ("x-original-method", text(headers, "x-original-method")?),
+        None => ("x-original-method", text(headers, &X_ORIGINAL_METHOD)?),
     };
     let method = match method {
         Some(m) => Method::from_bytes(m.trim_ascii().as_bytes())
@@ -241,7 +242,7 @@ pub(super) fn original_request(
         None => own_method.clone(),
     };
     let uri = original_uri(headers)?;
-    if let Some(host) = text(headers, "x-forwarded-host")? {
+    if let Some(host) = text(headers, &X_FORWARDED_HOST)? {
         // The spelling host rules compare (floodgate_tower::normalize_authority); what cannot
         // be a host is refused rather than matched against no host rule.
         let host = floodgate_tower::normalize_authority(host.as_bytes()).map_err(|why| {

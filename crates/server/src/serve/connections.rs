@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::listen::DEFAULT_MAX_CONNECTIONS;
+use crate::http::body_budget::Charge;
 
 /// File descriptors kept free of client connections: the store's connections, the config
 /// file, logs, the listeners themselves, the one accepted connection per listener that may
@@ -98,13 +99,18 @@ pub(crate) fn connection_cap(
 pub(crate) struct Connections {
     permits: Arc<Semaphore>,
     max: usize,
-    /// Idle HTTP connections by the order they became idle (the smallest is the longest idle).
+    /// Idle HTTP connections by the order they became idle (the smallest is the longest idle),
+    /// each under the number it had when listed. Kept up to date lazily: a request's start and
+    /// end do not touch it (no lock per request); [`Connections::evict_one`] skips an entry
+    /// whose connection is busy and moves one that went idle again since to its new place.
     idle: Mutex<BTreeMap<u64, Arc<Conn>>>,
     next_idle: AtomicU64,
     /// Set while the cap is reached (so the warning is logged once per episode).
     full: AtomicBool,
     /// Notified when a connection becomes idle (a waiting [`Connections::reserve`] evicts it).
     became_idle: Notify,
+    /// [`Connections::reserve`] calls waiting at the cap (`became_idle` is notified only then).
+    waiting: AtomicUsize,
     /// What connections' deadlines count from ([`Conn::expiry`]).
     epoch: tokio::time::Instant,
 }
@@ -129,6 +135,7 @@ impl Connections {
             next_idle: AtomicU64::new(0),
             full: AtomicBool::new(false),
             became_idle: Notify::new(),
+            waiting: AtomicUsize::new(0),
             epoch: tokio::time::Instant::now(),
         })
     }
@@ -151,6 +158,7 @@ impl Connections {
                         "connection cap reached: closing idle connections, new ones wait"
                     );
                 }
+                let _waiting = Waiting::new(&self.waiting);
                 self.evict_one();
                 let acquire = Arc::clone(&self.permits).acquire_owned();
                 tokio::pin!(acquire);
@@ -177,11 +185,23 @@ impl Connections {
 
     /// Asks the longest-idle HTTP connection to close.
     fn evict_one(&self) {
-        let victim = self.idle.lock().pop_first();
-        if let Some((_, conn)) = victim {
-            conn.idle_key.lock().take();
-            conn.evicted.store(true, Ordering::Relaxed);
-            conn.changed.notify_one();
+        let mut idle = self.idle.lock();
+        while let Some((key, conn)) = idle.pop_first() {
+            conn.listed.store(NOT_LISTED, Ordering::SeqCst);
+            if conn.in_flight.load(Ordering::SeqCst) == 0 {
+                let since = conn.idle_since.load(Ordering::SeqCst);
+                if since == key {
+                    conn.evicted.store(true, Ordering::Relaxed);
+                    conn.changed.notify_one();
+                    return;
+                }
+                // Idle again since it was listed: back in its place now.
+                conn.listed.store(since, Ordering::SeqCst);
+                idle.insert(since, conn);
+            }
+            // Busy: listed again when it falls idle (`Conn::become_idle`, which sees
+            // `NOT_LISTED` or else its request ended before the load above, which then saw
+            // it idle).
         }
     }
 
@@ -198,12 +218,31 @@ impl Connections {
             deadline_us: AtomicU64::new(NO_DEADLINE),
             header_read,
             idle,
-            idle_key: Mutex::new(None),
+            idle_since: AtomicU64::new(0),
+            listed: AtomicU64::new(NOT_LISTED),
+            spare_charge: Mutex::new(None),
             connections: Arc::clone(self),
         });
         conn.set_deadline(header_read);
         conn.become_idle();
         conn
+    }
+}
+
+/// Counts a [`Connections::reserve`] waiting at the cap, for as long as it waits (also when
+/// its future is dropped).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -262,13 +301,21 @@ pub(crate) struct Conn {
     deadline_us: AtomicU64,
     header_read: Duration,
     idle: Duration,
-    /// Its key in [`Connections::idle`] while listed there.
-    idle_key: Mutex<Option<u64>>,
+    /// The number it got when it last fell idle (the order of [`Connections::idle`]).
+    idle_since: AtomicU64,
+    /// Its key in [`Connections::idle`] while listed there, else [`NOT_LISTED`] (changed
+    /// only with that list locked).
+    listed: AtomicU64,
+    /// A body-budget charge given back by its last request, for the next one.
+    spare_charge: Mutex<Option<Arc<Charge>>>,
     connections: Arc<Connections>,
 }
 
 /// [`Conn::deadline_us`] while no timer runs.
 const NO_DEADLINE: u64 = u64::MAX;
+
+/// [`Conn::listed`] while the connection is not in [`Connections::idle`].
+const NOT_LISTED: u64 = u64::MAX;
 
 /// What a connection's timer found when it fired ([`Conn::expiry`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -389,18 +436,15 @@ impl Conn {
     pub(crate) fn start(&self) {
         self.reading_head.store(false, Ordering::Release);
         self.served.store(true, Ordering::Release);
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+        if self.in_flight.fetch_add(1, Ordering::SeqCst) == 0 {
             self.deadline_us.store(NO_DEADLINE, Ordering::Release);
-            if let Some(key) = self.idle_key.lock().take() {
-                self.connections.idle.lock().remove(&key);
-            }
         }
     }
 
     /// A request's response ended (its body was sent or dropped): the idle timer starts
     /// when it was the last in flight.
     pub(crate) fn finish(self: &Arc<Self>) {
-        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.set_deadline(self.idle);
             self.become_idle();
             self.wake_if_closing();
@@ -411,20 +455,40 @@ impl Conn {
         if self.evicted.load(Ordering::Relaxed) {
             return;
         }
-        let key = self.connections.next_idle.fetch_add(1, Ordering::Relaxed);
-        let mut slot = self.idle_key.lock();
-        if let Some(old) = slot.replace(key) {
-            self.connections.idle.lock().remove(&old);
+        let since = self.connections.next_idle.fetch_add(1, Ordering::Relaxed);
+        self.idle_since.store(since, Ordering::SeqCst);
+        // Already listed (under an older number): `evict_one` moves it when it gets there.
+        if self.listed.load(Ordering::SeqCst) == NOT_LISTED {
+            let mut idle = self.connections.idle.lock();
+            if self.listed.load(Ordering::SeqCst) == NOT_LISTED {
+                let since = self.idle_since.load(Ordering::SeqCst);
+                self.listed.store(since, Ordering::SeqCst);
+                idle.insert(since, Arc::clone(self));
+            }
         }
-        self.connections.idle.lock().insert(key, Arc::clone(self));
-        drop(slot);
-        self.connections.became_idle.notify_waiters();
+        // Only a `reserve` at the cap waits for it (it counts itself in `waiting` first).
+        if self.connections.waiting.load(Ordering::Acquire) > 0 {
+            self.connections.became_idle.notify_waiters();
+        }
+    }
+
+    /// A charge of the API's body budget for a request's body, holding nothing: the one its
+    /// last request gave back ([`Conn::keep_charge`]), or a new one.
+    pub(crate) fn charge(&self) -> Arc<Charge> {
+        self.spare_charge.lock().take().unwrap_or_default()
+    }
+
+    /// Keeps `charge` (given back, held by nobody else) for the next request.
+    pub(crate) fn keep_charge(&self, charge: Arc<Charge>) {
+        *self.spare_charge.lock() = Some(charge);
     }
 
     /// The connection ended: it is no longer listed.
     pub(crate) fn close(&self) {
-        if let Some(key) = self.idle_key.lock().take() {
-            self.connections.idle.lock().remove(&key);
+        let mut idle = self.connections.idle.lock();
+        let key = self.listed.swap(NOT_LISTED, Ordering::SeqCst);
+        if key != NOT_LISTED {
+            idle.remove(&key);
         }
     }
 }
@@ -469,6 +533,38 @@ mod tests {
         drop(a);
         let c = waiting.await.unwrap();
         drop((b, c));
+    }
+
+    #[test]
+    fn eviction_takes_the_longest_idle_connection_by_when_it_last_fell_idle() {
+        let connections = Connections::new(8);
+        let hour = Duration::from_secs(3600);
+        let (a, b, c) = (
+            connections.track(hour, hour),
+            connections.track(hour, hour),
+            connections.track(hour, hour),
+        );
+        // a served a request since b and c fell idle: it is the most recently idle one.
+        a.start();
+        a.finish();
+        // c is busy: never asked to close while a request is in flight.
+        c.start();
+        connections.evict_one();
+        assert_eq!(b.phase(), Phase::Evicted);
+        assert_eq!((a.phase(), c.phase()), (Phase::Idle, Phase::Busy));
+        connections.evict_one();
+        assert_eq!(a.phase(), Phase::Evicted);
+        assert_eq!(c.phase(), Phase::Busy);
+        // Nothing idle is left: c is asked once its request has ended.
+        connections.evict_one();
+        assert_eq!(c.phase(), Phase::Busy);
+        c.finish();
+        connections.evict_one();
+        assert_eq!(c.phase(), Phase::Evicted);
+        for conn in [a, b, c] {
+            conn.close();
+        }
+        assert!(connections.idle.lock().is_empty());
     }
 
     #[test]

@@ -20,13 +20,18 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use axum::response::Response;
+use axum::routing::future::RouteFuture;
 use bytes::Bytes;
+use futures_util::future::Either;
+use futures_util::task::AtomicWaker;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -35,7 +40,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tower::ServiceExt as _;
 
 use super::connections::{Conn, Connections, Expiry, Phase, Slot};
 use crate::config::listen::ConnectionLimits;
@@ -240,6 +244,15 @@ async fn serve_connection(
     // the two timeouts ahead, so never late) and moves itself on (`Conn::expiry`).
     let timer = tokio::time::sleep(conn.check_interval());
     tokio::pin!(timer);
+    let changed = conn.changed();
+    tokio::pin!(changed);
+    let stop = stopped(&mut shutdown);
+    tokio::pin!(stop);
+    // The timer, `changed` and `stop` are polled with a waker of their own, and only after
+    // one of them woke the task: the task wakes for the socket about twice per request, and
+    // polling all three each time cost about 1,000 instructions per request (two locks).
+    let aside = Arc::new(Aside::default());
+    let aside_waker = Waker::from(Arc::clone(&aside));
     let mut closing = false;
     loop {
         let phase = conn.phase();
@@ -253,15 +266,37 @@ async fn serve_connection(
             connection.as_mut().graceful_shutdown();
             continue;
         }
-        tokio::select! {
-            result = connection.as_mut() => {
+        let event = std::future::poll_fn(|cx| {
+            if let Poll::Ready(result) = connection.as_mut().poll(cx) {
+                return Poll::Ready(Event::Ended(result));
+            }
+            if !aside.woken(cx.waker()) {
+                return Poll::Pending;
+            }
+            let mut cx = Context::from_waker(&aside_waker);
+            let event = if changed.as_mut().poll(&mut cx).is_ready() {
+                Event::Changed
+            } else if timer.as_mut().poll(&mut cx).is_ready() {
+                Event::Timer
+            } else if !closing && stop.as_mut().poll(&mut cx).is_ready() {
+                Event::Stop
+            } else {
+                return Poll::Pending;
+            };
+            // The others were not all polled: they are next time.
+            aside.again();
+            Poll::Ready(event)
+        })
+        .await;
+        match event {
+            Event::Ended(result) => {
                 if let Err(e) = result {
                     tracing::debug!(error = %e, %peer, "connection error");
                 }
                 break;
             }
-            () = conn.changed() => {}
-            () = timer.as_mut() => match conn.expiry() {
+            Event::Changed => changed.set(conn.changed()),
+            Event::Timer => match conn.expiry() {
                 Expiry::Header => {
                     closed("header_timeout");
                     break;
@@ -272,7 +307,7 @@ async fn serve_connection(
                 }
                 Expiry::Later(at) => timer.as_mut().reset(at),
             },
-            () = stopped(&mut shutdown), if !closing => {
+            Event::Stop => {
                 closing = true;
                 conn.closing();
                 connection.as_mut().graceful_shutdown();
@@ -287,6 +322,61 @@ async fn serve_connection(
 
 fn closed(reason: &'static str) {
     metrics::counter!("floodgate_connections_closed_total", "reason" => reason).increment(1);
+}
+
+/// What woke a connection's task ([`serve_connection`]).
+enum Event<E> {
+    /// hyper ended the connection.
+    Ended(Result<(), E>),
+    /// [`Conn::changed`] resolved (eviction; while closing, a request's end).
+    Changed,
+    /// The connection's timer fired.
+    Timer,
+    /// The server is shutting down.
+    Stop,
+}
+
+/// The waker of a connection's timer, [`Conn::changed`] and shutdown: it records that one of
+/// them woke the task (so the task polls them only then) and wakes the task.
+#[derive(Debug)]
+struct Aside {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Default for Aside {
+    fn default() -> Self {
+        // Woken at first: they are polled once to take this waker.
+        Self {
+            woken: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        }
+    }
+}
+
+impl Aside {
+    /// Whether one of them woke the task since the last call (which clears it); `task` is
+    /// the task's waker now.
+    fn woken(&self, task: &Waker) -> bool {
+        self.task.register(task);
+        self.woken.swap(false, Ordering::AcqRel)
+    }
+
+    /// Has them polled at the task's next poll (without waking it).
+    fn again(&self) {
+        self.woken.store(true, Ordering::Release);
+    }
+}
+
+impl Wake for Aside {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.again();
+        self.task.wake();
+    }
 }
 
 /// The per-connection service: marks the request in flight until its response body ends,
@@ -305,51 +395,72 @@ struct ConnService {
 impl hyper::service::Service<http::Request<Incoming>> for ConnService {
     type Response = http::Response<InFlightBody>;
     type Error = Infallible;
-    type Future =
-        Pin<Box<dyn Future<Output = Result<http::Response<InFlightBody>, Infallible>> + Send>>;
+    type Future = Answer;
 
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
         self.conn.start();
         let mut guard = InFlight {
             conn: Arc::clone(&self.conn),
-            _charge: None,
+            charge: None,
         };
         let mut bounds = None;
         if let Some(after) = self.body_deadline {
             if !request.body().is_end_stream() {
                 if body_budget::spent() {
-                    let response = body_budget::budget_full();
-                    return Box::pin(std::future::ready(Ok(response.map(|inner| InFlightBody {
-                        inner,
-                        _guard: guard,
-                    }))));
+                    return Answer {
+                        inner: Either::Right(std::future::ready(Ok(body_budget::budget_full()))),
+                        guard: Some(guard),
+                    };
                 }
                 // Held by the body while it is read and by the guard until the answer is sent.
-                let charge = Arc::new(body_budget::Charge::default());
-                guard._charge = Some(Arc::clone(&charge));
+                let charge = self.conn.charge();
+                guard.charge = Some(Arc::clone(&charge));
                 bounds = Some((after, charge));
             }
         }
         let body_idle = self.body_idle;
         let mut request = request.map(|inner| {
             let body = IdleBody::new(inner, body_idle);
-            Body::new(match bounds {
+            match bounds {
                 Some((after, charge)) => body.within(after, charge),
                 None => body,
-            })
+            }
         });
         request.extensions_mut().insert(ConnectInfo(self.peer));
-        let router = self.router.clone();
-        Box::pin(async move {
-            let response = match router.oneshot(request).await {
-                Ok(response) => response,
-                Err(never) => match never {},
-            };
-            Ok(response.map(|inner| InFlightBody {
-                inner,
-                _guard: guard,
-            }))
-        })
+        // The router's future itself, not a boxed one around it (`Router` is always ready),
+        // and the body as it is: the router boxes it into its `Body` (once).
+        let future = tower::Service::call(&mut self.router.clone(), request);
+        Answer {
+            inner: Either::Left(future),
+            guard: Some(guard),
+        }
+    }
+}
+
+/// The answer of [`ConnService`]: the router's answer (or the 503 of a spent body budget),
+/// whose body keeps the request in flight.
+pub(crate) struct Answer {
+    inner: Either<RouteFuture<Infallible>, std::future::Ready<Result<Response, Infallible>>>,
+    /// Taken when the answer is ready.
+    guard: Option<InFlight>,
+}
+
+impl Future for Answer {
+    type Output = Result<http::Response<InFlightBody>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let response = match std::task::ready!(Pin::new(&mut self.inner).poll(cx)) {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
+        let guard = self
+            .guard
+            .take()
+            .expect("an answer is polled until it is ready, not after");
+        Poll::Ready(Ok(response.map(|inner| InFlightBody {
+            inner,
+            _guard: guard,
+        })))
     }
 }
 
@@ -357,11 +468,20 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
 /// and with it what its body holds of the API's budget.
 struct InFlight {
     conn: Arc<Conn>,
-    _charge: Option<Arc<body_budget::Charge>>,
+    charge: Option<Arc<body_budget::Charge>>,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if let Some(mut charge) = self.charge.take() {
+            // The body is gone too (the usual case): its charge is given back now, and the
+            // connection keeps it for its next request (no allocation per request). Else the
+            // body gives it back when it is dropped.
+            if let Some(unique) = Arc::get_mut(&mut charge) {
+                unique.give_back();
+                self.conn.keep_charge(charge);
+            }
+        }
         self.conn.finish();
     }
 }
