@@ -15,6 +15,9 @@ Sections (each writes DIR/<section>.md and prints it):
   concurrent) every implementation once, interleaved; FLUSHALL and CONFIG RESETSTAT before each
   run; Redis CPU per decision from INFO commandstats (usec of every command the run sent);
   MEMORY USAGE per key from a probe of 1,000 fresh keys, one decision each, in database 1.
+  Then the hot key: 64 concurrent clients on ONE key, every implementation (Floodgate's engine
+  twice: without a lease and with a 20 ms lease), in the same rounds; Redis calls and CPU per
+  decision, admitted against the exact count, ratio to Floodgate with the lease.
 
 Every table prints min / median / max over the rounds and the ratio of medians to Floodgate's
 same-algorithm row, measured in the same run. Paths of the built tools come from the
@@ -365,6 +368,24 @@ def redis_impls():
     ]
 
 
+# The hot key's implementations: (label, algorithm, limit per minute, command line builder).
+HOT_LEASE = "Floodgate engine, lease 20ms"
+
+
+def hot_impls():
+    rust = {label: cmd for label, _, _, cmd in redis_impls()}
+    peer = os.environ["REDIS_PEER_BIN"]
+    def engine(imp):
+        return lambda url, c, s, k: [peer, imp, url, str(c), str(s), str(k)]
+    return [
+        ("Floodgate engine, no lease", "fixed window", 100_000_000,
+         engine("floodgate-engine:fixed_window")),
+        (HOT_LEASE, "fixed window", 100_000_000, engine("floodgate-engine:fixed_window:lease=20")),
+        *((label, family, 1_000_000, rust[label]) for label, family, is_fg, _ in redis_impls()
+          if not is_fg),
+    ]
+
+
 def rcli(port, *cmd, db=0):
     return subprocess.run(["redis-cli", "-p", str(port), "-n", str(db), *cmd],
                           capture_output=True, text=True, check=True).stdout
@@ -407,6 +428,70 @@ def redis_cpu(port):
     return (float(f["used_cpu_user"]) + float(f["used_cpu_sys"])) * 1e6
 
 
+def redis_run(port, label, argv):
+    """One run on a flushed server with reset statistics: the driver's JSON line, with the
+    server's CPU (`cpu`, us) and INFO commandstats (`calls`, `usec`, `other`) over the run."""
+    rcli(port, "FLUSHALL")
+    rcli(port, "CONFIG", "RESETSTAT")
+    cpu_before = redis_cpu(port)
+    out = subprocess.run(argv, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{label} failed: {out.stderr.strip()[-2000:]}")
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["cpu"] = redis_cpu(port) - cpu_before
+    res["calls"], res["usec"], res["other"] = commandstats(port)
+    return res
+
+
+def hot_table(args, hot, results):
+    """The hot key's table: one row per implementation, min / median / max over the rounds."""
+    rate = lambda rs: [r["decisions"] / r["seconds"] for r in rs]
+    base = statistics.median(rate(results[HOT_LEASE])) if results.get(HOT_LEASE) else float("nan")
+    rows = []
+    for label, family, limit, _ in hot:
+        rs = results[label]
+        per = lambda f: [f(r) / max(r["total"], 1) for r in rs]
+        # Script calls; for implementations that send none, their plain commands.
+        calls = per(lambda r: r["calls"] or r["other"])
+        cpu = per(lambda r: r["cpu"])
+        decided = sum(r["decisions"] for r in rs)
+        errors = sum(r.get("store_errors", 0) for r in rs)
+        admitted = decided - sum(r["denied"] for r in rs) - errors
+        # Every run's decisions (warm-up included) fit the limit: the exact count is all of them.
+        exact = (f"{decided:,}" if all(r["total"] <= limit for r in rs)
+                 else "- (the limit was reached)")
+        rows.append([label, family, f"{limit:,}", spread(rate(rs)),
+                     fmt(statistics.median(rate(rs)) / base, 2), spread(calls, 4),
+                     spread(cpu, 2), f"{admitted:,}", exact,
+                     f"{statistics.median(r['p50_us'] for r in rs):,.0f}",
+                     f"{statistics.median(r['p99_us'] for r in rs):,.0f}", f"{errors:,}"])
+    return (
+        f"#### Redis-backed decisions, one hot key, 64 concurrent clients, {args.seconds} s per "
+        f"run, {args.rounds} interleaved rounds\n\n"
+        + table(["implementation", "algorithm", "limit per minute",
+                 "decisions/s (min / median / max)", "ratio to Floodgate with the lease",
+                 "Redis calls per decision (min / median / max)",
+                 "Redis CPU us per decision (min / median / max)",
+                 "admitted (measured, all rounds)", "exact count", "p50 (us)", "p99 (us)",
+                 "store errors (measured, all rounds)"],
+                rows)
+        + "\n\nThe same server, rounds and drivers as the tables below, on the single key "
+          "`user:000000` (KEYS = 1). Floodgate through its engine (`RateLimiter::evaluate`, "
+          "one rule over the Redis store): without a lease every decision is one script "
+          "call; with `lease` 20 ms (at most a tenth of the capacity per lease, sized from the "
+          "instance's own rate) decisions are made from units taken beforehand, and the units "
+          "still held are returned before the driver exits (those calls are counted). Limits "
+          "are far above what a run reaches (Floodgate 100,000,000 per minute, the peers "
+          "their 1,000,000 per minute), so each one's exact algorithm admits every decision: "
+          "the exact count is every measured decision, and admitted must equal it. Store errors: "
+          "Floodgate's decisions whose store call failed (the engine's verdict carries the "
+          "error and admits by the rule's failure mode): counted apart, not as admitted. Redis "
+          "calls: INFO commandstats calls of EVAL/EVALSHA, or of plain commands for "
+          "implementations that send no script, per decision (warm-up included); Redis CPU: "
+          "used_cpu_user + used_cpu_sys over the run per decision. Ratios above 1: the peer is "
+          "faster than Floodgate with the lease.\n")
+
+
 def redis(args):
     port = free_port()
     tmp = tempfile.mkdtemp()
@@ -418,23 +503,21 @@ def redis(args):
              if (args.limitador or not i[0].startswith("limitador"))
              and (not args.impls or any(f in i[0] for f in args.impls.split(",")))]
     results = {(label, c): [] for label, *_ in impls for c in (1, 64)}
+    hot = [i for i in hot_impls()
+           if (args.limitador or not i[0].startswith("limitador"))
+           and (not args.impls or any(f in i[0] for f in args.impls.split(",")))]
+    hot_results = {label: [] for label, *_ in hot}
     try:
         wait_port(port, server, "redis-server")
         for r in range(args.rounds):
             for clients in (1, 64):
                 for label, _, _, cmd in impls:
                     log(f"redis round {r + 1}, {clients} client(s): {label}")
-                    rcli(port, "FLUSHALL")
-                    rcli(port, "CONFIG", "RESETSTAT")
-                    cpu_before = redis_cpu(port)
-                    out = subprocess.run(cmd(url, clients, args.seconds, 100_000),
-                                         capture_output=True, text=True)
-                    if out.returncode != 0:
-                        raise SystemExit(f"{label} failed: {out.stderr.strip()[-2000:]}")
-                    res = json.loads(out.stdout.strip().splitlines()[-1])
-                    res["cpu"] = redis_cpu(port) - cpu_before
-                    res["calls"], res["usec"], res["other"] = commandstats(port)
-                    results[(label, clients)].append(res)
+                    results[(label, clients)].append(
+                        redis_run(port, label, cmd(url, clients, args.seconds, 100_000)))
+            for label, _, _, cmd in hot:
+                log(f"redis round {r + 1}, hot key, 64 clients: {label}")
+                hot_results[label].append(redis_run(port, label, cmd(url, 64, args.seconds, 1)))
         memory = {}
         for label, _, _, cmd in impls:
             # A probe's keys can expire under it (a fixed window of 1 per minute ends at the
@@ -467,7 +550,7 @@ def redis(args):
     finally:
         server.terminate()
         server.wait()
-    out = []
+    out = [] if not hot else [hot_table(args, hot, hot_results)]
     for clients in (1, 64):
         rows = []
         base = {}
