@@ -218,9 +218,19 @@ impl Leases {
         let Some(slot) = keys.get_mut(key) else {
             return Begin::Plain;
         };
+        if slot.taking.is_some() && same_policy(&slot.policy, policy) {
+            // A renewal is on its way: the live lease is spent meanwhile, while it has room
+            // (docs/spec/leases.md); no second renewal starts.
+            if let Some(live) = &mut slot.lease {
+                if now < live.expires_at && now >= live.taken_at && live.size - live.used >= cost {
+                    live.used += cost;
+                    return Begin::Spent(live.decision(now), slot.generation);
+                }
+            }
+        }
         if let Some(taking) = &slot.taking {
-            // The slot's lease is on its way (none is live meanwhile): this request waits for
-            // it and counts in the next lease's size.
+            // The slot's lease is on its way (none is live with room meanwhile): this request
+            // waits for it and counts in the next lease's size.
             slot.queued = slot.queued.saturating_add(cost);
             return Begin::Wait(taking.subscribe());
         }
