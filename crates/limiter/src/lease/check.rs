@@ -169,10 +169,12 @@ async fn draw<S: Store>(
     asked: &mut bool,
 ) -> Result<Drawing, StoreError> {
     let mut deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut waited = false;
     loop {
         let now = leases.now();
-        match leases.begin(rule, item.policy, item.key, item.cost, lease, now) {
+        match leases.begin(rule, item.policy, item.key, item.cost, lease, now, waited) {
             Begin::Wait(taking) => {
+                waited = true;
                 let limit = store.round_trip_deadline();
                 if deadline.is_none() {
                     deadline = limit.map(|d| Box::pin(tokio::time::sleep(d)));

@@ -44,6 +44,10 @@ struct Slot {
     queued: u64,
     /// Units of the requests that waited for the last take: demand the next take counts.
     backlog: u64,
+    /// Units of the live lease kept for the requests that waited for its take: they are woken
+    /// after it is installed, and without this the requests that arrive meanwhile could spend
+    /// it first, again and again, until a waiter's deadline fails it (a hot key, 64 clients).
+    earmarked: u64,
     /// What the store said was left (`remaining`) after the last take, granted or denied: a
     /// key near its limit takes only its cost (one store call, never a denied lease first).
     last_remaining: Option<u64>,
@@ -179,6 +183,9 @@ impl Leases {
     }
 
     /// The first step of a leased request of `cost` units (see `docs/spec/leases.md`).
+    /// `waited`: this request waited for a take before (it may spend the units kept for the
+    /// waiters).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn begin(
         &self,
         rule: &Arc<str>,
@@ -187,6 +194,7 @@ impl Leases {
         cost: u64,
         lease: &Lease,
         now: Timestamp,
+        waited: bool,
     ) -> Begin {
         let mut shard = self.shard(rule, key).lock();
         let keys = match shard.get_mut(&**rule) {
@@ -206,6 +214,7 @@ impl Leases {
                     taking: None,
                     queued: 0,
                     backlog: 0,
+                    earmarked: 0,
                     last_remaining: None,
                     denied: None,
                     history: None,
@@ -221,9 +230,16 @@ impl Leases {
         if slot.taking.is_some() && same_policy(&slot.policy, policy) {
             // A renewal is on its way: the live lease is spent meanwhile, while it has room
             // (docs/spec/leases.md); no second renewal starts.
+            let kept = if waited { 0 } else { slot.earmarked };
             if let Some(live) = &mut slot.lease {
-                if now < live.expires_at && now >= live.taken_at && live.size - live.used >= cost {
+                if now < live.expires_at
+                    && now >= live.taken_at
+                    && live.size - live.used >= cost.saturating_add(kept)
+                {
                     live.used += cost;
+                    if waited {
+                        slot.earmarked = slot.earmarked.saturating_sub(cost);
+                    }
                     return Begin::Spent(live.decision(now), slot.generation);
                 }
             }
@@ -251,9 +267,16 @@ impl Leases {
             slot.history = None;
             slot.last_remaining = None;
         }
+        let kept = if waited { 0 } else { slot.earmarked };
         if let Some(live) = &mut slot.lease {
-            if now < live.expires_at && now >= live.taken_at && live.size - live.used >= cost {
+            if now < live.expires_at
+                && now >= live.taken_at
+                && live.size - live.used >= cost.saturating_add(kept)
+            {
                 live.used += cost;
+                if waited {
+                    slot.earmarked = slot.earmarked.saturating_sub(cost);
+                }
                 let decision = live.decision(now);
                 if let Some(size) = renewal(live, slot.taking.is_none(), now, lease, policy) {
                     live.renewing = true;
@@ -296,6 +319,7 @@ impl Leases {
             }
         }
         slot.taking = Some(watch::channel(Outcome::Pending).0);
+        slot.earmarked = 0;
         slot.touched = now;
         let size = size(slot, now, cost, lease, policy);
         slot.backlog = 0;
@@ -313,6 +337,8 @@ impl Leases {
                 slot.end_take(Outcome::Done);
                 slot.generation += 1;
                 let policy = slot.policy.clone();
+                // The waiters' demand is kept for them in the new lease.
+                slot.earmarked = slot.backlog.min(live.size.saturating_sub(live.used));
                 let ended = slot.lease.replace(live).map(|old| {
                     slot.history = Some((old.taken_at, old.used));
                     Ended {
@@ -374,6 +400,7 @@ impl Leases {
                         .is_some_and(|l| all || now >= l.expires_at);
                     if expired {
                         if let Some(live) = slot.lease.take() {
+                            slot.earmarked = 0;
                             slot.history = Some((live.taken_at, live.used));
                             slot.touched = live.expires_at.min(now);
                             ended.push(Ended {

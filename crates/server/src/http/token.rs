@@ -388,6 +388,15 @@ impl Signer {
         let mut key = &keys.current;
         let (signed, tag) = token.rsplit_once('.').ok_or_else(|| malformed(shape))?;
         let (version, rest) = signed.split_once('.').ok_or_else(|| malformed(shape))?;
+        // The MAC's shape first: HMAC-SHA256, 32 bytes, 43 base64url characters. Another is
+        // not a token of this format (a 400, whatever its key id), where a MAC of the right
+        // shape that does not match is a forgery (404) or another secret's (409).
+        let tag = URL_SAFE_NO_PAD
+            .decode(tag)
+            .map_err(|_| malformed("the MAC is not base64url"))?;
+        if tag.len() != 32 {
+            return Err(malformed("the MAC is not 43 base64url characters"));
+        }
         let payload = match version {
             VERSION => {
                 let (id, payload) = rest.split_once('.').ok_or_else(|| malformed(shape))?;
@@ -415,14 +424,6 @@ impl Signer {
                 ))
             }
         };
-        let tag = URL_SAFE_NO_PAD
-            .decode(tag)
-            .map_err(|_| malformed("the MAC is not base64url"))?;
-        // HMAC-SHA256: 32 bytes, 43 base64url characters. Another length is not a MAC of this
-        // format (a 400), where a MAC of the right length that does not match is a forgery.
-        if tag.len() != 32 {
-            return Err(malformed("the MAC is not 43 base64url characters"));
-        }
         let mut mac = key.mac.clone();
         mac.update(signed.as_bytes());
         mac.verify_slice(&tag).map_err(|_| TokenError::Forged)?;
