@@ -8,6 +8,13 @@
 //! [`WINDOW_SECONDS`] seconds (store clock), counted per second in a ring of buckets. Not
 //! ready when at least [`MIN_CALLS`] calls were made and at least [`MAX_FAILED_PERCENT`] %
 //! of them failed. A bounded, fixed-size structure: ten buckets, whatever the traffic.
+//!
+//! Recovery does not wait for the window: once at least [`MIN_CALLS`] calls in a row have
+//! succeeded and the last failure is [`RECOVERED_AFTER_SECONDS`] old, decisions are being made
+//! again and the store (or shard) is ready, though the window still holds the outage's
+//! failures. Under steady traffic a promoted replica made `/readyz` wait 8 to 9 s after every
+//! call was answered again (issue 30); a store still failing one call in ten keeps failing
+//! within any 2 s, so it stays not ready.
 
 use floodgate_core::Timestamp;
 
@@ -17,6 +24,9 @@ pub const WINDOW_SECONDS: u64 = 10;
 pub const MIN_CALLS: u64 = 20;
 /// At least this share of failed calls (percent) in the window makes the store not ready.
 pub const MAX_FAILED_PERCENT: u64 = 10;
+/// With at least [`MIN_CALLS`] successes in a row since, a failure this old (seconds) no
+/// longer makes the store not ready.
+pub const RECOVERED_AFTER_SECONDS: u64 = 2;
 
 /// One second's calls: `(second, calls, failed)`.
 type Bucket = (u64, u64, u64);
@@ -24,37 +34,63 @@ type Bucket = (u64, u64, u64);
 /// Calls and failures per second over the last [`WINDOW_SECONDS`].
 #[derive(Debug, Default)]
 pub(crate) struct Health {
-    buckets: parking_lot::Mutex<[Bucket; WINDOW_SECONDS as usize]>,
+    state: parking_lot::Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    buckets: [Bucket; WINDOW_SECONDS as usize],
+    /// When the last failed call ended (µs), and the calls that succeeded since.
+    last_failed: Option<Timestamp>,
+    ok_since: u64,
 }
 
 impl Health {
     /// Counts one call that ended at `now` (µs).
     pub(crate) fn record(&self, now: Timestamp, ok: bool) {
         let second = now / 1_000_000;
-        let mut buckets = self.buckets.lock();
-        let bucket = &mut buckets[(second % WINDOW_SECONDS) as usize];
+        let mut state = self.state.lock();
+        let bucket = &mut state.buckets[(second % WINDOW_SECONDS) as usize];
         if bucket.0 != second {
             *bucket = (second, 0, 0);
         }
         bucket.1 += 1;
         bucket.2 += u64::from(!ok);
+        if ok {
+            state.ok_since = state.ok_since.saturating_add(1);
+        } else {
+            state.last_failed = Some(now);
+            state.ok_since = 0;
+        }
     }
 
     /// `(failed, calls)` in the window ending at `now`.
     pub(crate) fn recent(&self, now: Timestamp) -> (u64, u64) {
         let second = now / 1_000_000;
-        let buckets = self.buckets.lock();
-        buckets
+        let state = self.state.lock();
+        state
+            .buckets
             .iter()
             .filter(|b| b.0 <= second && second - b.0 < WINDOW_SECONDS)
             .fold((0, 0), |(f, c), b| (f + b.2, c + b.1))
     }
 
-    /// `Some((failed, calls))` when the window's failures make the store not ready.
+    /// `Some((failed, calls))` when the window's failures make the store not ready (and it
+    /// has not recovered since: see the [module docs](self)).
     pub(crate) fn failing(&self, now: Timestamp) -> Option<(u64, u64)> {
         let (failed, calls) = self.recent(now);
-        (calls >= MIN_CALLS && failed * 100 >= calls * MAX_FAILED_PERCENT)
-            .then_some((failed, calls))
+        let failing = calls >= MIN_CALLS && failed * 100 >= calls * MAX_FAILED_PERCENT;
+        (failing && !self.recovered(now)).then_some((failed, calls))
+    }
+
+    /// At least [`MIN_CALLS`] successes in a row since the last failure, which ended at least
+    /// [`RECOVERED_AFTER_SECONDS`] before `now`.
+    fn recovered(&self, now: Timestamp) -> bool {
+        let state = self.state.lock();
+        state.ok_since >= MIN_CALLS
+            && state
+                .last_failed
+                .is_some_and(|at| now.saturating_sub(at) >= RECOVERED_AFTER_SECONDS * 1_000_000)
     }
 }
 
@@ -76,6 +112,41 @@ mod tests {
         // Ten seconds later those calls are out of the window.
         assert_eq!(h.failing(t0 + 10 * S), None);
         assert_eq!(h.recent(t0 + 10 * S), (0, 0));
+    }
+
+    #[test]
+    fn twenty_successes_in_a_row_two_seconds_after_the_last_failure_are_ready() {
+        let h = Health::default();
+        let t0 = 1_700_000_000 * S;
+        for i in 0..40 {
+            h.record(t0 + i * 10_000, false);
+        }
+        let last_failure = t0 + 39 * 10_000;
+        // 19 successes: not yet.
+        for i in 1..20 {
+            h.record(last_failure + i * 10_000, true);
+        }
+        assert_eq!(h.failing(last_failure + 3 * S), Some((40, 59)));
+        h.record(last_failure + 20 * 10_000, true);
+        // 20 successes, but the last failure is not 2 s old yet.
+        assert!(h.failing(last_failure + S).is_some());
+        assert_eq!(h.failing(last_failure + 2 * S), None);
+        // One more failure and it is not ready again.
+        h.record(last_failure + 2 * S, false);
+        assert_eq!(h.failing(last_failure + 2 * S), Some((41, 61)));
+    }
+
+    #[test]
+    fn one_call_in_ten_failing_never_recovers_early() {
+        let h = Health::default();
+        let t0 = 1_700_000_000 * S;
+        for i in 0..400 {
+            // 40 calls a second, every tenth failing.
+            h.record(t0 + i * 25_000, i % 10 != 0);
+            if i >= 100 {
+                assert!(h.failing(t0 + i * 25_000).is_some(), "call {i}");
+            }
+        }
     }
 
     #[test]
