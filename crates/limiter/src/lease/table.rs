@@ -230,18 +230,8 @@ impl Leases {
         if slot.taking.is_some() && same_policy(&slot.policy, policy) {
             // A renewal is on its way: the live lease is spent meanwhile, while it has room
             // (docs/spec/leases.md); no second renewal starts.
-            let kept = if waited { 0 } else { slot.earmarked };
-            if let Some(live) = &mut slot.lease {
-                if now < live.expires_at
-                    && now >= live.taken_at
-                    && live.size - live.used >= cost.saturating_add(kept)
-                {
-                    live.used += cost;
-                    if waited {
-                        slot.earmarked = slot.earmarked.saturating_sub(cost);
-                    }
-                    return Begin::Spent(live.decision(now), slot.generation);
-                }
+            if let Some(decision) = slot.spend(now, cost, waited) {
+                return Begin::Spent(decision, slot.generation);
             }
         }
         if let Some(taking) = &slot.taking {
@@ -267,18 +257,10 @@ impl Leases {
             slot.history = None;
             slot.last_remaining = None;
         }
-        let kept = if waited { 0 } else { slot.earmarked };
-        if let Some(live) = &mut slot.lease {
-            if now < live.expires_at
-                && now >= live.taken_at
-                && live.size - live.used >= cost.saturating_add(kept)
-            {
-                live.used += cost;
-                if waited {
-                    slot.earmarked = slot.earmarked.saturating_sub(cost);
-                }
-                let decision = live.decision(now);
-                if let Some(size) = renewal(live, slot.taking.is_none(), now, lease, policy) {
+        if let Some(decision) = slot.spend(now, cost, waited) {
+            let free = slot.taking.is_none();
+            if let Some(live) = &mut slot.lease {
+                if let Some(size) = renewal(live, free, now, lease, policy) {
                     live.renewing = true;
                     slot.taking = Some(watch::channel(Outcome::Pending).0);
                     let size = slot
@@ -286,8 +268,8 @@ impl Leases {
                         .map_or(size, |left| size.min(left.max(1)));
                     return Begin::SpentRenew(decision, slot.generation, size);
                 }
-                return Begin::Spent(decision, slot.generation);
             }
+            return Begin::Spent(decision, slot.generation);
         }
         if let Some(Denial {
             at,
@@ -430,6 +412,24 @@ impl Leases {
 }
 
 impl Slot {
+    /// Spends `cost` from the live lease when it is in time and has room beyond the units
+    /// kept for the waiters of its take (all of it for a request that `waited`): its decision.
+    fn spend(&mut self, now: Timestamp, cost: u64, waited: bool) -> Option<Decision> {
+        let kept = if waited { 0 } else { self.earmarked };
+        let live = self.lease.as_mut()?;
+        let fits = now < live.expires_at
+            && now >= live.taken_at
+            && live.size - live.used >= cost.saturating_add(kept);
+        if !fits {
+            return None;
+        }
+        live.used += cost;
+        if waited {
+            self.earmarked = self.earmarked.saturating_sub(cost);
+        }
+        Some(live.decision(now))
+    }
+
     /// The take on its way ended with `outcome`: its waiters hear it, and their demand is
     /// the next take's backlog.
     fn end_take(&mut self, outcome: Outcome) {
