@@ -206,23 +206,7 @@ impl Leases {
                 return Begin::Plain;
             }
             self.keys.fetch_add(1, Ordering::Relaxed);
-            keys.insert(
-                key.to_owned(),
-                Slot {
-                    policy: policy.clone(),
-                    lease: None,
-                    taking: None,
-                    queued: 0,
-                    backlog: 0,
-                    earmarked: 0,
-                    last_remaining: None,
-                    denied: None,
-                    history: None,
-                    generation: 0,
-                    touched: now,
-                    lifetime: lease.lifetime,
-                },
-            );
+            keys.insert(key.to_owned(), Slot::cold(policy, now, lease.lifetime));
         }
         let Some(slot) = keys.get_mut(key) else {
             return Begin::Plain;
@@ -412,6 +396,24 @@ impl Leases {
 }
 
 impl Slot {
+    /// A key's slot before its first lease.
+    fn cold(policy: &Policy, now: Timestamp, lifetime: Micros) -> Self {
+        Slot {
+            policy: policy.clone(),
+            lease: None,
+            taking: None,
+            queued: 0,
+            backlog: 0,
+            earmarked: 0,
+            last_remaining: None,
+            denied: None,
+            history: None,
+            generation: 0,
+            touched: now,
+            lifetime,
+        }
+    }
+
     /// Spends `cost` from the live lease when it is in time and has room beyond the units
     /// kept for the waiters of its take (all of it for a request that `waited`): its decision.
     fn spend(&mut self, now: Timestamp, cost: u64, waited: bool) -> Option<Decision> {
