@@ -134,6 +134,42 @@ fn readiness_follows_redis_with_at_most_one_ping_a_second() {
     });
 }
 
+/// Issue 30 (review): one readiness probe that timed out (a busy Redis, a loaded host) made
+/// `/readyz` 503 for about 2 s while every decision was answered. One timeout now leaves the
+/// store ready; two in a row make it not ready, and the next answered probe ready again.
+#[test]
+fn one_slow_probe_leaves_the_store_ready_and_two_in_a_row_do_not() {
+    let server = RedisServer::start().unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
+    rt.block_on(async {
+        let (store, clock, _) = breaker_store(&server, Duration::from_millis(200)).await;
+        store.readiness().await.unwrap();
+        // Redis answers no command for 1.5 s: each probe times out after 200 ms.
+        server.cli(&["CLIENT", "PAUSE", "1500", "ALL"]).unwrap();
+        clock.advance(1_000_000);
+        store.readiness().await.unwrap();
+        clock.advance(1_000_000);
+        let e = store.readiness().await.unwrap_err().to_string();
+        assert!(
+            e.contains("timed out after 200 ms (2 probes in a row)"),
+            "{e}"
+        );
+        // Between probes the answer is the cached one.
+        let e = store.readiness().await.unwrap_err().to_string();
+        assert!(e.contains("within the last second"), "{e}");
+        // Once Redis answers, the next probe makes it ready.
+        let ready = eventually(&clock, 1_000_000, Duration::from_millis(50), || async {
+            store.readiness().await.is_ok()
+        })
+        .await;
+        assert!(ready, "not ready within about 5 s of the pause's end");
+        // One slow probe again: still ready.
+        server.cli(&["CLIENT", "PAUSE", "1000", "ALL"]).unwrap();
+        clock.advance(1_000_000);
+        store.readiness().await.unwrap();
+    });
+}
+
 #[test]
 fn readiness_fails_while_the_breaker_is_open() {
     let mut server = RedisServer::start().unwrap();

@@ -147,7 +147,7 @@ impl RedisStore {
                 }
             })
             .await;
-        self.record_shards(&groups, result.is_ok());
+        self.record_shards(&groups, result.as_ref().err());
         let result = match result {
             Err(e) if self.is_cluster() => {
                 note_probe_key(&self.probe_key, &groups[0].keys[0]);
@@ -165,10 +165,10 @@ impl RedisStore {
     }
 
     /// Cluster: counts the call under the master of each of its slots (readiness per shard).
-    fn record_shards(&self, groups: &[Group], ok: bool) {
+    fn record_shards(&self, groups: &[Group], error: Option<&StoreError>) {
         if let Some(shards) = &self.shards {
             let slots = groups.iter().map(|g| slot_number(g.keys[0].as_bytes()));
-            shards.record_slots(self.clock.now(), slots, ok);
+            shards.record_slots(self.clock.now(), slots, error);
         }
     }
 

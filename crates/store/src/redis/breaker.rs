@@ -65,7 +65,14 @@ pub(crate) struct Breaker {
     probing: AtomicBool,
     /// A recovery watch is running (see the module docs).
     watching: AtomicBool,
+    /// What the last failed call's error said (at most [`MAX_CAUSE_BYTES`]), until a
+    /// success: the open breaker's log line and readiness name it (`CLUSTERDOWN`, a refused
+    /// connection, a timeout), where its fail-fast errors do not.
+    cause: parking_lot::Mutex<Option<String>>,
 }
+
+/// The longest cause kept (bytes): an error's text is the server's or the client library's.
+pub(crate) const MAX_CAUSE_BYTES: usize = 200;
 
 /// Permission to call Redis; report the outcome with [`Breaker::record`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +99,26 @@ impl Breaker {
             open_until: AtomicU64::new(0),
             probing: AtomicBool::new(false),
             watching: AtomicBool::new(false),
+            cause: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// Keeps what a failed call's error said, as the breaker's cause (see `cause`).
+    pub(crate) fn note_cause(&self, error: &StoreError) {
+        let mut text = error.to_string();
+        if text.len() > MAX_CAUSE_BYTES {
+            let mut end = MAX_CAUSE_BYTES;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+        }
+        *self.cause.lock() = Some(text);
+    }
+
+    /// What the last failed call since the last success said, if any.
+    pub(crate) fn cause(&self) -> Option<String> {
+        self.cause.lock().clone()
     }
 
     /// `Ok` when a call may go to Redis now, else the fail-fast error.
@@ -174,10 +200,12 @@ impl Breaker {
                 .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
+                let cause = self.cause().unwrap_or_default();
                 tracing::warn!(
                     failures,
                     failing_for_ms = quiet_for / 1000,
                     cool_down_ms = self.cool_down / 1000,
+                    cause,
                     "redis store failing: circuit breaker open"
                 );
                 metrics::gauge!("floodgate_store_breaker_open").set(1.0);
@@ -193,7 +221,9 @@ impl Breaker {
 
     fn succeeded(&self, now: Timestamp, how: &'static str) {
         self.consecutive_failures.store(0, Ordering::Release);
-        self.streak_start.store(0, Ordering::Release);
+        if self.streak_start.swap(0, Ordering::AcqRel) != 0 {
+            *self.cause.lock() = None;
+        }
         self.last_success.fetch_max(now, Ordering::AcqRel);
         if self.open.swap(false, Ordering::AcqRel) {
             tracing::info!(how, "redis store recovered: circuit breaker closed");

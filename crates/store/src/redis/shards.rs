@@ -89,6 +89,9 @@ struct Node {
     failed_in_a_row: u64,
     /// The last probe failed (why), and nothing succeeded since.
     probe_failed: Option<String>,
+    /// What the last failed call's error said (at most [`MAX_PROBE_ERROR_BYTES`]), while
+    /// nothing succeeded since: `CLUSTERDOWN`, a refused connection, a timeout.
+    last_error: Option<String>,
     /// A call ended since the probe task last looked ([`Shards::idle_masters`]).
     called: bool,
 }
@@ -151,8 +154,16 @@ impl Shards {
         }
     }
 
-    /// Counts one call on `slot` that ended at `now`.
-    pub(crate) fn record(&self, now: Timestamp, slot: u16, ok: bool) {
+    /// Counts one call on `slot` that ended at `now` (the tests' short form).
+    #[cfg(test)]
+    fn record(&self, now: Timestamp, slot: u16, ok: bool) {
+        self.record_outcome(now, slot, if ok { Ok(()) } else { Err(None) });
+    }
+
+    /// Counts one call on `slot` that ended at `now`: succeeded, or failed (with the error's
+    /// text when known).
+    fn record_outcome(&self, now: Timestamp, slot: u16, outcome: Result<(), Option<&str>>) {
+        let ok = outcome.is_ok();
         let mut state = self.state.lock();
         state.refresh(&self.seeds);
         let State { map, per_node, .. } = &mut *state;
@@ -160,18 +171,36 @@ impl Shards {
         let node = node_entry(per_node, name);
         node.health.record(now, ok);
         node.called = true;
-        if ok {
-            node.failed_in_a_row = 0;
-            node.probe_failed = None;
-        } else {
-            node.failed_in_a_row += 1;
+        match outcome {
+            Ok(()) => {
+                node.failed_in_a_row = 0;
+                node.probe_failed = None;
+                node.last_error = None;
+            }
+            Err(error) => {
+                node.failed_in_a_row += 1;
+                if let Some(error) = error {
+                    node.last_error = Some(bounded(error.to_string()));
+                }
+            }
         }
     }
 
-    /// Counts one call of a batch under the master of each of its slots.
-    pub(super) fn record_slots(&self, now: Timestamp, slots: impl Iterator<Item = u16>, ok: bool) {
+    /// Counts one call of a batch under the master of each of its slots: succeeded, or failed
+    /// with `error`.
+    pub(super) fn record_slots(
+        &self,
+        now: Timestamp,
+        slots: impl Iterator<Item = u16>,
+        error: Option<&crate::StoreError>,
+    ) {
+        let text = error.map(ToString::to_string);
         for slot in slots {
-            self.record(now, slot, ok);
+            let outcome = match &text {
+                None => Ok(()),
+                Some(text) => Err(Some(text.as_str())),
+            };
+            self.record_outcome(now, slot, outcome);
         }
     }
 
@@ -219,16 +248,7 @@ impl Shards {
                 node.failed_in_a_row = 0;
                 node.probe_failed = None;
             }
-            Err(mut why) => {
-                if why.len() > MAX_PROBE_ERROR_BYTES {
-                    let mut end = MAX_PROBE_ERROR_BYTES;
-                    while !why.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    why.truncate(end);
-                }
-                node.probe_failed = Some(why);
-            }
+            Err(why) => node.probe_failed = Some(bounded(why)),
         }
     }
 
@@ -298,20 +318,36 @@ impl Shards {
     }
 }
 
+/// `text` cut to at most [`MAX_PROBE_ERROR_BYTES`] (at a character's edge).
+fn bounded(mut text: String) -> String {
+    if text.len() > MAX_PROBE_ERROR_BYTES {
+        let mut end = MAX_PROBE_ERROR_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
 /// Why `node` is not ready at `now` (see the [module docs](self)), or `None`.
 fn not_ready(node: &Node, now: Timestamp) -> Option<String> {
+    let last = |why: String| match &node.last_error {
+        Some(error) => format!("{why}; the last: {error}"),
+        None => why,
+    };
     if let Some((failed, calls)) = node.health.failing(now) {
-        return Some(format!(
+        return Some(last(format!(
             "{failed} of the {calls} calls of the last {} s failed (not ready from {} %)",
             health::WINDOW_SECONDS,
             health::MAX_FAILED_PERCENT
-        ));
+        )));
     }
     if node.failed_in_a_row >= FAILED_IN_A_ROW {
-        return Some(format!(
+        return Some(last(format!(
             "its last {} calls failed (not ready from {FAILED_IN_A_ROW} in a row)",
             node.failed_in_a_row
-        ));
+        )));
     }
     node.probe_failed
         .as_ref()

@@ -50,8 +50,11 @@ pub struct RedisStore {
     pub(super) breaker: Arc<Breaker>,
     /// Readiness: when the last readiness `PING` went out (store clock, µs; 0: never).
     pub(super) ping_at: std::sync::atomic::AtomicU64,
-    /// Readiness: whether that `PING` failed.
+    /// Readiness: whether the probe says not ready (its last answer was an error, or its last
+    /// [`PROBE_TIMEOUTS_IN_A_ROW`](super::readiness::PROBE_TIMEOUTS_IN_A_ROW) timed out).
     pub(super) ping_failed: std::sync::atomic::AtomicBool,
+    /// Readiness: how many probes in a row timed out.
+    pub(super) probe_timeouts: std::sync::atomic::AtomicU32,
     /// Readiness: `evicted_keys` per node (see [`evictions`]).
     pub(super) evictions: evictions::Evictions,
     /// `Some` with [`RedisStoreConfig::deny_cache`] (not on a cluster).
@@ -136,37 +139,7 @@ impl RedisStore {
                 ),
             });
         }
-        let urls: Vec<&str> = match &config.target {
-            RedisTarget::Standalone(url) => vec![url.as_str()],
-            RedisTarget::Cluster(nodes) => nodes.iter().map(String::as_str).collect(),
-            RedisTarget::Sentinel { sentinels, .. } => {
-                sentinels.iter().map(String::as_str).collect()
-            }
-        };
-        let tls = urls.iter().any(|u| is_tls_url(u));
-        if tls && !urls.iter().all(|u| is_tls_url(u)) {
-            return Err(StoreError::Unavailable {
-                reason: "redis cluster nodes or sentinels mix rediss:// (TLS) and plain URLs"
-                    .into(),
-            });
-        }
-        if !tls && !config.tls.is_empty() {
-            return Err(StoreError::Unavailable {
-                reason: "redis TLS files (CA, client certificate) are given, but the URL is not \
-                         rediss://"
-                    .into(),
-            });
-        }
-        if tls {
-            config
-                .tls
-                .check()
-                .map_err(|(field, e)| StoreError::Unavailable {
-                    reason: format!("redis TLS {field}: {e}"),
-                })?;
-            // One process-wide crypto provider for rustls (ring); already installed is fine.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
+        let tls = check_tls(&config)?;
         let (conn, standalone_client) = connect(&config, tls)?;
         let breaker = Arc::new(Breaker::new(
             config.breaker_failures,
@@ -236,6 +209,7 @@ impl RedisStore {
             breaker,
             ping_at: std::sync::atomic::AtomicU64::new(0),
             ping_failed: std::sync::atomic::AtomicBool::new(false),
+            probe_timeouts: std::sync::atomic::AtomicU32::new(0),
             evictions: evictions::Evictions::default(),
             instance_id,
             live_instances,
@@ -372,6 +346,7 @@ impl RedisStore {
             };
             metrics::counter!("floodgate_store_redis_errors_total", "reason" => reason)
                 .increment(1);
+            self.breaker.note_cause(e);
         }
         self.breaker
             .record(pending.take(), result.is_ok(), &*self.clock);
@@ -499,4 +474,38 @@ impl RedisStore {
         self.guarded(async { Ok(self.conn.query::<u64>(&cmd).await? > 0) })
             .await
     }
+}
+
+/// Whether `config` connects over TLS (`rediss://`): every URL or none, with its files
+/// readable; installs the process's crypto provider when it does.
+fn check_tls(config: &RedisStoreConfig) -> Result<bool, StoreError> {
+    let urls: Vec<&str> = match &config.target {
+        RedisTarget::Standalone(url) => vec![url.as_str()],
+        RedisTarget::Cluster(nodes) => nodes.iter().map(String::as_str).collect(),
+        RedisTarget::Sentinel { sentinels, .. } => sentinels.iter().map(String::as_str).collect(),
+    };
+    let tls = urls.iter().any(|u| is_tls_url(u));
+    if tls && !urls.iter().all(|u| is_tls_url(u)) {
+        return Err(StoreError::Unavailable {
+            reason: "redis cluster nodes or sentinels mix rediss:// (TLS) and plain URLs".into(),
+        });
+    }
+    if !tls && !config.tls.is_empty() {
+        return Err(StoreError::Unavailable {
+            reason: "redis TLS files (CA, client certificate) are given, but the URL is not \
+                     rediss://"
+                .into(),
+        });
+    }
+    if tls {
+        config
+            .tls
+            .check()
+            .map_err(|(field, e)| StoreError::Unavailable {
+                reason: format!("redis TLS {field}: {e}"),
+            })?;
+        // One process-wide crypto provider for rustls (ring); already installed is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    Ok(tls)
 }
