@@ -428,6 +428,64 @@ async fn with_an_api_token_the_decision_api_needs_it_and_forward_auth_does_not()
     assert_eq!(r.status(), 200);
 }
 
+/// `Authorization` is a singleton field: sent twice (the right token and a wrong one, in either
+/// order, or the right one twice) the request is refused, naming the header, and charges
+/// nothing; the first one did not win, as it did before.
+#[tokio::test]
+async fn authorization_sent_twice_is_refused_naming_it() {
+    let token = "decide-only-with-this";
+    let fg = Floodgate::with_config(
+        &format!(
+            "[server]\napi_token = \"{token}\"\nadmin_token = \"admin-0123456789\"\n             [[rules]]\nname = \"r\"\nlimit = \"5/min\"\n"
+        ),
+        &[],
+    );
+    let c = client();
+    let right = format!("Bearer {token}");
+    for pair in [
+        [right.as_str(), "Bearer wrong"],
+        ["Bearer wrong", right.as_str()],
+        [right.as_str(), right.as_str()],
+    ] {
+        for (method, path) in [
+            (reqwest::Method::POST, "/v1/check"),
+            (reqwest::Method::POST, "/v1/settle"),
+            (reqwest::Method::GET, "/v1/ui/live"),
+            (reqwest::Method::GET, "/v1/keys/r/alice"),
+        ] {
+            let r = c
+                .request(method, fg.url(path))
+                .header("authorization", pair[0])
+                .header("authorization", pair[1])
+                .json(&json!({"rule": "r", "key": "alice"}))
+                .send()
+                .await
+                .unwrap();
+            let (status, headers, problem) = split(r).await;
+            assert_eq!(status, 400, "{path} {pair:?}: {problem}");
+            assert_eq!(headers["content-type"], "application/problem+json");
+            assert_eq!(problem["field"], "authorization", "{path}: {problem}");
+            assert_eq!(
+                problem["detail"], "authorization: sent more than once",
+                "{path}: {problem}"
+            );
+        }
+    }
+    let r = c
+        .post(fg.url("/v1/check"))
+        .bearer_auth(token)
+        .json(&json!({"rule": "r", "key": "alice"}))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, decision) = split(r).await;
+    assert_eq!(
+        (status, &decision["remaining"]),
+        (200, &json!(4)),
+        "{decision}"
+    );
+}
+
 /// The problem type and title of a bad request: one type for one fault (a cost above the
 /// capacity is `cost-exceeds-capacity` on every front end).
 fn expected_problem(status: u16, detail: &str) -> (&'static str, &'static str) {

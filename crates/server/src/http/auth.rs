@@ -29,23 +29,10 @@ pub(crate) fn authorize_costly(state: &AppState, headers: &HeaderMap) -> Result<
     if tokens.is_empty() {
         return Ok(());
     }
-    let given = headers
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token);
-    let Some(given) = given else {
-        let mut r = problem(
-            StatusCode::UNAUTHORIZED,
-            "urn:floodgate:problem:unauthorized",
-            "Unauthorized",
+    let Some(given) = given_token(headers)? else {
+        return Err(unauthorized(
             "send Authorization: Bearer <API token or admin token>",
-            None,
-        );
-        r.headers_mut().insert(
-            http::header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Bearer"),
-        );
-        return Err(r);
+        ));
     };
     // Every configured token is compared, so the time taken does not tell which one matched.
     let matched = tokens.iter().fold(false, |found, t| {
@@ -96,25 +83,10 @@ pub(crate) fn check_bearer(
     expected: &str,
     what: &str,
 ) -> Result<(), Response> {
-    let given = headers
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token);
-    match given {
-        None => {
-            let mut r = problem(
-                StatusCode::UNAUTHORIZED,
-                "urn:floodgate:problem:unauthorized",
-                "Unauthorized",
-                format!("send Authorization: Bearer <{what}>"),
-                None,
-            );
-            r.headers_mut().insert(
-                http::header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer"),
-            );
-            Err(r)
-        }
+    match given_token(headers)? {
+        None => Err(unauthorized(&format!(
+            "send Authorization: Bearer <{what}>"
+        ))),
         Some(given) if constant_time_eq(given.as_bytes(), expected.as_bytes()) => Ok(()),
         Some(_) => Err(problem(
             StatusCode::FORBIDDEN,
@@ -124,6 +96,42 @@ pub(crate) fn check_bearer(
             None,
         )),
     }
+}
+
+/// The bearer token `headers` carry, `None` without one (no `Authorization`, another scheme,
+/// not visible ASCII).
+///
+/// # Errors
+/// A 400 problem naming `authorization` when the header is sent more than once: it is a
+/// singleton field (RFC 9110 section 11.6.2), and a proxy that appends its own beside the
+/// client's must not leave which one counts to chance.
+fn given_token(headers: &HeaderMap) -> Result<Option<&str>, Response> {
+    let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(super::problem::invalid(
+            StatusCode::BAD_REQUEST,
+            "authorization",
+            "sent more than once",
+        ));
+    }
+    Ok(first.and_then(|v| v.to_str().ok()).and_then(bearer_token))
+}
+
+/// The 401 answer without credentials: `WWW-Authenticate: Bearer` and `detail`.
+fn unauthorized(detail: &str) -> Response {
+    let mut r = problem(
+        StatusCode::UNAUTHORIZED,
+        "urn:floodgate:problem:unauthorized",
+        "Unauthorized",
+        detail.to_string(),
+        None,
+    );
+    r.headers_mut().insert(
+        http::header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer"),
+    );
+    r
 }
 
 /// The token of an `Authorization: Bearer <token>` value. The scheme is case-insensitive

@@ -18,7 +18,7 @@ use crate::http::settle::SettleRequest;
 use crate::ui::simulate::SimulateRequest;
 
 /// The problem statuses of each path (besides the ones its operation describes itself), as
-/// the handlers answer them: 400 bad input, 401 no token, 403 a wrong token, 404 an unknown
+/// the handlers answer them: 400 bad input (or `Authorization` sent twice), 401 no token, 403 a wrong token, 404 an unknown
 /// rule (or key, or a disabled API), 405 another method (with `Allow`), 408 a body too slow,
 /// 409 a second settle or an ambiguous key, 410 an expired reservation, 413 a body too large,
 /// 503 a store that failed (or a server shutting down, or busy).
@@ -33,7 +33,7 @@ pub(crate) const PROBLEMS: &[(&str, &[u16])] = &[
     ("/v1/forward-auth", &[400, 405, 503]),
     ("/v1/forward-auth/{original}", &[400, 503]),
     ("/v1/simulate", &[400, 401, 403, 405, 408, 413, 503]),
-    ("/v1/ui/live", &[401, 403, 404, 405]),
+    ("/v1/ui/live", &[400, 401, 403, 404, 405]),
     ("/ui/choices.json", &[405]),
     ("/ui/", &[405]),
     ("/ui/{asset}", &[404, 405]),
