@@ -426,7 +426,13 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
                 None => body,
             }
         });
-        request.extensions_mut().insert(ConnectInfo(self.peer));
+        // A map with room for every extension of a request (ours and the router's), so that
+        // none of their inserts has to grow it (a second allocation and a rehash otherwise).
+        let extensions = request.extensions_mut();
+        let mut sized = request_extensions();
+        sized.extend(std::mem::take(extensions));
+        *extensions = sized;
+        extensions.insert(ConnectInfo(self.peer));
         // The router's future itself, not a boxed one around it (`Router` is always ready),
         // and the body as it is: the router boxes it into its `Body` (once).
         let future = tower::Service::call(&mut self.router.clone(), request);
@@ -435,6 +441,30 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
             guard: Some(guard),
         }
     }
+}
+
+/// An empty extension map for a request, allocated with room for 7 entries.
+///
+/// hashbrown gives a new map room for 3 entries and grows it (a new table, the entries moved)
+/// at the 4th; a request gets 5 on the way to a handler (`ConnectInfo`, and the router's
+/// `OriginalUri`, `MatchedPath`, path parameters, body limit), more behind some layers. A
+/// clone of a map keeps its capacity, so each request's map is a clone of one made once.
+fn request_extensions() -> http::Extensions {
+    static SIZED: std::sync::OnceLock<http::Extensions> = std::sync::OnceLock::new();
+    SIZED
+        .get_or_init(|| {
+            // Four entries grow it to room for 7; emptied, it keeps that room.
+            #[derive(Clone, Copy)]
+            struct Room<const N: usize>;
+            let mut map = http::Extensions::new();
+            map.insert(Room::<0>);
+            map.insert(Room::<1>);
+            map.insert(Room::<2>);
+            map.insert(Room::<3>);
+            map.clear();
+            map
+        })
+        .clone()
 }
 
 /// The answer of [`ConnService`]: the router's answer (or the 503 of a spent body budget),
