@@ -111,8 +111,6 @@ pub(crate) struct Connections {
     became_idle: Notify,
     /// [`Connections::reserve`] calls waiting at the cap (`became_idle` is notified only then).
     waiting: AtomicUsize,
-    /// What connections' deadlines count from ([`Conn::expiry`]).
-    epoch: tokio::time::Instant,
 }
 
 /// Why a connection was closed by the server (the `reason` label of
@@ -136,7 +134,6 @@ impl Connections {
             full: AtomicBool::new(false),
             became_idle: Notify::new(),
             waiting: AtomicUsize::new(0),
-            epoch: tokio::time::Instant::now(),
         })
     }
 
@@ -296,8 +293,8 @@ pub(crate) struct Conn {
     /// the end of a request). Phase changes of a running connection wake nobody: its task's
     /// one timer reads [`Conn::expiry`] when it fires.
     changed: Notify,
-    /// When the header or idle timer of the phase now runs out, in microseconds since
-    /// [`Connections`]' epoch; [`NO_DEADLINE`] while a request is in flight.
+    /// When the header or idle timer of the phase now runs out, in microseconds of
+    /// [`monotonic_us`]; [`NO_DEADLINE`] while a request is in flight.
     deadline_us: AtomicU64,
     header_read: Duration,
     idle: Duration,
@@ -309,6 +306,23 @@ pub(crate) struct Conn {
     /// A body-budget charge given back by its last request, for the next one.
     spare_charge: Mutex<Option<Arc<Charge>>>,
     connections: Arc<Connections>,
+}
+
+/// Microseconds of the monotonic clock (`CLOCK_MONOTONIC`), what the connections' deadlines
+/// are kept in: one read and integer arithmetic, twice per request (a header begins, an answer
+/// ends). `tokio::time::Instant::elapsed` and `Duration::as_micros` took about 100
+/// instructions per read (a `Duration` subtraction, its normalisation, 128-bit arithmetic).
+pub(crate) fn monotonic_us() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let secs = u64::try_from(now.tv_sec).unwrap_or(0);
+    let micros = u64::try_from(now.tv_nsec).unwrap_or(0) / 1_000;
+    secs.saturating_mul(1_000_000).saturating_add(micros)
+}
+
+/// [`Expiry::Later`] at `at` (microseconds of [`monotonic_us`]), read at `now`: as an instant
+/// of tokio's timers, the same distance ahead of their clock (never before now).
+fn later(now: u64, at: u64) -> Expiry {
+    Expiry::Later(tokio::time::Instant::now() + Duration::from_micros(at.saturating_sub(now)))
 }
 
 /// [`Conn::deadline_us`] while no timer runs.
@@ -367,9 +381,9 @@ impl Conn {
         self.closing.store(true, Ordering::Release);
     }
 
-    /// Microseconds since the epoch of [`Connections`].
+    /// Microseconds of [`monotonic_us`].
     fn now_us(&self) -> u64 {
-        u64::try_from(self.connections.epoch.elapsed().as_micros()).unwrap_or(NO_DEADLINE - 1)
+        monotonic_us()
     }
 
     /// The timer of the phase now runs out `after` from now.
@@ -399,14 +413,12 @@ impl Conn {
         let now = self.now_us();
         let phase = self.phase();
         let check = u64::try_from(self.check_interval().as_micros()).unwrap_or(NO_DEADLINE);
-        let mut next = now.saturating_add(check);
+        let next = now.saturating_add(check);
         let (after, ran_out) = match phase {
             Phase::Header => (self.header_read, Expiry::Header),
             Phase::Idle => (self.idle, Expiry::Idle),
             // No timer in flight (a request's deadline is read at the next phase change).
-            Phase::Busy | Phase::Evicted => {
-                return Expiry::Later(self.connections.epoch + Duration::from_micros(next));
-            }
+            Phase::Busy | Phase::Evicted => return later(now, next),
         };
         let mut deadline = self.deadline_us.load(Ordering::Acquire);
         if deadline == NO_DEADLINE {
@@ -417,8 +429,7 @@ impl Conn {
         if deadline <= now {
             return ran_out;
         }
-        next = next.min(deadline);
-        Expiry::Later(self.connections.epoch + Duration::from_micros(next))
+        later(now, next.min(deadline))
     }
 
     /// Bytes arrived from the client: with no request in flight, a header began (its timer
