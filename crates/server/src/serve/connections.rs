@@ -213,6 +213,7 @@ impl Connections {
             closing: AtomicBool::new(false),
             changed: Notify::new(),
             deadline_us: AtomicU64::new(NO_DEADLINE),
+            head_read_us: AtomicU64::new(NO_DEADLINE),
             header_read,
             idle,
             idle_since: AtomicU64::new(0),
@@ -296,6 +297,9 @@ pub(crate) struct Conn {
     /// When the header or idle timer of the phase now runs out, in microseconds of
     /// [`monotonic_us`]; [`NO_DEADLINE`] while a request is in flight.
     deadline_us: AtomicU64,
+    /// When the read that began the header now being read took place, while no other read
+    /// brought bytes since (its head is then all in that read); else [`NO_DEADLINE`].
+    head_read_us: AtomicU64,
     header_read: Duration,
     idle: Duration,
     /// The number it got when it last fell idle (the order of [`Connections::idle`]).
@@ -317,6 +321,19 @@ pub(crate) fn monotonic_us() -> u64 {
     let secs = u64::try_from(now.tv_sec).unwrap_or(0);
     let micros = u64::try_from(now.tv_nsec).unwrap_or(0) / 1_000;
     secs.saturating_mul(1_000_000).saturating_add(micros)
+}
+
+/// `after` from `now` (microseconds of [`monotonic_us`]), below [`NO_DEADLINE`].
+pub(crate) fn deadline_after(now: u64, after: Duration) -> u64 {
+    let after = u64::try_from(after.as_micros()).unwrap_or(NO_DEADLINE);
+    now.saturating_add(after).min(NO_DEADLINE - 1)
+}
+
+/// An instant of tokio's timers for `at` (microseconds of [`monotonic_us`]): the same
+/// distance ahead of their clock as `at` is of [`monotonic_us`] (never before now).
+pub(crate) fn timer_instant(at: u64) -> tokio::time::Instant {
+    let now = monotonic_us();
+    tokio::time::Instant::now() + Duration::from_micros(at.saturating_sub(now))
 }
 
 /// [`Expiry::Later`] at `at` (microseconds of [`monotonic_us`]), read at `now`: as an instant
@@ -388,9 +405,13 @@ impl Conn {
 
     /// The timer of the phase now runs out `after` from now.
     fn set_deadline(&self, after: Duration) {
-        let after = u64::try_from(after.as_micros()).unwrap_or(NO_DEADLINE);
-        let at = self.now_us().saturating_add(after).min(NO_DEADLINE - 1);
-        self.deadline_us.store(at, Ordering::Release);
+        self.set_deadline_from(self.now_us(), after);
+    }
+
+    /// The timer of the phase now runs out `after` from `now`.
+    fn set_deadline_from(&self, now: u64, after: Duration) {
+        self.deadline_us
+            .store(deadline_after(now, after), Ordering::Release);
     }
 
     /// Wakes the task while it is closing (it waits for the connection to fall idle).
@@ -438,18 +459,28 @@ impl Conn {
         if self.in_flight.load(Ordering::Acquire) == 0
             && !self.reading_head.swap(true, Ordering::AcqRel)
         {
-            self.set_deadline(self.header_read);
+            let now = self.now_us();
+            self.set_deadline_from(now, self.header_read);
+            self.head_read_us.store(now, Ordering::Release);
             self.wake_if_closing();
+        } else {
+            // The head (if one is being read) did not come whole in the read that began it.
+            self.head_read_us.store(NO_DEADLINE, Ordering::Release);
         }
     }
 
     /// A request's header is complete: it is in flight until [`Conn::finish`] (no timer).
-    pub(crate) fn start(&self) {
+    /// Returns when its head arrived ([`monotonic_us`]) if that is known without reading the
+    /// clock: the head came whole in the read that began it (no other read since), which
+    /// took place at most the time this poll of the connection took before.
+    pub(crate) fn start(&self) -> Option<u64> {
+        let head = self.head_read_us.swap(NO_DEADLINE, Ordering::AcqRel);
         self.reading_head.store(false, Ordering::Release);
         self.served.store(true, Ordering::Release);
         if self.in_flight.fetch_add(1, Ordering::SeqCst) == 0 {
             self.deadline_us.store(NO_DEADLINE, Ordering::Release);
         }
+        (head != NO_DEADLINE).then_some(head)
     }
 
     /// A request's response ended (its body was sent or dropped): the idle timer starts
@@ -532,7 +563,7 @@ mod tests {
         let b = connections.reserve().await;
         let conn_b = connections.track(second, second);
         // b is busy: only a may be evicted.
-        conn_b.start();
+        let _ = conn_b.start();
         let waiting = tokio::spawn({
             let connections = Arc::clone(&connections);
             async move { connections.reserve().await }
@@ -556,10 +587,10 @@ mod tests {
             connections.track(hour, hour),
         );
         // a served a request since b and c fell idle: it is the most recently idle one.
-        a.start();
+        let _ = a.start();
         a.finish();
         // c is busy: never asked to close while a request is in flight.
-        c.start();
+        let _ = c.start();
         connections.evict_one();
         assert_eq!(b.phase(), Phase::Evicted);
         assert_eq!((a.phase(), c.phase()), (Phase::Idle, Phase::Busy));
@@ -586,7 +617,7 @@ mod tests {
         let conn = connections.track(Duration::ZERO, hour);
         assert_eq!(conn.expiry(), Expiry::Header);
         // In flight: no timer, whatever the deadlines.
-        conn.start();
+        let _ = conn.start();
         assert!(matches!(conn.expiry(), Expiry::Later(_)));
         // Idle, an hour to go: looked at again within the check interval (0 s: now).
         conn.finish();
@@ -597,7 +628,7 @@ mod tests {
         assert_eq!(conn.expiry(), Expiry::Header);
         // An idle timer that has run out.
         let idle = connections.track(hour, Duration::ZERO);
-        idle.start();
+        let _ = idle.start();
         idle.finish();
         assert_eq!(idle.expiry(), Expiry::Idle);
         // Neither ran out: looked at again no later than the shorter of the two from now.
