@@ -610,6 +610,35 @@ mod tests {
     }
 
     #[test]
+    fn a_head_in_one_read_counts_from_that_read_and_any_other_from_a_new_reading() {
+        let connections = Connections::new(4);
+        let hour = Duration::from_secs(3600);
+        let conn = connections.track(hour, hour);
+        // A head whole in the read that began it: the time of that read.
+        let before = monotonic_us();
+        conn.received();
+        let after = monotonic_us();
+        let head = conn.start().expect("the head came in one read");
+        assert!((before..=after).contains(&head), "{before} {head} {after}");
+        // Bytes while it is in flight (a pipelined head, or its body): no reading for the next.
+        conn.received();
+        conn.finish();
+        assert_eq!(conn.start(), None);
+        conn.finish();
+        // A head that took two reads: not known without a new reading.
+        conn.received();
+        conn.received();
+        assert_eq!(conn.start(), None);
+        conn.finish();
+        // A reading serves one head only.
+        conn.received();
+        assert!(conn.start().is_some());
+        conn.finish();
+        assert_eq!(conn.start(), None);
+        conn.close();
+    }
+
+    #[test]
     fn the_timer_reads_the_deadline_of_the_phase_it_fires_in() {
         let connections = Connections::new(4);
         let hour = Duration::from_secs(3600);
