@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::listen::ConnectionLimits;
-use crate::serve::listener::{is_body_idle_timeout, IdleBody};
+use crate::serve::idle_body::{is_body_idle_timeout, IdleBody};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -111,8 +111,6 @@ pub(crate) struct Connections {
     became_idle: Notify,
     /// [`Connections::reserve`] calls waiting at the cap (`became_idle` is notified only then).
     waiting: AtomicUsize,
-    /// What connections' deadlines count from ([`Conn::expiry`]).
-    epoch: tokio::time::Instant,
 }
 
 /// Why a connection was closed by the server (the `reason` label of
@@ -136,7 +134,6 @@ impl Connections {
             full: AtomicBool::new(false),
             became_idle: Notify::new(),
             waiting: AtomicUsize::new(0),
-            epoch: tokio::time::Instant::now(),
         })
     }
 
@@ -216,6 +213,7 @@ impl Connections {
             closing: AtomicBool::new(false),
             changed: Notify::new(),
             deadline_us: AtomicU64::new(NO_DEADLINE),
+            head_read_us: AtomicU64::new(NO_DEADLINE),
             header_read,
             idle,
             idle_since: AtomicU64::new(0),
@@ -296,9 +294,12 @@ pub(crate) struct Conn {
     /// the end of a request). Phase changes of a running connection wake nobody: its task's
     /// one timer reads [`Conn::expiry`] when it fires.
     changed: Notify,
-    /// When the header or idle timer of the phase now runs out, in microseconds since
-    /// [`Connections`]' epoch; [`NO_DEADLINE`] while a request is in flight.
+    /// When the header or idle timer of the phase now runs out, in microseconds of
+    /// [`monotonic_us`]; [`NO_DEADLINE`] while a request is in flight.
     deadline_us: AtomicU64,
+    /// When the read that began the header now being read took place, while no other read
+    /// brought bytes since (its head is then all in that read); else [`NO_DEADLINE`].
+    head_read_us: AtomicU64,
     header_read: Duration,
     idle: Duration,
     /// The number it got when it last fell idle (the order of [`Connections::idle`]).
@@ -309,6 +310,36 @@ pub(crate) struct Conn {
     /// A body-budget charge given back by its last request, for the next one.
     spare_charge: Mutex<Option<Arc<Charge>>>,
     connections: Arc<Connections>,
+}
+
+/// Microseconds of the monotonic clock (`CLOCK_MONOTONIC`), what the connections' deadlines
+/// are kept in: one read and integer arithmetic, twice per request (a header begins, an answer
+/// ends). `tokio::time::Instant::elapsed` and `Duration::as_micros` took about 100
+/// instructions per read (a `Duration` subtraction, its normalisation, 128-bit arithmetic).
+pub(crate) fn monotonic_us() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let secs = u64::try_from(now.tv_sec).unwrap_or(0);
+    let micros = u64::try_from(now.tv_nsec).unwrap_or(0) / 1_000;
+    secs.saturating_mul(1_000_000).saturating_add(micros)
+}
+
+/// `after` from `now` (microseconds of [`monotonic_us`]), below [`NO_DEADLINE`].
+pub(crate) fn deadline_after(now: u64, after: Duration) -> u64 {
+    let after = u64::try_from(after.as_micros()).unwrap_or(NO_DEADLINE);
+    now.saturating_add(after).min(NO_DEADLINE - 1)
+}
+
+/// An instant of tokio's timers for `at` (microseconds of [`monotonic_us`]): the same
+/// distance ahead of their clock as `at` is of [`monotonic_us`] (never before now).
+pub(crate) fn timer_instant(at: u64) -> tokio::time::Instant {
+    let now = monotonic_us();
+    tokio::time::Instant::now() + Duration::from_micros(at.saturating_sub(now))
+}
+
+/// [`Expiry::Later`] at `at` (microseconds of [`monotonic_us`]), read at `now`: as an instant
+/// of tokio's timers, the same distance ahead of their clock (never before now).
+fn later(now: u64, at: u64) -> Expiry {
+    Expiry::Later(tokio::time::Instant::now() + Duration::from_micros(at.saturating_sub(now)))
 }
 
 /// [`Conn::deadline_us`] while no timer runs.
@@ -367,16 +398,20 @@ impl Conn {
         self.closing.store(true, Ordering::Release);
     }
 
-    /// Microseconds since the epoch of [`Connections`].
+    /// Microseconds of [`monotonic_us`].
     fn now_us(&self) -> u64 {
-        u64::try_from(self.connections.epoch.elapsed().as_micros()).unwrap_or(NO_DEADLINE - 1)
+        monotonic_us()
     }
 
     /// The timer of the phase now runs out `after` from now.
     fn set_deadline(&self, after: Duration) {
-        let after = u64::try_from(after.as_micros()).unwrap_or(NO_DEADLINE);
-        let at = self.now_us().saturating_add(after).min(NO_DEADLINE - 1);
-        self.deadline_us.store(at, Ordering::Release);
+        self.set_deadline_from(self.now_us(), after);
+    }
+
+    /// The timer of the phase now runs out `after` from `now`.
+    fn set_deadline_from(&self, now: u64, after: Duration) {
+        self.deadline_us
+            .store(deadline_after(now, after), Ordering::Release);
     }
 
     /// Wakes the task while it is closing (it waits for the connection to fall idle).
@@ -399,14 +434,12 @@ impl Conn {
         let now = self.now_us();
         let phase = self.phase();
         let check = u64::try_from(self.check_interval().as_micros()).unwrap_or(NO_DEADLINE);
-        let mut next = now.saturating_add(check);
+        let next = now.saturating_add(check);
         let (after, ran_out) = match phase {
             Phase::Header => (self.header_read, Expiry::Header),
             Phase::Idle => (self.idle, Expiry::Idle),
             // No timer in flight (a request's deadline is read at the next phase change).
-            Phase::Busy | Phase::Evicted => {
-                return Expiry::Later(self.connections.epoch + Duration::from_micros(next));
-            }
+            Phase::Busy | Phase::Evicted => return later(now, next),
         };
         let mut deadline = self.deadline_us.load(Ordering::Acquire);
         if deadline == NO_DEADLINE {
@@ -417,8 +450,7 @@ impl Conn {
         if deadline <= now {
             return ran_out;
         }
-        next = next.min(deadline);
-        Expiry::Later(self.connections.epoch + Duration::from_micros(next))
+        later(now, next.min(deadline))
     }
 
     /// Bytes arrived from the client: with no request in flight, a header began (its timer
@@ -427,18 +459,28 @@ impl Conn {
         if self.in_flight.load(Ordering::Acquire) == 0
             && !self.reading_head.swap(true, Ordering::AcqRel)
         {
-            self.set_deadline(self.header_read);
+            let now = self.now_us();
+            self.set_deadline_from(now, self.header_read);
+            self.head_read_us.store(now, Ordering::Release);
             self.wake_if_closing();
+        } else {
+            // The head (if one is being read) did not come whole in the read that began it.
+            self.head_read_us.store(NO_DEADLINE, Ordering::Release);
         }
     }
 
     /// A request's header is complete: it is in flight until [`Conn::finish`] (no timer).
-    pub(crate) fn start(&self) {
+    /// Returns when its head arrived ([`monotonic_us`]) if that is known without reading the
+    /// clock: the head came whole in the read that began it (no other read since), which
+    /// took place at most the time this poll of the connection took before.
+    pub(crate) fn start(&self) -> Option<u64> {
+        let head = self.head_read_us.swap(NO_DEADLINE, Ordering::AcqRel);
         self.reading_head.store(false, Ordering::Release);
         self.served.store(true, Ordering::Release);
         if self.in_flight.fetch_add(1, Ordering::SeqCst) == 0 {
             self.deadline_us.store(NO_DEADLINE, Ordering::Release);
         }
+        (head != NO_DEADLINE).then_some(head)
     }
 
     /// A request's response ended (its body was sent or dropped): the idle timer starts
@@ -521,7 +563,7 @@ mod tests {
         let b = connections.reserve().await;
         let conn_b = connections.track(second, second);
         // b is busy: only a may be evicted.
-        conn_b.start();
+        let _ = conn_b.start();
         let waiting = tokio::spawn({
             let connections = Arc::clone(&connections);
             async move { connections.reserve().await }
@@ -545,10 +587,10 @@ mod tests {
             connections.track(hour, hour),
         );
         // a served a request since b and c fell idle: it is the most recently idle one.
-        a.start();
+        let _ = a.start();
         a.finish();
         // c is busy: never asked to close while a request is in flight.
-        c.start();
+        let _ = c.start();
         connections.evict_one();
         assert_eq!(b.phase(), Phase::Evicted);
         assert_eq!((a.phase(), c.phase()), (Phase::Idle, Phase::Busy));
@@ -568,6 +610,35 @@ mod tests {
     }
 
     #[test]
+    fn a_head_in_one_read_counts_from_that_read_and_any_other_from_a_new_reading() {
+        let connections = Connections::new(4);
+        let hour = Duration::from_secs(3600);
+        let conn = connections.track(hour, hour);
+        // A head whole in the read that began it: the time of that read.
+        let before = monotonic_us();
+        conn.received();
+        let after = monotonic_us();
+        let head = conn.start().expect("the head came in one read");
+        assert!((before..=after).contains(&head), "{before} {head} {after}");
+        // Bytes while it is in flight (a pipelined head, or its body): no reading for the next.
+        conn.received();
+        conn.finish();
+        assert_eq!(conn.start(), None);
+        conn.finish();
+        // A head that took two reads: not known without a new reading.
+        conn.received();
+        conn.received();
+        assert_eq!(conn.start(), None);
+        conn.finish();
+        // A reading serves one head only.
+        conn.received();
+        assert!(conn.start().is_some());
+        conn.finish();
+        assert_eq!(conn.start(), None);
+        conn.close();
+    }
+
+    #[test]
     fn the_timer_reads_the_deadline_of_the_phase_it_fires_in() {
         let connections = Connections::new(4);
         let hour = Duration::from_secs(3600);
@@ -575,7 +646,7 @@ mod tests {
         let conn = connections.track(Duration::ZERO, hour);
         assert_eq!(conn.expiry(), Expiry::Header);
         // In flight: no timer, whatever the deadlines.
-        conn.start();
+        let _ = conn.start();
         assert!(matches!(conn.expiry(), Expiry::Later(_)));
         // Idle, an hour to go: looked at again within the check interval (0 s: now).
         conn.finish();
@@ -586,7 +657,7 @@ mod tests {
         assert_eq!(conn.expiry(), Expiry::Header);
         // An idle timer that has run out.
         let idle = connections.track(hour, Duration::ZERO);
-        idle.start();
+        let _ = idle.start();
         idle.finish();
         assert_eq!(idle.expiry(), Expiry::Idle);
         // Neither ran out: looked at again no later than the shorter of the two from now.

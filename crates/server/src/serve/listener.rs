@@ -41,7 +41,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::connections::{Conn, Connections, Expiry, Phase, Slot};
+use super::connections::{self, Conn, Connections, Expiry, Phase, Slot};
+use super::idle_body::IdleBody;
 use crate::config::listen::ConnectionLimits;
 use crate::http::body_budget;
 
@@ -398,7 +399,7 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
     type Future = Answer;
 
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
-        self.conn.start();
+        let head_at = self.conn.start();
         let mut guard = InFlight {
             conn: Arc::clone(&self.conn),
             charge: None,
@@ -422,11 +423,23 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
         let mut request = request.map(|inner| {
             let body = IdleBody::new(inner, body_idle);
             match bounds {
-                Some((after, charge)) => body.within(after, charge),
+                // From when the head arrived: known without a clock read when it came whole
+                // in one read (most heads), at most this poll's time earlier than the head's
+                // parse, which is when it was read before.
+                Some((after, charge)) => {
+                    let head_at = head_at.unwrap_or_else(connections::monotonic_us);
+                    body.within(connections::deadline_after(head_at, after), after, charge)
+                }
                 None => body,
             }
         });
-        request.extensions_mut().insert(ConnectInfo(self.peer));
+        // A map with room for every extension of a request (ours and the router's), so that
+        // none of their inserts has to grow it (a second allocation and a rehash otherwise).
+        let extensions = request.extensions_mut();
+        let mut sized = request_extensions();
+        sized.extend(std::mem::take(extensions));
+        *extensions = sized;
+        extensions.insert(ConnectInfo(self.peer));
         // The router's future itself, not a boxed one around it (`Router` is always ready),
         // and the body as it is: the router boxes it into its `Body` (once).
         let future = tower::Service::call(&mut self.router.clone(), request);
@@ -435,6 +448,30 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
             guard: Some(guard),
         }
     }
+}
+
+/// An empty extension map for a request, allocated with room for 7 entries.
+///
+/// hashbrown gives a new map room for 3 entries and grows it (a new table, the entries moved)
+/// at the 4th; a request gets 5 on the way to a handler (`ConnectInfo`, and the router's
+/// `OriginalUri`, `MatchedPath`, path parameters, body limit), more behind some layers. A
+/// clone of a map keeps its capacity, so each request's map is a clone of one made once.
+fn request_extensions() -> http::Extensions {
+    static SIZED: std::sync::OnceLock<http::Extensions> = std::sync::OnceLock::new();
+    SIZED
+        .get_or_init(|| {
+            // Four entries grow it to room for 7; emptied, it keeps that room.
+            #[derive(Clone, Copy)]
+            struct Room<const N: usize>;
+            let mut map = http::Extensions::new();
+            map.insert(Room::<0>);
+            map.insert(Room::<1>);
+            map.insert(Room::<2>);
+            map.insert(Room::<3>);
+            map.clear();
+            map
+        })
+        .clone()
 }
 
 /// The answer of [`ConnService`]: the router's answer (or the 503 of a spent body budget),
@@ -512,177 +549,6 @@ impl HttpBody for InFlightBody {
     }
 }
 
-/// A request body sent nothing for the body idle timeout while it was being read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BodyIdleTimeout(pub(crate) Duration);
-
-impl std::fmt::Display for BodyIdleTimeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the client sent no body data for {} ms",
-            self.0.as_millis()
-        )
-    }
-}
-
-impl std::error::Error for BodyIdleTimeout {}
-
-/// Whether `error` or one of its sources is a [`BodyIdleTimeout`].
-pub(crate) fn is_body_idle_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if e.is::<BodyIdleTimeout>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
-}
-
-/// A body that fails with [`BodyIdleTimeout`] when its reader waited `timeout` for a frame.
-/// The timer starts when a read finds nothing to take, so time spent between reads (the
-/// reader's own) never counts. With [`IdleBody::within`] it also holds an API body's bounds
-/// (`crate::http::body_budget`): whole by a deadline, charged to the budget; the one timer
-/// then runs to whichever comes first.
-pub(crate) struct IdleBody<B> {
-    inner: B,
-    timeout: Duration,
-    /// Made at the first read that has to wait (most bodies never need one).
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// When the idle timer runs out, while the last read had to wait (the timer runs).
-    idle_at: Option<tokio::time::Instant>,
-    /// The body deadline and its length (`header_read_timeout`), for an API body.
-    deadline: Option<(tokio::time::Instant, Duration)>,
-    /// What this body has taken of the API's budget.
-    charge: Option<Arc<body_budget::Charge>>,
-    /// Why the body failed, once it has: every later read fails the same way.
-    failed: Option<Failure>,
-    /// Called once when the idle timer fires (to count it).
-    on_timeout: Option<fn()>,
-}
-
-/// How an [`IdleBody`] failed.
-#[derive(Debug, Clone, Copy)]
-enum Failure {
-    Idle,
-    Deadline,
-    Budget,
-}
-
-impl<B> IdleBody<B> {
-    /// `inner`, failing when a read waits `timeout` for a frame.
-    pub(crate) fn new(inner: B, timeout: Duration) -> Self {
-        Self {
-            inner,
-            timeout,
-            sleep: None,
-            idle_at: None,
-            deadline: None,
-            charge: None,
-            failed: None,
-            on_timeout: None,
-        }
-    }
-
-    /// Calls `hook` once when the idle timer fires.
-    pub(crate) fn on_timeout(mut self, hook: fn()) -> Self {
-        self.on_timeout = Some(hook);
-        self
-    }
-
-    /// Also fails with [`body_budget::BodyDeadline`] unless the body is whole `after` from now,
-    /// and with [`body_budget::BodyBudgetFull`] when a frame does not fit the budget (what it
-    /// read is charged to `charge`).
-    pub(crate) fn within(mut self, after: Duration, charge: Arc<body_budget::Charge>) -> Self {
-        self.deadline = Some((tokio::time::Instant::now() + after, after));
-        self.charge = Some(charge);
-        self
-    }
-
-    fn error(&self, failure: Failure) -> Box<dyn std::error::Error + Send + Sync> {
-        match failure {
-            Failure::Idle => Box::new(BodyIdleTimeout(self.timeout)),
-            Failure::Deadline => Box::new(body_budget::BodyDeadline(
-                self.deadline.map_or(Duration::ZERO, |(_, after)| after),
-            )),
-            Failure::Budget => Box::new(body_budget::BodyBudgetFull),
-        }
-    }
-}
-
-impl<B> HttpBody for IdleBody<B>
-where
-    B: HttpBody<Data = Bytes> + Unpin,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    type Data = Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = &mut *self;
-        if let Some(failure) = this.failed {
-            return Poll::Ready(Some(Err(this.error(failure))));
-        }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                this.idle_at = None;
-                let n = frame.data_ref().map_or(0, Bytes::len);
-                if let Some(charge) = &this.charge {
-                    if n > 0 && !charge.take(n) {
-                        this.failed = Some(Failure::Budget);
-                        return Poll::Ready(Some(Err(this.error(Failure::Budget))));
-                    }
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(frame) => {
-                this.idle_at = None;
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
-            }
-            Poll::Pending => {
-                let now = tokio::time::Instant::now();
-                let idle_at = *this.idle_at.get_or_insert(now + this.timeout);
-                let at = match this.deadline {
-                    Some((deadline, _)) => idle_at.min(deadline),
-                    None => idle_at,
-                };
-                let sleep = this
-                    .sleep
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-                if sleep.deadline() != at {
-                    sleep.as_mut().reset(at);
-                }
-                if sleep.as_mut().poll(cx).is_ready() {
-                    let failure = match this.deadline {
-                        Some((deadline, _)) if deadline <= idle_at => Failure::Deadline,
-                        _ => {
-                            if let Some(hook) = this.on_timeout {
-                                hook();
-                            }
-                            Failure::Idle
-                        }
-                    };
-                    this.failed = Some(failure);
-                    return Poll::Ready(Some(Err(this.error(failure))));
-                }
-                Poll::Pending
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.failed.is_none() && self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
 /// The connection's socket, telling [`Conn`] when bytes arrive (a header begins).
 struct Watched {
     inner: TcpStream,
@@ -732,49 +598,5 @@ impl AsyncWrite for Watched {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::BodyExt as _;
-
-    /// A body fed by a channel: each `Bytes` sent is one frame.
-    fn channel_body() -> (
-        tokio::sync::mpsc::Sender<Bytes>,
-        impl HttpBody<Data = Bytes, Error = Infallible> + Unpin,
-    ) {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
-        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
-            let data = rx.recv().await?;
-            Some((Ok::<_, Infallible>(Frame::data(data)), rx))
-        });
-        (tx, http_body_util::StreamBody::new(Box::pin(frames)))
-    }
-
-    // Timeouts show only in real time: 200 ms, with bounded waits.
-    #[tokio::test]
-    async fn a_body_that_stops_sending_fails_after_the_idle_timeout() {
-        let (tx, body) = channel_body();
-        let mut body = IdleBody::new(body, Duration::from_millis(200));
-        tx.send(Bytes::from_static(b"a")).await.unwrap();
-        let frame = body.frame().await.unwrap().unwrap();
-        assert_eq!(frame.into_data().unwrap(), "a");
-        // The reader taking its time between reads does not count.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let sender = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            tx.send(Bytes::from_static(b"b")).await.unwrap();
-            tx
-        });
-        let frame = body.frame().await.unwrap().unwrap();
-        assert_eq!(frame.into_data().unwrap(), "b");
-        let _tx = sender.await.unwrap();
-        let started = tokio::time::Instant::now();
-        let error = body.frame().await.unwrap().unwrap_err();
-        assert!(started.elapsed() >= Duration::from_millis(150));
-        assert!(is_body_idle_timeout(&*error), "{error}");
-        assert_eq!(error.to_string(), "the client sent no body data for 200 ms");
     }
 }

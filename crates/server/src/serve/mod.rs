@@ -19,6 +19,7 @@
 mod args;
 pub(crate) mod connections;
 pub(crate) mod envoy_env;
+pub(crate) mod idle_body;
 mod leases;
 pub(crate) mod listener;
 mod logging;
