@@ -117,11 +117,21 @@ async fn descriptors_are_settled_item_by_item_in_order() {
     .await;
     assert_eq!(status, 200, "{answer}");
     let token = answer["reservation"].clone();
-    // One cost for two items names `cost`; the wrong number of costs names `costs`.
-    let (status, body) = settle(&c, &fg, json!({"reservation": token, "cost": 1})).await;
-    assert_eq!((status, &body["field"]), (400, &json!("cost")), "{body}");
-    let (status, body) = settle(&c, &fg, json!({"reservation": token, "costs": [1]})).await;
-    assert_eq!((status, &body["field"]), (400, &json!("costs")), "{body}");
+    // One cost for two items names `cost`; the wrong number of costs names `costs`: a 409
+    // `reservation-items` (well formed, but not what this reservation holds), nothing settled.
+    for (wrong, field) in [
+        (json!({"cost": 1}), "cost"),
+        (json!({"costs": [1]}), "costs"),
+    ] {
+        let mut request = wrong;
+        request["reservation"] = token.clone();
+        let (status, body) = settle(&c, &fg, request).await;
+        assert_eq!((status, &body["field"]), (409, &json!(field)), "{body}");
+        assert_eq!(
+            body["type"], "urn:floodgate:problem:reservation-items",
+            "{body}"
+        );
+    }
     let (status, body) = settle(&c, &fg, json!({"reservation": token, "costs": [0, 10]})).await;
     assert_eq!(status, 200, "{body}");
     let keys: Vec<&Value> = body["decisions"]
@@ -223,7 +233,6 @@ async fn forged_edited_replayed_and_expired_tokens_are_refused() {
         (json!({"reservation": token, "cost": 1.5}), "cost"),
         (json!({"reservation": token, "cost": "1"}), "cost"),
         (json!({"reservation": token, "cost": 1_000_001}), "cost"),
-        (json!({"reservation": token, "costs": [1, 2]}), "costs"),
         (json!({"reservation": token, "costs": [-1]}), "costs[0]"),
         (
             json!({"reservation": token, "cost": 1, "costs": [1]}),
@@ -243,6 +252,12 @@ async fn forged_edited_replayed_and_expired_tokens_are_refused() {
             "{body}: {answer}"
         );
     }
+    let (status, answer) = settle(&c, &fg, json!({"reservation": token, "costs": [1, 2]})).await;
+    assert_eq!(
+        (status, &answer["field"]),
+        (409, &json!("costs")),
+        "{answer}"
+    );
     // Nothing was given back so far.
     assert_eq!(remaining(&c, &fg, "token_bucket", "victim").await, 5);
     // The real token settles once.

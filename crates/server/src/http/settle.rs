@@ -53,6 +53,10 @@ pub(crate) const PROBLEM_RESERVATION_ELSEWHERE: &str =
 /// service's but its MAC does not match (forged or edited; 404).
 pub(crate) const PROBLEM_RESERVATION_UNKNOWN: &str = "urn:floodgate:problem:reservation-unknown";
 
+/// Problem type of a settle whose costs are not one per item of the reservation (409): the
+/// request is well formed, but the reservation it names holds another number of items.
+pub(crate) const PROBLEM_RESERVATION_ITEMS: &str = "urn:floodgate:problem:reservation-items";
+
 /// Problem type of a settle of an expired reservation (410).
 pub(crate) const PROBLEM_RESERVATION_EXPIRED: &str = "urn:floodgate:problem:reservation-expired";
 
@@ -92,7 +96,6 @@ pub(super) async fn settle(State(state): State<Arc<AppState>>, request: Request)
         Ok(request) => request,
         Err(response) => return response,
     };
-    let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
     // The shape of the costs first (what the client wrote), then the token.
     let actual = match given_costs(&request) {
         Ok(actual) => actual,
@@ -115,13 +118,13 @@ pub(super) async fn settle(State(state): State<Arc<AppState>>, request: Request)
     };
     let n = opened.reservation.len();
     if request.cost.is_some() && n != 1 {
-        return bad(
+        return wrong_items(
             "cost",
             format!("the reservation holds {n} items: give costs, one per item in order"),
         );
     }
     if actual.len() != n {
-        return bad(
+        return wrong_items(
             "costs",
             format!(
                 "the reservation holds {n} item{}: give {n} costs, one per item in order, got {}",
@@ -225,9 +228,20 @@ fn token_refused(state: &AppState, error: TokenError) -> Response {
     }
 }
 
+/// The 409 of a settle whose costs (`field`) are not one per item of its reservation: nothing
+/// was settled, and the same token settles with the right number.
+fn wrong_items(field: &str, detail: String) -> Response {
+    problem(
+        StatusCode::CONFLICT,
+        PROBLEM_RESERVATION_ITEMS,
+        "reservation holds other items",
+        format!("{field}: {detail}; nothing was settled"),
+        Some(("field", field.into())),
+    )
+}
+
 /// The answer to a settle the limiter refused.
 fn settle_refused(error: SettleError, expires_in: u64) -> Response {
-    let bad = |field: &str, detail: String| invalid(StatusCode::BAD_REQUEST, field, detail);
     match error {
         SettleError::AlreadySettled => problem(
             StatusCode::CONFLICT,
@@ -236,7 +250,7 @@ fn settle_refused(error: SettleError, expires_in: u64) -> Response {
             "reservation: this reservation was settled before; nothing was changed",
             Some(("field", "reservation".into())),
         ),
-        SettleError::CostCount { expected, got } => bad(
+        SettleError::CostCount { expected, got } => wrong_items(
             "costs",
             format!("the reservation holds {expected} items, got {got} costs"),
         ),

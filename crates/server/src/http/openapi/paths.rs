@@ -75,7 +75,8 @@ pub(crate) fn problem_description(status: u16) -> &'static str {
         409 => {
             "The reservation was settled before (`reservation-settled`) or is held elsewhere \
                 (`reservation-elsewhere`: another instance, or another secret), or a shown key \
-                names several keys."
+                names several keys, or a settle's costs are not one per item of its reservation \
+                (`reservation-items`)."
         }
         410 => "The reservation expired: its units were spent as reserved.",
         413 => "The body is above its bound (64 KiB; 1 MiB for `/v1/simulate`).",
