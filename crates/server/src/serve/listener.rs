@@ -9,7 +9,7 @@
 //! - **idle**: a connection with no request in flight and nothing received since its last
 //!   response is closed after `idle_timeout`;
 //! - **body**: a request body from which nothing arrives for `body_idle_timeout` while it is
-//!   being read fails with [`BodyIdleTimeout`] (the proxy answers 408; the API its bad-body
+//!   being read fails with [`BodyIdleTimeout`](super::idle_body::BodyIdleTimeout) (the proxy answers 408; the API its bad-body
 //!   error); the time the server itself takes between reads does not count.
 //!
 //! No timer runs while a request is in flight (a request held by the delay mode, a slow

@@ -60,7 +60,7 @@ impl RedisStore {
     /// [`health::WINDOW_SECONDS`] s failed (of at least [`health::MIN_CALLS`]: a partial
     /// outage, e.g. one cluster master dead, that neither opens the breaker nor fails the
     /// probe), or when the last readiness probe was answered with an error, or the last
-    /// [`PROBE_TIMEOUTS_IN_A_ROW`] timed out. The probe is `INFO stats` (on every
+    /// `PROBE_TIMEOUTS_IN_A_ROW` (2) timed out. The probe is `INFO stats` (on every
     /// master of a cluster): it answers like a `PING`, and its `evicted_keys` show whether
     /// Redis evicted keys since the last probe (counted and logged, see
     /// [`evictions`](super::evictions)). At most one probe (bounded by the timeout) per
