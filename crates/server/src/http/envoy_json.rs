@@ -185,24 +185,27 @@ fn string(value: Option<&Value>, path: &str) -> Result<String, Bad> {
     }
 }
 
-/// An integer as proto3 JSON writes it: a number or a decimal string.
+/// An integer as proto3 JSON writes it: a number or a decimal string, in either form a whole
+/// number such as `3`, `3.0` or `3e0` (what protojson accepts), checked by the same
+/// [`whole_number`](super::body::whole_number) as the JSON API's costs.
 fn integer(value: Option<&Value>, path: &str, max: u64) -> Result<u64, Bad> {
-    let bad = || {
-        (
-            path.to_string(),
-            format!("expected a whole number from 0 to {max}"),
-        )
-    };
-    let n = match value {
+    let number = match value {
         None => return Ok(0),
-        Some(Value::Number(n)) => n.as_u64().ok_or_else(bad)?,
-        Some(Value::String(s)) => s.parse().map_err(|_| bad())?,
-        Some(_) => return Err(bad()),
+        Some(Value::Number(n)) => n.clone(),
+        Some(Value::String(s)) => s.parse::<serde_json::Number>().map_err(|_| {
+            (
+                path.to_string(),
+                format!("must be a whole number between 0 and {max}, got {s:?}"),
+            )
+        })?,
+        Some(other) => {
+            return Err((
+                path.to_string(),
+                format!("must be a whole number between 0 and {max}, got {other}"),
+            ))
+        }
     };
-    if n > max {
-        return Err(bad());
-    }
-    Ok(n)
+    super::body::whole_number(&number, max, "whole number").map_err(|m| (path.to_string(), m))
 }
 
 fn array<'a>(value: Option<&'a Value>, path: &str) -> Result<&'a [Value], Bad> {
@@ -426,6 +429,37 @@ mod tests {
         assert_eq!(r.descriptors[1].hits_addend, None);
         let limit = r.descriptors[1].limit.as_ref().unwrap();
         assert_eq!((limit.requests_per_unit, limit.unit), (5, 1));
+    }
+
+    #[test]
+    fn integers_are_whole_numbers_in_any_json_spelling() {
+        // protojson reads 3, 3.0, 3e0 and "3e0" as the same 3; 2.5 is not an integer.
+        for given in [
+            json!(3),
+            json!(3.0),
+            json!(3e0),
+            json!("3"),
+            json!("3.0"),
+            json!("3e0"),
+        ] {
+            let r = parse_request(&json!({"hits_addend": given})).unwrap();
+            assert_eq!(r.hits_addend, 3, "{given}");
+        }
+        for given in [
+            json!(2.5),
+            json!("2.5"),
+            json!("3 "),
+            json!(""),
+            json!(-1.0),
+            json!(5e9),
+        ] {
+            let (field, message) = parse_request(&json!({"hitsAddend": given})).unwrap_err();
+            assert_eq!(field, "hitsAddend", "{given}");
+            assert!(
+                message.contains("whole number between 0 and 4294967295"),
+                "{message}"
+            );
+        }
     }
 
     #[test]

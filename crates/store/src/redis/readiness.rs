@@ -17,7 +17,9 @@ pub const READINESS_PING_INTERVAL: Duration = Duration::from_secs(1);
 /// A probe that times out makes the store not ready only when this many in a row did: one
 /// slow `INFO stats` (a busy Redis, a loaded host) flipped a whole process's `/readyz` to 503
 /// for about 2 s while every decision was answered. A probe answered with an error (refused,
-/// `LOADING`, a master unreachable) makes it not ready at once.
+/// `LOADING`, a master unreachable) makes it not ready at once, and so does a timeout before
+/// any probe was answered (a Redis down at startup: the shared connection retries in the
+/// background, so its probe times out rather than being refused).
 pub const PROBE_TIMEOUTS_IN_A_ROW: u32 = 2;
 
 /// What [`RedisStore::startup_check`] found.
@@ -130,12 +132,16 @@ impl RedisStore {
             let reason = match failed {
                 None => {
                     self.probe_timeouts.store(0, Ordering::Release);
+                    self.probe_answered.store(true, Ordering::Release);
                     self.ping_failed.store(false, Ordering::Release);
                     return Ok(());
                 }
                 Some(e) if timed_out(&e) => {
                     let row = self.probe_timeouts.fetch_add(1, Ordering::AcqRel) + 1;
-                    if row < PROBE_TIMEOUTS_IN_A_ROW && !self.ping_failed.load(Ordering::Acquire) {
+                    let forgiven = row < PROBE_TIMEOUTS_IN_A_ROW
+                        && self.probe_answered.load(Ordering::Acquire)
+                        && !self.ping_failed.load(Ordering::Acquire);
+                    if forgiven {
                         tracing::debug!(
                             "redis readiness probe (INFO stats) {e}; still ready until \
                              {PROBE_TIMEOUTS_IN_A_ROW} in a row time out"
@@ -146,6 +152,7 @@ impl RedisStore {
                 }
                 Some(e) => {
                     self.probe_timeouts.store(0, Ordering::Release);
+                    self.probe_answered.store(false, Ordering::Release);
                     e.to_string()
                 }
             };

@@ -55,6 +55,10 @@ pub struct RedisStore {
     pub(super) ping_failed: std::sync::atomic::AtomicBool,
     /// Readiness: how many probes in a row timed out.
     pub(super) probe_timeouts: std::sync::atomic::AtomicU32,
+    /// Whether the last readiness probe that did not time out was answered: a timeout is
+    /// forgiven only after an answered probe, never before the first (a Redis down at
+    /// startup times out on the shared connection, which retries in the background).
+    pub(super) probe_answered: std::sync::atomic::AtomicBool,
     /// Readiness: `evicted_keys` per node (see [`evictions`]).
     pub(super) evictions: evictions::Evictions,
     /// `Some` with [`RedisStoreConfig::deny_cache`] (not on a cluster).
@@ -210,6 +214,7 @@ impl RedisStore {
             ping_at: std::sync::atomic::AtomicU64::new(0),
             ping_failed: std::sync::atomic::AtomicBool::new(false),
             probe_timeouts: std::sync::atomic::AtomicU32::new(0),
+            probe_answered: std::sync::atomic::AtomicBool::new(false),
             evictions: evictions::Evictions::default(),
             instance_id,
             live_instances,
