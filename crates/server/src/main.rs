@@ -41,7 +41,7 @@ enum Command {
     Audit(audit_cli::Args),
     /// Print the OpenAPI 3.1 document of the HTTP API (what `GET /v1/openapi.json` answers;
     /// `docs/openapi.json` holds it).
-    Openapi,
+    Openapi(cli::openapi::Args),
 }
 
 fn main() -> ExitCode {
@@ -61,10 +61,7 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => config::check::run(args),
         Command::Bench(args) => cli::bench::run(args),
         Command::Audit(args) => audit_cli::run(args),
-        Command::Openapi => {
-            print!("{}", http::openapi::document());
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Openapi(args) => cli::openapi::run(&args),
     };
     match result {
         Ok(code) => code,

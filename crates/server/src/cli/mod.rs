@@ -5,6 +5,7 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use floodgate_simulate::Choice;
 
 pub(crate) mod bench;
+pub(crate) mod openapi;
 pub(crate) mod simulate;
 
 /// A clap value parser for the named values `all` (name and `--help` text of each), so a

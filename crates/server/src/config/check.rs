@@ -19,7 +19,7 @@ pub(crate) struct CheckArgs {
 /// # Errors
 /// A failure to write the summary to standard output (a closed pipe is not one).
 pub(crate) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    match super::load::load_with(&args.file, &args.envoy) {
+    match super::load_with(&args.file, &args.envoy) {
         Ok(config) => {
             use std::fmt::Write as _;
             let mut out = format!(

@@ -48,7 +48,7 @@ mod validate;
 pub(crate) use error::ConfigErrors;
 #[cfg(test)]
 pub(crate) use load::parse;
-pub(crate) use load::{embedded_default, load, parse_sources, read_sources};
+pub(crate) use load::{embedded_default, load, load_with, parse_sources, read_sources};
 pub(crate) use schema::{
     check_admin_token, check_reservation_secret, is_redis_url, Config, RedisConfig, RuleConfig,
     StoreConfig, MAX_COST,

@@ -5,7 +5,7 @@
 //! `SettleRequest`, `SimulateRequest`: what parses the bodies) and so are the decision entries
 //! of the answers (`DecisionEntry`, `SettledEntry`); the operations are in [`paths`]. The
 //! answers that the handlers write field by field or as JSON values are described by the types
-//! in [`answers`], which the schema-driven fuzzer of the test suite (`tests/openapi_fuzz.rs`)
+//! in [`answers`], which the schema-driven fuzzer of the test suite (`tests/serve_openapi.rs`)
 //! holds to what the service really answers. The endpoint holds no client data (no key, no
 //! count, no configuration), so it needs no token.
 
@@ -14,6 +14,7 @@ mod cost;
 mod exclusive;
 mod paths;
 mod patterns;
+mod specialise;
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
@@ -70,12 +71,38 @@ pub(crate) struct ApiDoc;
 
 /// The document as pretty JSON (what `docs/openapi.json` holds, with a final newline).
 pub(crate) fn document() -> String {
+    pretty(&contract())
+}
+
+/// The document narrowed to `config` ([`specialise`]): `rule` one of its decision rules,
+/// `cost` at most that rule's capacity. `floodgate openapi --config FILE` prints it.
+pub(crate) fn document_for(config: &crate::config::Config) -> String {
+    let mut doc = contract();
+    let rules: Vec<(&str, u64)> = config
+        .rules
+        .iter()
+        .filter(|r| {
+            r.override_of.is_none() && r.applies_to.contains(floodgate_limiter::Traffic::Api)
+        })
+        .map(|r| (&*r.name, r.policy.capacity()))
+        .collect();
+    specialise::apply(&mut doc, &config.file, &rules);
+    pretty(&doc)
+}
+
+/// The document every configuration shares (what `GET /v1/openapi.json` answers).
+fn contract() -> serde_json::Value {
     // Serializing a tree of maps, strings and numbers does not fail.
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
     camel_case_links(&mut doc);
     exclusive::apply(&mut doc);
     patterns::apply(&mut doc);
-    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    doc
+}
+
+/// Pretty JSON with a final newline.
+fn pretty(doc: &serde_json::Value) -> String {
+    let mut text = serde_json::to_string_pretty(doc).unwrap_or_default();
     text.push('\n');
     text
 }
