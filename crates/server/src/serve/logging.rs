@@ -13,6 +13,9 @@
 //! line (target `floodgate::log_throttle`) says how many were suppressed, from which module.
 //! Floodgate's own store-failure line (once a second, `rate-limit store failed`) names the
 //! cluster slot and its master, so nothing an operator needs is in the suppressed lines.
+//! Floodgate's own lines written once per request (the proxy's upstream failures,
+//! [`PER_REQUEST_TARGETS`]) are throttled the same way; the upstream's failures are also
+//! counted in the metrics.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -56,12 +59,18 @@ impl<S: Subscriber> Layer<S> for Throttle {
     }
 }
 
+/// Floodgate's own modules whose lines are written per request, so a client decides how many:
+/// the proxy's upstream failures (a dead upstream and one client's 3,000 requests wrote 3,000
+/// `upstream request failed` lines, about 1,900 a second). Throttled as a library's lines are.
+const PER_REQUEST_TARGETS: [&str; 1] = ["floodgate::proxy::upstream"];
+
 /// `true` for a line of a library (any target but Floodgate's own: `floodgate`,
-/// `floodgate::...`, `floodgate_<crate>...`).
+/// `floodgate::...`, `floodgate_<crate>...`) and of [`PER_REQUEST_TARGETS`].
 fn throttled(target: &str) -> bool {
-    !(target == "floodgate"
-        || target.starts_with("floodgate::")
-        || target.starts_with("floodgate_"))
+    PER_REQUEST_TARGETS.contains(&target)
+        || !(target == "floodgate"
+            || target.starts_with("floodgate::")
+            || target.starts_with("floodgate_"))
 }
 
 fn window_of(now_us: u64) -> u64 {
@@ -184,6 +193,9 @@ mod tests {
         assert!(!throttled("floodgate_store::redis"));
         assert!(!throttled("floodgate::log_throttle"));
         assert!(!throttled("floodgate::serve::reload"));
+        // Written per proxied request: a client decides how many.
+        assert!(throttled("floodgate::proxy::upstream"));
+        assert!(!throttled("floodgate::proxy"));
     }
 
     #[test]
