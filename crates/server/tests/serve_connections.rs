@@ -278,6 +278,25 @@ async fn a_header_above_64_kib_is_a_431_and_one_below_is_served() {
     };
     assert_eq!(exchange(api, &header(60_000)).await.0, 200);
     assert_eq!(exchange(api, &header(70_000)).await.0, 431);
+    // The same bound for a later request of a keep-alive connection whose head comes in one
+    // write: hyper's buffer had grown, and heads of up to 131,071 bytes were served.
+    for (size, status) in [(60_000, "200"), (65_537, "431"), (100_000, "431")] {
+        let mut s = TcpStream::connect(api).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        s.write_all(header(size).as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{size}: {answer}"
+        );
+    }
 }
 
 #[tokio::test]
