@@ -667,6 +667,28 @@ async fn idle_pooled_upstream_connections_are_closed_after_the_idle_limit() {
     assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
 }
 
+/// Busy proxy connections are not evicted either (a request waiting for its upstream, an
+/// upload trickling in), so the proxy's connections hold at most all but a sixteenth of the
+/// budget too: with the cap at 32, 40 proxied requests the upstream never answers leave
+/// `/healthz` and `/v1/check` answering on the API listener, where they took every slot.
+#[tokio::test]
+async fn busy_proxy_connections_leave_room_for_the_api_listener() {
+    let up = raw_upstream(false).await;
+    let url = format!("http://{}", up.addr);
+    let fg = Floodgate::with_config(
+        &proxy_config("max_connections = 32\nupstream_response_timeout = \"60s\""),
+        &["--upstream", &url],
+    );
+    let proxy = addr(fg.proxy.as_ref().unwrap());
+    let held = open(proxy, 40, get("/slow").as_bytes()).await;
+    // 30 of them hold a slot (32 less 2 kept for the API and admin listeners); the other 10
+    // wait to be accepted. The 31st is the API connection reading the metric.
+    let open_now = until_metric(&fg, "floodgate_connections", 31.0, Duration::from_secs(10)).await;
+    assert_eq!(open_now, 31.0);
+    assert_fast(&health_and_check_times(addr(&fg.api)).await);
+    drop(held);
+}
+
 /// gRPC connections are not evicted, so they hold at most all but a sixteenth of the budget
 /// (at least one slot stays for the HTTP listeners): with the cap at 32, 40 idle gRPC
 /// connections (preface and SETTINGS sent, then nothing) leave `/healthz` and `/v1/check`

@@ -4,8 +4,9 @@
 //! comes first, within the same time ([`super::tls`]).
 //!
 //! gRPC connections are not evicted (a proxy keeps one open and sends calls on it at any
-//! time), so they may hold at most [`grpc_share`] of the budget: the rest stays for the HTTP
-//! listeners, whose idle connections make room at the cap, so idle gRPC connections never
+//! time), so they hold a place in the bulk share of the budget
+//! ([`bulk_share`](crate::serve::connections::bulk_share), shared with the reverse proxy's
+//! connections): the rest stays for the API and admin listeners, so gRPC connections never
 //! starve `/healthz`, `/readyz` or the API.
 
 use std::future::Future as _;
@@ -20,16 +21,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::tls::{Acceptors, Transport};
 use crate::serve::connections::{Connections, Slot};
 
-/// The most connections the gRPC listener holds of a budget of `max`: all but a sixteenth
-/// (at least one), which only the HTTP listeners may use.
-pub(crate) fn grpc_share(max: usize) -> usize {
-    max.saturating_sub((max / 16).max(1)).max(1)
-}
 use crate::serve::listener::{accept_failed, stopped};
 
 /// The connections accepted on `listener` until `shutdown` turns true.
@@ -40,7 +36,7 @@ pub(super) fn accept(
     tls: Option<Arc<Acceptors>>,
     shutdown: watch::Receiver<bool>,
 ) -> impl Stream<Item = Result<GrpcIo, std::io::Error>> {
-    let share = Arc::new(Semaphore::new(grpc_share(connections.max())));
+    let share = connections.bulk();
     futures_util::stream::unfold(
         (listener, connections, tls, shutdown),
         move |(listener, connections, tls, mut shutdown)| {
@@ -55,11 +51,11 @@ pub(super) fn accept(
                         () = stopped(&mut shutdown) => return None,
                     }
                 };
-                // The gRPC share first (waiting while it is full: nothing of gRPC is evicted),
+                // The bulk share first (waiting while it is full: nothing of gRPC is evicted),
                 // then, as on the HTTP listeners, room made once a connection is there.
                 let share_permit = tokio::select! {
                     permit = Arc::clone(&share).acquire_owned() => {
-                        permit.expect("the gRPC share is never closed")
+                        permit.expect("the bulk share is never closed")
                     }
                     () = stopped(&mut shutdown) => return None,
                 };
@@ -93,7 +89,8 @@ pub(super) struct GrpcIo {
     inner: Transport,
     info: TcpConnectInfo,
     _slot: Slot,
-    /// Its place in the gRPC share ([`grpc_share`]).
+    /// Its place in the bulk share
+    /// ([`bulk_share`](crate::serve::connections::bulk_share)).
     _share: OwnedSemaphorePermit,
     /// Until the first bytes arrive.
     first_bytes: Option<Pin<Box<tokio::time::Sleep>>>,

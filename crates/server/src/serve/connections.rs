@@ -111,6 +111,18 @@ pub(crate) struct Connections {
     became_idle: Notify,
     /// [`Connections::reserve`] calls waiting at the cap (`became_idle` is notified only then).
     waiting: AtomicUsize,
+    /// The bulk share ([`bulk_share`] of the budget): what the listeners whose connections may
+    /// stay busy without end (the reverse proxy's uploads and downloads, gRPC streams) hold
+    /// together, so that the rest stays for the API and admin listeners.
+    bulk: Arc<Semaphore>,
+}
+
+/// The most connections the bulk listeners (the proxy, gRPC) hold together of a budget of
+/// `max`: all but a sixteenth (at least one), which only the API and admin listeners may use.
+/// A busy connection is never evicted, so without it 50 proxy uploads trickling a byte every
+/// 0.5 s under `max_connections = 50` kept `/healthz` and the API from answering at all.
+pub(crate) fn bulk_share(max: usize) -> usize {
+    max.saturating_sub((max / 16).max(1)).max(1)
 }
 
 /// Why a connection was closed by the server (the `reason` label of
@@ -134,12 +146,8 @@ impl Connections {
             full: AtomicBool::new(false),
             became_idle: Notify::new(),
             waiting: AtomicUsize::new(0),
+            bulk: Arc::new(Semaphore::new(bulk_share(max))),
         })
-    }
-
-    /// The cap: at most this many connections at once.
-    pub(crate) fn max(&self) -> usize {
-        self.max
     }
 
     /// Waits for room for one more connection (the caller has just accepted it). At the cap, the
@@ -175,22 +183,61 @@ impl Connections {
         }
         Slot {
             _permit: permit,
+            bulk: None,
             connections: Arc::clone(self),
             accepted: false,
         }
     }
 
+    /// Waits for a place in the bulk share (see [`bulk_share`]) for a connection just accepted
+    /// on a bulk HTTP listener (the proxy): while the share is full, the longest-idle
+    /// connection holding a place in it is asked to close, or this waits for one to close.
+    pub(crate) async fn reserve_bulk(self: &Arc<Self>) -> OwnedSemaphorePermit {
+        if let Ok(permit) = Arc::clone(&self.bulk).try_acquire_owned() {
+            return permit;
+        }
+        let _waiting = Waiting::new(&self.waiting);
+        self.evict(true);
+        let acquire = Arc::clone(&self.bulk).acquire_owned();
+        tokio::pin!(acquire);
+        loop {
+            tokio::select! {
+                permit = &mut acquire => {
+                    return permit.expect("the bulk share is never closed");
+                }
+                () = self.became_idle.notified() => self.evict(true),
+            }
+        }
+    }
+
+    /// The bulk share itself, for the gRPC listener (whose connections are never evicted: it
+    /// waits for a place).
+    pub(crate) fn bulk(&self) -> Arc<Semaphore> {
+        Arc::clone(&self.bulk)
+    }
+
     /// Asks the longest-idle HTTP connection to close.
     fn evict_one(&self) {
+        self.evict(false);
+    }
+
+    /// Asks the longest-idle HTTP connection to close (with `bulk_only`, of those holding a
+    /// place in the bulk share).
+    fn evict(&self, bulk_only: bool) {
         let mut idle = self.idle.lock();
+        let mut passed = Vec::new();
         while let Some((key, conn)) = idle.pop_first() {
+            if bulk_only && !conn.bulk {
+                passed.push((key, conn));
+                continue;
+            }
             conn.listed.store(NOT_LISTED, Ordering::SeqCst);
             if conn.in_flight.load(Ordering::SeqCst) == 0 {
                 let since = conn.idle_since.load(Ordering::SeqCst);
                 if since == key {
                     conn.evicted.store(true, Ordering::Relaxed);
                     conn.changed.notify_one();
-                    return;
+                    break;
                 }
                 // Idle again since it was listed: back in its place now.
                 conn.listed.store(since, Ordering::SeqCst);
@@ -200,12 +247,21 @@ impl Connections {
             // `NOT_LISTED` or else its request ended before the load above, which then saw
             // it idle).
         }
+        // The connections of other listeners stay listed where they were.
+        idle.extend(passed);
     }
 
     /// A new HTTP connection's shared state, listed as idle (no request yet), with its
     /// header timer (`header_read`, from now) and the idle timer of its later pauses.
-    pub(crate) fn track(self: &Arc<Self>, header_read: Duration, idle: Duration) -> Arc<Conn> {
+    /// `bulk`: it holds a place in the bulk share (evicted first while that is full).
+    pub(crate) fn track(
+        self: &Arc<Self>,
+        header_read: Duration,
+        idle: Duration,
+        bulk: bool,
+    ) -> Arc<Conn> {
         let conn = Arc::new(Conn {
+            bulk,
             in_flight: AtomicUsize::new(0),
             reading_head: AtomicBool::new(false),
             served: AtomicBool::new(false),
@@ -249,6 +305,8 @@ impl Drop for Waiting<'_> {
 #[derive(Debug)]
 pub(crate) struct Slot {
     _permit: OwnedSemaphorePermit,
+    /// Its place in the bulk share, for a bulk listener's connection ([`bulk_share`]).
+    bulk: Option<OwnedSemaphorePermit>,
     connections: Arc<Connections>,
     /// A connection holds it (counted in `floodgate_connections`).
     accepted: bool,
@@ -261,6 +319,16 @@ impl Slot {
             self.accepted = true;
             metrics::gauge!("floodgate_connections").increment(1.0);
         }
+    }
+
+    /// Holds `bulk`, a place in the bulk share ([`Connections::reserve_bulk`]), with the slot.
+    pub(crate) fn hold_bulk(&mut self, bulk: Option<OwnedSemaphorePermit>) {
+        self.bulk = bulk;
+    }
+
+    /// Whether it holds a place in the bulk share.
+    pub(crate) fn holds_bulk(&self) -> bool {
+        self.bulk.is_some()
     }
 
     /// The budget this slot belongs to.
@@ -280,6 +348,8 @@ impl Drop for Slot {
 /// What one HTTP connection's task, its service and its I/O share.
 #[derive(Debug)]
 pub(crate) struct Conn {
+    /// It holds a place in the bulk share ([`bulk_share`]).
+    bulk: bool,
     /// Requests in flight: from the complete header to the end of the response body.
     in_flight: AtomicUsize,
     /// A byte arrived while no request was in flight: a header is being read.
@@ -559,9 +629,9 @@ mod tests {
         let connections = Connections::new(2);
         let a = connections.reserve().await;
         let second = Duration::from_secs(1);
-        let conn_a = connections.track(second, second);
+        let conn_a = connections.track(second, second, false);
         let b = connections.reserve().await;
-        let conn_b = connections.track(second, second);
+        let conn_b = connections.track(second, second, false);
         // b is busy: only a may be evicted.
         let _ = conn_b.start();
         let waiting = tokio::spawn({
@@ -577,14 +647,45 @@ mod tests {
         drop((b, c));
     }
 
+    #[tokio::test]
+    async fn a_full_bulk_share_asks_the_longest_idle_bulk_connection_to_close() {
+        // A budget of 8: a bulk share of 7 (8 less a sixteenth, at least 1).
+        assert_eq!(bulk_share(8), 7);
+        assert_eq!(bulk_share(4_096), 3_840);
+        let connections = Connections::new(8);
+        let hour = Duration::from_secs(3_600);
+        // The longest idle is an API connection: not one of the bulk share's.
+        let api = connections.track(hour, hour, false);
+        let mut places = Vec::new();
+        let mut bulk = Vec::new();
+        for _ in 0..7 {
+            places.push(connections.reserve_bulk().await);
+            bulk.push(connections.track(hour, hour, true));
+        }
+        let _ = bulk[0].start();
+        let waiting = tokio::spawn({
+            let connections = Arc::clone(&connections);
+            async move { connections.reserve_bulk().await }
+        });
+        // bulk[0] is busy: the next bulk connection in idle order is asked to close.
+        bulk[1].changed().await;
+        assert_eq!(bulk[1].phase(), Phase::Evicted);
+        assert_eq!(api.phase(), Phase::Header, "not asked to close");
+        assert_eq!(bulk[0].phase(), Phase::Busy);
+        assert!(!waiting.is_finished());
+        drop(places.remove(1));
+        let place = waiting.await.unwrap();
+        drop((places, place));
+    }
+
     #[test]
     fn eviction_takes_the_longest_idle_connection_by_when_it_last_fell_idle() {
         let connections = Connections::new(8);
         let hour = Duration::from_secs(3600);
         let (a, b, c) = (
-            connections.track(hour, hour),
-            connections.track(hour, hour),
-            connections.track(hour, hour),
+            connections.track(hour, hour, false),
+            connections.track(hour, hour, false),
+            connections.track(hour, hour, false),
         );
         // a served a request since b and c fell idle: it is the most recently idle one.
         let _ = a.start();
@@ -613,7 +714,7 @@ mod tests {
     fn a_head_in_one_read_counts_from_that_read_and_any_other_from_a_new_reading() {
         let connections = Connections::new(4);
         let hour = Duration::from_secs(3600);
-        let conn = connections.track(hour, hour);
+        let conn = connections.track(hour, hour, false);
         // A head whole in the read that began it: the time of that read.
         let before = monotonic_us();
         conn.received();
@@ -643,7 +744,7 @@ mod tests {
         let connections = Connections::new(4);
         let hour = Duration::from_secs(3600);
         // A header timer that has run out (0 s) on a new connection.
-        let conn = connections.track(Duration::ZERO, hour);
+        let conn = connections.track(Duration::ZERO, hour, false);
         assert_eq!(conn.expiry(), Expiry::Header);
         // In flight: no timer, whatever the deadlines.
         let _ = conn.start();
@@ -656,12 +757,12 @@ mod tests {
         conn.received();
         assert_eq!(conn.expiry(), Expiry::Header);
         // An idle timer that has run out.
-        let idle = connections.track(hour, Duration::ZERO);
+        let idle = connections.track(hour, Duration::ZERO, false);
         let _ = idle.start();
         idle.finish();
         assert_eq!(idle.expiry(), Expiry::Idle);
         // Neither ran out: looked at again no later than the shorter of the two from now.
-        let calm = connections.track(hour, 2 * hour);
+        let calm = connections.track(hour, 2 * hour, false);
         let before = tokio::time::Instant::now();
         match calm.expiry() {
             Expiry::Later(at) => {

@@ -162,10 +162,22 @@ pub(crate) fn spawn_http(
             // Room is made when a connection is there, not ahead of it (that would close an
             // idle connection for nothing). Until then this one waits, and so does accepting:
             // at most one connection per listener beyond the cap (within the kept descriptors).
-            let slot = tokio::select! {
+            // A bulk listener's connection takes a place in the bulk share first (making room
+            // among the bulk connections only), so that the rest of the budget stays for the
+            // API and admin listeners.
+            let bulk = if bodies == Bodies::Streamed {
+                tokio::select! {
+                    permit = connections.reserve_bulk() => Some(permit),
+                    () = stopped(&mut shutdown) => break,
+                }
+            } else {
+                None
+            };
+            let mut slot = tokio::select! {
                 slot = connections.reserve() => slot,
                 () = stopped(&mut shutdown) => break,
             };
+            slot.hold_bulk(bulk);
             while tasks.try_join_next().is_some() {}
             tasks.spawn(serve_connection(
                 stream,
@@ -226,7 +238,7 @@ async fn serve_connection(
     let _ = stream.set_nodelay(true);
     let conn = slot
         .connections()
-        .track(timeouts.header_read, timeouts.idle);
+        .track(timeouts.header_read, timeouts.idle, slot.holds_bulk());
     let io = TokioIo::new(Watched {
         inner: stream,
         conn: Arc::clone(&conn),
@@ -465,12 +477,14 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
 fn head_bytes<B>(request: &http::Request<B>) -> usize {
     // `METHOD target HTTP/1.1\r\n`, and the blank line that ends the head.
     let line = request.method().as_str().len()
-        + request.uri().path_and_query().map_or(1, |p| p.as_str().len())
+        + request
+            .uri()
+            .path_and_query()
+            .map_or(1, |p| p.as_str().len())
         + 13;
-    request
-        .headers()
-        .iter()
-        .fold(line, |n, (name, value)| n + name.as_str().len() + value.len() + 4)
+    request.headers().iter().fold(line, |n, (name, value)| {
+        n + name.as_str().len() + value.len() + 4
+    })
 }
 
 /// The answer to a head above [`MAX_HEADER_BYTES`]: 431 with no body and, over HTTP/1, the
