@@ -86,6 +86,7 @@ async fn a_body_trickling_a_byte_at_a_time_ends_at_the_header_read_timeout() {
     assert_eq!(status, 408, "{body}");
     assert_eq!(headers["content-type"], "application/problem+json");
     assert_eq!(body["field"], "body", "{body}");
+    assert_eq!(body["title"], "request timeout", "{body}");
     let detail = body["detail"].as_str().unwrap_or_default();
     assert!(
         detail.contains("not received whole within 1000 ms (header_read_timeout)"),

@@ -121,3 +121,31 @@ pub(crate) fn parse_json<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T
 pub(crate) fn client_key(raw: &str) -> String {
     floodgate_tower::encode_key([("key", raw.as_bytes())])
 }
+
+/// Whether the `Transfer-Encoding` lines name exactly one coding, `chunked`: the only one
+/// Floodgate reads (hyper removes the chunked framing and nothing else, so a body sent
+/// `gzip, chunked` would be read as if it were not coded) and the only one the proxy can pass
+/// on (it removes the header as hop-by-hop, so an unnamed `gzip` would be lost, and `chunked`
+/// applied twice is not valid, RFC 9112 7).
+pub(crate) fn only_chunked(headers: &http::HeaderMap) -> bool {
+    let mut codings = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','));
+    codings
+        .next()
+        .is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+        && codings.next().is_none()
+}
+
+/// The answer to a request whose `Transfer-Encoding` is not [`only_chunked`]: 501 naming
+/// `transfer-encoding` (RFC 9112 6.1), on the API and the proxy alike. Counted in
+/// `floodgate_requests_rejected_total{reason="invalid"}`, as a 400 is.
+pub(crate) fn unsupported_coding() -> Response {
+    super::problem::invalid(
+        http::StatusCode::NOT_IMPLEMENTED,
+        "transfer-encoding",
+        "only chunked is supported (a body of another coding would be read, or reach the \
+         upstream, as if it had none)",
+    )
+}

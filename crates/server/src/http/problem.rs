@@ -59,6 +59,8 @@ pub(crate) fn problem(
 pub(crate) fn invalid(status: StatusCode, field: &str, detail: impl Into<String>) -> Response {
     let (reason, problem_type, title) = match status {
         StatusCode::PAYLOAD_TOO_LARGE => ("too_large", PROBLEM_TOO_LARGE, "request too large"),
+        StatusCode::REQUEST_TIMEOUT => ("invalid", PROBLEM_INVALID_REQUEST, "request timeout"),
+        StatusCode::NOT_IMPLEMENTED => ("invalid", PROBLEM_INVALID_REQUEST, "not implemented"),
         _ => ("invalid", PROBLEM_INVALID_REQUEST, "invalid request"),
     };
     rejected(status, reason, problem_type, title, field, detail)

@@ -176,20 +176,6 @@ pub(super) fn one_authority(parts: &mut Parts) -> Result<(), Response> {
     Ok(())
 }
 
-/// Whether the `Transfer-Encoding` lines name exactly one coding, `chunked` (the only one the
-/// proxy can pass on: it removes the header as hop-by-hop, so an unnamed `gzip` would be lost,
-/// and `chunked` applied twice is not valid, RFC 9112 7).
-fn only_chunked(headers: &HeaderMap) -> bool {
-    let mut codings = headers
-        .get_all(TRANSFER_ENCODING)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','));
-    codings
-        .next()
-        .is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked"))
-        && codings.next().is_none()
-}
-
 /// One decimal `Content-Length` (leading zeros dropped; repeated equal values joined), or
 /// `None` when the values are not one number.
 fn one_length(headers: &HeaderMap) -> Option<Option<HeaderValue>> {
@@ -219,13 +205,8 @@ fn one_length(headers: &HeaderMap) -> Option<Option<HeaderValue>> {
 /// The 501 problem naming `transfer-encoding`, or a 400 naming `content-length`.
 pub(super) fn request_framing(headers: &mut HeaderMap) -> Result<(), Response> {
     if headers.contains_key(TRANSFER_ENCODING) {
-        if !only_chunked(headers) {
-            // Counted in floodgate_requests_rejected_total{reason="invalid"}, as a 400 is.
-            return Err(crate::http::problem::invalid(
-                StatusCode::NOT_IMPLEMENTED,
-                "transfer-encoding",
-                "only chunked is supported (another coding would reach the upstream unnamed)",
-            ));
+        if !crate::http::body::only_chunked(headers) {
+            return Err(crate::http::body::unsupported_coding());
         }
         headers.remove(CONTENT_LENGTH);
         return Ok(());
@@ -247,7 +228,7 @@ pub(super) fn request_framing(headers: &mut HeaderMap) -> Result<(), Response> {
 /// Why the response cannot be passed on (the 502's detail).
 pub(super) fn response_framing(headers: &mut HeaderMap) -> Result<(), &'static str> {
     if headers.contains_key(TRANSFER_ENCODING) {
-        if !only_chunked(headers) {
+        if !crate::http::body::only_chunked(headers) {
             return Err("the upstream sent a transfer coding other than chunked");
         }
         headers.remove(CONTENT_LENGTH);

@@ -422,6 +422,21 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
                 guard: Some(guard),
             };
         }
+        // A transfer coding hyper does not undo would be read as if it were not there (the
+        // proxy refuses it in its own framing check, `proxy::rewrite`).
+        if self.body_deadline.is_some()
+            && request
+                .headers()
+                .contains_key(http::header::TRANSFER_ENCODING)
+            && !crate::http::body::only_chunked(request.headers())
+        {
+            return Answer {
+                inner: Either::Right(std::future::ready(Ok(
+                    crate::http::body::unsupported_coding(),
+                ))),
+                guard: Some(guard),
+            };
+        }
         let mut bounds = None;
         if let Some(after) = self.body_deadline {
             if !request.body().is_end_stream() {
