@@ -182,8 +182,20 @@ async fn readyz_reports_the_redis_store() {
         assert_eq!(body["status"], "ready");
         assert_eq!(body["store"], json!({"kind": "redis", "state": "up"}));
         assert_eq!(body["config"]["rules"][0]["name"], "shared");
-        for reason in ["timeout", "unavailable", "circuit_open"] {
-            let series = format!("floodgate_store_redis_errors_total{{reason=\"{reason}\"}}");
+        // Every series of the Redis store is there from the start, at 0 (docs/redis.md).
+        let series = ["timeout", "unavailable", "circuit_open"]
+            .map(|reason| format!("floodgate_store_redis_errors_total{{reason=\"{reason}\"}}"))
+            .into_iter()
+            .chain(
+                [
+                    "evicted_keys",
+                    "refunds",
+                    "script_reloads",
+                    "out_of_memory_answers",
+                ]
+                .map(|name| format!("floodgate_store_redis_{name}_total")),
+            );
+        for series in series {
             assert_eq!(
                 serve_support::metric(&c, &fg, &series).await,
                 Some(0.0),

@@ -473,3 +473,20 @@ async fn a_dead_master_bounds_client_logs_and_slot_refreshes_and_readyz_names_it
         "{readyz}"
     );
 }
+
+/// A cluster node given as the one Redis of `--store` (or `[store] url`): every key of another
+/// node's slots failed with `MOVED` into the rules' failure mode (30 of 30 checks admitted
+/// uncounted on a fail-open rule), `/readyz` up. Now the start is refused, naming `nodes`.
+#[test]
+fn a_cluster_node_given_as_one_redis_is_refused_at_start() {
+    let cluster = RedisCluster::start_flavor(Flavor::Redis).unwrap();
+    let url = cluster.urls().remove(0);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["serve", "--store", &url, "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is a node of a Redis Cluster"), "{err}");
+    assert!(err.contains("[store] nodes"), "{err}");
+}

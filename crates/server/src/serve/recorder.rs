@@ -101,6 +101,10 @@ fn describe_metrics() {
         "Redis Cluster slot groups refunded because another group of the batch denied"
     );
     describe_counter!(
+        "floodgate_store_redis_out_of_memory_answers_total",
+        "Batches still answered while Redis refused writes for maxmemory (noeviction): denials and peeks"
+    );
+    describe_counter!(
         "floodgate_store_redis_script_reloads_total",
         "Scripts resent in full after NOSCRIPT (Redis restart, failover, SCRIPT FLUSH)"
     );

@@ -75,6 +75,12 @@ pub(super) async fn build_store(
     let store = RedisStore::new(redis, Arc::clone(clock))
         .map_err(|e| anyhow::anyhow!("redis store: {e}"))?;
     match store.startup_check().await {
+        Ok(check) if check.cluster_node => anyhow::bail!(
+            "redis store: the Redis at [store] url is a node of a Redis Cluster \
+             (cluster_enabled:1), asked as one Redis every key of another node's slots would \
+             fail with MOVED: list the cluster's nodes in [store] nodes = [\"redis://...\", ...] \
+             instead of url (or --store)"
+        ),
         Ok(check) => tracing::info!(
             maxmemory_policy = ?check.maxmemory_policies,
             "redis store ready"

@@ -29,6 +29,10 @@ pub struct ServerCheck {
     pub maxmemory_policies: Vec<String>,
     /// `true` when some node may evict limiter keys (see [`policy_may_evict`]).
     pub may_evict: bool,
+    /// `true` when the standalone Redis of `url` is a node of a Redis Cluster (`INFO cluster`
+    /// says `cluster_enabled:1`): asked as one Redis, every key of another node's slots fails
+    /// with `MOVED`. The cluster's nodes belong in `nodes` instead.
+    pub cluster_node: bool,
 }
 
 /// Whether Redis' `maxmemory-policy` may evict limiter keys when memory runs out.
@@ -178,6 +182,7 @@ impl RedisStore {
     /// [`StoreError::Timeout`] / [`StoreError::Unavailable`] when Redis cannot be asked.
     pub async fn startup_check(&self) -> Result<ServerCheck, StoreError> {
         let wait = self.config.connect_timeout + self.config.timeout;
+        let mut cluster_node = false;
         if let Some(client) = &self.client {
             // A connection of its own, dropped at once: a connection error (refused, a TLS
             // certificate not trusted, a client certificate missing) is reported as itself,
@@ -189,14 +194,19 @@ impl RedisStore {
                 let mut con = client
                     .get_multiplexed_async_connection_with_config(&config)
                     .await?;
-                redis::cmd("PING").query_async::<String>(&mut con).await
+                redis::cmd("PING").query_async::<String>(&mut con).await?;
+                redis::cmd("INFO")
+                    .arg("cluster")
+                    .query_async::<String>(&mut con)
+                    .await
             };
-            tokio::time::timeout(wait, attempt)
+            let info = tokio::time::timeout(wait, attempt)
                 .await
                 .map_err(|_| StoreError::Timeout {
                     after_ms: duration_ms(wait),
                 })?
                 .map_err(|e| to_store_error(e, wait))?;
+            cluster_node = info.lines().any(|l| l.trim() == "cluster_enabled:1");
         }
         let reply: Value = tokio::time::timeout(
             wait,
@@ -247,6 +257,7 @@ impl RedisStore {
         Ok(ServerCheck {
             maxmemory_policies,
             may_evict,
+            cluster_node,
         })
     }
 }

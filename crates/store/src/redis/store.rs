@@ -163,7 +163,14 @@ impl RedisStore {
                 .increment(0);
         }
         metrics::gauge!("floodgate_store_breaker_open").set(0.0);
-        metrics::counter!("floodgate_store_redis_evicted_keys_total").increment(0);
+        for counter in [
+            "floodgate_store_redis_evicted_keys_total",
+            "floodgate_store_redis_refunds_total",
+            "floodgate_store_redis_script_reloads_total",
+            "floodgate_store_redis_out_of_memory_answers_total",
+        ] {
+            metrics::counter!(counter).increment(0);
+        }
         if config.deny_cache {
             metrics::counter!("floodgate_store_deny_cache_hits_total").increment(0);
             metrics::counter!("floodgate_store_deny_cache_invalidations_total").increment(0);
