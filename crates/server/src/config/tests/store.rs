@@ -234,6 +234,8 @@ fn deny_cache_is_read_and_bad_uses_name_file_line_and_field() {
     let cluster = "[store]\nkind = \"redis\"\nnodes = [\"redis://a:7000\"]\ndeny_cache = true\n";
     assert!(err(cluster)
         .starts_with("rules.toml:4: store.deny_cache: not on a Redis Cluster (nodes = [...])"));
+    // One sentence: the source's line breaks left runs of 18 spaces in it.
+    assert!(!err(cluster).contains("  "), "{}", err(cluster));
     let sentinel = "[store]\nkind = \"redis\"\nsentinels = [\"redis://s:26379\"]\n\
                     master_name = \"m\"\ndeny_cache = true\n";
     assert!(

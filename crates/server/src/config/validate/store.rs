@@ -191,7 +191,9 @@ impl Validator<'_> {
             self.push(
                 d,
                 "store.deny_cache".into(),
-                "not on a Redis Cluster (nodes = [...]): a cross-slot refund gives units back                  from several shards, which the cache's invalidations do not cover; use it with                  url = \"...\" or sentinels = [...]"
+                "not on a Redis Cluster (nodes = [...]): a cross-slot refund gives units back \
+                 from several shards, which the cache's invalidations do not cover; use it with \
+                 url = \"...\" or sentinels = [...]"
                     .into(),
             );
         }
