@@ -264,8 +264,12 @@ fn the_breaker_stays_open_while_the_cluster_is_down_although_nodes_answer_ping()
                 e.contains("timed out") || e.contains("(cluster slot "),
                 "{e}"
             );
-            // The cause is named as Redis said it.
-            assert!(e.contains("timed out") || e.contains("CLUSTERDOWN"), "{e}");
+            // The cause is named as Redis said it (`ClusterDown: Hash slot not served`: the
+            // client's retries wait tens of milliseconds now, not past the timeout).
+            assert!(
+                e.contains("timed out") || e.to_ascii_uppercase().contains("CLUSTERDOWN"),
+                "{e}"
+            );
         }
         // For 50 looks 10 ms apart (the recovery watch probes all the while), every call
         // fails fast: the breaker never closed.
@@ -346,10 +350,11 @@ fn readiness_fails_while_a_third_of_the_slots_have_no_master() {
             "readiness: {e}"
         );
         // The reason names the shard's last failure, not just a count: the client retries
-        // CLUSTERDOWN answers until the call's deadline, so that is a timeout or CLUSTERDOWN.
+        // CLUSTERDOWN answers a few times within tens of milliseconds, so that is CLUSTERDOWN
+        // (`ClusterDown: Hash slot not served`), or a timeout on a slow machine.
         let last = e.split("the last: ").nth(1).unwrap_or_default();
         assert!(
-            last.contains("CLUSTERDOWN") || last.contains("timed out"),
+            last.to_ascii_uppercase().contains("CLUSTERDOWN") || last.contains("timed out"),
             "readiness: {e}"
         );
         // The slots get their master back; 10 s later the failures are out of the window.

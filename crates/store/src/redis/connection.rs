@@ -250,7 +250,15 @@ pub(super) fn connect(
                 .response_timeout(config.timeout.max(Duration::from_millis(1)))
                 // An ASK redirect takes one (and now succeeds at once, see `asking.rs`):
                 // two are left for MOVED, TRYAGAIN and reconnections, as before.
-                .retries(3);
+                .retries(3)
+                // The client waits between retries (CLUSTERDOWN, TRYAGAIN, a refused
+                // connection) at least 1,280 ms by default: longer than any call's timeout, so
+                // every call to a slot without a master held its client for the whole
+                // timeout (20 clients, a master dead: 2,100 checks/s fell to 130). 10 to 20,
+                // 40 and 80 ms instead (`RETRY_WAIT_MS`), never more than half the timeout.
+                .min_retry_wait(RETRY_WAIT_MS.0)
+                .max_retry_wait(retry_wait_cap(config.timeout))
+                .retry_wait_formula(RETRY_WAIT_MS.1, 2);
             if tls && !config.tls.is_empty() {
                 builder = builder.certs(config.tls.certificates());
             }
@@ -262,6 +270,17 @@ pub(super) fn connect(
         }
     };
     Ok((conn, standalone_client))
+}
+
+/// A cluster call's waits between its retries, in milliseconds: at least the first, and
+/// `rand(first .. second x 2^retry)` (capped by [`retry_wait_cap`]).
+const RETRY_WAIT_MS: (u64, u64) = (10, 10);
+
+/// The longest wait between two retries of a cluster call: half its timeout, at least 20 ms.
+fn retry_wait_cap(timeout: Duration) -> u64 {
+    u64::try_from(timeout.as_millis() / 2)
+        .unwrap_or(u64::MAX)
+        .max(2 * RETRY_WAIT_MS.0)
 }
 
 /// Longest pause between two reconnection attempts of a standalone connection (plus up to as
