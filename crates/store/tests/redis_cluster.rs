@@ -304,6 +304,108 @@ fn the_breaker_stays_open_while_the_cluster_is_down_although_nodes_answer_ping()
 /// calls for the other slots succeed between the failed ones so the breaker stays closed, and
 /// readiness said ready while a third of the checks failed. It now says not ready, naming the
 /// error rate, and ready again once the calls of the last 10 s succeed.
+/// One dead master fails only its own slots' calls fast: each master has a breaker of its
+/// own (issue 30: the store's one breaker, opened by a dead master's failures, failed the
+/// calls to the live masters too, and its half-open probe was as likely a dead slot's call).
+#[test]
+fn a_dead_master_opens_only_its_own_breaker() {
+    let mut cluster = RedisCluster::start().unwrap();
+    cluster.partial_coverage().unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
+    rt.block_on(async {
+        let mut config = RedisStoreConfig::cluster(cluster.urls());
+        config.time_source = TimeSource::Caller;
+        config.timeout = Duration::from_millis(500);
+        config.ttl_extra = Duration::from_secs(3600);
+        // Five failures open a breaker, whatever the (manual) time.
+        config.breaker_window = Duration::ZERO;
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = RedisStore::new(config, clock.clone()).unwrap();
+        let policy = Policy::new(AlgorithmKind::Gcra, "1000/h".parse().unwrap()).unwrap();
+        // A key on each master.
+        let mut on_master: Vec<Option<String>> = vec![None; 3];
+        for i in 0.. {
+            let key = format!("k{i}");
+            let name = store.key_name("shard", &policy, &key);
+            let slot: u16 = cluster.nodes()[0]
+                .cli(&["CLUSTER", "KEYSLOT", &name])
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            let owner = cluster.owner_of(slot).unwrap();
+            on_master[owner].get_or_insert(key);
+            if on_master.iter().all(Option::is_some) {
+                break;
+            }
+        }
+        let keys: Vec<String> = on_master.into_iter().map(Option::unwrap).collect();
+        let check = |key: &String| {
+            let (store, policy, key) = (&store, &policy, key.clone());
+            async move {
+                let item = CheckItem {
+                    rule: "shard",
+                    policy,
+                    key: &key,
+                    cost: 1,
+                };
+                store.check(&[item]).await
+            }
+        };
+        for key in &keys {
+            assert!(check(key).await.unwrap().allowed);
+        }
+        let dead = 2;
+        let dead_master = format!("127.0.0.1:{}", cluster.nodes()[dead].port());
+        cluster.kill(dead);
+        // The dead master's key fails at Redis until its breaker opens; the live masters'
+        // keys are decided all along.
+        let mut failed_at_redis = 0;
+        let fast = loop {
+            let e = check(&keys[dead]).await.unwrap_err().to_string();
+            for key in &keys[..dead] {
+                assert!(check(key).await.unwrap().allowed, "after {failed_at_redis}");
+            }
+            if e.contains("circuit breaker open") {
+                break e;
+            }
+            failed_at_redis += 1;
+            assert!(failed_at_redis < 20, "{e}");
+        };
+        assert!(failed_at_redis >= 5, "{failed_at_redis}: {fast}");
+        assert!(
+            fast.contains(&format!("for cluster master {dead_master}")),
+            "{fast}"
+        );
+        // Open, it fails the dead master's calls fast and no other's.
+        for n in 0..50 {
+            let e = check(&keys[dead]).await.unwrap_err().to_string();
+            assert!(e.contains("circuit breaker open"), "look {n}: {e}");
+            for key in &keys[..dead] {
+                assert!(check(key).await.unwrap().allowed, "look {n}");
+            }
+        }
+        let e = store.readiness().await.unwrap_err().to_string();
+        assert!(e.contains(&dead_master), "readiness: {e}");
+        // The master comes back (with no keys: persistence is off); the breaker's watch,
+        // probing a key of its failed calls, closes it without a cool-down (manual time).
+        cluster.restart(dead).unwrap();
+        let mut recovered = false;
+        for _ in 0..1_000 {
+            if let Ok(d) = check(&keys[dead]).await {
+                assert!(d.allowed);
+                recovered = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            recovered,
+            "the dead master's breaker did not close on its return"
+        );
+    });
+}
+
 #[test]
 fn readiness_fails_while_a_third_of_the_slots_have_no_master() {
     let cluster = RedisCluster::start().unwrap();
@@ -362,6 +464,14 @@ fn readiness_fails_while_a_third_of_the_slots_have_no_master() {
             .cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "5460"])
             .unwrap();
         cluster.await_state(true).unwrap();
+        // The shard's breaker opened (its calls failed for a second of the store's clock):
+        // its recovery watch, or a probe, closes it within a round trip or so.
+        let mut rounds = 0;
+        while check_all().await > 0 {
+            rounds += 1;
+            assert!(rounds < 500, "the shard's breaker never closed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         clock.advance(10_000_000);
         assert_eq!(check_all().await, 0);
         store.readiness().await.unwrap();

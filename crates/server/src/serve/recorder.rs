@@ -94,7 +94,7 @@ fn describe_metrics() {
     );
     describe_gauge!(
         "floodgate_store_breaker_open",
-        "1 while the Redis circuit breaker fails calls fast, else 0"
+        "Redis circuit breakers failing calls fast (0 or 1; on a cluster one per master)"
     );
     describe_counter!(
         "floodgate_store_redis_refunds_total",

@@ -14,7 +14,7 @@ use super::reply::{
     assemble, name_slots, parse_group_reply, push_item_args, single_kind, slot_number, slots_text,
     Group, GroupReply,
 };
-use super::store::{note_probe_key, RedisStore};
+use super::store::RedisStore;
 use super::{keys, scripts};
 use crate::{BatchDecision, CheckItem, StoreError};
 
@@ -129,7 +129,7 @@ impl RedisStore {
             _ => None,
         };
         let result = self
-            .guarded(async {
+            .guarded_keys(groups.iter().map(|g| g.keys[0].as_str()), async {
                 let result = match &self.coalescer {
                     // Standalone: always one group.
                     Some(c) if groups.len() == 1 => {
@@ -150,7 +150,6 @@ impl RedisStore {
         self.record_shards(&groups, result.as_ref().err());
         let result = match result {
             Err(e) if self.is_cluster() => {
-                note_probe_key(&self.probe_key, &groups[0].keys[0]);
                 log_cluster_failure(&e, &groups, self.shards.as_deref());
                 Err(name_slots(e, &groups, self.shards.as_deref()))
             }

@@ -21,6 +21,10 @@
 //! before the reconnection finished, timed out and cost another whole cool-down). Time comes
 //! from the store's [`Clock`], so tests drive it with a `ManualClock`.
 //!
+//! On a cluster each master has a breaker of its own (`shard_breakers.rs`): a decision call
+//! goes through the breakers of its slots' masters, so one dead master fails its own slots'
+//! calls fast and never the others'.
+//!
 //! # Why not "N consecutive failures" alone
 //! With many calls in flight on one multiplexed connection, one slow moment (a scheduling
 //! stall on a loaded host, a Redis fork) times out every in-flight call at once: 64 callers
@@ -69,6 +73,12 @@ pub(crate) struct Breaker {
     /// success: the open breaker's log line and readiness name it (`CLUSTERDOWN`, a refused
     /// connection, a timeout), where its fail-fast errors do not.
     cause: parking_lot::Mutex<Option<String>>,
+    /// A cluster master's breaker: its address (`ip:port`, or `none` for slots without a
+    /// master), named in its errors and log lines; `None` for the store's own breaker.
+    node: Option<String>,
+    /// Cluster: a key of the last failed call, which the recovery watch probes (see
+    /// `RedisStore`'s `recovery_probe`); `None`: `PING`.
+    pub(crate) probe_key: parking_lot::Mutex<Option<String>>,
 }
 
 /// The longest cause kept (bytes): an error's text is the server's or the client library's.
@@ -88,6 +98,16 @@ impl Breaker {
     /// `threshold` failures (at least 1) with no success for `window` µs open it for
     /// `cool_down` µs.
     pub(crate) fn new(threshold: u32, cool_down: Micros, window: Micros) -> Self {
+        Self::for_node(threshold, cool_down, window, None)
+    }
+
+    /// [`Breaker::new`] for the calls to one cluster master (`node`), when `Some`.
+    pub(crate) fn for_node(
+        threshold: u32,
+        cool_down: Micros,
+        window: Micros,
+        node: Option<String>,
+    ) -> Self {
         Self {
             threshold: threshold.max(1),
             cool_down,
@@ -100,6 +120,21 @@ impl Breaker {
             probing: AtomicBool::new(false),
             watching: AtomicBool::new(false),
             cause: parking_lot::Mutex::new(None),
+            node,
+            probe_key: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// The cluster master this breaker guards, if it is one master's.
+    pub(crate) fn node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
+    /// Remembers `key` as the recovery watch's probe (allocates only when it changes).
+    pub(crate) fn note_probe_key(&self, key: &str) {
+        let mut probe = self.probe_key.lock();
+        if probe.as_deref() != Some(key) {
+            *probe = Some(key.to_string());
         }
     }
 
@@ -142,9 +177,15 @@ impl Breaker {
             });
         }
         Err(StoreError::Unavailable {
-            reason: "redis circuit breaker open (repeated failures and no success recently); \
-                     failing fast"
-                .into(),
+            reason: match &self.node {
+                None => "redis circuit breaker open (repeated failures and no success \
+                         recently); failing fast"
+                    .into(),
+                Some(node) => format!(
+                    "redis circuit breaker open for cluster master {node} (repeated failures \
+                     and no success recently); failing fast"
+                ),
+            },
         })
     }
 
@@ -206,9 +247,10 @@ impl Breaker {
                     failing_for_ms = quiet_for / 1000,
                     cool_down_ms = self.cool_down / 1000,
                     cause,
+                    node = self.node.as_deref().unwrap_or("every"),
                     "redis store failing: circuit breaker open"
                 );
-                metrics::gauge!("floodgate_store_breaker_open").set(1.0);
+                metrics::gauge!("floodgate_store_breaker_open").increment(1.0);
             }
         }
     }
@@ -226,8 +268,12 @@ impl Breaker {
         }
         self.last_success.fetch_max(now, Ordering::AcqRel);
         if self.open.swap(false, Ordering::AcqRel) {
-            tracing::info!(how, "redis store recovered: circuit breaker closed");
-            metrics::gauge!("floodgate_store_breaker_open").set(0.0);
+            tracing::info!(
+                how,
+                node = self.node.as_deref().unwrap_or("every"),
+                "redis store recovered: circuit breaker closed"
+            );
+            metrics::gauge!("floodgate_store_breaker_open").decrement(1.0);
         }
     }
 
@@ -260,6 +306,15 @@ impl Breaker {
     /// `true` while calls fail fast (open, or half-open with a probe in flight).
     pub(crate) fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Breaker {
+    fn drop(&mut self) {
+        // A store dropped (a reload's new store) with this breaker open.
+        if *self.open.get_mut() {
+            metrics::gauge!("floodgate_store_breaker_open").decrement(1.0);
+        }
     }
 }
 

@@ -188,7 +188,9 @@ impl RedisStore {
             args,
             now,
         };
-        let reply: Vec<i64> = self.guarded(self.conn.invoke(&call)).await?;
+        let reply: Vec<i64> = self
+            .guarded_keys(names.iter().map(String::as_str), self.conn.invoke(&call))
+            .await?;
         parse_reply(&reply, items)
     }
 }

@@ -66,6 +66,7 @@ mod batch;
 mod breaker;
 mod calendar;
 mod calendar_batch;
+mod shard_breakers;
 pub use calendar::calendar_key;
 mod coalesce;
 mod config;
@@ -198,7 +199,9 @@ impl Store for RedisStore {
                 now: None,
             };
             let deleted = self
-                .guarded(async { Ok(self.conn.invoke::<u64>(&call).await? > 0) })
+                .guarded_keys(keys.iter().map(String::as_str), async {
+                    Ok(self.conn.invoke::<u64>(&call).await? > 0)
+                })
                 .await;
             let [name] = keys;
             // Again once done (or failed): a check answered before the DEL caches nothing.
@@ -225,7 +228,7 @@ impl Store for RedisStore {
             .arg("PX")
             .arg(ttl.div_ceil(1_000).max(1));
         async move {
-            self.guarded(async {
+            self.guarded_keys([name.as_str()], async {
                 // `OK` when set, nil when the key exists.
                 let reply: Option<String> = self.conn.query(&cmd).await?;
                 Ok(reply.is_some())

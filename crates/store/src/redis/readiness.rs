@@ -110,6 +110,17 @@ impl RedisStore {
                 reason: format!("redis cluster shard not ready: {shard}"),
             });
         }
+        // After the shards' counts, which name the same master with its calls.
+        if let Some((node, cause)) = self.shard_breakers.as_ref().and_then(|b| b.first_open()) {
+            let cause = cause.map(|c| format!("; the last failure: {c}"));
+            return Err(StoreError::Unavailable {
+                reason: format!(
+                    "redis circuit breaker open for cluster master {node}: calls to its slots \
+                     fail fast{}",
+                    cause.unwrap_or_default()
+                ),
+            });
+        }
         let last = self.ping_at.load(Ordering::Acquire);
         let interval = u64::try_from(READINESS_PING_INTERVAL.as_micros()).unwrap_or(u64::MAX);
         let due = last == 0 || now.saturating_sub(last) >= interval;

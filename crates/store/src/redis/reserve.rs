@@ -86,7 +86,10 @@ impl RedisStore {
         }
         let groups = self.groups(items);
         let result = self
-            .guarded(self.reserve_groups(items, &groups, now, max_wait))
+            .guarded_keys(
+                groups.iter().map(|g| g.keys[0].as_str()),
+                self.reserve_groups(items, &groups, now, max_wait),
+            )
             .await;
         if let Some(cache) = &self.deny_cache {
             // A granted reservation consumes units at its scheduled time, possibly after a
@@ -291,7 +294,7 @@ impl RedisStore {
             .collect();
         let groups = self.groups(&as_checks);
         let result = self
-            .guarded(async {
+            .guarded_keys(groups.iter().map(|g| g.keys[0].as_str()), async {
                 let replies = futures_util::future::join_all(
                     groups.iter().map(|g| self.settle_group(items, g, now)),
                 )

@@ -66,9 +66,9 @@ pub struct RedisStore {
     /// This process's id in the instance set, and the live count last seen (0: none yet).
     pub(super) instance_id: String,
     pub(super) live_instances: Arc<std::sync::atomic::AtomicU64>,
-    /// Cluster: a key of the last decision call that failed, which the breaker's recovery
-    /// watch probes (see [`recovery_probe`]).
-    pub(super) probe_key: Arc<parking_lot::Mutex<Option<String>>>,
+    /// Cluster: a breaker per master, for the calls on keys (see
+    /// [`shard_breakers`](super::shard_breakers)); `breaker` guards the others.
+    pub(super) shard_breakers: Option<super::shard_breakers::ShardBreakers>,
     /// Readiness: the outcomes of the last seconds' calls (see [`health`]).
     pub(super) health: health::Health,
     /// Cluster: the same per master, and its probes (see [`shards`](super::shards) and
@@ -103,23 +103,23 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-/// A breaker permit whose outcome is not yet recorded; abandoned if dropped before
-/// [`take`](Self::take).
-struct PendingPermit<'a> {
-    breaker: &'a Breaker,
-    permit: Option<breaker::Permit>,
+/// A call's breaker permits whose outcomes are not yet recorded (one per breaker of its
+/// route, in order); abandoned if dropped before [`take`](Self::take).
+struct PendingPermits<'a> {
+    breakers: &'a [(Arc<Breaker>, Option<&'a str>)],
+    permits: smallvec::SmallVec<[breaker::Permit; 2]>,
 }
 
-impl PendingPermit<'_> {
-    fn take(mut self) -> breaker::Permit {
-        self.permit.take().expect("taken once")
+impl PendingPermits<'_> {
+    fn take(mut self) -> smallvec::SmallVec<[breaker::Permit; 2]> {
+        std::mem::take(&mut self.permits)
     }
 }
 
-impl Drop for PendingPermit<'_> {
+impl Drop for PendingPermits<'_> {
     fn drop(&mut self) {
-        if let Some(permit) = self.permit.take() {
-            self.breaker.abandon(permit);
+        for ((breaker, _), permit) in self.breakers.iter().zip(self.permits.drain(..)) {
+            breaker.abandon(permit);
         }
     }
 }
@@ -162,7 +162,7 @@ impl RedisStore {
             metrics::counter!("floodgate_store_redis_errors_total", "reason" => reason)
                 .increment(0);
         }
-        metrics::gauge!("floodgate_store_breaker_open").set(0.0);
+        metrics::gauge!("floodgate_store_breaker_open").increment(0.0);
         for counter in [
             "floodgate_store_redis_evicted_keys_total",
             "floodgate_store_redis_refunds_total",
@@ -211,6 +211,13 @@ impl RedisStore {
                 config.connect_timeout + config.timeout,
             );
         }
+        let shard_breakers = shards.is_some().then(|| {
+            super::shard_breakers::ShardBreakers::new(
+                config.breaker_failures,
+                u64::try_from(config.breaker_cool_down.as_micros()).unwrap_or(u64::MAX),
+                u64::try_from(config.breaker_window.as_micros()).unwrap_or(u64::MAX),
+            )
+        });
         Ok(Self {
             conn,
             client: standalone_client,
@@ -226,7 +233,7 @@ impl RedisStore {
             instance_id,
             live_instances,
             deny_cache,
-            probe_key: Arc::default(),
+            shard_breakers,
             health: health::Health::default(),
             shards,
         })
@@ -326,22 +333,56 @@ impl RedisStore {
         self.run(items, Some(now), false).await
     }
 
-    /// Runs `fut` (one store operation, possibly several round trips) through the circuit
-    /// breaker and the timeout, mapping errors.
+    /// Runs `fut` (one store operation, possibly several round trips) through the store's
+    /// circuit breaker and the timeout, mapping errors: for calls that name no key (on a
+    /// cluster, calls on keys go through [`guarded_keys`](Self::guarded_keys)).
     pub(super) async fn guarded<T>(
         &self,
         fut: impl std::future::Future<Output = Result<T, RedisError>>,
     ) -> Result<T, StoreError> {
-        let permit = self.breaker.permit(&*self.clock).inspect_err(|_| {
-            metrics::counter!("floodgate_store_redis_errors_total", "reason" => "circuit_open")
-                .increment(1);
-        })?;
-        // Until the outcome is recorded: if this future is dropped mid-call, the breaker
-        // forgets the permit (a dropped probe would otherwise block every later probe).
-        let pending = PendingPermit {
-            breaker: &self.breaker,
-            permit: Some(permit),
+        self.guarded_by(&[(Arc::clone(&self.breaker), None)], fut)
+            .await
+    }
+
+    /// [`guarded`](Self::guarded) for a call on `keys` (names in Redis): on a cluster,
+    /// through the breaker of each master of their slots (see
+    /// [`shard_breakers`](super::shard_breakers)), so a dead master fails only its own
+    /// slots' calls fast.
+    pub(super) async fn guarded_keys<'k, T>(
+        &self,
+        keys: impl IntoIterator<Item = &'k str>,
+        fut: impl std::future::Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, StoreError> {
+        match &self.shard_breakers {
+            Some(breakers) => {
+                let route = breakers.route(keys, self.shards.as_deref());
+                self.guarded_by(&route, fut).await
+            }
+            None => self.guarded(fut).await,
+        }
+    }
+
+    /// Runs `fut` through every breaker of `route` (each with a key of the call for its
+    /// recovery watch, or none: `PING`) and the timeout.
+    async fn guarded_by<T>(
+        &self,
+        route: &[(Arc<Breaker>, Option<&str>)],
+        fut: impl std::future::Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, StoreError> {
+        // Until the outcomes are recorded: if this future is dropped mid-call (or a later
+        // breaker refuses), each breaker forgets its permit (a dropped probe would otherwise
+        // block every later probe).
+        let mut pending = PendingPermits {
+            breakers: route,
+            permits: smallvec::SmallVec::new(),
         };
+        for (breaker, _) in route {
+            let permit = breaker.permit(&*self.clock).inspect_err(|_| {
+                metrics::counter!("floodgate_store_redis_errors_total", "reason" => "circuit_open")
+                    .increment(1);
+            })?;
+            pending.permits.push(permit);
+        }
         let result = match tokio::time::timeout(self.config.timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(to_store_error(e, self.config.timeout)),
@@ -358,12 +399,18 @@ impl RedisStore {
             };
             metrics::counter!("floodgate_store_redis_errors_total", "reason" => reason)
                 .increment(1);
-            self.breaker.note_cause(e);
         }
-        self.breaker
-            .record(pending.take(), result.is_ok(), &*self.clock);
-        if self.breaker.start_watch() {
-            self.watch_recovery();
+        for ((breaker, key), permit) in route.iter().zip(pending.take()) {
+            if let Err(e) = &result {
+                breaker.note_cause(e);
+                if let Some(key) = key {
+                    breaker.note_probe_key(key);
+                }
+            }
+            breaker.record(permit, result.is_ok(), &*self.clock);
+            if breaker.start_watch() {
+                self.watch_recovery(breaker);
+            }
         }
         result
     }
@@ -376,15 +423,19 @@ impl RedisStore {
     /// Redis one reconnection after Redis accepts connections again (the reconnection is
     /// retried every 10 to [`RECONNECT_MAX_DELAY`](super::RECONNECT_MAX_DELAY), twice that with jitter), not at the next
     /// cool-down. The `PING`s count in no error metric.
-    fn watch_recovery(&self) {
-        let breaker = Arc::downgrade(&self.breaker);
+    fn watch_recovery(&self, breaker: &Arc<Breaker>) {
+        let breaker = Arc::downgrade(breaker);
         let conn = self.conn.clone();
         let clock = Arc::clone(&self.clock);
         let wait = self.config.connect_timeout + self.config.timeout;
-        let probe_key = Arc::clone(&self.probe_key);
         tokio::spawn(async move {
             loop {
-                let probe = recovery_probe(probe_key.lock().as_deref());
+                let Some(probe) = breaker
+                    .upgrade()
+                    .map(|b| recovery_probe(b.probe_key.lock().as_deref()))
+                else {
+                    return;
+                };
                 let answered = matches!(
                     tokio::time::timeout(wait, conn.query::<Value>(&probe)).await,
                     Ok(Ok(_))
@@ -428,14 +479,6 @@ fn recovery_probe(key: Option<&str>) -> redis::Cmd {
             cmd
         }
         None => redis::cmd("PING"),
-    }
-}
-
-/// Remembers `key` as the recovery watch's probe (allocates only when it changes).
-pub(super) fn note_probe_key(probe_key: &parking_lot::Mutex<Option<String>>, key: &str) {
-    let mut probe = probe_key.lock();
-    if probe.as_deref() != Some(key) {
-        *probe = Some(key.to_string());
     }
 }
 
@@ -483,8 +526,10 @@ impl RedisStore {
         let name = keys::state_key(&self.config.prefix, rule, policy, key);
         let mut cmd = redis::cmd("EXISTS");
         cmd.arg(&name);
-        self.guarded(async { Ok(self.conn.query::<u64>(&cmd).await? > 0) })
-            .await
+        self.guarded_keys([name.as_str()], async {
+            Ok(self.conn.query::<u64>(&cmd).await? > 0)
+        })
+        .await
     }
 }
 
