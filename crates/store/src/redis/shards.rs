@@ -11,7 +11,9 @@
 //!   [`WINDOW_SECONDS`](super::health::WINDOW_SECONDS) and at least
 //!   [`MAX_FAILED_PERCENT`](super::health::MAX_FAILED_PERCENT) % of them failed;
 //! - its last [`FAILED_IN_A_ROW`] calls (or more) failed, with no success since (so 4 of 4
-//!   failed calls are not ready at once; issue 30: they needed 20 calls first);
+//!   failed calls are not ready at once; issue 30: they needed 20 calls first), and, on a
+//!   shard with [`MIN_CALLS`](super::health::MIN_CALLS) calls or more in the window, for at
+//!   least [`FAILING_IN_A_ROW_FOR`] (a stall's burst of timeouts is followed by successes);
 //! - its last probe failed, with no call or probe succeeding since. Traffic alone cannot
 //!   see a master that gets no calls (an idle or freshly started process reported a dead
 //!   master ready), so the store probes every master of the slot map that had no call during
@@ -36,6 +38,14 @@ pub const NO_MASTER: &str = "none";
 /// A shard whose last this many calls (or more) all failed is not ready, however few calls
 /// it had.
 pub const FAILED_IN_A_ROW: u64 = 3;
+
+/// A shard with at least [`MIN_CALLS`](super::health::MIN_CALLS) calls in the window is not
+/// ready from [`FAILED_IN_A_ROW`] failures only once they have lasted this long (µs) with no
+/// success: one stall on a loaded host times out every call in flight at once, and the next
+/// calls succeed (a new user's run, `timeout_ms = 50`, 2,000 checks/s on two cores: 2.4 % of
+/// the calls timed out in bursts and `/readyz` said 503 in 5 of 88 polls, issue 30). A dead
+/// master's calls go on failing: not ready 250 ms after its first failure.
+pub const FAILING_IN_A_ROW_FOR: u64 = 250_000;
 
 /// Longest text kept of a failed probe's error (bytes; longer is cut at a character
 /// boundary): what `/readyz` shows of it.
@@ -87,6 +97,8 @@ struct Node {
     health: Health,
     /// Calls that failed since the last success (of a call or a probe).
     failed_in_a_row: u64,
+    /// When the first of them ended (store clock, µs).
+    failing_since: Timestamp,
     /// The last probe failed (why), and nothing succeeded since.
     probe_failed: Option<String>,
     /// What the last failed call's error said (at most [`MAX_PROBE_ERROR_BYTES`]), while
@@ -178,6 +190,9 @@ impl Shards {
                 node.last_error = None;
             }
             Err(error) => {
+                if node.failed_in_a_row == 0 {
+                    node.failing_since = now;
+                }
                 node.failed_in_a_row += 1;
                 if let Some(error) = error {
                     node.last_error = Some(bounded(error.to_string()));
@@ -343,7 +358,11 @@ fn not_ready(node: &Node, now: Timestamp) -> Option<String> {
             health::MAX_FAILED_PERCENT
         )));
     }
-    if node.failed_in_a_row >= FAILED_IN_A_ROW {
+    let (_, calls) = node.health.recent(now);
+    if node.failed_in_a_row >= FAILED_IN_A_ROW
+        && (calls < health::MIN_CALLS
+            || now.saturating_sub(node.failing_since) >= FAILING_IN_A_ROW_FOR)
+    {
         return Some(last(format!(
             "its last {} calls failed (not ready from {FAILED_IN_A_ROW} in a row)",
             node.failed_in_a_row
@@ -414,6 +433,30 @@ mod tests {
         );
         shards.record(T0, 7, true);
         assert!(shards.report(T0)[0].ready);
+    }
+
+    /// A busy shard's burst of timeouts (one stall times out every call in flight) is no
+    /// outage when the next calls succeed; failures that go on for 250 ms are.
+    #[test]
+    fn a_busy_shard_is_not_ready_from_failures_in_a_row_only_once_they_last() {
+        let shards = Shards::new(&["redis://192.0.2.80:1".to_string()]);
+        for i in 0..100 {
+            shards.record(T0 + i * 1_000, 7, true);
+        }
+        let t = T0 + 100_000;
+        for i in 0..8 {
+            shards.record(t + i, 7, false);
+        }
+        assert!(shards.report(t + 8)[0].ready, "a stall's 8 timeouts");
+        assert!(shards.report(t + 249_999)[0].ready);
+        let report = &shards.report(t + 250_000)[0];
+        assert!(!report.ready);
+        assert_eq!(
+            report.reason.as_deref(),
+            Some("its last 8 calls failed (not ready from 3 in a row)")
+        );
+        shards.record(t + 250_000, 7, true);
+        assert!(shards.report(t + 250_000)[0].ready);
     }
 
     /// A failed probe makes a shard without calls not ready until a probe or a call on it
