@@ -170,6 +170,32 @@ fn one_slow_probe_leaves_the_store_ready_and_two_in_a_row_do_not() {
     });
 }
 
+/// A new user's review: with Redis stopped, an idle process's next probe timed out on the
+/// shared connection (which reconnects in the background) and one timeout is forgiven, so
+/// `/readyz` said ready for one more poll. A timeout is forgiven only while Redis still
+/// accepts a new connection; a stopped one refuses it.
+#[test]
+fn a_probe_that_times_out_on_a_stopped_redis_is_not_ready_at_once() {
+    let mut server = RedisServer::start().unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
+    rt.block_on(async {
+        let (store, clock, _) = breaker_store(&server, Duration::from_millis(200)).await;
+        store.readiness().await.unwrap();
+        server.kill();
+        // Another call meets the closed connection first (in `serve`, the announcement every
+        // second); the connection then reconnects in the background.
+        let p = policy(AlgorithmKind::FixedWindow, "10/s");
+        assert!(store.check(&[item("ready", &p, "k", 1)]).await.is_err());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        clock.advance(1_000_000);
+        let e = store.readiness().await.unwrap_err().to_string();
+        assert!(
+            e.contains("timed out after 200 ms, and a new connection failed: "),
+            "{e}"
+        );
+    });
+}
+
 #[test]
 fn readiness_fails_while_the_breaker_is_open() {
     let mut server = RedisServer::start().unwrap();

@@ -156,6 +156,24 @@ impl RedisStore {
                     let forgiven = row < PROBE_TIMEOUTS_IN_A_ROW
                         && self.probe_answered.load(Ordering::Acquire)
                         && !self.ping_failed.load(Ordering::Acquire);
+                    // Slow or dead? A Redis that stopped refuses a new connection (its port
+                    // closed): not ready now, not one probe later.
+                    let refused = if forgiven {
+                        self.refuses_connections().await
+                    } else {
+                        None
+                    };
+                    if let Some(why) = refused {
+                        self.probe_timeouts.store(0, Ordering::Release);
+                        self.probe_answered.store(false, Ordering::Release);
+                        self.ping_failed.store(true, Ordering::Release);
+                        return Err(StoreError::Unavailable {
+                            reason: format!(
+                                "redis readiness probe (INFO stats) failed: {e}, and a new \
+                                 connection failed: {why}"
+                            ),
+                        });
+                    }
                     if forgiven {
                         tracing::debug!(
                             "redis readiness probe (INFO stats) {e}; still ready until \
@@ -182,6 +200,36 @@ impl RedisStore {
             });
         }
         Ok(())
+    }
+
+    /// Standalone Redis: why a new TCP (or Unix socket) connection to it fails within
+    /// `connect_timeout`, or `None` when one opens (a Redis paused or slow still accepts
+    /// connections; one that stopped refuses them) or on Sentinel. Opens no Redis session:
+    /// connected, it is closed at once.
+    async fn refuses_connections(&self) -> Option<String> {
+        let addr = self.client.as_ref()?.get_connection_info().addr().clone();
+        let wait = self.config.connect_timeout;
+        let connect = async {
+            match addr {
+                redis::ConnectionAddr::Tcp(host, port)
+                | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                    tokio::net::TcpStream::connect((host.as_str(), port))
+                        .await
+                        .map(drop)
+                }
+                #[cfg(unix)]
+                redis::ConnectionAddr::Unix(path) => {
+                    tokio::net::UnixStream::connect(path).await.map(drop)
+                }
+                #[allow(unreachable_patterns)]
+                _ => Ok(()),
+            }
+        };
+        match tokio::time::timeout(wait, connect).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!("no connection within {} ms", duration_ms(wait))),
+        }
     }
 
     /// Checks the server once at startup: reads `maxmemory-policy` (every master in a cluster)
