@@ -63,7 +63,7 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 /// Why `serve` would refuse this `[server] max_connections` under this process's open-file
 /// limit (the hard one, to which `serve` raises the soft one), or `None`.
 fn connection_cap_warning(config: &super::Config) -> Option<String> {
-    use crate::serve::connections::{connection_cap, FdLimit};
+    use crate::serve::fd_limit::{connection_cap, FdLimit};
     let limits = &config.server.limits;
     let configured = limits.max_connections?;
     let hard = rlimit::Resource::NOFILE

@@ -3,96 +3,18 @@
 //! table of open files), and the list of idle HTTP connections to close, longest idle first,
 //! when a new connection needs room.
 //!
-//! At start the soft `RLIMIT_NOFILE` is raised to the hard limit, and the budget is kept
-//! [`FD_RESERVE`] descriptors (plus the proxy's upstream connections) below it, so that the
-//! process can still open its store connections, files and upstream connections, and so that
-//! `accept` never fails with "Too many open files": at the cap, accepting waits for a
-//! connection to close instead.
+//! The budget itself is set below the open-file limit (`fd_limit.rs`): at the cap,
+//! accepting waits for a connection to close instead of failing with "Too many open files".
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::config::listen::DEFAULT_MAX_CONNECTIONS;
 use crate::http::body_budget::Charge;
-
-/// File descriptors kept free of client connections: the store's connections, the config
-/// file, logs, the listeners themselves, the one accepted connection per listener that may
-/// wait for room, and some slack.
-pub(crate) const FD_RESERVE: u64 = 128;
-
-/// The soft open-file limit after [`raise_nofile_limit`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FdLimit {
-    /// The soft limit now in force (`u64::MAX`: unlimited or unknown).
-    pub(crate) soft: u64,
-}
-
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit (logged), and returns what is in force.
-/// A failure is logged and the limit left as it was.
-pub(crate) fn raise_nofile_limit() -> FdLimit {
-    use rlimit::Resource;
-    let before = Resource::NOFILE.get();
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(soft) => {
-            match before {
-                Ok((old, hard)) if old < soft => tracing::info!(
-                    from = old,
-                    to = soft,
-                    hard,
-                    "raised the open-file limit (RLIMIT_NOFILE)"
-                ),
-                Ok((old, hard)) => {
-                    tracing::info!(soft = old, hard, "open-file limit (RLIMIT_NOFILE)");
-                }
-                Err(_) => tracing::info!(soft, "open-file limit (RLIMIT_NOFILE)"),
-            }
-            FdLimit { soft }
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot raise the open-file limit (RLIMIT_NOFILE)");
-            FdLimit {
-                soft: before.map_or(u64::MAX, |(soft, _)| soft),
-            }
-        }
-    }
-}
-
-/// The connection cap: `configured`, or [`DEFAULT_MAX_CONNECTIONS`] lowered to what `fd`
-/// leaves after [`FD_RESERVE`] and `upstream` descriptors (the proxy's connections).
-///
-/// # Errors
-/// A configured cap the open-file limit cannot hold, or a limit too low for any connection:
-/// the message says what to raise or lower.
-pub(crate) fn connection_cap(
-    configured: Option<usize>,
-    fd: FdLimit,
-    upstream: usize,
-) -> Result<usize, String> {
-    let reserve = FD_RESERVE.saturating_add(u64::try_from(upstream).unwrap_or(u64::MAX));
-    let budget = usize::try_from(fd.soft.saturating_sub(reserve)).unwrap_or(usize::MAX);
-    match configured {
-        Some(n) if n > budget => Err(format!(
-            "[server] max_connections = {n} needs {} open files with the {reserve} kept for the \
-             store, files and upstream connections, but the open-file limit (RLIMIT_NOFILE) is \
-             {}: raise it (ulimit -n, systemd LimitNOFILE=) or lower max_connections",
-            u64::try_from(n).unwrap_or(u64::MAX).saturating_add(reserve),
-            fd.soft
-        )),
-        Some(n) => Ok(n),
-        None if budget == 0 => Err(format!(
-            "the open-file limit (RLIMIT_NOFILE) is {}, which leaves no room for connections \
-             after the {reserve} kept for the store, files and upstream connections: raise it \
-             (ulimit -n, systemd LimitNOFILE=)",
-            fd.soft
-        )),
-        None => Ok(DEFAULT_MAX_CONNECTIONS.min(budget)),
-    }
-}
 
 /// The process's connection budget and its idle HTTP connections.
 #[derive(Debug)]
@@ -115,6 +37,9 @@ pub(crate) struct Connections {
     /// stay busy without end (the reverse proxy's uploads and downloads, gRPC streams) hold
     /// together, so that the rest stays for the API and admin listeners.
     bulk: Arc<Semaphore>,
+    /// Every tracked HTTP connection (dead entries dropped as new ones come), for
+    /// [`Connections::shed_heaviest`].
+    all: Mutex<Vec<Weak<Conn>>>,
 }
 
 /// The most connections the bulk listeners (the proxy, gRPC) hold together of a budget of
@@ -127,7 +52,8 @@ pub(crate) fn bulk_share(max: usize) -> usize {
 
 /// Why a connection was closed by the server (the `reason` label of
 /// `floodgate_connections_closed_total`).
-pub(crate) const CLOSE_REASONS: [&str; 3] = ["header_timeout", "idle_timeout", "evicted"];
+pub(crate) const CLOSE_REASONS: [&str; 4] =
+    ["header_timeout", "idle_timeout", "evicted", "answers_held"];
 
 impl Connections {
     /// A budget of `max` connections.
@@ -147,6 +73,7 @@ impl Connections {
             became_idle: Notify::new(),
             waiting: AtomicUsize::new(0),
             bulk: Arc::new(Semaphore::new(bulk_share(max))),
+            all: Mutex::new(Vec::new()),
         })
     }
 
@@ -266,6 +193,9 @@ impl Connections {
             reading_head: AtomicBool::new(false),
             served: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
+            shed: AtomicBool::new(false),
+            answers: AtomicUsize::new(0),
+            answer_bytes: AtomicUsize::new(0),
             closing: AtomicBool::new(false),
             changed: Notify::new(),
             deadline_us: AtomicU64::new(NO_DEADLINE),
@@ -279,7 +209,37 @@ impl Connections {
         });
         conn.set_deadline(header_read);
         conn.become_idle();
+        let mut all = self.all.lock();
+        if all.len() == all.capacity() {
+            all.retain(|c| c.strong_count() > 0);
+        }
+        all.push(Arc::downgrade(&conn));
+        drop(all);
         conn
+    }
+
+    /// Closes at once the connection that holds the most answers not yet delivered (then
+    /// the most bytes of them): the answers budget is passed (`answers.rs`).
+    pub(crate) fn shed_heaviest(&self) {
+        let heaviest = self
+            .all
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| !c.shed.load(Ordering::Acquire))
+            .max_by_key(|c| {
+                (
+                    c.answers.load(Ordering::Acquire),
+                    c.answer_bytes.load(Ordering::Acquire),
+                )
+            });
+        if let Some(conn) = heaviest {
+            if conn.answers.load(Ordering::Acquire) > 0 {
+                conn.shed.store(true, Ordering::Release);
+                conn.evicted.store(true, Ordering::Release);
+                conn.changed.notify_one();
+            }
+        }
     }
 }
 
@@ -358,6 +318,12 @@ pub(crate) struct Conn {
     served: AtomicBool,
     /// Asked to close to make room.
     evicted: AtomicBool,
+    /// Asked to close at once: it held the most answers when the answers budget was passed
+    /// (`answers.rs`); also `evicted`.
+    shed: AtomicBool,
+    /// Answers produced and not yet delivered, and their bytes (`answers.rs`).
+    answers: AtomicUsize,
+    answer_bytes: AtomicUsize,
     /// Its task is closing it (shutdown or eviction): a request's end wakes the task.
     closing: AtomicBool,
     /// Wakes the connection's task to look at the state again (eviction, and while closing
@@ -553,6 +519,28 @@ impl Conn {
         (head != NO_DEADLINE).then_some(head)
     }
 
+    /// An answer of `n` bytes (with its stream's cost) is held until delivered.
+    pub(crate) fn hold(&self, n: usize) {
+        self.answers.fetch_add(1, Ordering::Relaxed);
+        self.answer_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// An answer [`held`](Self::hold) was delivered or dropped.
+    pub(crate) fn unhold(&self, n: usize) {
+        self.answers.fetch_sub(1, Ordering::Relaxed);
+        self.answer_bytes.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// It was asked to close at once ([`Connections::shed_heaviest`]).
+    pub(crate) fn is_shed(&self) -> bool {
+        self.shed.load(Ordering::Acquire)
+    }
+
+    /// Its budget (for [`answers::charge`](super::answers::charge)).
+    pub(crate) fn connections(&self) -> &Connections {
+        &self.connections
+    }
+
     /// A request's response ended (its body was sent or dropped): the idle timer starts
     /// when it was the last in flight.
     pub(crate) fn finish(self: &Arc<Self>) {
@@ -608,21 +596,6 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_default_cap_stays_below_the_open_file_limit() {
-        let fd = |soft| FdLimit { soft };
-        assert_eq!(
-            connection_cap(None, fd(u64::MAX), 0),
-            Ok(DEFAULT_MAX_CONNECTIONS)
-        );
-        assert_eq!(connection_cap(None, fd(1024), 0), Ok(1024 - 128));
-        assert_eq!(connection_cap(None, fd(1024), 256), Ok(1024 - 128 - 256));
-        assert_eq!(connection_cap(Some(500), fd(1024), 0), Ok(500));
-        let e = connection_cap(Some(2000), fd(1024), 0).unwrap_err();
-        assert!(e.contains("max_connections = 2000 needs 2128"), "{e}");
-        assert!(connection_cap(None, fd(100), 0).is_err());
-    }
 
     #[tokio::test]
     async fn at_the_cap_the_longest_idle_connection_is_asked_to_close() {

@@ -46,6 +46,8 @@ use super::idle_body::IdleBody;
 use crate::config::listen::ConnectionLimits;
 use crate::http::body_budget;
 
+use super::answers;
+
 /// The accept queue asked of the kernel for every listener (Linux caps it at
 /// `net.core.somaxconn`, 4096 by default). Tokio's own default, 1024, is too short for a burst
 /// of connections: once the queue is full the kernel drops the client's last handshake packet
@@ -272,6 +274,12 @@ async fn serve_connection(
         if closing && phase != Phase::Busy {
             break;
         }
+        if phase == Phase::Evicted && conn.is_shed() {
+            // It held the most undelivered answers past the answers budget: closed now, not
+            // after its answers (which its client does not read).
+            closed("answers_held");
+            break;
+        }
         if phase == Phase::Evicted && !closing {
             closed("evicted");
             closing = true;
@@ -415,6 +423,7 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
         let mut guard = InFlight {
             conn: Arc::clone(&self.conn),
             charge: None,
+            answer: 0,
         };
         if head_bytes(&request) > MAX_HEADER_BYTES {
             return Answer {
@@ -556,10 +565,12 @@ impl Future for Answer {
             Ok(response) => response,
             Err(never) => match never {},
         };
-        let guard = self
+        let mut guard = self
             .guard
             .take()
             .expect("an answer is polled until it is ready, not after");
+        let body = http_body::Body::size_hint(response.body()).lower();
+        guard.answer = answers::charge(&guard.conn, guard.conn.connections(), body);
         Poll::Ready(Ok(response.map(|inner| InFlightBody {
             inner,
             _guard: guard,
@@ -572,10 +583,15 @@ impl Future for Answer {
 struct InFlight {
     conn: Arc<Conn>,
     charge: Option<Arc<body_budget::Charge>>,
+    /// What its answer holds of the answers budget (`answers.rs`), from when it is ready.
+    answer: usize,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if self.answer > 0 {
+            answers::release(&self.conn, self.answer);
+        }
         if let Some(mut charge) = self.charge.take() {
             // The body is gone too (the usual case): its charge is given back now, and the
             // connection keeps it for its next request (no allocation per request). Else the

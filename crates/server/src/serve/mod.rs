@@ -16,9 +16,11 @@
 //! connections are refused), or after `--shutdown-delay` of still serving so load balancers can
 //! notice; then in-flight requests finish (up to `--drain-timeout`).
 
+mod answers;
 mod args;
 pub(crate) mod connections;
 pub(crate) mod envoy_env;
+pub(crate) mod fd_limit;
 pub(crate) mod idle_body;
 mod leases;
 pub(crate) mod listener;
@@ -119,13 +121,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
     // The open-file limit first: the connection cap is derived from it.
     let limits = config.server.limits.clone();
-    let fd = connections::raise_nofile_limit();
+    let fd = fd_limit::raise_nofile_limit();
     let upstream_fds = if upstream.is_some() {
         limits.upstream_max_connections
     } else {
         0
     };
-    let cap = connections::connection_cap(limits.max_connections, fd, upstream_fds)
+    let cap = fd_limit::connection_cap(limits.max_connections, fd, upstream_fds)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     tracing::info!(
         max_connections = cap,
