@@ -110,3 +110,143 @@ async fn connections_that_read_no_answer_are_closed_past_the_answers_budget() {
     let health = c.get(fg.url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
 }
+
+/// The client preface with the largest flow-control windows (`SETTINGS_INITIAL_WINDOW_SIZE`
+/// 2^31 - 1 and a connection WINDOW_UPDATE as large): the server may send everything, and
+/// what the socket does not take waits in the server.
+const PREFACE_WINDOW_MAX: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\x06\x04\0\0\0\0\0\0\x04\x7f\xff\xff\xff\0\0\x04\x08\0\0\0\0\0\x7f\xff\0\0";
+
+/// The same attack with open windows and a socket never read: the answers' bodies are all
+/// taken by the connection and wait in its frames, not in the bodies. 60 connections of 100
+/// answers (about 570 MB) are past the budget too, beyond what the sockets hold.
+#[tokio::test]
+async fn connections_whose_sockets_are_not_read_are_closed_past_the_answers_budget() {
+    let fg = Floodgate::start(&[]);
+    let api: SocketAddr = fg.api.trim_start_matches("http://").parse().unwrap();
+    let mut holders = Vec::new();
+    for _ in 0..60 {
+        let mut s = TcpStream::connect(api).await.unwrap();
+        let mut out = PREFACE_WINDOW_MAX.to_vec();
+        for i in 0..100u32 {
+            out.extend_from_slice(&get(2 * i + 1, "/v1/openapi.json"));
+        }
+        s.write_all(&out).await.unwrap();
+        holders.push(s);
+    }
+    let c = client();
+    let series = r#"floodgate_connections_closed_total{reason="answers_held"}"#;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let shed = loop {
+        let shed = metric(&c, &fg, series).await.unwrap_or(0.0);
+        if shed >= 1.0 || Instant::now() > deadline {
+            break shed;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(shed >= 1.0, "no connection closed for its unread answers");
+    let health = c.get(fg.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    drop(holders);
+}
+
+const GRPC_CONFIG: &str = r#"
+[server]
+grpc_max_concurrent_streams = 1024
+
+[[rules]]
+name = "edge"
+limit = "100000/s"
+domain = "edge"
+descriptors = [{ key = "remote_address" }]
+"#;
+
+/// A `ShouldRateLimit` call on `stream`: HEADERS (`POST`, `content-type: application/grpc`,
+/// `te: trailers`), then one DATA frame (END_STREAM) with domain `edge` and one descriptor.
+fn should_rate_limit(stream: u32) -> Vec<u8> {
+    const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    let mut block = vec![0x83, 0x86, 0x04, u8::try_from(PATH.len()).unwrap()];
+    block.extend_from_slice(PATH.as_bytes());
+    block.extend_from_slice(&[0x01, 9]);
+    block.extend_from_slice(b"127.0.0.1");
+    block.extend_from_slice(&[0x0f, 0x10, 16]);
+    block.extend_from_slice(b"application/grpc");
+    block.extend_from_slice(&[0x00, 2]);
+    block.extend_from_slice(b"te");
+    block.push(8);
+    block.extend_from_slice(b"trailers");
+    let mut out = frame(0x1, 0x4, stream, &block);
+    // RateLimitRequest { domain: "edge", descriptors: [{ entries: [{ remote_address: 1.2.3.4 }] }] }
+    let entry = [&[0x0a, 14][..], b"remote_address", &[0x12, 7], b"1.2.3.4"].concat();
+    let descriptor = [&[0x0a, u8::try_from(entry.len()).unwrap()][..], &entry].concat();
+    let message = [
+        &[0x0a, 4][..],
+        b"edge",
+        &[0x12, u8::try_from(descriptor.len()).unwrap()],
+        &descriptor,
+    ]
+    .concat();
+    let mut data = vec![0];
+    data.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    data.extend_from_slice(&message);
+    out.extend_from_slice(&frame(0x0, 0x1, stream, &data));
+    out
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut f = vec![
+        0,
+        u8::try_from(len >> 8).unwrap(),
+        u8::try_from(len & 0xff).unwrap(),
+        kind,
+        flags,
+    ];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// The attacker's review: 1,024 calls held on each of 40 gRPC connections (window 0) took the
+/// process from 34 MB to 312 MB and were never ended. Ten connections of 1,024 calls pass the
+/// 64 MiB budget (8 KiB a call): connections are closed, and `/healthz` answers meanwhile.
+#[tokio::test]
+async fn grpc_connections_that_read_no_answer_are_closed_past_the_budget() {
+    let fg = Floodgate::with_config(GRPC_CONFIG, &["--grpc-listen", "127.0.0.1:0"]);
+    let grpc: SocketAddr = fg
+        .grpc
+        .as_ref()
+        .unwrap()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let mut holders = Vec::new();
+    for _ in 0..10 {
+        let mut s = TcpStream::connect(grpc).await.unwrap();
+        let mut out = PREFACE_WINDOW_0.to_vec();
+        for i in 0..1024u32 {
+            out.extend_from_slice(&should_rate_limit(2 * i + 1));
+        }
+        s.write_all(&out).await.unwrap();
+        holders.push(s);
+    }
+    let c = client();
+    let series = r#"floodgate_connections_closed_total{reason="answers_held"}"#;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let shed = loop {
+        let shed = metric(&c, &fg, series).await.unwrap_or(0.0);
+        if shed >= 1.0 || Instant::now() > deadline {
+            break shed;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(shed >= 1.0, "no gRPC connection closed for its held calls");
+    let mut closed = 0;
+    for s in &mut holders {
+        if closed_within(s, Duration::from_millis(200)).await {
+            closed += 1;
+        }
+    }
+    assert!(closed >= 1, "every holder still open");
+    let health = c.get(fg.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+}

@@ -23,6 +23,7 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::held::{Held, Registry};
 use super::tls::{Acceptors, Transport};
 use crate::serve::connections::{Connections, Slot};
 
@@ -32,6 +33,7 @@ use crate::serve::listener::{accept_failed, stopped};
 pub(super) fn accept(
     listener: TcpListener,
     connections: Arc<Connections>,
+    registry: Arc<Registry>,
     first_bytes: Duration,
     tls: Option<Arc<Acceptors>>,
     shutdown: watch::Receiver<bool>,
@@ -41,6 +43,7 @@ pub(super) fn accept(
         (listener, connections, tls, shutdown),
         move |(listener, connections, tls, mut shutdown)| {
             let share = Arc::clone(&share);
+            let registry = Arc::clone(&registry);
             async move {
                 let stream = loop {
                     tokio::select! {
@@ -66,7 +69,9 @@ pub(super) fn accept(
                 slot.accepted();
                 let _ = stream.set_nodelay(true);
                 let info = stream.connect_info();
+                let held = registry.register(info.remote_addr());
                 let io = GrpcIo {
+                    held,
                     inner: match &tls {
                         None => Transport::Plain(stream),
                         Some(tls) => tls.accept(stream, first_bytes),
@@ -86,6 +91,8 @@ pub(super) fn accept(
 /// the deadline of its first bytes.
 #[derive(Debug)]
 pub(super) struct GrpcIo {
+    /// What its calls hold (`held.rs`), and whether it must close.
+    held: Arc<Held>,
     inner: Transport,
     info: TcpConnectInfo,
     _slot: Slot,
@@ -111,6 +118,13 @@ impl AsyncRead for GrpcIo {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
+        if this.held.is_shed(cx) {
+            // It held the most unanswered calls past the budget (`held.rs`).
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "closed: the gRPC connection held the most undelivered answers",
+            )));
+        }
         let before = buf.filled().len();
         let result = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Some(deadline) = &mut this.first_bytes {
@@ -140,7 +154,11 @@ impl AsyncWrite for GrpcIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let result = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = result {
+            self.held.wrote(n);
+        }
+        result
     }
 
     fn poll_write_vectored(
@@ -148,7 +166,11 @@ impl AsyncWrite for GrpcIo {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = result {
+            self.held.wrote(n);
+        }
+        result
     }
 
     fn is_write_vectored(&self) -> bool {

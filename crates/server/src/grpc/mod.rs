@@ -28,6 +28,7 @@
 
 mod descriptor;
 mod guard;
+mod held;
 mod incoming;
 pub(crate) mod labels;
 mod limit_headers;
@@ -111,6 +112,7 @@ pub(crate) fn spawn(
         let service = RateLimitServiceServer::new(rls::RateLimitService::new(state))
             .max_decoding_message_size(guard::MAX_MESSAGE);
         let streams = limits.grpc_max_concurrent_streams;
+        let registry = Arc::new(held::Registry::default());
         let budget = guard::Budget::new(guard::BUDGET, guard::CONNECTION_SHARE);
         let deadline = limits.header_read_timeout;
         let bodies =
@@ -133,6 +135,7 @@ pub(crate) fn spawn(
             .concurrency_limit_per_connection(usize::try_from(streams).unwrap_or(usize::MAX))
             .max_connection_age(limits.grpc_max_connection_age)
             .layer(bodies)
+            .layer(held::HeldLayer(Arc::clone(&registry)))
             .add_service(health)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
@@ -141,6 +144,7 @@ pub(crate) fn spawn(
                 incoming::accept(
                     listener,
                     connections,
+                    registry,
                     limits.header_read_timeout,
                     tls,
                     shutdown.clone(),

@@ -196,6 +196,7 @@ impl Connections {
             shed: AtomicBool::new(false),
             answers: AtomicUsize::new(0),
             answer_bytes: AtomicUsize::new(0),
+            backlog: super::answers::Backlog::default(),
             closing: AtomicBool::new(false),
             changed: Notify::new(),
             deadline_us: AtomicU64::new(NO_DEADLINE),
@@ -324,6 +325,7 @@ pub(crate) struct Conn {
     /// Answers produced and not yet delivered, and their bytes (`answers.rs`).
     answers: AtomicUsize,
     answer_bytes: AtomicUsize,
+    backlog: super::answers::Backlog,
     /// Its task is closing it (shutdown or eviction): a request's end wakes the task.
     closing: AtomicBool,
     /// Wakes the connection's task to look at the state again (eviction, and while closing
@@ -346,6 +348,13 @@ pub(crate) struct Conn {
     /// A body-budget charge given back by its last request, for the next one.
     spare_charge: Mutex<Option<Arc<Charge>>>,
     connections: Arc<Connections>,
+}
+
+impl Drop for Conn {
+    /// The connection is gone, and with it every answer its socket had not taken.
+    fn drop(&mut self) {
+        super::answers::release_gone(self.backlog.drain());
+    }
 }
 
 /// Microseconds of the monotonic clock (`CLOCK_MONOTONIC`), what the connections' deadlines
@@ -525,10 +534,15 @@ impl Conn {
         self.answer_bytes.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// An answer [`held`](Self::hold) was delivered or dropped.
-    pub(crate) fn unhold(&self, n: usize) {
-        self.answers.fetch_sub(1, Ordering::Relaxed);
+    /// `count` answers [`held`](Self::hold), `n` bytes together, were delivered or dropped.
+    pub(crate) fn unhold_many(&self, count: usize, n: usize) {
+        self.answers.fetch_sub(count, Ordering::Relaxed);
         self.answer_bytes.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Its answers that ended and are not yet written out.
+    pub(crate) fn backlog(&self) -> &super::answers::Backlog {
+        &self.backlog
     }
 
     /// It was asked to close at once ([`Connections::shed_heaviest`]).

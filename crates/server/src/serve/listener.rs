@@ -424,6 +424,7 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
             conn: Arc::clone(&self.conn),
             charge: None,
             answer: 0,
+            body_bytes: 0,
         };
         if head_bytes(&request) > MAX_HEADER_BYTES {
             return Answer {
@@ -571,10 +572,7 @@ impl Future for Answer {
             .expect("an answer is polled until it is ready, not after");
         let body = http_body::Body::size_hint(response.body()).lower();
         guard.answer = answers::charge(&guard.conn, guard.conn.connections(), body);
-        Poll::Ready(Ok(response.map(|inner| InFlightBody {
-            inner,
-            _guard: guard,
-        })))
+        Poll::Ready(Ok(response.map(|inner| InFlightBody { inner, guard })))
     }
 }
 
@@ -585,12 +583,14 @@ struct InFlight {
     charge: Option<Arc<body_budget::Charge>>,
     /// What its answer holds of the answers budget (`answers.rs`), from when it is ready.
     answer: usize,
+    /// The bytes of its answer's body yielded so far.
+    body_bytes: u64,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         if self.answer > 0 {
-            answers::release(&self.conn, self.answer);
+            answers::ended(&self.conn, self.body_bytes, self.answer);
         }
         if let Some(mut charge) = self.charge.take() {
             // The body is gone too (the usual case): its charge is given back now, and the
@@ -608,7 +608,7 @@ impl Drop for InFlight {
 /// A response body that keeps its request in flight until it is dropped.
 pub(crate) struct InFlightBody {
     inner: Body,
-    _guard: InFlight,
+    guard: InFlight,
 }
 
 impl HttpBody for InFlightBody {
@@ -619,7 +619,14 @@ impl HttpBody for InFlightBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let this = &mut *self;
+        let frame = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &frame {
+            if let Some(data) = frame.data_ref() {
+                this.guard.body_bytes += data.len() as u64;
+            }
+        }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {
@@ -659,7 +666,11 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let result = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = result {
+            answers::release_freed(&self.conn, self.conn.backlog().wrote(n));
+        }
+        result
     }
 
     fn poll_write_vectored(
@@ -667,7 +678,11 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = result {
+            answers::release_freed(&self.conn, self.conn.backlog().wrote(n));
+        }
+        result
     }
 
     fn is_write_vectored(&self) -> bool {

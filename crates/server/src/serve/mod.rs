@@ -16,7 +16,7 @@
 //! connections are refused), or after `--shutdown-delay` of still serving so load balancers can
 //! notice; then in-flight requests finish (up to `--drain-timeout`).
 
-mod answers;
+pub(crate) mod answers;
 mod args;
 pub(crate) mod connections;
 pub(crate) mod envoy_env;
