@@ -197,6 +197,7 @@ impl Connections {
             answers: AtomicUsize::new(0),
             answer_bytes: AtomicUsize::new(0),
             backlog: super::answers::Backlog::default(),
+            multiplexed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             changed: Notify::new(),
             deadline_us: AtomicU64::new(NO_DEADLINE),
@@ -326,6 +327,9 @@ pub(crate) struct Conn {
     answers: AtomicUsize,
     answer_bytes: AtomicUsize,
     backlog: super::answers::Backlog,
+    /// An HTTP/2 connection (set at its first request): its socket's writes are counted for
+    /// `backlog`; an HTTP/1 connection's are not (it holds no answer past its body).
+    multiplexed: AtomicBool,
     /// Its task is closing it (shutdown or eviction): a request's end wakes the task.
     closing: AtomicBool,
     /// Wakes the connection's task to look at the state again (eviction, and while closing
@@ -543,6 +547,16 @@ impl Conn {
     /// Its answers that ended and are not yet written out.
     pub(crate) fn backlog(&self) -> &super::answers::Backlog {
         &self.backlog
+    }
+
+    /// It serves HTTP/2: count its socket's writes from now on (before its first answer).
+    pub(crate) fn set_multiplexed(&self) {
+        self.multiplexed.store(true, Ordering::Relaxed);
+    }
+
+    /// See [`Conn::set_multiplexed`].
+    pub(crate) fn is_multiplexed(&self) -> bool {
+        self.multiplexed.load(Ordering::Relaxed)
     }
 
     /// It was asked to close at once ([`Connections::shed_heaviest`]).

@@ -425,7 +425,11 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
             charge: None,
             answer: 0,
             body_bytes: 0,
+            multiplexed: request.version() >= http::Version::HTTP_2,
         };
+        if guard.multiplexed {
+            self.conn.set_multiplexed();
+        }
         if head_bytes(&request) > MAX_HEADER_BYTES {
             return Answer {
                 inner: Either::Right(std::future::ready(Ok(head_too_large(request.version())))),
@@ -585,12 +589,27 @@ struct InFlight {
     answer: usize,
     /// The bytes of its answer's body yielded so far.
     body_bytes: u64,
+    /// An HTTP/2 request: its answer's frames may wait in the connection after its body
+    /// ended (see `answers::Backlog`).
+    multiplexed: bool,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         if self.answer > 0 {
-            answers::ended(&self.conn, self.body_bytes, self.answer);
+            if self.multiplexed {
+                answers::ended(&self.conn, self.body_bytes, self.answer);
+            } else {
+                // HTTP/1 takes a body only while its write buffer has room (64 KiB): one
+                // answer per connection waits for its socket, nothing more.
+                answers::release_freed(
+                    &self.conn,
+                    answers::Freed {
+                        answers: 1,
+                        bytes: self.answer,
+                    },
+                );
+            }
         }
         if let Some(mut charge) = self.charge.take() {
             // The body is gone too (the usual case): its charge is given back now, and the
@@ -668,7 +687,9 @@ impl AsyncWrite for Watched {
     ) -> Poll<std::io::Result<usize>> {
         let result = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = result {
-            answers::release_freed(&self.conn, self.conn.backlog().wrote(n));
+            if self.conn.is_multiplexed() {
+                answers::release_freed(&self.conn, self.conn.backlog().wrote(n));
+            }
         }
         result
     }
@@ -680,7 +701,9 @@ impl AsyncWrite for Watched {
     ) -> Poll<std::io::Result<usize>> {
         let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = result {
-            answers::release_freed(&self.conn, self.conn.backlog().wrote(n));
+            if self.conn.is_multiplexed() {
+                answers::release_freed(&self.conn, self.conn.backlog().wrote(n));
+            }
         }
         result
     }
