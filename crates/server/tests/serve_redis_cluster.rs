@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use floodgate_store::redis::testing::{Flavor, RedisCluster};
 use serde_json::json;
-use serve_support::{client, Floodgate};
+use serve_support::{client, metric, Floodgate};
 
 /// Four rules, one per algorithm, each 150 per hour; a store failure answers 503, so an
 /// error cannot pass for an admission.
@@ -353,6 +353,12 @@ async fn a_dead_master_bounds_client_logs_and_slot_refreshes_and_readyz_names_it
     let (admitted, errors) = load(&c, &fg, "warm", 4, 40).await;
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(admitted.iter().sum::<u64>(), 160);
+    // Both slot-refresh series are there from the start (`reused` appeared at its first).
+    for outcome in ["sent", "reused"] {
+        let series =
+            format!(r#"floodgate_store_redis_slot_refreshes_total{{outcome="{outcome}"}}"#);
+        assert!(metric(&c, &fg, &series).await.is_some(), "{series}");
+    }
     let dead = 0;
     let dead_addr = format!("127.0.0.1:{}", cluster.nodes()[dead].port());
     cluster.kill(dead);

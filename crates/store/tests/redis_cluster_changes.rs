@@ -344,3 +344,66 @@ on_both!(
     valkey_ask_redirects_mid_migration_with_24_clients_never_fail_and_count_exactly,
     ask_redirects_mid_migration_with_24_clients_never_fail_and_count_exactly_on
 );
+
+/// An operator's review: a master that hangs (a partition; here `SIGSTOP`) instead of dying
+/// stayed in the client's slot map after its replica was promoted, because calls that time
+/// out make the client re-read nothing: its slots failed until the old master woke (12 to
+/// 30 s in the review). The breaker's recovery watch and the shard probe now ask another
+/// master about a failing key, whose `MOVED` makes the client read the new map.
+#[test]
+fn a_hung_masters_promoted_replica_is_found_while_it_hangs() {
+    let cluster = RedisCluster::start_with_replicas_and_node_timeout(1000).unwrap();
+    let rt = multi_thread_runtime(2).unwrap();
+    rt.block_on(async {
+        let mut config = RedisStoreConfig::cluster(cluster.urls());
+        config.timeout = Duration::from_millis(200);
+        let store = RedisStore::new(config, Arc::new(floodgate_core::SystemClock)).unwrap();
+        let policy = Policy::new(AlgorithmKind::Gcra, "100000/h".parse().unwrap()).unwrap();
+        let check = || async {
+            let item = CheckItem {
+                rule: "hung",
+                policy: &policy,
+                key: "hot",
+                cost: 1,
+            };
+            store.check(&[item]).await
+        };
+        assert!(check().await.unwrap().allowed);
+        let name = store.key_name("hung", &policy, "hot");
+        let slot: u16 = cluster.nodes()[0]
+            .cli(&["CLUSTER", "KEYSLOT", &name])
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let master = cluster.owner_of(slot).unwrap();
+        let pid = cluster.nodes()[master]
+            .cli(&["INFO", "server"])
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:").map(|p| p.trim().to_string()))
+            .unwrap();
+        let signal = |sig: &str| {
+            assert!(std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success());
+        };
+        signal("-STOP");
+        let stopped = tokio::time::Instant::now();
+        // Calls keep coming (every 50 ms): they fail while the cluster elects the replica
+        // (node timeout 1 s), then succeed on it, the old master still frozen.
+        let mut back = None;
+        while stopped.elapsed() < Duration::from_secs(20) {
+            if check().await.is_ok_and(|d| d.allowed) {
+                back = Some(stopped.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        signal("-CONT");
+        let back = back.expect("decisions did not return while the old master hung");
+        eprintln!("hung master: decisions back after {back:?}");
+    });
+}
