@@ -29,7 +29,7 @@ use http_body::{Frame, SizeHint};
 use parking_lot::Mutex;
 use tonic::transport::server::TcpConnectInfo;
 
-use crate::serve::answers::{Backlog, Freed};
+use crate::serve::backlog::{Backlog, Freed};
 
 /// What the calls of all gRPC connections may hold at once before the connection with the
 /// most is closed: 64 MiB (8,192 calls held unanswered; Envoy's own calls end in
@@ -125,22 +125,35 @@ impl Registry {
     fn charge(self: &Arc<Self>, peer: SocketAddr) -> Option<Charge> {
         let conn = self.conns.lock().get(&peer).and_then(Weak::upgrade)?;
         conn.calls.fetch_add(1, Ordering::Relaxed);
-        let before = self.held.fetch_add(CALL_COST, Ordering::AcqRel);
-        if before.saturating_add(CALL_COST) > GRPC_ANSWER_BUDGET {
-            self.shed_heaviest();
+        let held = self
+            .held
+            .fetch_add(CALL_COST, Ordering::AcqRel)
+            .saturating_add(CALL_COST);
+        if held > GRPC_ANSWER_BUDGET {
+            self.shed_heaviest(held);
         }
         Some(Charge { conn, bytes: 0 })
     }
 
-    /// Closes the connection holding the most calls.
-    fn shed_heaviest(&self) {
-        let heaviest = self
-            .conns
-            .lock()
-            .values()
-            .filter_map(Weak::upgrade)
-            .filter(|c| !c.shed.load(Ordering::Acquire))
-            .max_by_key(|c| c.calls.load(Ordering::Acquire));
+    /// Closes the connection holding the most calls, unless the connections already closing
+    /// for it hold the excess of `held` over the budget (they give it back as they go).
+    fn shed_heaviest(&self, held: usize) {
+        let mut closing = 0usize;
+        let mut heaviest: Option<Arc<Held>> = None;
+        for conn in self.conns.lock().values().filter_map(Weak::upgrade) {
+            let calls = conn.calls.load(Ordering::Acquire);
+            if conn.shed.load(Ordering::Acquire) {
+                closing = closing.saturating_add(calls.saturating_mul(CALL_COST));
+            } else if heaviest
+                .as_ref()
+                .is_none_or(|h| calls > h.calls.load(Ordering::Acquire))
+            {
+                heaviest = Some(conn);
+            }
+        }
+        if held.saturating_sub(closing) <= GRPC_ANSWER_BUDGET {
+            return;
+        }
         if let Some(conn) = heaviest {
             if !conn.shed.swap(true, Ordering::AcqRel) {
                 metrics::counter!(

@@ -196,7 +196,7 @@ impl Connections {
             shed: AtomicBool::new(false),
             answers: AtomicUsize::new(0),
             answer_bytes: AtomicUsize::new(0),
-            backlog: super::answers::Backlog::default(),
+            backlog: super::backlog::Backlog::default(),
             multiplexed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             changed: Notify::new(),
@@ -221,20 +221,29 @@ impl Connections {
     }
 
     /// Closes at once the connection that holds the most answers not yet delivered (then
-    /// the most bytes of them): the answers budget is passed (`answers.rs`).
-    pub(crate) fn shed_heaviest(&self) {
-        let heaviest = self
-            .all
-            .lock()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .filter(|c| !c.shed.load(Ordering::Acquire))
-            .max_by_key(|c| {
-                (
-                    c.answers.load(Ordering::Acquire),
-                    c.answer_bytes.load(Ordering::Acquire),
-                )
-            });
+    /// the most bytes of them): `held` answer bytes are past the answers budget `budget`
+    /// (`answers.rs`). Not while the connections already closing for it hold the excess
+    /// (they give it back as they go; closing more meanwhile closed a client's connection
+    /// that held one answer).
+    pub(crate) fn shed_heaviest(&self, held: usize, budget: usize) {
+        let mut closing = 0usize;
+        let mut heaviest: Option<Arc<Conn>> = None;
+        let key = |c: &Conn| {
+            (
+                c.answers.load(Ordering::Acquire),
+                c.answer_bytes.load(Ordering::Acquire),
+            )
+        };
+        for conn in self.all.lock().iter().filter_map(Weak::upgrade) {
+            if conn.shed.load(Ordering::Acquire) {
+                closing = closing.saturating_add(conn.answer_bytes.load(Ordering::Acquire));
+            } else if heaviest.as_ref().is_none_or(|h| key(&conn) > key(h)) {
+                heaviest = Some(conn);
+            }
+        }
+        if held.saturating_sub(closing) <= budget {
+            return;
+        }
         if let Some(conn) = heaviest {
             if conn.answers.load(Ordering::Acquire) > 0 {
                 conn.shed.store(true, Ordering::Release);
@@ -326,7 +335,7 @@ pub(crate) struct Conn {
     /// Answers produced and not yet delivered, and their bytes (`answers.rs`).
     answers: AtomicUsize,
     answer_bytes: AtomicUsize,
-    backlog: super::answers::Backlog,
+    backlog: super::backlog::Backlog,
     /// An HTTP/2 connection (set at its first request): its socket's writes are counted for
     /// `backlog`; an HTTP/1 connection's are not (it holds no answer past its body).
     multiplexed: AtomicBool,
@@ -357,7 +366,7 @@ pub(crate) struct Conn {
 impl Drop for Conn {
     /// The connection is gone, and with it every answer its socket had not taken.
     fn drop(&mut self) {
-        super::answers::release_gone(self.backlog.drain());
+        super::backlog::release_gone(self.backlog.drain());
     }
 }
 
@@ -545,7 +554,7 @@ impl Conn {
     }
 
     /// Its answers that ended and are not yet written out.
-    pub(crate) fn backlog(&self) -> &super::answers::Backlog {
+    pub(crate) fn backlog(&self) -> &super::backlog::Backlog {
         &self.backlog
     }
 

@@ -591,7 +591,7 @@ struct InFlight {
     /// The bytes of its answer's body yielded so far.
     body_bytes: u64,
     /// An HTTP/2 request: its answer's frames may wait in the connection after its body
-    /// ended (see `answers::Backlog`).
+    /// ended (see `backlog::Backlog`).
     multiplexed: bool,
 }
 
@@ -605,7 +605,7 @@ impl Drop for InFlight {
                 // answer per connection waits for its socket, nothing more.
                 answers::release_freed(
                     &self.conn,
-                    answers::Freed {
+                    crate::serve::backlog::Freed {
                         answers: 1,
                         bytes: self.answer,
                     },

@@ -18,6 +18,7 @@
 
 pub(crate) mod answers;
 mod args;
+pub(crate) mod backlog;
 pub(crate) mod connections;
 pub(crate) mod envoy_env;
 pub(crate) mod fd_limit;

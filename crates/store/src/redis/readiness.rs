@@ -111,15 +111,8 @@ impl RedisStore {
             });
         }
         // After the shards' counts, which name the same master with its calls.
-        if let Some((node, cause)) = self.shard_breakers.as_ref().and_then(|b| b.first_open()) {
-            let cause = cause.map(|c| format!("; the last failure: {c}"));
-            return Err(StoreError::Unavailable {
-                reason: format!(
-                    "redis circuit breaker open for cluster master {node}: calls to its slots \
-                     fail fast{}",
-                    cause.unwrap_or_default()
-                ),
-            });
+        if let Some(open) = self.open_shard_breaker() {
+            return Err(open);
         }
         let last = self.ping_at.load(Ordering::Acquire);
         let interval = u64::try_from(READINESS_PING_INTERVAL.as_micros()).unwrap_or(u64::MAX);
@@ -200,6 +193,19 @@ impl RedisStore {
             });
         }
         Ok(())
+    }
+
+    /// Cluster: the not-ready error of the first master whose breaker is open, if one is.
+    fn open_shard_breaker(&self) -> Option<StoreError> {
+        let (node, cause) = self.shard_breakers.as_ref()?.first_open()?;
+        let cause = cause.map(|c| format!("; the last failure: {c}"));
+        Some(StoreError::Unavailable {
+            reason: format!(
+                "redis circuit breaker open for cluster master {node}: calls to its slots fail \
+                 fast{}",
+                cause.unwrap_or_default()
+            ),
+        })
     }
 
     /// Standalone Redis: why a new TCP (or Unix socket) connection to it fails within
