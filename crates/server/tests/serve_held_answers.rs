@@ -250,3 +250,52 @@ async fn grpc_connections_that_read_no_answer_are_closed_past_the_budget() {
     let health = c.get(fg.url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
 }
+
+/// An attacker's review: an HTTP/2 connection its client closed with a stream still open
+/// (its answer unread) came back in the list of idle connections for ever, ahead of the
+/// real ones: at the connection cap, eviction picked it, closed nothing, and a new client
+/// waited for an idle timeout (59 s). Its answers' charges were never given back either.
+#[tokio::test]
+async fn connections_closed_with_a_stream_open_leave_eviction_working() {
+    let fg = Floodgate::with_config("[server]\nmax_connections = 30\n", &[]);
+    let api: SocketAddr = fg.api.trim_start_matches("http://").parse().unwrap();
+    for _ in 0..10 {
+        let mut s = TcpStream::connect(api).await.unwrap();
+        let mut out = PREFACE_WINDOW_0.to_vec();
+        out.extend_from_slice(&get(1, "/healthz"));
+        s.write_all(&out).await.unwrap();
+        // The answer's headers came (its body cannot): then the client goes.
+        let mut buf = [0u8; 256];
+        let _ = timeout(Duration::from_secs(2), s.read(&mut buf)).await;
+        drop(s);
+    }
+    // The cap filled with idle keep-alive connections, each after one answer.
+    let mut idle = Vec::new();
+    for _ in 0..30 {
+        let mut s = TcpStream::connect(api).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let n = timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("an idle connection's answer")
+            .unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        idle.push(s);
+    }
+    // A new client gets room at once: the longest-idle real connection is closed for it.
+    let started = Instant::now();
+    let answer = timeout(Duration::from_secs(5), async {
+        let mut s = TcpStream::connect(api).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.unwrap();
+        answer
+    })
+    .await
+    .expect("no room made at the cap within 5 s");
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{started:?}");
+}

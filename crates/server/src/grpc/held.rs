@@ -30,6 +30,7 @@ use parking_lot::Mutex;
 use tonic::transport::server::TcpConnectInfo;
 
 use crate::serve::backlog::{Backlog, Freed};
+use crate::serve::connections::{monotonic_us, STALLED_US};
 
 /// What the calls of all gRPC connections may hold at once before the connection with the
 /// most is closed: 64 MiB (8,192 calls held unanswered; Envoy's own calls end in
@@ -55,6 +56,8 @@ pub(super) struct Held {
     reader: AtomicWaker,
     /// Its ended answers the socket has not taken yet.
     backlog: Backlog,
+    /// When its socket last took bytes (`monotonic_us`; 0: never).
+    last_write_us: std::sync::atomic::AtomicU64,
 }
 
 impl Held {
@@ -66,7 +69,13 @@ impl Held {
 
     /// `n` bytes were written to the socket: the answers they complete are no longer held.
     pub(super) fn wrote(&self, n: usize) {
+        self.last_write_us.store(monotonic_us(), Ordering::Relaxed);
         self.release(self.backlog.wrote(n));
+    }
+
+    /// Its socket took nothing for [`STALLED_US`]: shed before a connection that writes.
+    fn stalled(&self, now: u64) -> bool {
+        now.saturating_sub(self.last_write_us.load(Ordering::Relaxed)) >= STALLED_US
     }
 
     /// A call's answer ended after `bytes` of messages: held until the socket took them.
@@ -109,6 +118,7 @@ impl Registry {
             shed: AtomicBool::new(false),
             reader: AtomicWaker::new(),
             backlog: Backlog::default(),
+            last_write_us: std::sync::atomic::AtomicU64::new(0),
         });
         if let Some(peer) = peer {
             let mut conns = self.conns.lock();
@@ -135,22 +145,23 @@ impl Registry {
         Some(Charge { conn, bytes: 0 })
     }
 
-    /// Closes the connection holding the most calls, unless the connections already closing
+    /// Closes the connection holding the most calls (of those whose socket took nothing for
+    /// [`STALLED_US`] first: a busy Envoy's connection writes all the time), unless the connections already closing
     /// for it hold the excess of `held` over the budget (they give it back as they go).
     fn shed_heaviest(&self, held: usize) {
         let mut closing = 0usize;
-        let mut heaviest: Option<Arc<Held>> = None;
+        let mut heaviest: Option<(Arc<Held>, (bool, usize))> = None;
+        let now = monotonic_us();
         for conn in self.conns.lock().values().filter_map(Weak::upgrade) {
             let calls = conn.calls.load(Ordering::Acquire);
+            let key = (conn.stalled(now), calls);
             if conn.shed.load(Ordering::Acquire) {
                 closing = closing.saturating_add(calls.saturating_mul(CALL_COST));
-            } else if heaviest
-                .as_ref()
-                .is_none_or(|h| calls > h.calls.load(Ordering::Acquire))
-            {
-                heaviest = Some(conn);
+            } else if heaviest.as_ref().is_none_or(|(_, k)| key > *k) {
+                heaviest = Some((conn, key));
             }
         }
+        let heaviest = heaviest.map(|(conn, _)| conn);
         if held.saturating_sub(closing) <= GRPC_ANSWER_BUDGET {
             return;
         }
@@ -299,5 +310,27 @@ mod tests {
         held_b.wrote(1 << 30);
         assert_eq!(registry.held.load(Ordering::Acquire), 0);
         assert!(registry.charge("192.0.2.3:1".parse().unwrap()).is_none());
+    }
+
+    /// A connection that writes is shed after one that does not, though it holds more.
+    #[test]
+    fn a_connection_that_writes_is_shed_after_one_that_does_not() {
+        let registry = Arc::new(Registry::default());
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "192.0.2.4:1".parse().unwrap(),
+            "192.0.2.5:1".parse().unwrap(),
+        );
+        let (held_a, held_b) = (registry.register(Some(a)), registry.register(Some(b)));
+        let few: Vec<Charge> = (0..10).map(|_| registry.charge(a).unwrap()).collect();
+        let mut many = Vec::new();
+        while registry.held.load(Ordering::Acquire) + CALL_COST <= GRPC_ANSWER_BUDGET {
+            many.push(registry.charge(b).unwrap());
+        }
+        held_b.wrote(0);
+        many.push(registry.charge(b).unwrap());
+        let cx = Context::from_waker(futures_util::task::noop_waker_ref());
+        assert!(held_a.is_shed(&cx), "the one that wrote nothing");
+        assert!(!held_b.is_shed(&cx));
+        drop((few, many));
     }
 }

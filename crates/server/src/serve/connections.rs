@@ -198,6 +198,7 @@ impl Connections {
             answer_bytes: AtomicUsize::new(0),
             backlog: super::backlog::Backlog::default(),
             multiplexed: AtomicBool::new(false),
+            last_write_us: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             changed: Notify::new(),
             deadline_us: AtomicU64::new(NO_DEADLINE),
@@ -221,15 +222,20 @@ impl Connections {
     }
 
     /// Closes at once the connection that holds the most answers not yet delivered (then
-    /// the most bytes of them): `held` answer bytes are past the answers budget `budget`
-    /// (`answers.rs`). Not while the connections already closing for it hold the excess
-    /// (they give it back as they go; closing more meanwhile closed a client's connection
-    /// that held one answer).
+    /// the most bytes of them), of those whose socket took nothing for [`STALLED_US`] first
+    /// (a busy client's connection writes all the time; one that reads nothing does not):
+    /// `held` answer bytes are past the answers budget `budget` (`answers.rs`). Not while
+    /// the connections already closing for it hold the excess (they give it back as they go;
+    /// closing more meanwhile closed a client's connection that held one answer).
     pub(crate) fn shed_heaviest(&self, held: usize, budget: usize) {
         let mut closing = 0usize;
         let mut heaviest: Option<Arc<Conn>> = None;
+        let now = monotonic_us();
         let key = |c: &Conn| {
             (
+                // An HTTP/1 connection holds one answer at most: never first.
+                c.multiplexed.load(Ordering::Relaxed)
+                    && now.saturating_sub(c.last_write_us.load(Ordering::Relaxed)) >= STALLED_US,
                 c.answers.load(Ordering::Acquire),
                 c.answer_bytes.load(Ordering::Acquire),
             )
@@ -339,6 +345,8 @@ pub(crate) struct Conn {
     /// An HTTP/2 connection (set at its first request): its socket's writes are counted for
     /// `backlog`; an HTTP/1 connection's are not (it holds no answer past its body).
     multiplexed: AtomicBool,
+    /// When its socket last took bytes ([`monotonic_us`]; HTTP/2 only, 0: never).
+    last_write_us: AtomicU64,
     /// Its task is closing it (shutdown or eviction): a request's end wakes the task.
     closing: AtomicBool,
     /// Wakes the connection's task to look at the state again (eviction, and while closing
@@ -399,6 +407,10 @@ pub(crate) fn timer_instant(at: u64) -> tokio::time::Instant {
 fn later(now: u64, at: u64) -> Expiry {
     Expiry::Later(tokio::time::Instant::now() + Duration::from_micros(at.saturating_sub(now)))
 }
+
+/// A connection whose socket took nothing for this long (µs) is shed before any that did
+/// ([`Connections::shed_heaviest`]).
+pub(crate) const STALLED_US: u64 = 1_000_000;
 
 /// [`Conn::deadline_us`] while no timer runs.
 const NO_DEADLINE: u64 = u64::MAX;
@@ -563,6 +575,11 @@ impl Conn {
         self.multiplexed.store(true, Ordering::Relaxed);
     }
 
+    /// Its socket took bytes now (HTTP/2: what [`Connections::shed_heaviest`] reads).
+    pub(crate) fn wrote_now(&self) {
+        self.last_write_us.store(monotonic_us(), Ordering::Relaxed);
+    }
+
     /// See [`Conn::set_multiplexed`].
     pub(crate) fn is_multiplexed(&self) -> bool {
         self.multiplexed.load(Ordering::Relaxed)
@@ -597,7 +614,9 @@ impl Conn {
         // Already listed (under an older number): `evict_one` moves it when it gets there.
         if self.listed.load(Ordering::SeqCst) == NOT_LISTED {
             let mut idle = self.connections.idle.lock();
-            if self.listed.load(Ordering::SeqCst) == NOT_LISTED {
+            if self.listed.load(Ordering::SeqCst) == NOT_LISTED
+                && !self.evicted.load(Ordering::SeqCst)
+            {
                 let since = self.idle_since.load(Ordering::SeqCst);
                 self.listed.store(since, Ordering::SeqCst);
                 idle.insert(since, Arc::clone(self));
@@ -623,6 +642,11 @@ impl Conn {
     /// The connection ended: it is no longer listed.
     pub(crate) fn close(&self) {
         let mut idle = self.connections.idle.lock();
+        // Never listed again: a request still open when the connection is dropped after this
+        // ends (and would fall idle) then. An HTTP/2 connection its client closed with a
+        // stream open came back as idle, for ever: eviction at the cap picked it, closed
+        // nothing and left new clients waiting (59 s), and it kept its answers' charges.
+        self.evicted.store(true, Ordering::SeqCst);
         let key = self.listed.swap(NOT_LISTED, Ordering::SeqCst);
         if key != NOT_LISTED {
             idle.remove(&key);
@@ -631,157 +655,5 @@ impl Conn {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn at_the_cap_the_longest_idle_connection_is_asked_to_close() {
-        let connections = Connections::new(2);
-        let a = connections.reserve().await;
-        let second = Duration::from_secs(1);
-        let conn_a = connections.track(second, second, false);
-        let b = connections.reserve().await;
-        let conn_b = connections.track(second, second, false);
-        // b is busy: only a may be evicted.
-        let _ = conn_b.start();
-        let waiting = tokio::spawn({
-            let connections = Arc::clone(&connections);
-            async move { connections.reserve().await }
-        });
-        conn_a.changed().await;
-        assert_eq!(conn_a.phase(), Phase::Evicted);
-        assert_eq!(conn_b.phase(), Phase::Busy);
-        assert!(!waiting.is_finished());
-        drop(a);
-        let c = waiting.await.unwrap();
-        drop((b, c));
-    }
-
-    #[tokio::test]
-    async fn a_full_bulk_share_asks_the_longest_idle_bulk_connection_to_close() {
-        // A budget of 8: a bulk share of 7 (8 less a sixteenth, at least 1).
-        assert_eq!(bulk_share(8), 7);
-        assert_eq!(bulk_share(4_096), 3_840);
-        let connections = Connections::new(8);
-        let hour = Duration::from_secs(3_600);
-        // The longest idle is an API connection: not one of the bulk share's.
-        let api = connections.track(hour, hour, false);
-        let mut places = Vec::new();
-        let mut bulk = Vec::new();
-        for _ in 0..7 {
-            places.push(connections.reserve_bulk().await);
-            bulk.push(connections.track(hour, hour, true));
-        }
-        let _ = bulk[0].start();
-        let waiting = tokio::spawn({
-            let connections = Arc::clone(&connections);
-            async move { connections.reserve_bulk().await }
-        });
-        // bulk[0] is busy: the next bulk connection in idle order is asked to close.
-        bulk[1].changed().await;
-        assert_eq!(bulk[1].phase(), Phase::Evicted);
-        assert_eq!(api.phase(), Phase::Header, "not asked to close");
-        assert_eq!(bulk[0].phase(), Phase::Busy);
-        assert!(!waiting.is_finished());
-        drop(places.remove(1));
-        let place = waiting.await.unwrap();
-        drop((places, place));
-    }
-
-    #[test]
-    fn eviction_takes_the_longest_idle_connection_by_when_it_last_fell_idle() {
-        let connections = Connections::new(8);
-        let hour = Duration::from_secs(3600);
-        let (a, b, c) = (
-            connections.track(hour, hour, false),
-            connections.track(hour, hour, false),
-            connections.track(hour, hour, false),
-        );
-        // a served a request since b and c fell idle: it is the most recently idle one.
-        let _ = a.start();
-        a.finish();
-        // c is busy: never asked to close while a request is in flight.
-        let _ = c.start();
-        connections.evict_one();
-        assert_eq!(b.phase(), Phase::Evicted);
-        assert_eq!((a.phase(), c.phase()), (Phase::Idle, Phase::Busy));
-        connections.evict_one();
-        assert_eq!(a.phase(), Phase::Evicted);
-        assert_eq!(c.phase(), Phase::Busy);
-        // Nothing idle is left: c is asked once its request has ended.
-        connections.evict_one();
-        assert_eq!(c.phase(), Phase::Busy);
-        c.finish();
-        connections.evict_one();
-        assert_eq!(c.phase(), Phase::Evicted);
-        for conn in [a, b, c] {
-            conn.close();
-        }
-        assert!(connections.idle.lock().is_empty());
-    }
-
-    #[test]
-    fn a_head_in_one_read_counts_from_that_read_and_any_other_from_a_new_reading() {
-        let connections = Connections::new(4);
-        let hour = Duration::from_secs(3600);
-        let conn = connections.track(hour, hour, false);
-        // A head whole in the read that began it: the time of that read.
-        let before = monotonic_us();
-        conn.received();
-        let after = monotonic_us();
-        let head = conn.start().expect("the head came in one read");
-        assert!((before..=after).contains(&head), "{before} {head} {after}");
-        // Bytes while it is in flight (a pipelined head, or its body): no reading for the next.
-        conn.received();
-        conn.finish();
-        assert_eq!(conn.start(), None);
-        conn.finish();
-        // A head that took two reads: not known without a new reading.
-        conn.received();
-        conn.received();
-        assert_eq!(conn.start(), None);
-        conn.finish();
-        // A reading serves one head only.
-        conn.received();
-        assert!(conn.start().is_some());
-        conn.finish();
-        assert_eq!(conn.start(), None);
-        conn.close();
-    }
-
-    #[test]
-    fn the_timer_reads_the_deadline_of_the_phase_it_fires_in() {
-        let connections = Connections::new(4);
-        let hour = Duration::from_secs(3600);
-        // A header timer that has run out (0 s) on a new connection.
-        let conn = connections.track(Duration::ZERO, hour, false);
-        assert_eq!(conn.expiry(), Expiry::Header);
-        // In flight: no timer, whatever the deadlines.
-        let _ = conn.start();
-        assert!(matches!(conn.expiry(), Expiry::Later(_)));
-        // Idle, an hour to go: looked at again within the check interval (0 s: now).
-        conn.finish();
-        assert_eq!(conn.phase(), Phase::Idle);
-        assert!(matches!(conn.expiry(), Expiry::Later(_)));
-        // A header began: its timer (0 s) has run out.
-        conn.received();
-        assert_eq!(conn.expiry(), Expiry::Header);
-        // An idle timer that has run out.
-        let idle = connections.track(hour, Duration::ZERO, false);
-        let _ = idle.start();
-        idle.finish();
-        assert_eq!(idle.expiry(), Expiry::Idle);
-        // Neither ran out: looked at again no later than the shorter of the two from now.
-        let calm = connections.track(hour, 2 * hour, false);
-        let before = tokio::time::Instant::now();
-        match calm.expiry() {
-            Expiry::Later(at) => {
-                assert!(
-                    at >= before && at <= tokio::time::Instant::now() + hour,
-                    "{at:?}"
-                );
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-}
+#[path = "connections_tests.rs"]
+mod tests;

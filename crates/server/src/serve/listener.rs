@@ -689,6 +689,7 @@ impl AsyncWrite for Watched {
         let result = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = result {
             if self.conn.is_multiplexed() {
+                self.conn.wrote_now();
                 answers::release_freed(&self.conn, self.conn.backlog().wrote(n));
             }
         }
@@ -703,6 +704,7 @@ impl AsyncWrite for Watched {
         let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = result {
             if self.conn.is_multiplexed() {
+                self.conn.wrote_now();
                 answers::release_freed(&self.conn, self.conn.backlog().wrote(n));
             }
         }
