@@ -114,35 +114,6 @@ impl Conn {
         }
     }
 
-    /// Cluster: `EXISTS key` sent to the master at `via` (`ip:port`) whatever the client's
-    /// slot map says. A master that does not serve the key's slot answers `MOVED` naming the
-    /// one that does, which makes the client re-read its slot map. A call that times out
-    /// makes it re-read nothing: a master that hung (a partition, `SIGSTOP`) stayed in the
-    /// map after its replica was promoted, its slots failing until it woke up (an operator's
-    /// review). No-op on one server.
-    pub(super) async fn nudge_slot_map(&self, key: &str, via: &str) -> Result<(), RedisError> {
-        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-        let Conn::Cluster(link) = self else {
-            return Ok(());
-        };
-        let Some((host, port)) = via
-            .rsplit_once(':')
-            .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
-        else {
-            return Ok(());
-        };
-        let mut cmd = redis::cmd("EXISTS");
-        cmd.arg(key);
-        link.connection()
-            .await?
-            .route_command(
-                cmd,
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port }),
-            )
-            .await
-            .map(drop)
-    }
-
     /// `cmd` on every master of a cluster (a map of node to reply), or on the one server.
     pub(super) async fn query_all_masters(&self, cmd: &redis::Cmd) -> Result<Value, RedisError> {
         match self {

@@ -102,24 +102,11 @@ async fn probe_once(
             let outcome = ask(conn, &cmd, wait)
                 .await
                 .map_err(|e| format!("EXISTS on cluster slot {slot}: {e}"));
-            if outcome.is_err() {
-                nudge(shards, conn, &node, &key, wait).await;
-            }
             (node, outcome)
         });
     }
     for (node, outcome) in futures_util::future::join_all(probes).await {
         shards.record_probe(&node, outcome);
-    }
-}
-
-/// After a call on `key` to `node` failed: asks another master of the slot map about `key`
-/// (see [`Conn::nudge_slot_map`]), bounded by `wait`, so that the client re-reads its slot
-/// map when the slot has moved (a replica promoted while `node` hangs). Its outcome is not
-/// the probe's.
-pub(super) async fn nudge(shards: &Shards, conn: &Conn, node: &str, key: &str, wait: Duration) {
-    if let Some(via) = shards.other_master(node) {
-        let _ = tokio::time::timeout(wait, conn.nudge_slot_map(key, &via)).await;
     }
 }
 

@@ -219,16 +219,6 @@ impl Shards {
         }
     }
 
-    /// A master of the slot map last read other than `node`, if there is one (the first).
-    pub(super) fn other_master(&self, node: &str) -> Option<String> {
-        let state = self.state.lock();
-        state
-            .map
-            .iter()
-            .find(|r| r.node != node)
-            .map(|r| r.node.clone())
-    }
-
     /// The master of `slot` in the slot map last read, if one serves it.
     pub(super) fn node_of(&self, slot: u16) -> Option<String> {
         let state = self.state.lock();

@@ -432,17 +432,12 @@ impl RedisStore {
         let conn = self.conn.clone();
         let clock = Arc::clone(&self.clock);
         let wait = self.config.connect_timeout + self.config.timeout;
-        let shards = self.shards.as_ref().map(Arc::downgrade);
         tokio::spawn(async move {
             loop {
-                let Some((probe, key, node)) = breaker.upgrade().map(|b| {
-                    let key = b.probe_key.lock().clone();
-                    (
-                        recovery_probe(key.as_deref()),
-                        key,
-                        b.node().map(str::to_string),
-                    )
-                }) else {
+                let Some(probe) = breaker
+                    .upgrade()
+                    .map(|b| recovery_probe(b.probe_key.lock().as_deref()))
+                else {
                     return;
                 };
                 let answered = matches!(
@@ -459,15 +454,6 @@ impl RedisStore {
                     return;
                 }
                 if !answered {
-                    // A master's breaker: its slots may have moved (a replica promoted while
-                    // it hangs), which no failed call makes the client see.
-                    if let (Some(shards), Some(key), Some(node)) = (
-                        shards.as_ref().and_then(std::sync::Weak::upgrade),
-                        key,
-                        node,
-                    ) {
-                        super::shard_probe::nudge(&shards, &conn, &node, &key, wait).await;
-                    }
                     // A PING that failed at once (no connection yet on a cluster): do not spin.
                     tokio::time::sleep(RECOVERY_PING_PAUSE).await;
                 }
