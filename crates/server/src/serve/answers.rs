@@ -11,14 +11,14 @@
 //! So each answer is charged its body's length plus [`STREAM_COST`] (what a held stream costs
 //! beyond its body), to its connection and to one process-wide count; when the count passes
 //! [`ANSWER_BUDGET`], the connection that holds the most answers (then the most bytes) is
-//! closed at once, every answer it held freed ([`Connections::shed_heaviest`]). An answer
+//! closed at once, every answer it held freed (`Connections::shed_heaviest`). An answer
 //! stays charged after its body ended until its connection's socket took its bytes
 //! ([`Backlog`](backlog::Backlog)): HTTP/2 keeps frames a client does not read.
 
 use std::sync::atomic::Ordering;
 
 use super::backlog::{self, Freed};
-use super::connections::{Conn, Connections};
+use super::connections::Conn;
 
 /// The answer bytes all HTTP connections may hold at once before the heaviest holder is
 /// closed: 64 MiB (a thousand times a large decision answer; four times the largest
@@ -32,14 +32,14 @@ pub(crate) const STREAM_COST: usize = 4 * 1024;
 
 /// Charges an answer of `body` bytes (its exact length, or its lower bound) to `conn`;
 /// returns what was charged, for [`ended`]. Past the budget, sheds the heaviest holder.
-pub(crate) fn charge(conn: &Conn, connections: &Connections, body: u64) -> usize {
+pub(crate) fn charge(conn: &Conn, body: u64) -> usize {
     let n = STREAM_COST.saturating_add(usize::try_from(body).unwrap_or(usize::MAX));
     conn.hold(n);
     let held = backlog::HELD
         .fetch_add(n, Ordering::AcqRel)
         .saturating_add(n);
     if held > ANSWER_BUDGET {
-        connections.shed_heaviest(held, ANSWER_BUDGET);
+        conn.connections().shed_heaviest(held, ANSWER_BUDGET);
     }
     n
 }

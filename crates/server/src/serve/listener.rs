@@ -576,7 +576,7 @@ impl Future for Answer {
             .take()
             .expect("an answer is polled until it is ready, not after");
         let body = http_body::Body::size_hint(response.body()).lower();
-        guard.answer = answers::charge(&guard.conn, guard.conn.connections(), body);
+        guard.answer = answers::charge(&guard.conn, body);
         Poll::Ready(Ok(response.map(|inner| InFlightBody { inner, guard })))
     }
 }
