@@ -149,8 +149,9 @@ async fn a_pasted_trace_equals_the_same_trace_from_a_file() {
     assert_eq!(doc["runs"][0]["summary"]["admitted"], 1_000);
 }
 
+// Over 120 lines: one table of bodies, each with the member, words and status of its problem.
 #[tokio::test]
-async fn bad_input_is_a_400_problem_naming_the_field() {
+async fn bad_input_is_a_problem_naming_the_field_400_if_malformed_422_if_it_cannot_run() {
     let fg = Floodgate::start(&[]);
     let c = client();
     let cases = [
@@ -159,74 +160,118 @@ async fn bad_input_is_a_400_problem_naming_the_field() {
             r#"{"algorithm": "leaky"}"#,
             "algorithm",
             "unknown algorithm",
+            422,
         ),
         // A flood above the cap: 1,000,000/s for one period of 10 s.
         (
             r#"{"scenario": "flood", "rate": "1000000/1s"}"#,
             "max_requests",
             "would generate 10000000 requests",
+            422,
         ),
         // A malformed trace line: the line number is in the detail.
         (
             r#"{"trace": "t_ms,key,cost\n950,alice,1\nsoon,alice,1\n"}"#,
             "trace",
             "trace:3: field `t_ms`",
+            422,
         ),
-        (r#"{"max_requests": 1000000}"#, "max_requests", "cap"),
+        (r#"{"max_requests": 1000000}"#, "max_requests", "cap", 400),
         (
             r#"{"store": "redis://127.0.0.1:6379"}"#,
             "store",
             "memory only",
+            400,
         ),
-        (r#"{"limit": "1/s", "limit": "2/s"}"#, "limit", "duplicate"),
-        (r#"{"colour": "red"}"#, "colour", "unknown field"),
-        (r#"{"before": "1 fortnight"}"#, "before", "unknown unit"),
+        (
+            r#"{"limit": "1/s", "limit": "2/s"}"#,
+            "limit",
+            "duplicate",
+            400,
+        ),
+        (r#"{"colour": "red"}"#, "colour", "unknown field", 400),
+        // Outside a member's `enum` in the document: malformed.
+        (
+            r#"{"scenario": "storm"}"#,
+            "scenario",
+            "expected one of",
+            400,
+        ),
+        (r#"{"store": "disk"}"#, "store", "memory", 400),
+        (
+            r#"{"before": "1 fortnight"}"#,
+            "before",
+            "unknown unit",
+            422,
+        ),
         (
             r#"{"scenario": "flood", "before": "1s"}"#,
             "before",
             "applies only to scenario boundary",
+            422,
         ),
-        (r#"{"balance": "skewed"}"#, "balance", "needs instances > 1"),
-        (r#"{"instances": 100000}"#, "instances", "between 1 and"),
-        (r#"{"burst": -1}"#, "burst", "invalid"),
-        (r#"[]"#, "body", "object"),
+        (
+            r#"{"balance": "skewed"}"#,
+            "balance",
+            "needs instances > 1",
+            422,
+        ),
+        (
+            r#"{"instances": 100000}"#,
+            "instances",
+            "between 1 and",
+            400,
+        ),
+        (r#"{"burst": -1}"#, "burst", "invalid", 400),
+        (r#"[]"#, "body", "object", 400),
         // Every size input is bounded, naming the bound.
         (
             r#"{"scenario": "flood", "max_wait": "2d"}"#,
             "max_wait",
             "longer than the API's 1 day",
+            422,
         ),
         (
             r#"{"scenario": "flood", "duration": "367d"}"#,
             "duration",
             "366 days",
+            422,
         ),
         (
             r#"{"scenario": "flood", "rate": "1/367d"}"#,
             "rate",
             "366 days",
+            422,
         ),
-        (r#"{"column": "367d"}"#, "column", "366 days"),
+        (r#"{"column": "367d"}"#, "column", "366 days", 422),
         (
             r#"{"max_requests": 12001}"#,
             "max_requests",
             "cap of 12000 requests with algorithm all",
+            422,
         ),
         (
             r#"{"algorithm": "gcra", "max_requests": 50001}"#,
             "max_requests",
             "cap of 50000 requests",
+            400,
         ),
-        (r#"{"runners": 1001}"#, "runners", "between 1 and 1000"),
+        (r#"{"runners": 1001}"#, "runners", "between 1 and 1000", 400),
         (
             r#"{"scenario": "flood", "column": "1ms", "max_wait": "1d"}"#,
             "column",
             "10000 columns once requests wait",
+            422,
         ),
     ];
-    for (body, field, words) in cases {
+    // 256 characters, as the document bounds `key`, but 768 bytes: well formed, refused.
+    let wide_key = format!(r#"{{"key": "{}"}}"#, "\u{2603}".repeat(256));
+    let cases = cases
+        .into_iter()
+        .chain([(wide_key.as_str(), "key", "256 bytes", 422)]);
+    for (body, field, words, expected) in cases {
         let (status, kind, got, detail) = problem(&c, &fg, body).await;
-        assert_eq!(status, 400, "{body}: {detail}");
+        assert_eq!(status, expected, "{body}: {detail}");
         assert_eq!(kind, "application/problem+json", "{body}");
         assert_eq!(got, field, "{body}: {detail}");
         assert!(detail.contains(words), "{body}: {detail}");

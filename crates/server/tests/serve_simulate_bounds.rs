@@ -116,10 +116,10 @@ async fn four_slow_readers_of_the_largest_answers_keep_the_process_under_its_bou
 }
 
 /// A trace's keys can be long: 12,000 lines with 80-byte keys through all six algorithms
-/// would answer over 16 MiB. Rendering stops at the bound and the request is a 400 naming
+/// would answer over 16 MiB. Rendering stops at the bound and the request is a 422 naming
 /// `max_requests`; the same trace through one algorithm is answered.
 #[tokio::test]
-async fn an_answer_beyond_16_mib_is_a_400_naming_max_requests() {
+async fn an_answer_beyond_16_mib_is_a_422_naming_max_requests() {
     let fg = Floodgate::start(&[]);
     let c = client();
     let key = "k".repeat(80);
@@ -127,7 +127,7 @@ async fn an_answer_beyond_16_mib_is_a_400_naming_max_requests() {
     let body = format!(r#"{{"trace": "{trace}"}}"#);
     assert!(body.len() < 1024 * 1024);
     let (status, kind, field, detail) = problem(&c, &fg, &body).await;
-    assert_eq!((status, field), (400, json!("max_requests")), "{detail}");
+    assert_eq!((status, field), (422, json!("max_requests")), "{detail}");
     assert_eq!(kind, "application/problem+json");
     assert!(detail.contains("16777216 bytes"), "{detail}");
     let one = format!(r#"{{"trace": "{trace}", "algorithm": "gcra"}}"#);

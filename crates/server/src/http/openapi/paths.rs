@@ -21,7 +21,7 @@ use crate::ui::simulate::SimulateRequest;
 /// the handlers answer them: 400 bad input (or `Authorization` sent twice), 401 no token, 403 a wrong token, 404 an unknown
 /// rule (or key, or a disabled API), 405 another method (with `Allow`), 408 a body too slow,
 /// 409 a second settle or an ambiguous key, 410 an expired reservation, 413 a body too large,
-/// 503 a store that failed (or a server shutting down, or busy).
+/// 422 a well-formed simulation that cannot be run, 503 a store that failed (or a server shutting down, or busy).
 pub(crate) const PROBLEMS: &[(&str, &[u16])] = &[
     ("/v1/check", &[400, 401, 403, 405, 413, 503]),
     ("/v1/peek", &[400, 401, 403, 405, 413, 503]),
@@ -32,7 +32,7 @@ pub(crate) const PROBLEMS: &[(&str, &[u16])] = &[
     ),
     ("/v1/forward-auth", &[400, 405, 503]),
     ("/v1/forward-auth/{original}", &[400, 503]),
-    ("/v1/simulate", &[400, 401, 403, 405, 408, 413, 503]),
+    ("/v1/simulate", &[400, 401, 403, 405, 408, 413, 422, 503]),
     ("/v1/ui/live", &[400, 401, 403, 404, 405]),
     ("/ui/choices.json", &[405]),
     ("/ui/", &[405]),
@@ -80,6 +80,12 @@ pub(crate) fn problem_description(status: u16) -> &'static str {
         }
         410 => "The reservation expired: its units were spent as reserved.",
         413 => "The body is above its bound (64 KiB; 1 MiB for `/v1/simulate`).",
+        422 => {
+            "The body is well formed (this document's schema holds) but cannot be run: a \
+                duration, quota, rate or trace outside the simulator's grammar or bounds, \
+                members that do not go together, more requests than the cap; `field` names the \
+                member."
+        }
         503 => {
             "The store failed and a rule fails closed, the reservation secret is not known yet, \
                 or the server is busy or shutting down (`Retry-After` in seconds)."
