@@ -101,6 +101,28 @@ async fn proxy_streams_bodies_strips_hop_by_hop_headers_and_limits_by_peer() {
     assert_eq!(r.status(), 200, "admitted again after Retry-After");
 }
 
+/// Found by an attacker's review: the answers budget charged a proxied answer its whole
+/// `Content-Length`, so one download of more than the budget (64 MiB) was always cut after a
+/// few KB (`reason="answers_held"`), though the proxy holds one chunk at a time.
+#[tokio::test]
+async fn a_download_larger_than_the_answers_budget_passes_whole() {
+    let upstream = Upstream::start().await;
+    let fg = Floodgate::with_config(PROXY_CONFIG, &["--upstream", &upstream.url]);
+    let n: u64 = 80_000_000;
+    let mut r = client()
+        .get(fg.proxy_url(&format!("/bytes/{n}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.content_length(), Some(n));
+    let mut got = 0u64;
+    while let Some(chunk) = r.chunk().await.unwrap() {
+        got += chunk.len() as u64;
+    }
+    assert_eq!(got, n);
+}
+
 #[tokio::test]
 async fn the_proxy_passes_forwarding_headers_only_from_trusted_peers() {
     let upstream = Upstream::start().await;

@@ -90,9 +90,16 @@ impl Upstream {
         let upstream = request.uri().authority().map(ToString::to_string);
         let timeout = self.response_timeout;
         match tokio::time::timeout(timeout, self.client.request(request)).await {
-            Ok(Ok(response)) => Ok(response.map(|body| {
-                Body::new(IdleBody::new(body, timeout).on_timeout(response_body_timed_out))
-            })),
+            Ok(Ok(response)) => {
+                let mut response = response.map(|body| {
+                    Body::new(IdleBody::new(body, timeout).on_timeout(response_body_timed_out))
+                });
+                // Streamed through, a chunk at a time: charged as such by the answers budget.
+                response
+                    .extensions_mut()
+                    .insert(crate::serve::answers::Streamed);
+                Ok(response)
+            }
             // A body that stalled is the 408 of `failed`; one that failed otherwise (its
             // framing) is the client's 400.
             Ok(Err(e))

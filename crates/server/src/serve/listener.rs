@@ -589,7 +589,13 @@ impl Future for Answer {
             .guard
             .take()
             .expect("an answer is polled until it is ready, not after");
-        let body = http_body::Body::size_hint(response.body()).lower();
+        let mut body = http_body::Body::size_hint(response.body()).lower();
+        // Looked up only for a long body (the map lookup costs about 100 instructions).
+        if body > answers::STREAMED_CHARGE
+            && response.extensions().get::<answers::Streamed>().is_some()
+        {
+            body = answers::STREAMED_CHARGE;
+        }
         guard.answer = answers::charge(&guard.conn, body);
         Poll::Ready(Ok(response.map(|inner| InFlightBody { inner, guard })))
     }

@@ -324,6 +324,7 @@ pub fn write_atomically(path: &Path, text: &str) {
 /// A real upstream HTTP server on a free loopback port.
 ///
 /// - `/echo-body` answers with the request body, streamed back as it arrives;
+/// - `/bytes/N` answers N bytes with `Content-Length: N`, streamed in 64 KiB chunks;
 /// - `/slow` waits until [`Upstream::release`] (after signalling [`Upstream::arrived`]);
 /// - any other path answers JSON describing the request (method, path, some headers).
 pub struct Upstream {
@@ -348,6 +349,23 @@ impl Upstream {
                     any(|req: Request| async move {
                         Body::from_stream(req.into_body().into_data_stream())
                     }),
+                )
+                .route(
+                    "/bytes/{n}",
+                    any(
+                        |axum::extract::Path(n): axum::extract::Path<u64>| async move {
+                            let chunk = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+                            let chunks = (0..n.div_ceil(64 * 1024)).map(move |i| {
+                                let left = n - i * 64 * 1024;
+                                let len = usize::try_from(left.min(64 * 1024)).unwrap();
+                                Ok::<_, std::io::Error>(chunk.slice(..len))
+                            });
+                            axum::response::Response::builder()
+                                .header("content-length", n)
+                                .body(Body::from_stream(futures_util::stream::iter(chunks)))
+                                .unwrap()
+                        },
+                    ),
                 )
                 .route(
                     "/slow",
