@@ -195,19 +195,19 @@ pub(super) struct Bad {
 impl Bad {
     /// The body is not what the document's schema describes: a 400.
     fn malformed(field: &str, detail: impl Into<String>) -> Self {
-        Self {
-            field: field.to_string(),
-            detail: detail.into(),
-            malformed: true,
-        }
+        Self::new(field, detail.into(), true)
     }
 
     /// The body is well formed but its members cannot be run: a 422.
     fn unrunnable(field: &str, detail: impl Into<String>) -> Self {
+        Self::new(field, detail.into(), false)
+    }
+
+    fn new(field: &str, detail: String, malformed: bool) -> Self {
         Self {
             field: field.to_string(),
-            detail: detail.into(),
-            malformed: false,
+            detail,
+            malformed,
         }
     }
 
