@@ -23,20 +23,20 @@ where
 /// A JSON number that must be a whole number from 0 to `max` (`what`: "whole number", or with
 /// its unit); the error says why, for a 400 naming the member. A whole number written with a
 /// fraction or an exponent (`2.0`, `3e0`, `1.5e3`) is that number: JSON Schema's `integer`
-/// (the OpenAPI document's type for these members) is any number whose fraction is zero, and
-/// every `max` here is far below 2^53, where an `f64` holds each whole number exactly.
+/// (the OpenAPI document's type for these members) is any number whose fraction is zero; below
+/// 2^64 a whole `f64` is a `u64` exactly, so any `max` is held exactly.
 pub(crate) fn whole_number(n: &serde_json::Number, max: u64, what: &str) -> Result<u64, String> {
     if let Some(v) = n.as_u64() {
         if v <= max {
             return Ok(v);
         }
     } else if let Some(f) = n.as_f64() {
-        // `max as f64` is exact: every bound of the API is below 2^53.
-        #[allow(clippy::cast_precision_loss)]
-        let within = f >= 0.0 && f <= max as f64;
-        if within && f.fract() == 0.0 {
+        if (0.0..18_446_744_073_709_551_616.0).contains(&f) && f.fract() == 0.0 {
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            return Ok(f as u64);
+            let v = f as u64;
+            if v <= max {
+                return Ok(v);
+            }
         }
     }
     Err(format!("must be a {what} between 0 and {max}, got {n}"))

@@ -38,7 +38,10 @@ pub(crate) const STREAM_COST: usize = 4 * 1024;
 pub(crate) struct Streamed;
 
 /// The most a [`Streamed`] answer is charged beyond [`STREAM_COST`]: one chunk of its body
-/// in hand (hyper polls a body for its next chunk only once the last one was written).
+/// in hand (hyper polls a body for its next chunk only once the last one was written). A
+/// chunk is what the upstream connection read at once, usually 8 to 64 KiB; hyper's read
+/// buffer bounds it at about 408 KiB, so what is not charged is at most that less 64 KiB per
+/// upstream connection (`upstream_max_connections`, 256 by default: about 86 MiB).
 pub(crate) const STREAMED_CHARGE: u64 = 64 * 1024;
 
 /// Charges an answer of `body` bytes (its exact length, or its lower bound) to `conn`;

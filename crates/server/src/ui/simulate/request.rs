@@ -114,25 +114,14 @@ pub(crate) struct SimulateRequest {
 
 /// An optional whole number written in any JSON spelling of one (`5`, `5.0`, `5e0`): JSON
 /// Schema's `integer`, the document's type, is any number whose fraction is zero (as the
-/// decision API's `whole_number`, without its bound); `null` is absent.
+/// decision API's [`crate::http::body::whole_number`]); `null` is absent.
 fn whole<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
     let Some(n) = Option::<serde_json::Number>::deserialize(deserializer)? else {
         return Ok(None);
     };
-    if let Some(v) = n.as_u64() {
-        return Ok(Some(v));
-    }
-    match n.as_f64() {
-        // Below 2^64 a whole `f64` is a `u64` exactly.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        Some(f) if (0.0..18_446_744_073_709_551_616.0).contains(&f) && f.fract() == 0.0 => {
-            Ok(Some(f as u64))
-        }
-        _ => Err(serde::de::Error::custom(format!(
-            "must be a whole number from 0 to {}, got {n}",
-            u64::MAX
-        ))),
-    }
+    crate::http::body::whole_number(&n, u64::MAX, "whole number")
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 /// A member that is one name of a closed set (the simulator's [`Choice`]s), or absent (`null`).
