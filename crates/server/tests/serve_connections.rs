@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use serve_support::raw::{closed_after, h2_frame, until_metric};
 use serve_support::{client, metric, Floodgate};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -66,36 +67,6 @@ fn check_request() -> String {
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
-}
-
-/// How long until the server closes `s` (reading and dropping whatever it sends), bounded by
-/// `within`; `None` when it stays open that long.
-async fn closed_after(s: &mut TcpStream, within: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    let mut buf = [0u8; 4096];
-    timeout(within, async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return started.elapsed(),
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .ok()
-}
-
-/// Waits (looking every 20 ms, at most `within`) until the metric `series` reaches `at_least`.
-async fn until_metric(fg: &Floodgate, series: &str, at_least: f64, within: Duration) -> f64 {
-    let c = client();
-    let deadline = Instant::now() + within;
-    loop {
-        let v = metric(&c, fg, series).await.unwrap_or(0.0);
-        if v >= at_least || Instant::now() > deadline {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// `/healthz` and `/v1/check`, five times each on new connections: every answer is 200, and
@@ -422,26 +393,6 @@ limit = "100000/s"
 domain = "edge"
 descriptors = [{ key = "remote_address" }]
 "#;
-
-/// Reads HTTP/2 frames from `s` until one of `kind` arrives (returns its payload) or the
-/// connection ends (`None`), bounded by `within`.
-async fn h2_frame(s: &mut TcpStream, kind: u8, within: Duration) -> Option<Vec<u8>> {
-    timeout(within, async {
-        loop {
-            let mut head = [0u8; 9];
-            s.read_exact(&mut head).await.ok()?;
-            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
-            let mut payload = vec![0u8; len];
-            s.read_exact(&mut payload).await.ok()?;
-            if head[3] == kind && head[4] & 1 == 0 {
-                return Some(payload);
-            }
-        }
-    })
-    .await
-    .ok()
-    .flatten()
-}
 
 #[tokio::test]
 async fn grpc_settings_apply_and_idle_connections_do_not_starve_should_rate_limit() {

@@ -7,35 +7,11 @@ mod serve_support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use serve_support::raw::{closed_after, h2_get, PREFACE_WINDOW_0};
 use serve_support::{client, metric, Floodgate};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
-
-/// The client preface and a SETTINGS frame with `SETTINGS_INITIAL_WINDOW_SIZE` 0: the server
-/// may send headers but no body byte.
-const PREFACE_WINDOW_0: &[u8] =
-    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\x06\x04\0\0\0\0\0\0\x04\0\0\0\0";
-
-/// A HEADERS frame (END_STREAM, END_HEADERS) on `stream` for `GET path`: HPACK with the
-/// static table's `:method GET` and `:scheme http`, literal `:path` and `:authority`.
-fn get(stream: u32, path: &str) -> Vec<u8> {
-    let mut block = vec![0x82, 0x86, 0x04, u8::try_from(path.len()).unwrap()];
-    block.extend_from_slice(path.as_bytes());
-    block.extend_from_slice(&[0x01, 9]);
-    block.extend_from_slice(b"127.0.0.1");
-    let len = block.len();
-    let mut frame = vec![
-        0,
-        u8::try_from(len >> 8).unwrap(),
-        u8::try_from(len & 0xff).unwrap(),
-        0x1,
-        0x5,
-    ];
-    frame.extend_from_slice(&stream.to_be_bytes());
-    frame.extend_from_slice(&block);
-    frame
-}
 
 /// A connection that asks for `path` on 100 streams and then reads (answering nothing, so
 /// acknowledging no SETTINGS: the server's keep-alive does not end it within a test).
@@ -43,25 +19,10 @@ async fn holder(to: SocketAddr, path: &str) -> TcpStream {
     let mut s = TcpStream::connect(to).await.unwrap();
     let mut out = PREFACE_WINDOW_0.to_vec();
     for i in 0..100u32 {
-        out.extend_from_slice(&get(2 * i + 1, path));
+        out.extend_from_slice(&h2_get(2 * i + 1, path));
     }
     s.write_all(&out).await.unwrap();
     s
-}
-
-/// Whether the server closed `s` within `within` (EOF or a reset; frames are skipped).
-async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
-    let mut buf = vec![0u8; 64 * 1024];
-    timeout(within, async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .is_ok()
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -99,7 +60,7 @@ async fn connections_that_read_no_answer_are_closed_past_the_answers_budget() {
     assert!(shed >= 1.0, "no connection closed for its held answers");
     let mut closed = 0;
     for s in &mut holders {
-        if closed_within(s, Duration::from_millis(200)).await {
+        if closed_after(s, Duration::from_millis(200)).await.is_some() {
             closed += 1;
         }
     }
@@ -128,7 +89,7 @@ async fn connections_whose_sockets_are_not_read_are_closed_past_the_answers_budg
         let mut s = TcpStream::connect(api).await.unwrap();
         let mut out = PREFACE_WINDOW_MAX.to_vec();
         for i in 0..100u32 {
-            out.extend_from_slice(&get(2 * i + 1, "/v1/openapi.json"));
+            out.extend_from_slice(&h2_get(2 * i + 1, "/v1/openapi.json"));
         }
         s.write_all(&out).await.unwrap();
         holders.push(s);
@@ -242,7 +203,7 @@ async fn grpc_connections_that_read_no_answer_are_closed_past_the_budget() {
     assert!(shed >= 1.0, "no gRPC connection closed for its held calls");
     let mut closed = 0;
     for s in &mut holders {
-        if closed_within(s, Duration::from_millis(200)).await {
+        if closed_after(s, Duration::from_millis(200)).await.is_some() {
             closed += 1;
         }
     }
@@ -262,7 +223,7 @@ async fn connections_closed_with_a_stream_open_leave_eviction_working() {
     for _ in 0..10 {
         let mut s = TcpStream::connect(api).await.unwrap();
         let mut out = PREFACE_WINDOW_0.to_vec();
-        out.extend_from_slice(&get(1, "/healthz"));
+        out.extend_from_slice(&h2_get(1, "/healthz"));
         s.write_all(&out).await.unwrap();
         // The answer's headers came (its body cannot): then the client goes.
         let mut buf = [0u8; 256];

@@ -7,7 +7,7 @@
 //! accepting waits for a connection to close instead of failing with "Too many open files".
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -52,8 +52,13 @@ pub(crate) fn bulk_share(max: usize) -> usize {
 
 /// Why a connection was closed by the server (the `reason` label of
 /// `floodgate_connections_closed_total`).
-pub(crate) const CLOSE_REASONS: [&str; 4] =
-    ["header_timeout", "idle_timeout", "evicted", "answers_held"];
+pub(crate) const CLOSE_REASONS: [&str; 5] = [
+    "header_timeout",
+    "idle_timeout",
+    "evicted",
+    "answers_held",
+    "stalled",
+];
 
 impl Connections {
     /// A budget of `max` connections.
@@ -148,9 +153,14 @@ impl Connections {
         self.evict(false);
     }
 
-    /// Asks the longest-idle HTTP connection to close (with `bulk_only`, of those holding a
-    /// place in the bulk share).
+    /// Makes room (with `bulk_only`, in the bulk share): closes at once the connection whose
+    /// client has taken nothing of its answers the longest (one a client stopped reading
+    /// holds its slot without end, and is never idle), else asks the longest-idle HTTP
+    /// connection to close.
     fn evict(&self, bulk_only: bool) {
+        if self.shed_stalled(bulk_only) {
+            return;
+        }
         let mut idle = self.idle.lock();
         let mut passed = Vec::new();
         while let Some((key, conn)) = idle.pop_first() {
@@ -178,6 +188,29 @@ impl Connections {
         idle.extend(passed);
     }
 
+    /// Closes at once the connection stalled longest ([`Conn::stalled_since_us`]); whether
+    /// there was one.
+    fn shed_stalled(&self, bulk_only: bool) -> bool {
+        let mut oldest: Option<(u64, Arc<Conn>)> = None;
+        for conn in self.all.lock().iter().filter_map(Weak::upgrade) {
+            let since = conn.stalled_since_us.load(Ordering::Acquire);
+            if since == NO_DEADLINE
+                || (bulk_only && !conn.bulk)
+                || conn.shed.load(Ordering::Acquire) != NOT_SHED
+            {
+                continue;
+            }
+            if oldest.as_ref().is_none_or(|(s, _)| since < *s) {
+                oldest = Some((since, conn));
+            }
+        }
+        let Some((_, conn)) = oldest else {
+            return false;
+        };
+        conn.shed(SHED_STALLED);
+        true
+    }
+
     /// A new HTTP connection's shared state, listed as idle (no request yet), with its
     /// header timer (`header_read`, from now) and the idle timer of its later pauses.
     /// `bulk`: it holds a place in the bulk share (evicted first while that is full).
@@ -193,12 +226,16 @@ impl Connections {
             reading_head: AtomicBool::new(false),
             served: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
-            shed: AtomicBool::new(false),
+            shed: AtomicU8::new(NOT_SHED),
             answers: AtomicUsize::new(0),
             answer_bytes: AtomicUsize::new(0),
             backlog: super::backlog::Backlog::default(),
             multiplexed: AtomicBool::new(false),
             last_write_us: AtomicU64::new(0),
+            progress: AtomicU64::new(0),
+            source_waits: AtomicUsize::new(0),
+            progress_seen: AtomicU64::new(0),
+            stalled_since_us: AtomicU64::new(NO_DEADLINE),
             closing: AtomicBool::new(false),
             changed: Notify::new(),
             deadline_us: AtomicU64::new(NO_DEADLINE),
@@ -241,7 +278,7 @@ impl Connections {
             )
         };
         for conn in self.all.lock().iter().filter_map(Weak::upgrade) {
-            if conn.shed.load(Ordering::Acquire) {
+            if conn.shed.load(Ordering::Acquire) != NOT_SHED {
                 closing = closing.saturating_add(conn.answer_bytes.load(Ordering::Acquire));
             } else if heaviest.as_ref().is_none_or(|h| key(&conn) > key(h)) {
                 heaviest = Some(conn);
@@ -252,9 +289,7 @@ impl Connections {
         }
         if let Some(conn) = heaviest {
             if conn.answers.load(Ordering::Acquire) > 0 {
-                conn.shed.store(true, Ordering::Release);
-                conn.evicted.store(true, Ordering::Release);
-                conn.changed.notify_one();
+                conn.shed(SHED_ANSWERS_HELD);
             }
         }
     }
@@ -335,9 +370,10 @@ pub(crate) struct Conn {
     served: AtomicBool,
     /// Asked to close to make room.
     evicted: AtomicBool,
-    /// Asked to close at once: it held the most answers when the answers budget was passed
-    /// (`answers.rs`); also `evicted`.
-    shed: AtomicBool,
+    /// Asked to close at once, and why ([`NOT_SHED`], [`SHED_ANSWERS_HELD`]: it held the most
+    /// answers when the answers budget was passed, `answers.rs`; [`SHED_STALLED`]: stalled
+    /// at the cap); also `evicted`.
+    shed: AtomicU8,
     /// Answers produced and not yet delivered, and their bytes (`answers.rs`).
     answers: AtomicUsize,
     answer_bytes: AtomicUsize,
@@ -347,6 +383,19 @@ pub(crate) struct Conn {
     multiplexed: AtomicBool,
     /// When its socket last took bytes ([`monotonic_us`]; HTTP/2 only, 0: never).
     last_write_us: AtomicU64,
+    /// Counts each poll of an answer's body, each answer delivered and each HTTP/2 write of
+    /// body bytes: what the timer watches for a stall ([`Conn::stalled`]). Not every write
+    /// of the socket: an HTTP/2 client that never opens a window has its PINGs answered.
+    progress: AtomicU64,
+    /// Answers in flight whose body's last poll found nothing ready: each waits for its
+    /// source (a proxied long poll, a slow upstream), not for the client.
+    source_waits: AtomicUsize,
+    /// `progress` when the timer last looked (written by the connection's task only).
+    progress_seen: AtomicU64,
+    /// When the timer first saw the client take nothing of an answer held (no progress
+    /// between two looks, more answers held than wait for their source), [`NO_DEADLINE`]
+    /// while it is not stalled. At the cap the longest stalled is closed first.
+    stalled_since_us: AtomicU64,
     /// Its task is closing it (shutdown or eviction): a request's end wakes the task.
     closing: AtomicBool,
     /// Wakes the connection's task to look at the state again (eviction, and while closing
@@ -412,11 +461,22 @@ fn later(now: u64, at: u64) -> Expiry {
 /// ([`Connections::shed_heaviest`]).
 pub(crate) const STALLED_US: u64 = 1_000_000;
 
+/// The least write of an HTTP/2 connection's socket that counts as taking an answer's body
+/// ([`Conn::wrote_now`]).
+const DATA_WRITE: usize = 1024;
+
 /// [`Conn::deadline_us`] while no timer runs.
 const NO_DEADLINE: u64 = u64::MAX;
 
 /// [`Conn::listed`] while the connection is not in [`Connections::idle`].
 const NOT_LISTED: u64 = u64::MAX;
+
+/// [`Conn::shed`]: not asked to close at once.
+const NOT_SHED: u8 = 0;
+/// [`Conn::shed`]: it held the most answers past the answers budget.
+const SHED_ANSWERS_HELD: u8 = 1;
+/// [`Conn::shed`]: its client stopped taking its answers, and a new connection needed room.
+const SHED_STALLED: u8 = 2;
 
 /// What a connection's timer found when it fired ([`Conn::expiry`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -425,6 +485,9 @@ pub(crate) enum Expiry {
     Header,
     /// The idle timer ran out.
     Idle,
+    /// A request is in flight and its client took nothing of what it holds (its answers'
+    /// bodies not polled, none delivered) for the idle timeout.
+    Stalled,
     /// Not yet: fire again at this instant.
     Later(tokio::time::Instant),
 }
@@ -508,9 +571,17 @@ impl Conn {
         let (after, ran_out) = match phase {
             Phase::Header => (self.header_read, Expiry::Header),
             Phase::Idle => (self.idle, Expiry::Idle),
-            // No timer in flight (a request's deadline is read at the next phase change).
-            Phase::Busy | Phase::Evicted => return later(now, next),
+            // No deadline in flight (a request's is read at the next phase change); only the
+            // stall's, looked at each time.
+            Phase::Busy | Phase::Evicted => {
+                return if self.stalled(now) {
+                    Expiry::Stalled
+                } else {
+                    later(now, next)
+                };
+            }
         };
+        self.stalled_since_us.store(NO_DEADLINE, Ordering::Release);
         let mut deadline = self.deadline_us.load(Ordering::Acquire);
         if deadline == NO_DEADLINE {
             // A request ended as another began (HTTP/2): the timer starts now.
@@ -521,6 +592,57 @@ impl Conn {
             return ran_out;
         }
         later(now, next.min(deadline))
+    }
+
+    /// Whether its client has taken nothing of the answers it holds for the idle timeout, as
+    /// the timer sees it at `now` (it looks at most [`Conn::check_interval`] apart, so a
+    /// stall is closed between one and about two of them past the idle timeout, never
+    /// sooner). Held: more answers produced and not delivered than bodies waiting for
+    /// their source; taken nothing: no body polled and no answer delivered since the last
+    /// look. A proxied long poll with nothing to send waits for its source; a client that
+    /// reads slowly has its body polled each time its socket or window frees room, or (one
+    /// large frame over HTTP/2) its socket takes the frame's bytes.
+    fn stalled(&self, now: u64) -> bool {
+        let progress = self.progress.load(Ordering::Acquire);
+        let moved = self.progress_seen.swap(progress, Ordering::Relaxed) != progress;
+        let held = self.answers.load(Ordering::Acquire) > self.source_waits.load(Ordering::Acquire);
+        if moved || !held {
+            self.stalled_since_us.store(NO_DEADLINE, Ordering::Release);
+            return false;
+        }
+        let since = self.stalled_since_us.load(Ordering::Acquire);
+        if since == NO_DEADLINE {
+            self.stalled_since_us.store(now, Ordering::Release);
+            // A connection waiting at the cap may close it now.
+            if self.connections.waiting.load(Ordering::Acquire) > 0 {
+                self.connections.became_idle.notify_waiters();
+            }
+            return self.idle.is_zero();
+        }
+        now.saturating_sub(since) >= u64::try_from(self.idle.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// An answer's body was polled, or an answer delivered (see [`Conn::stalled`]).
+    #[inline]
+    pub(crate) fn progressed(&self) {
+        self.progress.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An answer's body found nothing ready (`true`) or yielded or ended (`false`) after the
+    /// other: it waits for its source, not for the client, or no longer.
+    pub(crate) fn waits_for_source(&self, waits: bool) {
+        if waits {
+            self.source_waits.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.source_waits.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Asks it to close at once, for `why` ([`Conn::shed`]).
+    fn shed(&self, why: u8) {
+        self.shed.store(why, Ordering::Release);
+        self.evicted.store(true, Ordering::Release);
+        self.changed.notify_one();
     }
 
     /// Bytes arrived from the client: with no request in flight, a header began (its timer
@@ -561,6 +683,7 @@ impl Conn {
 
     /// `count` answers [`held`](Self::hold), `n` bytes together, were delivered or dropped.
     pub(crate) fn unhold_many(&self, count: usize, n: usize) {
+        self.progressed();
         self.answers.fetch_sub(count, Ordering::Relaxed);
         self.answer_bytes.fetch_sub(n, Ordering::Relaxed);
     }
@@ -575,9 +698,16 @@ impl Conn {
         self.multiplexed.store(true, Ordering::Relaxed);
     }
 
-    /// Its socket took bytes now (HTTP/2: what [`Connections::shed_heaviest`] reads).
-    pub(crate) fn wrote_now(&self) {
+    /// Its socket took `n` bytes now (HTTP/2: what [`Connections::shed_heaviest`] reads). A
+    /// write of [`DATA_WRITE`] or more carries an answer's body (a stream's one frame of a
+    /// large body is sent as the client's window opens, with no poll of the body meanwhile):
+    /// progress for [`Conn::stalled`]. Control frames (a PING's answer, a SETTINGS
+    /// acknowledgement) are smaller, and HTTP/2 keeps at most one PING answer pending.
+    pub(crate) fn wrote_now(&self, n: usize) {
         self.last_write_us.store(monotonic_us(), Ordering::Relaxed);
+        if n >= DATA_WRITE {
+            self.progressed();
+        }
     }
 
     /// See [`Conn::set_multiplexed`].
@@ -585,9 +715,15 @@ impl Conn {
         self.multiplexed.load(Ordering::Relaxed)
     }
 
-    /// It was asked to close at once ([`Connections::shed_heaviest`]).
-    pub(crate) fn is_shed(&self) -> bool {
-        self.shed.load(Ordering::Acquire)
+    /// Why it was asked to close at once (the close reason), if it was: it held the most
+    /// answers past the budget ([`Connections::shed_heaviest`]) or it was stalled when a
+    /// new connection needed room.
+    pub(crate) fn shed_reason(&self) -> Option<&'static str> {
+        match self.shed.load(Ordering::Acquire) {
+            SHED_ANSWERS_HELD => Some("answers_held"),
+            SHED_STALLED => Some("stalled"),
+            _ => None,
+        }
     }
 
     /// Its budget (for [`answers::charge`](super::answers::charge)).

@@ -166,3 +166,111 @@ fn the_timer_reads_the_deadline_of_the_phase_it_fires_in() {
         other => panic!("{other:?}"),
     }
 }
+
+/// An attacker's review: HTTP/2 connections whose one `/healthz` stream had a window of 0,
+/// and HTTP/1 connections that pipelined proxied downloads and read nothing, were busy for
+/// ever (no timer in flight) and held every connection slot and the upstream pool.
+#[test]
+fn a_request_whose_client_takes_nothing_of_its_answer_is_stalled() {
+    let connections = Connections::new(4);
+    let hour = Duration::from_secs(3600);
+    // An idle timeout of 0: a stall runs out at the first look that sees one.
+    let conn = connections.track(hour, Duration::ZERO, false);
+    let _ = conn.start();
+    // Its handler runs: nothing is held, nothing to take.
+    assert!(matches!(conn.expiry(), Expiry::Later(_)));
+    // Its answer is produced and its body polled since the last look: not stalled.
+    conn.hold(100);
+    conn.progressed();
+    assert!(matches!(conn.expiry(), Expiry::Later(_)));
+    // Nothing polled or delivered since.
+    assert_eq!(conn.expiry(), Expiry::Stalled);
+    // A body waiting for its source (a proxied long poll) holds nothing its client refuses.
+    conn.waits_for_source(true);
+    assert!(matches!(conn.expiry(), Expiry::Later(_)));
+    // A second answer, produced and never polled (a stream at window 0): stalled.
+    conn.hold(100);
+    assert_eq!(conn.expiry(), Expiry::Stalled);
+    // Delivered: nothing held beyond the one that waits for its source.
+    conn.unhold_many(1, 100);
+    assert!(matches!(conn.expiry(), Expiry::Later(_)));
+    conn.close();
+}
+
+#[test]
+fn a_stall_runs_out_only_after_the_idle_timeout() {
+    let connections = Connections::new(4);
+    let hour = Duration::from_secs(3600);
+    let conn = connections.track(hour, hour, false);
+    let _ = conn.start();
+    conn.hold(100);
+    // Seen stalled (listed for eviction at the cap), not yet closed.
+    assert!(matches!(conn.expiry(), Expiry::Later(_)));
+    assert_ne!(conn.stalled_since_us.load(Ordering::Acquire), NO_DEADLINE);
+    assert!(matches!(conn.expiry(), Expiry::Later(_)));
+    // Its socket took a PING's answer: not an answer's bytes.
+    conn.wrote_now(17);
+    assert!(matches!(conn.expiry(), Expiry::Later(_)));
+    assert_ne!(conn.stalled_since_us.load(Ordering::Acquire), NO_DEADLINE);
+    // A write of body bytes (one large HTTP/2 frame sent as the window opens): no stall.
+    conn.wrote_now(DATA_WRITE);
+    assert!(matches!(conn.expiry(), Expiry::Later(_)));
+    assert_eq!(conn.stalled_since_us.load(Ordering::Acquire), NO_DEADLINE);
+    assert!(matches!(conn.expiry(), Expiry::Later(_)));
+    // A poll since: the stall is over.
+    conn.progressed();
+    assert!(matches!(conn.expiry(), Expiry::Later(_)));
+    assert_eq!(conn.stalled_since_us.load(Ordering::Acquire), NO_DEADLINE);
+    conn.close();
+}
+
+/// At the cap a stalled connection is closed at once, before the longest-idle one.
+#[tokio::test]
+async fn at_the_cap_a_stalled_connection_makes_room_first() {
+    let connections = Connections::new(2);
+    let hour = Duration::from_secs(3600);
+    let a = connections.reserve().await;
+    let idle = connections.track(hour, hour, false);
+    let b = connections.reserve().await;
+    let stalled = connections.track(hour, hour, false);
+    let _ = stalled.start();
+    stalled.hold(100);
+    assert!(matches!(stalled.expiry(), Expiry::Later(_)));
+    let waiting = tokio::spawn({
+        let connections = Arc::clone(&connections);
+        async move { connections.reserve().await }
+    });
+    stalled.changed().await;
+    assert_eq!(stalled.phase(), Phase::Evicted);
+    assert_eq!(stalled.shed_reason(), Some("stalled"));
+    assert_eq!(idle.phase(), Phase::Header, "not asked to close");
+    drop(b);
+    let c = waiting.await.unwrap();
+    drop((a, c));
+}
+
+/// A connection waiting at the cap with none idle or stalled closes one once it is seen
+/// stalled.
+#[tokio::test]
+async fn a_connection_seen_stalled_while_one_waits_at_the_cap_makes_room() {
+    let connections = Connections::new(1);
+    let hour = Duration::from_secs(3600);
+    let a = connections.reserve().await;
+    let conn = connections.track(hour, hour, false);
+    let _ = conn.start();
+    conn.hold(100);
+    let waiting = tokio::spawn({
+        let connections = Arc::clone(&connections);
+        async move { connections.reserve().await }
+    });
+    while connections.waiting.load(Ordering::Acquire) == 0 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(conn.phase(), Phase::Busy, "busy, not yet seen stalled");
+    assert!(matches!(conn.expiry(), Expiry::Later(_)));
+    conn.changed().await;
+    assert_eq!(conn.shed_reason(), Some("stalled"));
+    drop(a);
+    let b = waiting.await.unwrap();
+    drop(b);
+}

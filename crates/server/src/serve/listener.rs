@@ -274,11 +274,14 @@ async fn serve_connection(
         if closing && phase != Phase::Busy {
             break;
         }
-        if phase == Phase::Evicted && conn.is_shed() {
-            // It held the most undelivered answers past the answers budget: closed now, not
-            // after its answers (which its client does not read).
-            closed("answers_held");
-            break;
+        if phase == Phase::Evicted {
+            if let Some(reason) = conn.shed_reason() {
+                // It held the most undelivered answers past the answers budget, or its client
+                // stopped taking them when a new connection needed room: closed now, not
+                // after its answers (which its client does not read).
+                closed(reason);
+                break;
+            }
         }
         if phase == Phase::Evicted && !closing {
             closed("evicted");
@@ -317,17 +320,11 @@ async fn serve_connection(
                 break;
             }
             Event::Changed => changed.set(conn.changed()),
-            Event::Timer => match conn.expiry() {
-                Expiry::Header => {
-                    closed("header_timeout");
+            Event::Timer => {
+                if timer_ran_out(&conn, timer.as_mut()) {
                     break;
                 }
-                Expiry::Idle => {
-                    closed("idle_timeout");
-                    break;
-                }
-                Expiry::Later(at) => timer.as_mut().reset(at),
-            },
+            }
             Event::Stop => {
                 closing = true;
                 conn.closing();
@@ -335,10 +332,28 @@ async fn serve_connection(
             }
         }
     }
-    // Dropping the connection closes it; an in-flight request is never cut here (only a
-    // connection without one leaves the loop before hyper ends it).
+    // Dropping the connection closes it; an in-flight request is cut here only when its
+    // client stopped taking its answer (stalled, or shed at the answers budget).
     conn.close();
     drop(slot);
+}
+
+/// What the connection's timer found when it fired: `true` when it ran out (the connection
+/// is closed, its reason counted), else it is set to fire again.
+fn timer_ran_out(conn: &Conn, timer: Pin<&mut tokio::time::Sleep>) -> bool {
+    let reason = match conn.expiry() {
+        Expiry::Header => "header_timeout",
+        Expiry::Idle => "idle_timeout",
+        // Its answers are cut: their client took nothing of them for the idle timeout (an
+        // HTTP/2 window left at 0, an HTTP/1 socket not read).
+        Expiry::Stalled => "stalled",
+        Expiry::Later(at) => {
+            timer.reset(at);
+            return false;
+        }
+    };
+    closed(reason);
+    true
 }
 
 fn closed(reason: &'static str) {
@@ -426,6 +441,7 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
             answer: 0,
             body_bytes: 0,
             multiplexed: request.version() >= http::Version::HTTP_2,
+            waits_for_source: false,
         };
         if guard.multiplexed {
             self.conn.set_multiplexed();
@@ -613,10 +629,16 @@ struct InFlight {
     /// An HTTP/2 request: its answer's frames may wait in the connection after its body
     /// ended (see `backlog::Backlog`).
     multiplexed: bool,
+    /// Its body's last poll found nothing ready: it waits for its source, not its client
+    /// (counted in the connection's stall watch, `Conn::stalled`).
+    waits_for_source: bool,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if self.waits_for_source {
+            self.conn.waits_for_source(false);
+        }
         if self.answer > 0 {
             if self.multiplexed {
                 answers::ended(&self.conn, self.body_bytes, self.answer);
@@ -661,9 +683,17 @@ impl HttpBody for InFlightBody {
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let this = &mut *self;
         let frame = Pin::new(&mut this.inner).poll_frame(cx);
+        let guard = &mut this.guard;
+        // Polled: the client took room for more (`Conn::stalled`).
+        guard.conn.progressed();
+        let waits = frame.is_pending();
+        if waits != guard.waits_for_source {
+            guard.waits_for_source = waits;
+            guard.conn.waits_for_source(waits);
+        }
         if let Poll::Ready(Some(Ok(frame))) = &frame {
             if let Some(data) = frame.data_ref() {
-                this.guard.body_bytes += data.len() as u64;
+                guard.body_bytes += data.len() as u64;
             }
         }
         frame
@@ -709,7 +739,7 @@ impl AsyncWrite for Watched {
         let result = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = result {
             if self.conn.is_multiplexed() {
-                self.conn.wrote_now();
+                self.conn.wrote_now(n);
                 answers::release_freed(&self.conn, self.conn.backlog().wrote(n));
             }
         }
@@ -724,7 +754,7 @@ impl AsyncWrite for Watched {
         let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = result {
             if self.conn.is_multiplexed() {
-                self.conn.wrote_now();
+                self.conn.wrote_now(n);
                 answers::release_freed(&self.conn, self.conn.backlog().wrote(n));
             }
         }

@@ -139,7 +139,8 @@ fn describe_metrics() {
     describe_counter!(
         "floodgate_connections_closed_total",
         "Connections the server closed, by reason (header_timeout, idle_timeout, evicted: an \
-         idle one closed to make room at the cap)"
+         idle one closed to make room at the cap, answers_held: past the answers budget, \
+         stalled: its client took nothing of an answer for idle_timeout, or at the cap)"
     );
     describe_counter!(
         "floodgate_proxy_upstream_errors_total",

@@ -17,6 +17,8 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
+pub mod raw;
+
 /// The manual clock's start: 2027-01-15T08:00:00Z in microseconds.
 pub const START_US: u64 = 1_800_000_000_000_000;
 
@@ -326,13 +328,15 @@ pub fn write_atomically(path: &Path, text: &str) {
 /// - `/echo-body` answers with the request body, streamed back as it arrives;
 /// - `/bytes/N` answers N bytes with `Content-Length: N`, streamed in 64 KiB chunks;
 /// - `/slow` waits until [`Upstream::release`] (after signalling [`Upstream::arrived`]);
+/// - `/held-body` answers `start;` at once and `end` once [`Upstream::release`] is notified
+///   (a long poll: its head and a first chunk, then nothing until its source has more);
 /// - any other path answers JSON describing the request (method, path, some headers).
 pub struct Upstream {
     /// `http://127.0.0.1:PORT`.
     pub url: String,
     /// Notified when a `/slow` request arrives.
     pub arrived: Arc<Notify>,
-    /// Notify to let `/slow` answer.
+    /// Notify to let `/slow` answer (and `/held-body` end).
     pub release: Arc<Notify>,
 }
 
@@ -366,6 +370,26 @@ impl Upstream {
                                 .unwrap()
                         },
                     ),
+                )
+                .route(
+                    "/held-body",
+                    any({
+                        let r = Arc::clone(&r);
+                        move || {
+                            let r = Arc::clone(&r);
+                            let start = futures_util::stream::once(async {
+                                Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"start;"))
+                            });
+                            let end = futures_util::stream::once(async move {
+                                r.notified().await;
+                                Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"end"))
+                            });
+                            async move {
+                                use futures_util::StreamExt;
+                                Body::from_stream(start.chain(end))
+                            }
+                        }
+                    }),
                 )
                 .route(
                     "/slow",
